@@ -1,0 +1,126 @@
+"""Hook factories. Each returns a list of ``(hook_name, fn)`` that any generation loop can attach.
+
+Hooks are values: tracing, ablation and attention restriction all compose by concatenating lists
+and attaching them once with ``model.hooks(fwd_hooks=...)`` around a whole generation. Hooks that
+depend on the decoding step read it from a shared :class:`StepState` that the loop updates, so the
+hooks are attached once rather than once per step.
+
+Shapes use one vocabulary: ``step layer head pos d_model d_head``; ``key`` is the key position.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+HookList = list[tuple[str, Callable]]
+AblationMode = Literal["zero", "mean"]
+
+
+@dataclass
+class StepState:
+    """What the generation loop is doing now; hooks read it, only the loop writes it."""
+
+    step: int = 0  # decoding step index (step 0 = the query row of the last prompt token)
+    key_len: int = 0  # number of key positions visible at this step (prompt + generated so far)
+    active: bool = True  # hooks that record do nothing while False (e.g. during prefill)
+    extra: dict = field(default_factory=dict)
+
+
+def pattern_hook_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_pattern"
+
+
+def z_hook_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_z"
+
+
+def scores_hook_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_attn_scores"
+
+
+def _as_step_masks(head_mask: Tensor, state: StepState | None) -> Callable[[], Tensor | None]:
+    """Turn a [layer, head] or [step, layer, head] mask into 'the mask for the current step'."""
+    if head_mask.dim() == 2:
+        return lambda: head_mask
+    if head_mask.dim() != 3:
+        raise ValueError(f"head_mask must be [layer, head] or [step, layer, head], got {tuple(head_mask.shape)}.")
+    if state is None:
+        raise ValueError("A per-step head_mask [step, layer, head] needs the loop's StepState.")
+    return lambda: head_mask[state.step] if state.step < head_mask.shape[0] else None
+
+
+def ablate_heads(
+    head_mask: Bool[Tensor, "layer head"] | Bool[Tensor, "step layer head"],
+    *,
+    state: StepState | None = None,
+    mode: AblationMode = "zero",
+    mean_z: Float[Tensor, "layer head d_head"] | None = None,
+) -> HookList:
+    """Ablate the output (``hook_z``) of the selected heads, at every step or per step.
+
+    ``mode="zero"`` writes zeros (the project's default for the paper's unstated masking type);
+    ``mode="mean"`` writes ``mean_z`` (e.g. each head's mean ``z`` over a reference set). Only the
+    newest query position is ablated, so a prefill that runs through the hooks is ablated at its
+    last row only, as the per-step protocol requires.
+    """
+    if mode not in ("zero", "mean"):
+        raise ValueError(f"mode must be 'zero' or 'mean', got {mode!r}.")
+    if mode == "mean" and mean_z is None:
+        raise ValueError("mode='mean' needs mean_z of shape [layer, head, d_head].")
+    head_mask = head_mask.bool()
+    current = _as_step_masks(head_mask, state)
+    n_layers = head_mask.shape[-2]
+
+    def make(layer: int):
+        def hook(z: Float[Tensor, "batch pos head d_head"], hook):
+            mask = current()
+            if mask is None or not bool(mask[layer].any()):
+                return z
+            heads = mask[layer].to(z.device)
+            z = z.clone()
+            if mode == "zero":
+                z[:, -1, heads] = 0.0
+            else:
+                z[:, -1, heads] = mean_z[layer, heads].to(z.dtype).to(z.device)
+            return z
+
+        return hook
+
+    return [(z_hook_name(layer), make(layer)) for layer in range(n_layers)]
+
+
+def restrict_attention(
+    allowed: Bool[Tensor, "key"] | Callable[[StepState], Tensor],
+    *,
+    n_layers: int,
+    state: StepState | None = None,
+    layers: list[int] | None = None,
+) -> HookList:
+    """Make disallowed key positions invisible by writing -inf into ``hook_attn_scores``.
+
+    ``allowed`` is a boolean vector over key positions (longer than needed is fine: it is cut to the
+    current key length) or a function of the loop's state returning one. Positions past its end are
+    allowed (the generated text stays visible). Masked positions then receive exactly zero attention
+    after the softmax and each row still sums to one.
+    """
+
+    def mask_now() -> Tensor:
+        return allowed(state) if callable(allowed) else allowed
+
+    def hook(scores: Float[Tensor, "batch head query key"], hook):
+        visible = mask_now().to(scores.device).bool()
+        key_len = scores.shape[-1]
+        if visible.shape[0] < key_len:
+            pad = torch.ones(key_len - visible.shape[0], dtype=torch.bool, device=scores.device)
+            visible = torch.cat([visible, pad])
+        visible = visible[:key_len]
+        if bool(visible.all()):
+            return scores
+        return scores.masked_fill(~visible, float("-inf"))
+
+    chosen = range(n_layers) if layers is None else layers
+    return [(scores_hook_name(layer), hook) for layer in chosen]

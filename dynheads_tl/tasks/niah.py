@@ -1,0 +1,137 @@
+"""Needle-in-a-haystack samples (paper App. A.1).
+
+The haystack is cut to ``context_tokens`` tokens, the needle is inserted at ``depth`` (a fraction of
+the context) after backing up to the nearest sentence end, and the prompt follows the paper's chat
+template. The needle's token span comes from the tokenizer's character offsets, never from a guess.
+"""
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+from .common import (
+    NIAH_INSTRUCTION,
+    Sample,
+    build_chat_prompt,
+    check_fits,
+    find_unique,
+    locate_spans,
+    tokenize_with_offsets,
+)
+from .haystacks import load_haystack
+
+
+@dataclass
+class NiahConfig:
+    """One NIAH sample's recipe. ``{answer}`` in ``needle`` is replaced by a seeded UUID."""
+
+    context_tokens: int = 1000
+    depth: float = 0.5
+    haystack: str = "filler"
+    needle: str = "The magic word is {answer}."
+    question: str = "What is the magic word?"
+    instruction: str = NIAH_INSTRUCTION
+    seed: int = 0
+    max_new_tokens: int = 24
+
+    def __post_init__(self):
+        if not isinstance(self.context_tokens, int) or self.context_tokens < 16:
+            raise ValueError(f"context_tokens must be an integer >= 16, got {self.context_tokens!r}.")
+        if not 0.0 <= float(self.depth) <= 1.0:
+            raise ValueError(f"depth must be a fraction in [0, 1], got {self.depth!r}.")
+        if "{answer}" not in self.needle:
+            raise ValueError(f"needle must contain '{{answer}}', got {self.needle!r}.")
+
+
+@lru_cache(maxsize=8)
+def _haystack_tokens(tokenizer, source: str):
+    text = load_haystack(source)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return text, [tuple(o) for o in encoded["offset_mapping"]]
+
+
+def _sentence_start_before(text: str, position: int) -> int:
+    """The start of the sentence containing ``position`` (just after the previous '. ')."""
+    best = -1
+    for mark in (". ", "! ", "? ", ".\n"):
+        best = max(best, text.rfind(mark, 0, position))
+    return 0 if best < 0 else best + 2
+
+
+def build_niah_sample(tokenizer, config: NiahConfig, *, max_tokens: int | None = None) -> Sample:
+    rng = random.Random(config.seed)
+    answer = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    needle = config.needle.format(answer=answer)
+    text, offsets = _haystack_tokens(tokenizer, config.haystack)
+    if config.context_tokens > len(offsets):
+        raise ValueError(
+            f"The {config.haystack!r} haystack has only {len(offsets)} tokens; "
+            f"context_tokens={config.context_tokens} is too long."
+        )
+    needle_tokens = len(tokenizer(" " + needle, add_special_tokens=False)["input_ids"])
+    keep = max(config.context_tokens - needle_tokens, 1)
+    haystack = text[: offsets[keep - 1][1]]
+    # Cut the haystack at a sentence end so the context never ends mid-word.
+    last_end = max(haystack.rfind(". "), haystack.rfind("."))
+    if last_end > len(haystack) // 2:
+        haystack = haystack[: last_end + 1]
+    insert_at = _sentence_start_before(haystack, int(round(config.depth * len(haystack))))
+    if config.depth >= 1.0:
+        insert_at = len(haystack)
+    before, after = haystack[:insert_at].rstrip(), haystack[insert_at:].lstrip()
+    context = " ".join(part for part in (before, needle, after) if part)
+    prompt = build_chat_prompt(tokenizer, context, config.question, config.instruction)
+    ids, prompt_offsets = tokenize_with_offsets(tokenizer, prompt)
+    check_fits(len(ids), max_tokens, config.max_new_tokens, "NIAH")
+    needle_char = find_unique(prompt, needle, "needle")
+    context_char = prompt.index(context)
+    [needle_span] = locate_spans(prompt_offsets, [(needle_char, needle_char + len(needle))])
+    [context_span] = locate_spans(prompt_offsets, [(context_char, context_char + len(context))])
+    return Sample(
+        task="niah",
+        prompt_ids=ids,
+        evidence_spans=[needle_span],
+        answers=[answer],
+        question=config.question,
+        context_span=context_span,
+        meta={
+            **asdict(config),
+            "needle_text": needle,
+            "actual_depth": (needle_span[0] - context_span[0])
+            / max(context_span[1] - context_span[0], 1),
+            "context_len": context_span[1] - context_span[0],
+        },
+    )
+
+
+def make_niah_samples(
+    tokenizer,
+    *,
+    n: int,
+    context_tokens: int | list[int] = 1000,
+    depths: list[float] | None = None,
+    seed: int = 0,
+    max_tokens: int | None = None,
+    **overrides,
+) -> list[Sample]:
+    """``n`` samples with depths spread evenly (or drawn from ``depths``) and one UUID each.
+
+    Sample ``i`` uses seed ``seed * 100_003 + i``, so two splits with different ``seed`` never
+    share a needle.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}.")
+    lengths = context_tokens if isinstance(context_tokens, list) else [context_tokens]
+    samples = []
+    for i in range(n):
+        depth = depths[i % len(depths)] if depths else (i + 0.5) / max(n, 1)
+        config = NiahConfig(
+            context_tokens=lengths[i % len(lengths)],
+            depth=depth,
+            seed=seed * 100_003 + i,
+            **overrides,
+        )
+        samples.append(build_niah_sample(tokenizer, config, max_tokens=max_tokens))
+    return samples
