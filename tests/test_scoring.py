@@ -1,0 +1,111 @@
+"""Eq. 1, Eq. 2, Wu's static score and Table 1's metrics on hand-built traces."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dynheads_tl import Trace
+from dynheads_tl.scoring import (
+    activation_frequency, distinct_heads_curve, dynamic_sets, dynamism_metrics, jaccard,
+    static_retrieval_scores, static_top_k,
+)
+
+
+def hand_trace(argmax_pos, tokens, prompt_ids, span, response="the magic word is abc", scores=None):
+    argmax_pos = torch.tensor(argmax_pos)
+    steps, layers, heads = argmax_pos.shape
+    return Trace(
+        tokens=torch.tensor(tokens), argmax_pos=argmax_pos,
+        support_score=torch.zeros(steps, layers, heads) if scores is None else torch.tensor(scores),
+        hidden=torch.zeros(steps, 4), prompt_ids=torch.tensor(prompt_ids), evidence_spans=[span],
+        task="niah", answers=["abc"], response=response, meta={"needle_text": "the magic word is abc"},
+    )
+
+
+# prompt: positions 0..7, needle span [3, 6) holds tokens 30, 31, 32
+PROMPT = [10, 11, 12, 30, 31, 32, 13, 14]
+
+
+def test_eq1_known_answer():
+    # 2 steps, 1 layer, 3 heads; generated tokens 30 then 31.
+    argmax = [[[3, 4, 0]],   # step 0: head0 -> pos3 (tok 30 == gen 30): yes; head1 -> pos4 (31 != 30): no
+              [[4, 6, 8]]]   # step 1: head0 -> pos4 (31 == 31): yes; head1 -> pos6 outside needle; head2 -> pos8 (generated)
+    trace = hand_trace(argmax, [30, 31], PROMPT, (3, 6))
+    assert trace.retrieval_mask.tolist() == [[[True, False, False]], [[True, False, False]]]
+
+
+def test_eq1_token_outside_span_does_not_count():
+    # Token 31 also occurs outside the needle (position 7): pointing there is not retrieval.
+    prompt = [10, 11, 12, 30, 31, 32, 13, 31]
+    trace = hand_trace([[[7, 4]]], [31], prompt, (3, 6))
+    assert trace.retrieval_mask.tolist() == [[[False, True]]]
+
+
+def test_eq2_threshold():
+    scores = [[[0.05, 0.2]], [[0.5, 0.1]]]
+    trace = hand_trace([[[0, 0]], [[0, 0]]], [1, 2], PROMPT, (3, 6), scores=scores)
+    assert dynamic_sets(trace, "eq2", threshold=0.1).tolist() == [[[False, True]], [[True, False]]]
+    with pytest.raises(ValueError, match="kind"):
+        dynamic_sets(trace, "eq3")
+
+
+def test_wu_static_score_known_answer():
+    # Sample A: head0 retrieves at both steps -> 2/3; head1 never. Sample B: head1 once -> 1/3.
+    a = hand_trace([[[3, 0]], [[4, 0]]], [30, 31], PROMPT, (3, 6))
+    b = hand_trace([[[0, 3]], [[0, 0]]], [30, 31], PROMPT, (3, 6))
+    scores = static_retrieval_scores([a, b], rouge_filter=None)
+    torch.testing.assert_close(scores, torch.tensor([[1 / 3, 1 / 6]]))
+    # The ROUGE filter drops a failed sample entirely.
+    b_failed = hand_trace([[[0, 3]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response="no idea")
+    torch.testing.assert_close(static_retrieval_scores([a, b_failed]), torch.tensor([[2 / 3, 0.0]]))
+    with pytest.raises(ValueError, match="ROUGE"):
+        static_retrieval_scores([b_failed])
+
+
+def test_static_top_k_and_jaccard():
+    scores = torch.tensor([[0.1, 0.9, 0.3], [0.8, 0.0, 0.5]])
+    top2 = static_top_k(scores, 2)
+    assert top2.tolist() == [[False, True, False], [True, False, False]]
+    with pytest.raises(ValueError):
+        static_top_k(scores, 7)
+    a = torch.tensor([True, True, False, False])
+    b = torch.tensor([False, True, True, False])
+    assert jaccard(a, b) == pytest.approx(1 / 3)
+    assert math.isnan(jaccard(torch.zeros(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool)))
+
+
+def test_dynamism_metrics_known_answer():
+    # 4 heads as [1, 4]; static set = heads {0, 1}.
+    static = torch.tensor([[True, True, False, False]])
+    sets = torch.tensor([
+        [[True, False, False, False]],   # D0 = {0}: J(static) = 1/2
+        [[False, False, True, False]],   # D1 = {2}: J = 0; J(D0, D1) = 0
+        [[False, False, False, False]],  # empty: skipped for J(static); J(D1, D2) = 0
+        [[False, False, True, True]],    # D3 = {2, 3}: J = 0; J(D2, D3) = 0
+    ])
+    m = dynamism_metrics([sets], static)
+    assert m["jaccard_static"] == pytest.approx((0.5 + 0 + 0) / 3)
+    assert m["jaccard_adjacent"] == pytest.approx(0.0)
+    # activation counts: head0 1, head2 2, head3 1 -> p = 1/4, 1/2, 1/4
+    assert m["entropy"] == pytest.approx(-(0.25 * math.log(0.25) * 2 + 0.5 * math.log(0.5)))
+    assert m["heads_per_step_mean"] == pytest.approx(1.0)
+    assert m["heads_per_step_sd"] == pytest.approx(math.sqrt(((0) ** 2 * 2 + 1 + 1) / 4))
+    assert m["ever_active"] == 3 and m["n_heads"] == 4
+    assert m["entropy_ref_ln20"] == pytest.approx(2.9957, abs=1e-4)
+
+
+def test_uniform_top20_entropy_is_ln20():
+    sets = torch.zeros(20, 1, 40, dtype=torch.bool)
+    for t in range(20):
+        sets[t, 0, t] = True
+    m = dynamism_metrics([sets], torch.zeros(1, 40, dtype=torch.bool))
+    assert m["entropy"] == pytest.approx(math.log(20))
+    assert m["jaccard_static"] == 0.0
+
+
+def test_long_tail_helpers():
+    sets = torch.tensor([[[True, False, False]], [[True, True, False]]])
+    torch.testing.assert_close(activation_frequency([sets]), torch.tensor([[1.0, 0.5, 0.0]]))
+    assert distinct_heads_curve([sets, sets]) == [1, 2, 2, 2]

@@ -1,0 +1,154 @@
+"""The retrieval engine against an independent computation, plus hook mechanics."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import dynheads_tl
+from dynheads_tl import Trace, TraceConfig, trace_generation
+from dynheads_tl.hooks import StepState, ablate_heads, restrict_attention
+from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
+from dynheads_tl.tracing import Decoder
+
+
+@pytest.fixture(scope="module")
+def reference_model():
+    folder = str(dynheads_tl.embedded_model_dir())
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def niah_samples(embedded_model):
+    return make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=400, seed=11, max_new_tokens=40)
+
+
+def independent_rows(reference, trace: Trace):
+    """Every step's attention row from ONE eager transformers forward over prompt + response."""
+    ids = torch.cat([trace.prompt_ids, trace.tokens[:-1]])[None]
+    out = reference(ids, output_attentions=True)
+    start = len(trace.prompt_ids) - 1
+    # [step, layer, head, key]
+    return torch.stack([a[0, :, start:, :] for a in out.attentions]).permute(2, 0, 1, 3)
+
+
+def independent_eq1(rows, trace: Trace):
+    argmax = rows.argmax(-1)  # [step, layer, head]
+    ids = torch.cat([trace.prompt_ids, trace.tokens])
+    (needle_start, needle_end), = trace.evidence_spans
+    in_needle = (argmax >= needle_start) & (argmax < needle_end)
+    return in_needle & (ids[argmax] == trace.tokens[:, None, None])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefill", ["fast", "hooked"])
+def test_eq1_matches_eager_transformers(embedded_model, reference_model, niah_samples, prefill):
+    config = TraceConfig(max_new_tokens=40, prefill=prefill)
+    for sample in niah_samples:
+        trace = trace_generation(embedded_model, sample, config)
+        hf_tokens = reference_model.generate(torch.tensor([sample.prompt_ids]), max_new_tokens=40,
+                                             do_sample=False)[0, len(sample.prompt_ids):]
+        assert trace.tokens.tolist() == hf_tokens.tolist()
+        rows = independent_rows(reference_model, trace)
+        assert torch.equal(trace.argmax_pos, rows.argmax(-1))
+        assert torch.equal(trace.retrieval_mask, independent_eq1(rows, trace))
+        assert trace.retrieval_mask.any(), "the embedded model should copy the needle here"
+        # Final-norm hidden state of each step's query row.
+        hidden = reference_model(torch.cat([trace.prompt_ids, trace.tokens[:-1]])[None],
+                                 output_hidden_states=True).hidden_states[-1][0, len(sample.prompt_ids) - 1:]
+        torch.testing.assert_close(trace.hidden, hidden, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_eq2_matches_eager_transformers(embedded_model, reference_model):
+    [sample] = make_hotpot_samples(embedded_model.tokenizer, n=1, seed=3)
+    config = TraceConfig(max_new_tokens=8, sink_tokens=4, local_window=32)
+    trace = trace_generation(embedded_model, sample, config)
+    rows = independent_rows(reference_model, trace)
+    expected = torch.zeros_like(trace.support_score)
+    for t in range(trace.n_steps):
+        key_len = len(sample.prompt_ids) + t
+        eligible = torch.ones(key_len, dtype=torch.bool)
+        eligible[:4] = False
+        eligible[key_len - 32:] = False
+        evidence = torch.zeros(key_len, dtype=torch.bool)
+        for s, e in sample.evidence_spans:
+            evidence[s:e] = True
+        row = rows[t, :, :, :key_len]
+        expected[t] = (row * (evidence & eligible)).sum(-1) / (row * eligible).sum(-1)
+    torch.testing.assert_close(trace.support_score, expected, atol=1e-5, rtol=1e-4)
+    assert (trace.support_score >= 0).all() and (trace.support_score <= 1 + 1e-6).all()
+
+
+def test_trace_roundtrip(embedded_model, niah_samples, tmp_path):
+    trace = trace_generation(embedded_model, niah_samples[0], TraceConfig(max_new_tokens=6))
+    path = trace.save(tmp_path / "t.pt")
+    loaded = Trace.load(path)
+    for name in ("tokens", "argmax_pos", "support_score", "hidden", "prompt_ids"):
+        assert torch.equal(getattr(trace, name), getattr(loaded, name))
+    assert loaded.evidence_spans == trace.evidence_spans and loaded.config == trace.config
+    assert loaded.config["model"] == "smollm2-135m-instruct"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_untraced_loop_generates_the_same_tokens(embedded_model, niah_samples):
+    config = TraceConfig(max_new_tokens=10)
+    traced = trace_generation(embedded_model, niah_samples[1], config)
+    plain = trace_generation(embedded_model, niah_samples[1], config, record=False)
+    assert torch.equal(traced.tokens, plain.tokens)
+
+
+def test_zero_ablation_changes_logits_and_empty_mask_does_not(embedded_model, niah_samples):
+    sample = niah_samples[0]
+    n_layers, n_heads = embedded_model.cfg.n_layers, embedded_model.cfg.n_heads
+
+    def first_logits(hooks):
+        with embedded_model.hooks(fwd_hooks=hooks):
+            return Decoder(embedded_model, sample.prompt_ids).step()
+
+    clean = first_logits([])
+    none = first_logits(ablate_heads(torch.zeros(n_layers, n_heads, dtype=torch.bool)))
+    assert torch.equal(clean, none)
+    mask = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    mask[10:20] = True
+    ablated = first_logits(ablate_heads(mask))
+    assert (ablated - clean).abs().max() > 1e-2
+    means = torch.zeros(n_layers, n_heads, embedded_model.cfg.d_head)
+    assert torch.allclose(first_logits(ablate_heads(mask, mode="mean", mean_z=means)), ablated)
+
+
+def test_ablation_only_at_chosen_steps(embedded_model, niah_samples):
+    sample = niah_samples[0]
+    n_layers, n_heads = embedded_model.cfg.n_layers, embedded_model.cfg.n_heads
+    per_step = torch.zeros(6, n_layers, n_heads, dtype=torch.bool)
+    per_step[3, :, :] = True  # ablate every head, but only at step 3
+    config = TraceConfig(max_new_tokens=6, stop_at_eos=False)
+    clean = trace_generation(embedded_model, sample, config)
+    state = StepState()
+    ablated = trace_generation(embedded_model, sample, config, hooks=ablate_heads(per_step, state=state), state=state)
+    assert torch.equal(clean.tokens[:3], ablated.tokens[:3])
+    assert torch.equal(clean.argmax_pos[:3], ablated.argmax_pos[:3])
+    assert not torch.equal(clean.hidden[3], ablated.hidden[3])
+
+
+def test_restricted_attention_is_exactly_zero_under_kv_cache(embedded_model, niah_samples):
+    sample = niah_samples[0]
+    n_layers = embedded_model.cfg.n_layers
+    allowed = torch.ones(len(sample.prompt_ids), dtype=torch.bool)
+    start, end = sample.context_span
+    allowed[start:end] = False
+    rows = []
+
+    def grab(pattern, hook):
+        rows.append(pattern[0, :, -1, :].clone())
+
+    hooks = restrict_attention(allowed, n_layers=n_layers) + [("blocks.5.attn.hook_pattern", grab)]
+    with embedded_model.hooks(fwd_hooks=hooks):
+        decoder = Decoder(embedded_model, sample.prompt_ids, prefill="hooked")
+        logits = decoder.step()
+        decoder.step(int(logits.argmax()))
+    # rows[0] is the hooked prefill (all rows; we kept the last); then two decoding steps.
+    for row in rows:
+        assert float(row[:, start:end].abs().max()) == 0.0
+        torch.testing.assert_close(row.sum(-1), torch.ones(row.shape[0]), atol=1e-5, rtol=0)
+    assert rows[-1].shape[-1] == len(sample.prompt_ids) + 1
