@@ -120,3 +120,40 @@ def long_tail_figure(frequency: pd.DataFrame, curve: Sequence[int], n_heads: int
     right.legend()
     fig.tight_layout()
     return fig
+
+
+CONDITION_TITLES = {"none": "unmasked", "dynamic": "dynamic D_t masked", "static": "static top-k masked",
+                    "random": "random k masked"}
+
+
+def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str):
+    """Fig 2 / Fig 6: one context x depth heatmap of ``metric`` per masking condition."""
+    conditions = [c for c in CONDITION_TITLES if c in set(grid["condition"])]
+    fig, axes = plt.subplots(1, len(conditions), figsize=(3.4 * len(conditions) + 1, 3.2), sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, condition in zip(axes, conditions):
+        table = grid[grid["condition"] == condition].pivot_table(index="context", columns="depth", values=metric, aggfunc="mean")
+        sns.heatmap(table, ax=ax, vmin=0, vmax=1, cmap="RdYlGn", annot=True, fmt=".2f", cbar=ax is axes[-1],
+                    cbar_kws={"label": metric} if ax is axes[-1] else None)
+        ax.set_title(CONDITION_TITLES[condition], fontsize=10)
+        ax.set_xlabel("needle / evidence depth")
+        ax.set_ylabel("context tokens" if ax is axes[0] else "")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def progressive_figure(summary: pd.DataFrame, metric: str, title: str):
+    """Fig 3 / Fig 7: ``metric`` vs k masked heads, and compensation m_s on a second axis."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(summary["k"], summary[metric], marker="o", color="tab:blue", label=metric)
+    ax.set_xlabel("k heads masked per step (ranked: Eq. 1 hits first)")
+    ax.set_ylabel(metric, color="tab:blue")
+    ax.set_ylim(-0.05, 1.05)
+    twin = ax.twinx()
+    twin.plot(summary["k"], summary["m_s"], marker="s", color="tab:red", label="m_s")
+    twin.set_ylabel("m_s: new static-top-20 heads (max over steps)", color="tab:red")
+    twin.set_ylim(bottom=0)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

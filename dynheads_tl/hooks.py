@@ -42,8 +42,12 @@ def scores_hook_name(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_attn_scores"
 
 
-def _as_step_masks(head_mask: Tensor, state: StepState | None) -> Callable[[], Tensor | None]:
-    """Turn a [layer, head] or [step, layer, head] mask into 'the mask for the current step'."""
+def _as_step_masks(head_mask, state: StepState | None) -> Callable[[], Tensor | None]:
+    """Turn a [layer, head] or [step, layer, head] mask (or a function returning the current
+    [layer, head] mask, or None for 'nothing now') into 'the mask for the current step'."""
+    if callable(head_mask):
+        return head_mask
+    head_mask = head_mask.bool()
     if head_mask.dim() == 2:
         return lambda: head_mask
     if head_mask.dim() != 3:
@@ -54,16 +58,18 @@ def _as_step_masks(head_mask: Tensor, state: StepState | None) -> Callable[[], T
 
 
 def ablate_heads(
-    head_mask: Bool[Tensor, "layer head"] | Bool[Tensor, "step layer head"],
+    head_mask: Bool[Tensor, "layer head"] | Bool[Tensor, "step layer head"] | Callable[[], Tensor | None],
     *,
     state: StepState | None = None,
+    n_layers: int | None = None,
     mode: AblationMode = "zero",
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
 ) -> HookList:
     """Ablate the output (``hook_z``) of the selected heads, at every step or per step.
 
     ``mode="zero"`` writes zeros (the project's default for the paper's unstated masking type);
-    ``mode="mean"`` writes ``mean_z`` (e.g. each head's mean ``z`` over a reference set). Only the
+    ``mode="mean"`` writes ``mean_z`` (e.g. each head's mean ``z`` over a reference set). A function
+    ``head_mask`` is asked for the current step's [layer, head] mask at every forward. Only the
     newest query position is ablated, so a prefill that runs through the hooks is ablated at its
     last row only, as the per-step protocol requires.
     """
@@ -71,9 +77,11 @@ def ablate_heads(
         raise ValueError(f"mode must be 'zero' or 'mean', got {mode!r}.")
     if mode == "mean" and mean_z is None:
         raise ValueError("mode='mean' needs mean_z of shape [layer, head, d_head].")
-    head_mask = head_mask.bool()
     current = _as_step_masks(head_mask, state)
-    n_layers = head_mask.shape[-2]
+    if n_layers is None:
+        if callable(head_mask):
+            raise ValueError("A head_mask given as a function needs n_layers.")
+        n_layers = head_mask.shape[-2]
 
     def make(layer: int):
         def hook(z: Float[Tensor, "batch pos head d_head"], hook):

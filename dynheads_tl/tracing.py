@@ -200,11 +200,26 @@ class Decoder:
 
     def rewind(self, n_cached: int) -> None:
         """Drop cached positions from ``n_cached`` on (to redo a step, e.g. a second pass)."""
-        self.cache.crop(n_cached)
+        remove = self.n_cached - n_cached
+        if remove < 0:
+            raise ValueError(f"Cannot rewind forward: {self.n_cached} positions cached, asked for {n_cached}.")
+        if remove:
+            self.cache.crop(-remove)  # transformers 5: a negative count of positions to drop
         self.n_cached = n_cached
 
+    def last_position(self) -> list[tuple[Tensor, Tensor]]:
+        """A copy of every layer's key and value at the newest cached position."""
+        return [(layer.keys[..., -1:, :].clone(), layer.values[..., -1:, :].clone()) for layer in self.cache.layers]
 
-def _reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[str, Tensor], n_layers: int) -> HookList:
+    def replace_last_position(self, saved: list[tuple[Tensor, Tensor]]) -> None:
+        """Swap the newest cached position's keys and values for ``saved`` (from :meth:`last_position`)."""
+        self.rewind(self.n_cached - 1)
+        for layer_idx, (keys, values) in enumerate(saved):
+            self.cache.update(keys, values, layer_idx)
+        self.n_cached += 1
+
+
+def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[str, Tensor], n_layers: int) -> HookList:
     def make(layer: int):
         def hook(pattern: Float[Tensor, "batch head query key"], hook):
             if not state.active:
@@ -231,7 +246,8 @@ def _reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[s
     return hooks
 
 
-def _eligible_positions(total: int, state_key_len: int, sink: int, window: int, device) -> Tensor:
+def eligible_positions(total: int, state_key_len: int, sink: int, window: int, device) -> Tensor:
+    """Eq. 2's denominator positions: all but the first ``sink`` and the last ``window`` keys."""
     mask = torch.ones(total, dtype=torch.bool, device=device)
     mask[: min(sink, total)] = False
     if window:
@@ -258,20 +274,12 @@ def trace_generation(
     """
     config = config or TraceConfig()
     state = state or StepState()
-    n_layers, n_heads, d_model = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model
     prompt_len, max_steps = len(sample.prompt_ids), config.max_new_tokens
     total = prompt_len + max_steps
     device = next(model.parameters()).device
-    buffers = {
-        "argmax_pos": torch.zeros(max_steps, n_layers, n_heads, dtype=torch.long, device=device),
-        "support_score": torch.zeros(max_steps, n_layers, n_heads, dtype=torch.float32, device=device),
-        "hidden": torch.zeros(max_steps, d_model, dtype=torch.float32, device=device),
-    }
-    evidence = torch.zeros(total, dtype=torch.bool, device=device)
-    for start, end in sample.evidence_spans:
-        evidence[start:end] = True
-    masks = {"evidence": evidence, "eligible": evidence}
-    all_hooks = (_reduction_hooks(state, buffers, masks, n_layers) if record else []) + list(hooks or [])
+    buffers = new_buffers(model, max_steps)
+    masks = {"evidence": evidence_vector(sample, total, device), "eligible": None}
+    all_hooks = (reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else []) + list(hooks or [])
     stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
 
     tokens: list[int] = []
@@ -283,15 +291,37 @@ def trace_generation(
         for step in range(max_steps):
             state.step = step
             state.key_len = prompt_len + step
-            masks["eligible"] = _eligible_positions(total, state.key_len, config.sink_tokens, config.local_window, device)
+            masks["eligible"] = eligible_positions(total, state.key_len, config.sink_tokens, config.local_window, device)
             logits = decoder.step(next_input)
             token = int(logits.argmax())
             tokens.append(token)
             next_input = token
             if token in stop_ids:
                 break
+    return build_trace(model, sample, config, tokens, buffers)
+
+
+def new_buffers(model, max_steps: int) -> dict[str, Tensor]:
+    """Per-step outputs of the reduction hooks, preallocated for ``max_steps`` steps."""
+    n_layers, n_heads, d_model = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model
+    device = next(model.parameters()).device
+    return {
+        "argmax_pos": torch.zeros(max_steps, n_layers, n_heads, dtype=torch.long, device=device),
+        "support_score": torch.zeros(max_steps, n_layers, n_heads, dtype=torch.float32, device=device),
+        "hidden": torch.zeros(max_steps, d_model, dtype=torch.float32, device=device),
+    }
+
+
+def evidence_vector(sample: Sample, total: int, device) -> Bool[Tensor, "key"]:
+    evidence = torch.zeros(total, dtype=torch.bool, device=device)
+    for start, end in sample.evidence_spans:
+        evidence[start:end] = True
+    return evidence
+
+
+def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], buffers: dict[str, Tensor],
+                **extra_config) -> Trace:
     n = len(tokens)
-    response = model.tokenizer.decode(tokens, skip_special_tokens=True)
     return Trace(
         tokens=torch.tensor(tokens, dtype=torch.long),
         argmax_pos=buffers["argmax_pos"][:n].cpu(),
@@ -301,7 +331,7 @@ def trace_generation(
         evidence_spans=[tuple(s) for s in sample.evidence_spans],
         task=sample.task,
         answers=list(sample.answers),
-        response=response,
-        config={**asdict(config), "model": model_name(model)},
+        response=model.tokenizer.decode(tokens, skip_special_tokens=True),
+        config={**asdict(config), "model": model_name(model), **extra_config},
         meta=dict(sample.meta),
     )

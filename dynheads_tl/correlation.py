@@ -1,0 +1,317 @@
+"""Claim 3 — the final hidden state predicts future retrieval heads: CCA and MLP probes.
+
+CCA (Fig 4 / Fig 8): pair the final-norm hidden state of step n with every head's retrieval score at
+step n + k (pairs that run past the end of a sample are dropped). Scores are min-max scaled, PCA keeps
+95% of the hidden-state variance and 99% of the score variance, and up to 50 canonical pairs are fitted.
+The score per head and step is its attention share on the evidence (Eq. 2's ratio; for NIAH the
+evidence is the needle), a continuous version of the retrieval pattern.
+
+Controls, because CCA overfits easily with few samples and many dimensions:
+- **held-out**: fit scaling, PCA and CCA on the training samples; correlate the canonical variates of
+  the held-out samples;
+- **shuffled**: pair each hidden state with the scores of another sample's step, fit and report
+  in-sample, which shows how high CCA goes on unrelated data of the same shape.
+
+Probes (Tables 2 and 3): an MLP from the hidden state to the per-head Eq. 1 pattern (multi-label
+classification, Asymmetric Loss, threshold maximising F1 on the validation PR curve) or to the Eq. 2
+scores (regression). Splits are 70/20/10 *by sample*. Baselines in the same tables: the static
+frequency prior (each head's training base rate) and a linear probe.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.cross_decomposition import CCA
+from sklearn.decomposition import PCA
+from sklearn.metrics import (average_precision_score, f1_score, mean_absolute_error, mean_squared_error,
+                             precision_recall_curve, precision_score, r2_score, recall_score)
+
+from .tracing import Trace
+
+
+# --- pairing -------------------------------------------------------------------------------------
+def lagged_pairs(traces: Sequence[Trace], k: int, target: Literal["score", "eq1"] = "score"):
+    """(hidden[n], target[n + k]) for every sample and every n with n + k inside the sample.
+
+    Returns X [pairs, d_model], Y [pairs, layer*head] and the sample index of every pair.
+    """
+    xs, ys, groups = [], [], []
+    for index, trace in enumerate(traces):
+        n = trace.n_steps - k
+        if n <= 0:
+            continue
+        values = trace.support_score if target == "score" else trace.retrieval_mask.float()
+        xs.append(trace.hidden[:n].double().numpy())
+        ys.append(values[k:k + n].flatten(1).double().numpy())
+        groups.append(np.full(n, index))
+    if not xs:
+        raise ValueError(f"No sample is longer than k = {k} steps.")
+    return np.concatenate(xs), np.concatenate(ys), np.concatenate(groups)
+
+
+def split_by_sample(n_samples: int, fractions: Sequence[float], seed: int = 0) -> list[np.ndarray]:
+    """Sample indices split by ``fractions`` (e.g. 0.7/0.2/0.1), so no sample is on two sides."""
+    if abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(f"Split fractions must sum to 1, got {list(fractions)}.")
+    order = np.random.default_rng(seed).permutation(n_samples)
+    cuts = np.round(np.cumsum(fractions)[:-1] * n_samples).astype(int)
+    return [np.sort(part) for part in np.split(order, cuts)]
+
+
+# --- CCA -----------------------------------------------------------------------------------------
+@dataclass
+class CCAFit:
+    x_pca: PCA
+    y_pca: PCA
+    y_min: np.ndarray
+    y_range: np.ndarray
+    cca: CCA
+    n_components: int
+
+    def transform(self, x: np.ndarray, y: np.ndarray):
+        y_scaled = (y - self.y_min) / self.y_range
+        return self.cca.transform(self.x_pca.transform(x), self.y_pca.transform(y_scaled))
+
+
+def _canonical_correlations(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    corr = []
+    for i in range(u.shape[1]):
+        a, b = u[:, i] - u[:, i].mean(), v[:, i] - v[:, i].mean()
+        denom = np.sqrt((a * a).sum() * (b * b).sum())
+        corr.append(float(abs((a * b).sum()) / denom) if denom > 0 else 0.0)
+    return np.array(corr)
+
+
+def fit_cca(x: np.ndarray, y: np.ndarray, *, x_variance: float = 0.95, y_variance: float = 0.99,
+            max_components: int = 50) -> CCAFit:
+    """Min-max scale y, PCA both sides, CCA with as many components as the data supports (<= 50)."""
+    y_min = y.min(0)
+    y_range = np.where(y.max(0) - y_min > 0, y.max(0) - y_min, 1.0)
+    y_scaled = (y - y_min) / y_range
+    x_pca = PCA(n_components=x_variance, svd_solver="full").fit(x)
+    y_pca = PCA(n_components=y_variance, svd_solver="full").fit(y_scaled)
+    n = min(max_components, x_pca.n_components_, y_pca.n_components_, len(x) - 1)
+    if n < 1:
+        raise ValueError("Too few pairs or dimensions for CCA.")
+    cca = CCA(n_components=n, scale=True, max_iter=2000).fit(x_pca.transform(x), y_pca.transform(y_scaled))
+    return CCAFit(x_pca, y_pca, y_min, y_range, cca, n)
+
+
+def cca_summary(correlations: np.ndarray) -> dict[str, float]:
+    ordered = np.sort(correlations)[::-1]
+    return {"leading": float(ordered[0]), "top10_mean": float(ordered[:10].mean()),
+            "top50_mean": float(ordered[:50].mean()), "n_components": int(len(ordered))}
+
+
+def cca_in_sample(x, y, **kwargs) -> dict[str, float]:
+    fit = fit_cca(x, y, **kwargs)
+    return cca_summary(_canonical_correlations(*fit.transform(x, y)))
+
+
+def cca_held_out(x, y, groups, train_samples, test_samples, **kwargs) -> dict[str, float]:
+    train, test = np.isin(groups, train_samples), np.isin(groups, test_samples)
+    fit = fit_cca(x[train], y[train], **kwargs)
+    return cca_summary(_canonical_correlations(*fit.transform(x[test], y[test])))
+
+
+def shuffle_across_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Each row gets the scores of a random step of a *different* sample."""
+    rng = np.random.default_rng(seed)
+    shuffled = np.empty_like(y)
+    unique = np.unique(groups)
+    if len(unique) < 2:
+        raise ValueError("The shuffled control needs at least two samples.")
+    for g in unique:
+        rows = np.flatnonzero(groups == g)
+        others = np.flatnonzero(groups != g)
+        shuffled[rows] = y[rng.choice(others, size=len(rows))]
+    return shuffled
+
+
+def cca_curve(traces: Sequence[Trace], ks: Sequence[int], *, seed: int = 0, held_out_fraction: float = 0.3,
+              **kwargs) -> pd.DataFrame:
+    """Fig 4 / Fig 8: for each lag k, in-sample, held-out and shuffled CCA summaries."""
+    train_samples, test_samples = split_by_sample(len(traces), [1 - held_out_fraction, held_out_fraction], seed)
+    rows = []
+    for k in ks:
+        try:
+            x, y, groups = lagged_pairs(traces, k)
+        except ValueError:
+            continue
+        for control, summary in (
+            ("in-sample", lambda: cca_in_sample(x, y, **kwargs)),
+            ("held-out", lambda: cca_held_out(x, y, groups, train_samples, test_samples, **kwargs)),
+            ("shuffled", lambda: cca_in_sample(x, shuffle_across_samples(y, groups, seed + k), **kwargs)),
+        ):
+            try:
+                rows.append({"k": k, "control": control, "pairs": len(x), **summary()})
+            except ValueError:
+                continue
+    return pd.DataFrame(rows)
+
+
+# --- probes --------------------------------------------------------------------------------------
+@dataclass
+class ProbeConfig:
+    """MLP probe settings. ``paper()`` is the paper's recipe; the default fits a CPU."""
+
+    hidden: list[int] = field(default_factory=lambda: [256])
+    dropout: float = 0.1
+    epochs: int = 60
+    batch_size: int = 128
+    lr: float = 3e-4
+    patience: int = 3
+    grad_clip: float = 1.0
+    asl_gamma_neg: float = 4.0
+    asl_gamma_pos: float = 1.0
+    asl_clip: float = 0.05
+    seed: int = 0
+
+    @classmethod
+    def paper(cls) -> "ProbeConfig":
+        return cls(hidden=[8192, 4096, 4096], dropout=0.1, epochs=100, batch_size=128, lr=3e-4, patience=3)
+
+
+def asymmetric_loss(logits: torch.Tensor, targets: torch.Tensor, gamma_neg: float = 4.0, gamma_pos: float = 1.0,
+                    clip: float = 0.05, eps: float = 1e-8) -> torch.Tensor:
+    """Asymmetric Loss (Ridnik et al. 2021) for multi-label classification with rare positives."""
+    p = torch.sigmoid(logits)
+    p_neg = (p - clip).clamp(min=0) if clip > 0 else p
+    loss_pos = targets * (1 - p) ** gamma_pos * torch.log(p.clamp(min=eps))
+    loss_neg = (1 - targets) * p_neg ** gamma_neg * torch.log((1 - p_neg).clamp(min=eps))
+    return -(loss_pos + loss_neg).sum(1).mean()
+
+
+def _mlp(d_in: int, d_out: int, hidden: list[int], dropout: float) -> torch.nn.Module:
+    layers, width = [], d_in
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.GELU(), torch.nn.Dropout(dropout)]
+        width = h
+    layers.append(torch.nn.Linear(width, d_out))
+    return torch.nn.Sequential(*layers)
+
+
+def train_probe(x_train, y_train, x_val, y_val, *, task: Literal["classification", "regression"],
+                config: ProbeConfig, linear: bool = False) -> torch.nn.Module:
+    """Train an MLP (or a linear map) with Adam, ReduceLROnPlateau on the validation loss, grad clipping;
+    keep the weights with the best validation loss."""
+    torch.manual_seed(config.seed)
+    xt, yt = torch.as_tensor(x_train, dtype=torch.float32), torch.as_tensor(y_train, dtype=torch.float32)
+    xv, yv = torch.as_tensor(x_val, dtype=torch.float32), torch.as_tensor(y_val, dtype=torch.float32)
+    mean, std = xt.mean(0), xt.std(0).clamp(min=1e-6)
+    net = _mlp(xt.shape[1], yt.shape[1], [] if linear else config.hidden, config.dropout)
+    model = torch.nn.Sequential(_Standardize(mean, std), net)
+    if task == "classification":
+        loss_fn = lambda out, y: asymmetric_loss(out, y, config.asl_gamma_neg, config.asl_gamma_pos, config.asl_clip)
+    else:
+        loss_fn = torch.nn.functional.mse_loss
+    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, patience=config.patience)
+    generator = torch.Generator().manual_seed(config.seed)
+    best, best_state = float("inf"), None
+    for _ in range(config.epochs):
+        model.train()
+        for batch in torch.randperm(len(xt), generator=generator).split(config.batch_size):
+            optimiser.zero_grad()
+            loss = loss_fn(model(xt[batch]), yt[batch])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimiser.step()
+        model.eval()
+        with torch.no_grad():
+            val = float(loss_fn(model(xv), yv)) if len(xv) else float(loss)
+        scheduler.step(val)
+        if val < best:
+            best, best_state = val, {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(best_state)
+    return model.eval()
+
+
+class _Standardize(torch.nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+
+    def forward(self, x):
+        return (x - self.mean) / self.std
+
+
+def ridge_probe(x_train, y_train, alpha: float = 1.0) -> torch.nn.Module:
+    """The regression linear probe: closed-form ridge on standardised inputs (scikit-learn)."""
+    from sklearn.linear_model import Ridge
+
+    mean, std = x_train.mean(0), np.clip(x_train.std(0), 1e-6, None)
+    ridge = Ridge(alpha=alpha).fit((x_train - mean) / std, y_train)
+    linear = torch.nn.Linear(x_train.shape[1], y_train.shape[1])
+    with torch.no_grad():
+        linear.weight.copy_(torch.as_tensor(ridge.coef_, dtype=torch.float32))
+        linear.bias.copy_(torch.as_tensor(ridge.intercept_, dtype=torch.float32))
+    standardize = _Standardize(torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32))
+    return torch.nn.Sequential(standardize, linear).eval()
+
+
+def best_f1_threshold(y_true: np.ndarray, scores: np.ndarray) -> float:
+    """The decision threshold maximising micro F1 on the (validation) PR curve."""
+    if y_true.sum() == 0:
+        return 0.5
+    precision, recall, thresholds = precision_recall_curve(y_true.ravel(), scores.ravel())
+    f1 = 2 * precision * recall / np.clip(precision + recall, 1e-12, None)
+    return float(thresholds[int(np.argmax(f1[:-1]))])
+
+
+def classification_metrics(y_true, scores, threshold) -> dict[str, float]:
+    pred = (scores >= threshold).astype(int)
+    t, p = y_true.ravel().astype(int), pred.ravel()
+    return {"f1": f1_score(t, p, zero_division=0), "precision": precision_score(t, p, zero_division=0),
+            "recall": recall_score(t, p, zero_division=0),
+            "auprc": average_precision_score(t, scores.ravel()) if t.any() else float("nan"),
+            "threshold": threshold}
+
+
+def regression_metrics(y_true, y_pred) -> dict[str, float]:
+    return {"mse": mean_squared_error(y_true, y_pred), "mae": mean_absolute_error(y_true, y_pred),
+            "r2": r2_score(y_true, y_pred, multioutput="variance_weighted")}
+
+
+def probe_table(traces: Sequence[Trace], task: Literal["classification", "regression"], config: ProbeConfig,
+                *, k: int = 0, split_seed: int = 0) -> pd.DataFrame:
+    """Table 2 (classification of Eq. 1) or Table 3 (regression of Eq. 2 scores): MLP probe, linear probe
+    and the static-frequency prior, all scored on the 10% test samples. The linear probe is a linear layer
+    trained like the MLP (classification) or closed-form ridge regression (regression)."""
+    target = "eq1" if task == "classification" else "score"
+    x, y, groups = lagged_pairs(traces, k, target)
+    train_s, val_s, test_s = split_by_sample(len(traces), [0.7, 0.2, 0.1], split_seed)
+    if len(test_s) == 0 or len(val_s) == 0:
+        raise ValueError(f"{len(traces)} samples are too few for a 70/20/10 split by sample; use at least 10.")
+    parts = [np.isin(groups, s) for s in (train_s, val_s, test_s)]
+    (xtr, ytr), (xva, yva), (xte, yte) = [(x[m], y[m]) for m in parts]
+    rows = []
+    predictors = {"MLP probe": train_probe(xtr, ytr, xva, yva, task=task, config=config)}
+    if task == "classification":
+        predictors["linear probe"] = train_probe(xtr, ytr, xva, yva, task=task, config=config, linear=True)
+    else:
+        predictors["linear probe"] = ridge_probe(xtr, ytr)
+    base_rate = ytr.mean(0)
+    for name, model in predictors.items():
+        with torch.no_grad():
+            out = lambda data: model(torch.as_tensor(data, dtype=torch.float32))
+            if task == "classification":
+                val_scores, test_scores = torch.sigmoid(out(xva)).numpy(), torch.sigmoid(out(xte)).numpy()
+            else:
+                val_scores, test_scores = out(xva).numpy(), out(xte).numpy()
+        rows.append((name, val_scores, test_scores))
+    rows.append(("static-frequency prior", np.tile(base_rate, (len(xva), 1)), np.tile(base_rate, (len(xte), 1))))
+    table = []
+    for name, val_scores, test_scores in rows:
+        if task == "classification":
+            metrics = classification_metrics(yte, test_scores, best_f1_threshold(yva, val_scores))
+        else:
+            metrics = regression_metrics(yte, test_scores)
+        table.append({"predictor": name, **metrics, "train_pairs": len(xtr), "test_pairs": len(xte),
+                      "test_positive_rate": float(yte.mean())})
+    return pd.DataFrame(table)

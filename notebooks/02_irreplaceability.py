@@ -1,0 +1,130 @@
+# %% [markdown]
+# # Claim 2 — dynamic retrieval heads are irreplaceable
+#
+# If retrieval at step $t$ really runs through the step's own set $D_t$, then removing exactly those
+# heads at that step should break retrieval, while removing as many *static* heads (the usual top-k by
+# Wu et al.'s score) or random heads should not. The paper tests this with a per-step two-pass protocol:
+#
+# 1. a **clean pass** at step $t$ finds $D_t$ (its token is discarded);
+# 2. a **masked pass** reruns step $t$ with $D_t$ ablated, and its token is kept.
+#
+# Baselines mask the static top-$k$ or $k$ seeded random heads at every step, with $k$ the mean size of
+# $D_t$ on a calibration split. Masking is zero-ablation of each head's output (`hook_z`) by default. By
+# default the KV cache keeps the clean pass of each step, so each step's intervention only changes which
+# token is chosen (see `dynheads_tl.ablation`). **Compensation**: $E = H' \setminus H$, the heads active
+# after masking that were not before; $m_s$ = max over steps of $|E_t \cap$ static top-20$|$, averaged
+# over samples.
+
+# %% tags=["parameters"]
+model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
+niah_contexts = [500, 1000]  # Fig 2 rows: NIAH context lengths in tokens
+niah_depths = [0.1, 0.5, 0.9]  # Fig 2 columns: needle depths
+hotpot_contexts = [250, 750]  # Fig 6 rows: HotpotQA context lengths in tokens
+hotpot_depths = [0.1, 0.5, 0.9]  # Fig 6 columns: depth of the gold paragraphs
+runs_per_cell = 1  # samples per grid cell (the paper uses 5)
+n_calibration = 10  # samples that fix the static set and k
+max_new_tokens = 40  # NIAH decoding steps
+hotpot_max_new_tokens = 16  # HotpotQA decoding steps
+progressive_k_max = 30  # Fig 3 / 7: largest number of heads masked per step
+progressive_k_step = 5  # Fig 3 / 7: step between k values
+n_progressive = 5  # samples for progressive masking
+progressive_context = 500  # NIAH context length for progressive masking
+ablation_mode = "zero"  # "zero" or "mean" ablation of hook_z
+keep_cache = "clean"  # which pass's keys/values step t leaves in the cache: "clean" or "masked"
+eq2_threshold = 0.1  # HotpotQA: Eq. 2 score above which a head is in D_t
+sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
+local_window = 32  # Eq. 2: most recent positions left out
+seed = 0  # seeds samples and the random baseline
+output_dir = "papers_figures"  # where figures and tables are written
+use_cache = True  # reuse cached calibration traces
+
+# %%
+import time
+
+from IPython.display import Image, Markdown, display
+
+import dynheads_tl
+from dynheads_tl import figures, irreplaceability
+
+started = time.time()
+config = irreplaceability.IrreplaceabilityConfig.from_params(dict(
+    model=model, niah_contexts=niah_contexts, niah_depths=niah_depths, hotpot_contexts=hotpot_contexts,
+    hotpot_depths=hotpot_depths, runs_per_cell=runs_per_cell, n_calibration=n_calibration,
+    max_new_tokens=max_new_tokens, hotpot_max_new_tokens=hotpot_max_new_tokens,
+    progressive_k_max=progressive_k_max, progressive_k_step=progressive_k_step, n_progressive=n_progressive,
+    progressive_context=progressive_context, ablation_mode=ablation_mode, keep_cache=keep_cache,
+    eq2_threshold=eq2_threshold, sink_tokens=sink_tokens, local_window=local_window, seed=seed,
+    output_dir=output_dir, use_cache=use_cache))
+out_dir = f"{config.output_dir}/02_irreplaceability"
+run_config = {"notebook": "02_irreplaceability", **config.__dict__}
+config
+
+# %%
+lm = dynheads_tl.load_model(config.model)
+
+# %% [markdown]
+# ## NIAH: calibration, grid and progressive masking
+
+# %%
+niah = irreplaceability.run_task(lm, config, "niah")
+print(f"k (mean |D_t| on calibration) = {niah.setup.k}; static top-{niah.setup.k}: "
+      f"{[f'L{l}H{h}' for l, h in niah.setup.static_mask.nonzero().tolist()]}")
+
+# %% [markdown]
+# ## Fig 2 — NIAH accuracy under each masking condition
+# Accuracy = the response contains the exact UUID. One panel per condition; rows are context lengths,
+# columns needle depths.
+
+# %%
+fig = figures.condition_heatmaps(niah.grid, "accuracy", f"Fig 2 (NIAH): accuracy, k = {niah.setup.k}")
+display(Image(filename=str(figures.save_figure(fig, "fig2_niah_masking", out_dir, niah.grid, run_config))))
+summary_niah = irreplaceability.condition_summary(niah)
+figures.save_table(summary_niah, "niah_conditions", out_dir, run_config)
+display(summary_niah.round(3))
+
+# %% [markdown]
+# ## Fig 3 — NIAH progressive masking
+# At each step the top-$k$ heads (Eq. 1 hits first, then by attention share on the needle) are masked.
+# Blue: accuracy; red: $m_s$, the compensating static-top-20 heads.
+
+# %%
+prog_niah = irreplaceability.progressive_summary(niah)
+fig = figures.progressive_figure(prog_niah, "accuracy", "Fig 3 (NIAH): progressive masking")
+display(Image(filename=str(figures.save_figure(fig, "fig3_niah_progressive", out_dir, niah.progressive, run_config))))
+display(prog_niah.round(3))
+
+# %% [markdown]
+# ### Which heads take over? (NIAH)
+# Heads that became Eq. 1 retrieval heads only after masking, counted over all progressive runs.
+
+# %%
+figures.save_table(niah.compensation, "niah_compensation", out_dir, run_config)
+display(niah.compensation)
+
+# %% [markdown]
+# ## HotpotQA: Fig 6 and Fig 7
+# Here $D_t$ is the set of heads whose Eq. 2 share on supporting facts exceeds the threshold; the metric
+# is token F1 (EM and ROUGE-L in the table).
+
+# %%
+hotpot = irreplaceability.run_task(lm, config, "hotpot")
+fig = figures.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 (HotpotQA): F1, k = {hotpot.setup.k}")
+display(Image(filename=str(figures.save_figure(fig, "fig6_hotpot_masking", out_dir, hotpot.grid, run_config))))
+summary_hotpot = irreplaceability.condition_summary(hotpot)
+figures.save_table(summary_hotpot, "hotpot_conditions", out_dir, run_config)
+display(summary_hotpot.round(3))
+
+# %%
+prog_hotpot = irreplaceability.progressive_summary(hotpot)
+fig = figures.progressive_figure(prog_hotpot, "f1", "Fig 7 (HotpotQA): progressive masking")
+display(Image(filename=str(figures.save_figure(fig, "fig7_hotpot_progressive", out_dir, hotpot.progressive, run_config))))
+figures.save_table(hotpot.compensation, "hotpot_compensation", out_dir, run_config)
+display(prog_hotpot.round(3))
+display(hotpot.compensation)
+
+# %% [markdown]
+# ## How our numbers compare with the paper's
+
+# %%
+display(Markdown(irreplaceability.summary_markdown({"niah": niah, "hotpot": hotpot}, config.model)))
+print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")
