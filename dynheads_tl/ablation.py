@@ -265,33 +265,58 @@ def run_condition(model, sample: Sample, condition: Condition, setup: AblationSe
                                condition=condition, k=setup.k if condition in ("static", "random") else k)
 
 
+def _setup_key(setup: AblationSetup) -> dict:
+    mean_z = None if setup.mean_z is None else float(setup.mean_z.double().sum())
+    return {"static": setup.static_mask.nonzero().tolist(), "top20": setup.static_top20.nonzero().tolist(),
+            "k": setup.k, "kind": setup.kind, "threshold": setup.threshold, "mode": setup.mode,
+            "keep_cache": setup.keep_cache, "seed": setup.seed, "mean_z": mean_z}
+
+
+def _cached_run(model, sample, condition, setup, config, *, sample_seed, k=None, cache_key=None):
+    """One condition on one sample -> (scores row, per-head counts of newly active heads), cached."""
+    from .dynamism import prompt_digest
+    from .models import model_name
+    from .store import cached_json
+
+    def compute():
+        result = run_condition(model, sample, condition, setup, config, sample_seed=sample_seed, k=k)
+        comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
+        row = {**answer_scores(result.masked), "m_s": comp["m_s"], "response": result.response,
+               "heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean())}
+        return {"row": row, "new_heads": comp["new_heads"].tolist()}
+
+    if cache_key is None:
+        out = compute()
+    else:
+        key = {**cache_key, "model": model_name(model), "prompt": prompt_digest(sample), "condition": condition,
+               "k": k, "sample_seed": sample_seed, "setup": _setup_key(setup), "trace": asdict(config)}
+        out = cached_json(key, compute)
+    return out["row"], torch.tensor(out["new_heads"])
+
+
 def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetup, config: TraceConfig,
-                    conditions: list[str] = ("none", "dynamic", "static", "random"), desc: str = "grid"):
-    """Fig 2 / Fig 6: every condition on every (cell, sample). Returns (rows, traces)."""
-    rows, traces = [], []
+                    conditions: list[str] = ("none", "dynamic", "static", "random"), desc: str = "grid",
+                    cache_key: dict | None = None) -> pd.DataFrame:
+    """Fig 2 / Fig 6: every condition on every (cell, sample); one row per run."""
+    rows = []
     for index, (cell, sample) in enumerate(tqdm(cells, desc=desc, leave=False)):
         for condition in conditions:
-            result = run_condition(model, sample, condition, setup, config, sample_seed=index)
-            comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
-            rows.append({**cell, "condition": condition, **answer_scores(result.masked),
-                         "heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean()),
-                         "m_s": comp["m_s"], "response": result.response})
-            traces.append(result)
-    return pd.DataFrame(rows), traces
+            row, _ = _cached_run(model, sample, condition, setup, config, sample_seed=index, cache_key=cache_key)
+            rows.append({**cell, "condition": condition, **row})
+    return pd.DataFrame(rows)
 
 
 def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, config: TraceConfig,
-                           ks: list[int], desc: str = "progressive"):
+                           ks: list[int], desc: str = "progressive", cache_key: dict | None = None):
     """Fig 3 / Fig 7: mask the top-k ranked heads at each step, for each k. Returns (rows, new-head counts)."""
     rows = []
     new_heads = torch.zeros_like(setup.static_top20, dtype=torch.long)
     for index, sample in enumerate(tqdm(samples, desc=desc, leave=False)):
         for k in ks:
-            result = run_condition(model, sample, "progressive", setup, config, sample_seed=index, k=k)
-            comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
-            new_heads += comp["new_heads"].long()
-            rows.append({"sample": index, "k": k, **answer_scores(result.masked), "m_s": comp["m_s"],
-                         "response": result.response})
+            row, counts = _cached_run(model, sample, "progressive", setup, config, sample_seed=index, k=k,
+                                      cache_key=cache_key)
+            new_heads += counts.long()
+            rows.append({"sample": index, "k": k, **row})
     return pd.DataFrame(rows), new_heads
 
 

@@ -85,13 +85,22 @@ class DynamismConfig:
 
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
                    use_cache: bool = True, desc: str = "tracing") -> list[Trace]:
-    """Trace every sample (cached on disk by ``key`` + the trace config + the model)."""
+    """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
+    + the model, so an interrupted run resumes at the first sample not yet finished."""
     full_key = {**key, "trace": asdict(trace_config), "model": model_name(model)}
+    traces = []
+    for index, sample in enumerate(tqdm(samples, desc=desc, leave=False)):
+        sample_key = {**full_key, "index": index, "prompt": prompt_digest(sample)}
+        traces += cached_traces(sample_key, lambda: [trace_generation(model, sample, trace_config)],
+                                use_cache=use_cache)
+    return traces
 
-    def compute():
-        return [trace_generation(model, s, trace_config) for s in tqdm(samples, desc=desc, leave=False)]
 
-    return cached_traces(full_key, compute, use_cache=use_cache)
+def prompt_digest(sample) -> str:
+    import hashlib
+
+    blob = ",".join(map(str, sample.prompt_ids)) + "|" + repr(sample.evidence_spans)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _max_tokens(model) -> int:

@@ -157,3 +157,26 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str):
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = None):
+    """Fig 4 / Fig 8: leading canonical correlation vs lag k, with controls and top-10/50 means."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    styles = {"in-sample": ("tab:blue", "-"), "held-out": ("tab:green", "-"), "shuffled": ("tab:grey", "--")}
+    for control, (color, ls) in styles.items():
+        part = curve[curve["control"] == control]
+        if part.empty:
+            continue
+        ax.plot(part["k"], part["leading"], color=color, ls=ls, marker="o", label=f"{control}: leading")
+        if control == "in-sample":
+            ax.plot(part["k"], part["top10_mean"], color=color, ls=":", label="in-sample: top-10 mean")
+            ax.plot(part["k"], part["top50_mean"], color=color, ls="-.", label="in-sample: top-50 mean")
+    if paper is not None:
+        ax.plot(range(len(paper)), paper, color="black", marker="x", ls="", label="paper (Llama-3.1-8B)")
+    ax.set_xlabel("lag k (hidden state at n, scores at n + k)")
+    ax.set_ylabel("canonical correlation")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig

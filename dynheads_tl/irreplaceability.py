@@ -48,7 +48,7 @@ class IrreplaceabilityConfig:
     local_window: int = 32
     seed: int = 0
     output_dir: str = "papers_figures"
-    use_cache: bool = True
+    use_cache: bool = True  # reuse cached traces and ablation runs
 
     def __post_init__(self):
         for name in ("runs_per_cell", "n_calibration", "max_new_tokens", "hotpot_max_new_tokens",
@@ -184,9 +184,12 @@ class TaskAblation:
 def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
     setup = calibrate(model, config, task)
     trace_config = config.trace_config(task)
-    grid, _ = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, desc=f"{task} grid")
+    cache_key = {"claim": 2, "task": task} if config.use_cache else None
+    grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, desc=f"{task} grid",
+                           cache_key=cache_key)
     progressive, new_heads = progressive_experiment(model, progressive_samples(model, config, task), setup,
-                                                    trace_config, config.progressive_ks, desc=f"{task} progressive")
+                                                    trace_config, config.progressive_ks, desc=f"{task} progressive",
+                                                    cache_key=cache_key)
     return TaskAblation(task, setup, grid, progressive, compensation_table(new_heads, setup.static_top20))
 
 

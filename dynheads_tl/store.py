@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,3 +40,18 @@ def cached_traces(config: dict[str, Any], compute: Callable[[], list[Trace]], *,
         save_traces(traces, path)
         path.with_suffix(".json").write_text(json.dumps(config, indent=1, sort_keys=True, default=str))
     return traces
+
+
+def cached_json(config: dict[str, Any], compute: Callable[[], Any], *, root: Path | None = None,
+                use_cache: bool = True) -> Any:
+    """Like :func:`cached_traces` for JSON-serialisable results (e.g. one ablation run's scores)."""
+    path = Path(root or cache_dir() / "results") / f"{config_hash(config)}.json"
+    if use_cache and path.exists():
+        return json.loads(path.read_text())["result"]
+    result = compute()
+    if use_cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"config": config, "result": result}, default=str))
+        os.replace(tmp, path)
+    return result

@@ -1,0 +1,77 @@
+# %% [markdown]
+# # Inspecting attention on one NIAH sample
+#
+# Before the statistics, look at one generation. A short needle-in-a-haystack prompt is decoded greedily
+# and every head's attention row is kept at every step. Needle tokens are marked 【like this】.
+#
+# - **All heads at one step** (circuitsvis): choose a head in the selector to colour the prompt by its
+#   attention when the model generates the chosen token.
+# - **The dynamic heads across steps** (circuitsvis): which heads are Eq. 1 retrieval heads (top-1 source
+#   in the needle, holding the generated token) at each generated token.
+# - **Static views** (seaborn) of the same, for readers without JavaScript.
+#
+# The circuitsvis views inline their JavaScript (no CDN), so they render offline and in the executed
+# notebook.
+
+# %% tags=["parameters"]
+model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
+context_tokens = 200  # NIAH context length (short: every attention row is kept)
+depth = 0.5  # needle depth as a fraction of the context
+seed = 0  # seeds the needle's UUID
+max_new_tokens = 32  # decoding steps
+step = -1  # decoding step shown for all heads; -1 picks the step with most retrieval heads
+output_dir = "papers_figures"  # where the static figures are written
+
+# %%
+from IPython.display import Image, display
+
+import dynheads_tl
+from dynheads_tl import TraceConfig, dynamism, figures, inspect_attention
+from dynheads_tl.tasks import NiahConfig, build_niah_sample
+
+if not isinstance(step, int) or step < -1:
+    raise ValueError(f"Parameter 'step' must be an integer >= -1, got {step!r}.")
+lm = dynheads_tl.load_model(model)
+sample = build_niah_sample(lm.tokenizer, NiahConfig(context_tokens=context_tokens, depth=depth, seed=seed,
+                                                    max_new_tokens=max_new_tokens), max_tokens=int(lm.cfg.n_ctx))
+inspected = inspect_attention.trace_with_rows(lm, sample, TraceConfig(max_new_tokens=max_new_tokens))
+trace = inspected.trace
+chosen = int(trace.retrieval_mask.flatten(1).sum(1).argmax()) if step == -1 else min(step, trace.n_steps - 1)
+out_dir = f"{output_dir}/00_inspect_attention"
+run_config = {"notebook": "00_inspect_attention", "model": model, "context_tokens": context_tokens, "depth": depth,
+              "seed": seed, "max_new_tokens": max_new_tokens, "step": chosen}
+print(f"Needle: {sample.meta['needle_text']}")
+print(f"Response: {trace.response!r}")
+print(f"Showing step {chosen}: generating {inspected.tokens[len(trace.prompt_ids) + chosen]!r}, "
+      f"{int(trace.retrieval_mask[chosen].sum())} Eq. 1 retrieval heads")
+
+# %% [markdown]
+# ## All heads at the chosen step
+
+# %%
+inspect_attention.heads_at_step_view(inspected, chosen)
+
+# %% [markdown]
+# ## The dynamic (Eq. 1) retrieval heads across the generated tokens
+
+# %%
+inspect_attention.dynamic_heads_view(inspected)
+
+# %% [markdown]
+# ## Static views
+# Left to right: the needle window (needle ± 12 tokens); rows: the heads with most attention on the needle
+# at the chosen step. Then the Fig 1-style view of this one answer.
+
+# %%
+fig = inspect_attention.static_step_heatmap(inspected, chosen)
+start, end = inspect_attention.needle_window(inspected)
+import pandas as pd
+
+window = pd.DataFrame(inspected.rows[chosen, :, :, start:end].flatten(0, 1).numpy(), columns=inspected.tokens[start:end])
+display(Image(filename=str(figures.save_figure(fig, "step_attention", out_dir, window, run_config))))
+
+# %%
+result = dynamism.TaskResult("niah", seed, [], [trace], trace.retrieval_mask.float(), [trace.retrieval_mask], {}, {})
+matrix, hits, tokens, labels, data, _ = dynamism.heatmap_data(result, lm.tokenizer, sample_index=0)
+fig = figures.step_heatmap(matrix, hits, tokens, labels, "This answer: 10 most variable heads", "attention share on needle")
+display(Image(filename=str(figures.save_figure(fig, "answer_heatmap", out_dir, data, run_config))))

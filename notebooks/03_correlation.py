@@ -1,0 +1,107 @@
+# %% [markdown]
+# # Claim 3 — the hidden state predicts future retrieval heads
+#
+# The paper's third claim: the final hidden state at step $n$ (after the final norm, what the unembedding
+# reads) carries information about which heads will retrieve at step $n + k$. Two tests:
+#
+# - **CCA** (Fig 4 for NIAH, Fig 8 for HotpotQA) between the hidden state at $n$ and every head's retrieval
+#   score at $n + k$, $k = 0..10$: scores min-max scaled, PCA keeping 95% (hidden) / 99% (scores) of the
+#   variance, up to 50 canonical pairs. CCA is easily inflated with few samples and many dimensions, so two
+#   **controls** share the plot: a *held-out* fit (fit on 70% of the samples, correlate on the rest) and a
+#   *shuffled* pairing (hidden states paired with other samples' scores).
+# - **MLP probes** (Tables 2 and 3) from the hidden state to the Eq. 1 pattern (NIAH, multi-label) or the
+#   Eq. 2 scores (HotpotQA, regression), split 70/20/10 by sample, against a linear probe and the
+#   static-frequency prior.
+#
+# The traces are those of the claim 1 notebook (same parameters -> read from its cache).
+
+# %% tags=["parameters"]
+model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
+context_tokens = 1000  # NIAH context length (as in notebook 01, to reuse its traces)
+haystack = "filler"  # NIAH haystack (as in notebook 01)
+n_calibration = 10  # NIAH calibration samples per seed (as in notebook 01)
+n_analysis = 20  # NIAH analysis samples per seed (as in notebook 01)
+n_hotpot = 20  # HotpotQA analysis samples per seed (as in notebook 01)
+max_new_tokens = 40  # NIAH decoding steps
+hotpot_max_new_tokens = 16  # HotpotQA decoding steps
+seeds = [0, 1, 2]  # seeds whose samples are pooled
+max_lag = 10  # largest lag k between hidden state and scores
+probe_preset = "cpu"  # "cpu" (small MLP below) or "paper" (MLP [8192, 4096, 4096], 100 epochs)
+probe_epochs = 60  # training epochs for the cpu preset
+probe_hidden = [256]  # hidden layer widths for the cpu preset
+sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
+local_window = 32  # Eq. 2: most recent positions left out
+split_seed = 0  # seeds the by-sample splits and probe initialisation
+output_dir = "papers_figures"  # where figures and tables are written
+use_cache = True  # reuse cached traces
+
+# %%
+import time
+
+from IPython.display import Image, Markdown, display
+
+import dynheads_tl
+from dynheads_tl import correlation, figures, predictability
+
+started = time.time()
+config = predictability.PredictabilityConfig.from_params(dict(
+    model=model, context_tokens=context_tokens, haystack=haystack, n_calibration=n_calibration,
+    n_analysis=n_analysis, n_hotpot=n_hotpot, max_new_tokens=max_new_tokens,
+    hotpot_max_new_tokens=hotpot_max_new_tokens, seeds=seeds, max_lag=max_lag, probe_preset=probe_preset,
+    probe_epochs=probe_epochs, probe_hidden=probe_hidden, sink_tokens=sink_tokens, local_window=local_window,
+    split_seed=split_seed, output_dir=output_dir, use_cache=use_cache))
+out_dir = f"{config.output_dir}/03_correlation"
+run_config = {"notebook": "03_correlation", **config.__dict__}
+config
+
+# %%
+lm = dynheads_tl.load_model(config.model)
+niah_traces, hotpot_traces = predictability.gather_traces(lm, config)
+print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} steps), "
+      f"{len(hotpot_traces)} HotpotQA traces ({sum(t.n_steps for t in hotpot_traces)} steps)")
+
+# %% [markdown]
+# ## Fig 4 — NIAH: CCA between the hidden state at $n$ and retrieval scores at $n + k$
+# Black crosses: the paper's in-sample leading correlations for Llama-3.1-8B-Instruct.
+
+# %%
+cca_niah = predictability.cca_table(niah_traces, config)
+figures.save_table(cca_niah, "fig4_niah_cca_table", out_dir, run_config)
+fig = figures.cca_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=predictability.PAPER_FIG4)
+display(Image(filename=str(figures.save_figure(fig, "fig4_niah_cca", out_dir, cca_niah, run_config))))
+display(cca_niah.round(3))
+
+# %% [markdown]
+# ## Fig 8 — HotpotQA: the same with Eq. 2 scores
+
+# %%
+cca_hotpot = predictability.cca_table(hotpot_traces, config)
+fig = figures.cca_figure(cca_hotpot, "Fig 8 (HotpotQA): CCA vs lag")
+display(Image(filename=str(figures.save_figure(fig, "fig8_hotpot_cca", out_dir, cca_hotpot, run_config))))
+display(cca_hotpot.round(3))
+
+# %% [markdown]
+# ## Table 2 — NIAH probe: hidden state → Eq. 1 pattern at the same step
+# Multi-label classification; the threshold maximises F1 on the validation PR curve; metrics are micro-averaged
+# over all heads on the test samples.
+
+# %%
+table2 = correlation.probe_table(niah_traces, "classification", config.probe_config(), split_seed=config.split_seed)
+figures.save_table(table2, "table2_niah_probe", out_dir, run_config)
+display(table2.round(4))
+
+# %% [markdown]
+# ## Table 3 — HotpotQA probe: hidden state → Eq. 2 scores
+# R² is variance-weighted over heads.
+
+# %%
+table3 = correlation.probe_table(hotpot_traces, "regression", config.probe_config(), split_seed=config.split_seed)
+figures.save_table(table3, "table3_hotpot_probe", out_dir, run_config)
+display(table3.round(4))
+
+# %% [markdown]
+# ## How our numbers compare with the paper's
+
+# %%
+display(Markdown(predictability.summary_markdown(cca_niah, cca_hotpot, table2, table3, config.model)))
+print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

@@ -1,0 +1,115 @@
+"""The batch runner, the index, and resume-after-kill."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynheads_tl import load_traces
+from dynheads_tl.report import PAPER_ITEMS, build_index, list_notebooks, run_report, validate_overrides
+from conftest import build_tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_unknown_or_mistyped_parameters_fail_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match=r"parameter\(s\) \['n_analyssis'\]; the parameters are \[.*'n_analysis'"):
+        run_report(only="01_dynamism", overrides={"n_analyssis": 3}, output_dir=tmp_path)
+    with pytest.raises(ValueError, match="'n_analysis' should be a int"):
+        run_report(only="01_dynamism", overrides={"n_analysis": "many"}, output_dir=tmp_path)
+    with pytest.raises(ValueError, match="Unknown preset"):
+        run_report(preset="huge", output_dir=tmp_path)
+    with pytest.raises(ValueError, match="No notebook matches"):
+        list_notebooks("99_nothing")
+    assert not (tmp_path / "executed").exists(), "validation happens before anything runs"
+
+
+def test_impossible_values_fail_in_the_validation_cell(tmp_path):
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError, match="n_analysis"):
+        run_report(only="01_dynamism", overrides={"n_analysis": -3}, output_dir=tmp_path)
+    # the index is rebuilt even after a failure, and reports nothing produced
+    assert "not produced" in (tmp_path / "README.md").read_text()
+
+
+def test_cli_exits_non_zero_on_failure(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "dynheads_tl.cli", "report", "--only", "01_dynamism",
+                             "-p", "n_analysis=-1", "-p", f"output_dir='{tmp_path}'"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1
+    assert "Report failed" in result.stderr and "n_analysis" in result.stderr
+
+
+def test_index_lists_every_item_and_only_what_exists(tmp_path):
+    folder = tmp_path / "01_dynamism"
+    folder.mkdir()
+    (folder / "table1_niah.csv").write_text(
+        "model,task,jaccard_static,jaccard_adjacent,entropy,heads_per_step_mean,heads_per_step_sd,ever_active,n_heads\n"
+        "m,niah,0.25,0.5,3.1,4.5,2.0,40,270\n")
+    (folder / "table1_niah.md").write_text("| x |\n")
+    (tmp_path / "runs.json").write_text(json.dumps({"01_dynamism": {"model": "m", "preset": "smoke", "date": "2026-11-30",
+                                                                    "minutes": 1.5, "parameters": {}}}))
+    index = build_index(tmp_path).read_text()
+    for item, *_ in PAPER_ITEMS:
+        assert f"| {item} |" in index
+    table1 = next(line for line in index.splitlines() if line.startswith("| Table 1 |"))
+    assert "Jaccard top-20 0.2500" in table1 and "40 of 270 ever active" in table1 and "smoke" in table1
+    fig1 = next(line for line in index.splitlines() if line.startswith("| Fig 1 |"))
+    assert "not produced" in fig1
+    assert "<table>" in (tmp_path / "index.html").read_text()
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    import dynheads_tl
+    from dynheads_tl import dynamism, TraceConfig
+    from dynheads_tl.tasks import make_niah_samples
+    real = dynamism.trace_generation
+    def slow(*args, **kwargs):
+        trace = real(*args, **kwargs)
+        time.sleep(float(sys.argv[2]))
+        return trace
+    dynamism.trace_generation = slow
+    model = dynheads_tl.load_model(sys.argv[1], device="cpu")
+    samples = make_niah_samples(model.tokenizer, n=6, context_tokens=60, seed=3, max_new_tokens=8)
+    dynamism.collect_traces(model, samples, TraceConfig(max_new_tokens=8), {"test": "resume"})
+""")
+
+
+def _run(folder, cache, delay, env_extra=None):
+    env = {**os.environ, "DYNHEADS_CACHE": str(cache), **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(folder), str(delay)], env=env, cwd=ROOT)
+
+
+def test_killed_run_resumes_without_recomputing_and_matches(tmp_path):
+    folder = build_tiny_model("llama", tmp_path / "tiny")
+    resumed, fresh = tmp_path / "resumed", tmp_path / "fresh"
+    process = _run(folder, resumed, delay=1.0)
+    traces_dir = resumed / "traces"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(traces_dir.glob("*.pt"))) < 2:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    finished = {p: p.stat().st_mtime_ns for p in traces_dir.glob("*.pt")}
+    assert 2 <= len(finished) < 6, "killed midway"
+    assert _run(folder, resumed, delay=0).wait() == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items()), "finished samples were not recomputed"
+    assert _run(folder, fresh, delay=0).wait() == 0
+    a = sorted(traces_dir.glob("*.pt"))
+    b = sorted((fresh / "traces").glob("*.pt"))
+    assert [p.name for p in a] == [p.name for p in b] and len(a) == 6
+    for pa, pb in zip(a, b):
+        [ta], [tb] = load_traces(pa), load_traces(pb)
+        for name in ("tokens", "argmax_pos", "support_score", "hidden"):
+            assert torch.equal(getattr(ta, name), getattr(tb, name))
+    assert not list(traces_dir.glob("*.tmp*")), "no half-written file is left under a final name"
