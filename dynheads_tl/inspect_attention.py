@@ -69,7 +69,8 @@ def heads_at_step_view(inspected: InspectedSample, step: int, max_tokens: int | 
     tokens = inspected.tokens[:key_len]
     if max_tokens is not None and key_len > max_tokens:
         tokens, row = tokens[-max_tokens:], row[:, -max_tokens:]
-    return inline(circuitsvis.tokens.colored_tokens_multi(tokens, row.T.contiguous(), labels))
+    # Three decimals are plenty for colour and keep the executed notebook small.
+    return inline(circuitsvis.tokens.colored_tokens_multi(tokens, row.T.contiguous().double().round(decimals=3), labels))
 
 
 def dynamic_heads_view(inspected: InspectedSample):

@@ -13,6 +13,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
+from .config import (NotebookConfig, check_choice, check_fraction_list, check_int_list, check_ints,
+                     check_open_unit)
 from .dynamism import collect_traces
 from .hooks import StepState, z_hook_name
 from .models import DEFAULT_MODEL
@@ -27,7 +29,7 @@ PAPER_FIG3 = {"accuracy_at_k0": 1.0, "accuracy_at_k20": 0.0, "m_s_range_k_ge_5":
 
 
 @dataclass
-class IrreplaceabilityConfig:
+class IrreplaceabilityConfig(NotebookConfig):
     model: str = DEFAULT_MODEL
     niah_contexts: list[int] = field(default_factory=lambda: [500, 1000])
     niah_depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
@@ -51,34 +53,16 @@ class IrreplaceabilityConfig:
     use_cache: bool = True  # reuse cached traces and ablation runs
 
     def __post_init__(self):
-        for name in ("runs_per_cell", "n_calibration", "max_new_tokens", "hotpot_max_new_tokens",
-                     "progressive_k_step", "n_progressive", "progressive_context"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Parameter {name!r} must be a positive integer, got {value!r}.")
-        if isinstance(self.progressive_k_max, bool) or not isinstance(self.progressive_k_max, int) or self.progressive_k_max < 0:
-            raise ValueError(f"Parameter 'progressive_k_max' must be a non-negative integer, got {self.progressive_k_max!r}.")
-        for name in ("niah_contexts", "hotpot_contexts"):
-            value = getattr(self, name)
-            if not isinstance(value, list) or not value or not all(isinstance(v, int) and v >= 32 for v in value):
-                raise ValueError(f"Parameter {name!r} must be a non-empty list of integers >= 32, got {value!r}.")
-        for name in ("niah_depths", "hotpot_depths"):
-            value = getattr(self, name)
-            if not isinstance(value, list) or not value or not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in value):
-                raise ValueError(f"Parameter {name!r} must be a non-empty list of fractions in [0, 1], got {value!r}.")
-        if self.ablation_mode not in ("zero", "mean"):
-            raise ValueError(f"Parameter 'ablation_mode' must be 'zero' or 'mean', got {self.ablation_mode!r}.")
-        if self.keep_cache not in ("clean", "masked"):
-            raise ValueError(f"Parameter 'keep_cache' must be 'clean' or 'masked', got {self.keep_cache!r}.")
-        if not 0.0 < float(self.eq2_threshold) < 1.0:
-            raise ValueError(f"Parameter 'eq2_threshold' must be in (0, 1), got {self.eq2_threshold!r}.")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "IrreplaceabilityConfig":
-        unknown = sorted(set(params) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"Unknown parameter(s) {unknown}; valid parameters are {sorted(cls.__dataclass_fields__)}.")
-        return cls(**params)
+        check_ints(self, ("runs_per_cell", "n_calibration", "max_new_tokens", "hotpot_max_new_tokens",
+                          "progressive_k_step", "n_progressive", "progressive_context"))
+        check_ints(self, ("progressive_k_max", "sink_tokens", "local_window"), minimum=0)
+        check_int_list(self, "niah_contexts", minimum=32)
+        check_int_list(self, "hotpot_contexts", minimum=32)
+        check_fraction_list(self, "niah_depths")
+        check_fraction_list(self, "hotpot_depths")
+        check_choice(self, "ablation_mode", ("zero", "mean"))
+        check_choice(self, "keep_cache", ("clean", "masked"))
+        check_open_unit(self, "eq2_threshold")
 
     @property
     def progressive_ks(self) -> list[int]:
@@ -213,9 +197,15 @@ def summary_markdown(results: dict[str, TaskAblation], model_label: str) -> str:
         value = lambda c: float(summary.loc[c, metric])
         base, dyn, stat, rand = value("none"), value("dynamic"), value("static"), value("random")
         name = "NIAH accuracy" if task == "niah" else "HotpotQA F1"
-        verdict = ("Masking the dynamic heads hurts far more than masking as many static or random heads, as the paper reports."
-                   if dyn < min(stat, rand) - 0.1 else
-                   "Masking the dynamic heads does **not** hurt clearly more than the baselines on this model; the paper's claim is not reproduced here.")
+        dyn_heads = float(summary.loc["dynamic", "heads_masked_per_step"])
+        if dyn < min(stat, rand) - 0.1:
+            verdict = "Masking the dynamic heads hurts far more than masking as many static or random heads, as the paper reports."
+        elif dyn < base - 0.1 and stat < base - 0.1 and rand >= base - 0.2:
+            verdict = (f"Masking the dynamic heads breaks it, but so does masking the static top-{result.setup.k}, while random "
+                       "heads barely matter: on this model the static heads are *not* dispensable, unlike in the paper. "
+                       f"Dynamic masking does it with fewer heads ({dyn_heads:.1f} heads per step on average, vs {result.setup.k} at every step).")
+        else:
+            verdict = "Masking the dynamic heads does **not** hurt clearly more than the baselines on this model; the paper's claim is not reproduced here."
         lines.append(f"- **{name}** (grid mean): unmasked {base:.2f}, dynamic {dyn:.2f}, static top-{result.setup.k} "
                      f"{stat:.2f}, random {result.setup.k} {rand:.2f}. {verdict}")
         prog = progressive_summary(result)

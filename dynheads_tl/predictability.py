@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .config import NotebookConfig, check_choice, check_int_list, check_ints
 from .correlation import ProbeConfig, cca_curve, probe_table
 from .dynamism import DynamismConfig, hotpot_traces, niah_traces
 from .models import DEFAULT_MODEL
@@ -18,7 +19,7 @@ PAPER_TABLE3_LLAMA31_8B = {"r2": 0.8120}
 
 
 @dataclass
-class PredictabilityConfig:
+class PredictabilityConfig(NotebookConfig):
     model: str = DEFAULT_MODEL
     context_tokens: int = 1000
     haystack: str = "filler"
@@ -39,25 +40,14 @@ class PredictabilityConfig:
     use_cache: bool = True
 
     def __post_init__(self):
-        for name in ("context_tokens", "n_calibration", "n_analysis", "n_hotpot", "max_new_tokens", "hotpot_max_new_tokens", "probe_epochs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Parameter {name!r} must be a positive integer, got {value!r}.")
-        if isinstance(self.max_lag, bool) or not isinstance(self.max_lag, int) or not 0 <= self.max_lag <= 50:
-            raise ValueError(f"Parameter 'max_lag' must be an integer in [0, 50], got {self.max_lag!r}.")
-        if self.probe_preset not in ("cpu", "paper"):
-            raise ValueError(f"Parameter 'probe_preset' must be 'cpu' or 'paper', got {self.probe_preset!r}.")
-        if not isinstance(self.seeds, list) or not self.seeds or not all(isinstance(s, int) for s in self.seeds):
-            raise ValueError(f"Parameter 'seeds' must be a non-empty list of integers, got {self.seeds!r}.")
-        if not isinstance(self.probe_hidden, list) or not all(isinstance(h, int) and h > 0 for h in self.probe_hidden):
-            raise ValueError(f"Parameter 'probe_hidden' must be a list of positive integers, got {self.probe_hidden!r}.")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "PredictabilityConfig":
-        unknown = sorted(set(params) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"Unknown parameter(s) {unknown}; valid parameters are {sorted(cls.__dataclass_fields__)}.")
-        return cls(**params)
+        check_ints(self, ("context_tokens", "n_calibration", "n_analysis", "n_hotpot", "max_new_tokens",
+                          "hotpot_max_new_tokens", "probe_epochs"))
+        check_ints(self, ("max_lag", "sink_tokens", "local_window"), minimum=0)
+        if self.max_lag > 50:
+            raise ValueError(f"Parameter 'max_lag' must be at most 50, got {self.max_lag!r}.")
+        check_choice(self, "probe_preset", ("cpu", "paper"))
+        check_int_list(self, "seeds")
+        check_int_list(self, "probe_hidden", minimum=1)
 
     def probe_config(self) -> ProbeConfig:
         if self.probe_preset == "paper":

@@ -25,6 +25,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "03_correlation": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 12,
                            "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1], "max_lag": 2,
                            "probe_epochs": 5, "probe_hidden": [32]},
+        "04_dynamic_rag": {"n_samples": 2, "strategies": ["dynamic", "static", "none", "full"], "max_new_tokens": 8,
+                           "train_seeds": [0, 1], "n_hotpot_train": 4, "probe_hidden": [32], "probe_epochs": 5},
     },
     "default": {},
     "paper": {
@@ -40,6 +42,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "03_correlation": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
                            "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                            "probe_preset": "paper"},
+        "04_dynamic_rag": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_samples": 500, "n_hotpot_train": 100,
+                           "max_new_tokens": 64, "probe_hidden": [8192, 4096, 4096], "probe_epochs": 100},
     },
 }
 

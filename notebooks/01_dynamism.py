@@ -80,14 +80,15 @@ display(table_niah.round(4))
 display(table_hotpot.round(4))
 
 # %% [markdown]
-# ## Fig 1 — NIAH: the 10 most variable heads across one answer
-# Colour: each head's share of attention on the needle at each generated token. White dots: the head is
-# an Eq. 1 retrieval head at that step. A fixed set would light up the same rows at every token.
+# ## Fig 1 — NIAH: the 10 heads whose retrieval varies most across one answer
+# Rows: the heads whose Eq. 1 indicator varies most over the answer's tokens. Colour: each head's share of
+# attention on the needle at each generated token. White dots: the head is an Eq. 1 retrieval head at that
+# step. A fixed set would put dots in the same rows at every token.
 
 # %%
 matrix, hits, tokens, labels, data, index = dynamism.heatmap_data(headline_niah, lm.tokenizer)
 fig = figures.step_heatmap(matrix, hits, tokens, labels,
-                           f"Fig 1 (NIAH): 10 most variable heads, analysis sample {index}", "attention share on needle")
+                           f"Fig 1 (NIAH): 10 heads whose retrieval varies most, analysis sample {index}", "attention share on needle")
 display(Image(filename=str(figures.save_figure(fig, "fig1_niah_heatmap", out_dir, data, run_config))))
 
 # %% [markdown]

@@ -142,3 +142,16 @@ def test_inspect_notebook_renders_offline(tmp_path):
         assert "【" in view or "\\u3010" in view, "needle tokens are marked"
     for name in ("step_attention", "answer_heatmap"):
         assert (out / "00_inspect_attention" / f"{name}.png").stat().st_size > 0
+
+
+@pytest.mark.notebook
+def test_rag_notebook_runs_with_tiny_parameters(tmp_path):
+    folder = _run("04_dynamic_rag", tmp_path, use_cache=False)
+    table = pd.read_csv(folder / "table4_rag.csv")
+    assert list(table["strategy"]) == ["dynamic", "static", "none", "full"]
+    assert table["em"].between(0, 1).all() and table["f1"].between(0, 1).all()
+    none = table.set_index("strategy").loc["none"]
+    full = table.set_index("strategy").loc["full"]
+    assert none["visible_context_share"] == 0 and none["retrievals"] == 0
+    assert full["visible_context_share"] == 1
+    assert "paper EM/F1 Llama-3.1-8B-Instruct" in table.columns
