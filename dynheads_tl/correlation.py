@@ -10,7 +10,10 @@ Controls, because CCA overfits easily with few samples and many dimensions:
 - **held-out**: fit scaling, PCA and CCA on the training samples; correlate the canonical variates of
   the held-out samples;
 - **shuffled**: pair each hidden state with the scores of another sample's step, fit and report
-  in-sample, which shows how high CCA goes on unrelated data of the same shape.
+  in-sample, which shows how high CCA goes on unrelated data of the same shape;
+- **shuffled, same step**: the same, but with another sample's scores *at the same step index*, which
+  keeps everything that depends only on the position in the answer (e.g. "the UUID starts at step 5").
+  The gap between held-out and this control is the part no position effect explains.
 
 Probes (Tables 2 and 3): an MLP from the hidden state to the per-head Eq. 1 pattern (multi-label
 classification, Asymmetric Loss, threshold maximising F1 on the validation PR curve) or to the Eq. 2
@@ -118,17 +121,30 @@ def cca_held_out(x, y, groups, train_samples, test_samples, **kwargs) -> dict[st
     return cca_summary(_canonical_correlations(*fit.transform(x[test], y[test])))
 
 
-def shuffle_across_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Each row gets the scores of a random step of a *different* sample."""
+def step_of(groups: np.ndarray) -> np.ndarray:
+    """Each pair's step index inside its own sample (pairs of a sample are contiguous and in order)."""
+    steps = np.zeros(len(groups), dtype=int)
+    for g in np.unique(groups):
+        rows = np.flatnonzero(groups == g)
+        steps[rows] = np.arange(len(rows))
+    return steps
+
+
+def shuffle_across_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0, *, same_step: bool = False) -> np.ndarray:
+    """Each row gets the scores of a step of a *different* sample: a random step, or (``same_step``)
+    the same step index, which keeps whatever depends on the position in the answer alone."""
     rng = np.random.default_rng(seed)
     shuffled = np.empty_like(y)
     unique = np.unique(groups)
     if len(unique) < 2:
         raise ValueError("The shuffled control needs at least two samples.")
+    steps = step_of(groups)
     for g in unique:
-        rows = np.flatnonzero(groups == g)
-        others = np.flatnonzero(groups != g)
-        shuffled[rows] = y[rng.choice(others, size=len(rows))]
+        for row in np.flatnonzero(groups == g):
+            candidates = np.flatnonzero((groups != g) & ((steps == steps[row]) if same_step else True))
+            if len(candidates) == 0:
+                candidates = np.flatnonzero(groups != g)
+            shuffled[row] = y[rng.choice(candidates)]
     return shuffled
 
 
@@ -146,6 +162,8 @@ def cca_curve(traces: Sequence[Trace], ks: Sequence[int], *, seed: int = 0, held
             ("in-sample", lambda: cca_in_sample(x, y, **kwargs)),
             ("held-out", lambda: cca_held_out(x, y, groups, train_samples, test_samples, **kwargs)),
             ("shuffled", lambda: cca_in_sample(x, shuffle_across_samples(y, groups, seed + k), **kwargs)),
+            ("shuffled, same step", lambda: cca_in_sample(
+                x, shuffle_across_samples(y, groups, seed + k, same_step=True), **kwargs)),
         ):
             try:
                 rows.append({"k": k, "control": control, "pairs": len(x), **summary()})

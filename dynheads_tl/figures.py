@@ -162,7 +162,8 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str):
 def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = None):
     """Fig 4 / Fig 8: leading canonical correlation vs lag k, with controls and top-10/50 means."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    styles = {"in-sample": ("tab:blue", "-"), "held-out": ("tab:green", "-"), "shuffled": ("tab:grey", "--")}
+    styles = {"in-sample": ("tab:blue", "-"), "held-out": ("tab:green", "-"), "shuffled": ("tab:grey", "--"),
+              "shuffled, same step": ("tab:purple", "--")}
     for control, (color, ls) in styles.items():
         part = curve[curve["control"] == control]
         if part.empty:

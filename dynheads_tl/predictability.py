@@ -97,6 +97,14 @@ def summary_markdown(cca_niah: pd.DataFrame, cca_hotpot: pd.DataFrame, table2: p
            "information about upcoming retrieval heads." if held0 > shuf0 + 0.1 else
            "The held-out correlation is not clearly above the shuffled baseline: on this model the in-sample CCA "
            "is mostly overfitting, and the paper's claim is not supported here."))
+    same0 = leading(cca_niah, "shuffled, same step", 0)
+    if same0 == same0:
+        lines.append(
+            f"- **Position control**: pairing with other samples' scores *at the same step* gives {same0:.3f} → "
+            f"{leading(cca_niah, 'shuffled, same step', k_last):.3f}. "
+            + ("Held-out stays above it, so the signal is more than the position in the answer."
+               if held0 > same0 + 0.05 else
+               "Held-out is not above it: much of the correlation is explained by the position in the answer alone."))
     lines.append(
         f"- **HotpotQA CCA**: in-sample {leading(cca_hotpot, 'in-sample', 0):.3f}, held-out "
         f"{leading(cca_hotpot, 'held-out', 0):.3f}, shuffled {leading(cca_hotpot, 'shuffled', 0):.3f} at k = 0 "

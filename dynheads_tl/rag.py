@@ -61,9 +61,9 @@ class RagConfig:
     """Knobs of the case study (defaults documented in the module docstring)."""
 
     n_heads: int = 5
-    top_k_positions: int = 16
+    top_k_positions: int = 8
     cluster_gap: int = 8
-    window: int = 32
+    window: int = 24
     rind_threshold: float = 0.5
     max_retrievals: int = 2
     max_new_tokens: int = 16
@@ -372,9 +372,9 @@ class RagStudyConfig(NotebookConfig):
     n_samples: int = 24
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
     n_heads: int = 5
-    top_k_positions: int = 16
+    top_k_positions: int = 8
     cluster_gap: int = 8
-    window: int = 32
+    window: int = 24
     rind_threshold: float = 0.5
     max_retrievals: int = 2
     max_new_tokens: int = 16

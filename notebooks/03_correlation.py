@@ -8,7 +8,8 @@
 #   score at $n + k$, $k = 0..10$: scores min-max scaled, PCA keeping 95% (hidden) / 99% (scores) of the
 #   variance, up to 50 canonical pairs. CCA is easily inflated with few samples and many dimensions, so two
 #   **controls** share the plot: a *held-out* fit (fit on 70% of the samples, correlate on the rest) and a
-#   *shuffled* pairing (hidden states paired with other samples' scores).
+#   *shuffled* pairing (hidden states paired with other samples' scores, at random steps or at the same step
+#   index, which keeps any effect of the position in the answer).
 # - **MLP probes** (Tables 2 and 3) from the hidden state to the Eq. 1 pattern (NIAH, multi-label) or the
 #   Eq. 2 scores (HotpotQA, regression), split 70/20/10 by sample, against a linear probe and the
 #   static-frequency prior.

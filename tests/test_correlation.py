@@ -82,7 +82,7 @@ def test_cca_curve_finds_the_planted_lag_and_controls_stay_low():
     assert held[3] > 0.95 and held[0] < 0.5
     shuffled = curve[curve["control"] == "shuffled"].set_index("k")["leading"]
     assert shuffled[3] < held[3] - 0.3
-    assert set(curve["control"]) == {"in-sample", "held-out", "shuffled"}
+    assert set(curve["control"]) == {"in-sample", "held-out", "shuffled", "shuffled, same step"}
 
 
 def test_shuffle_pairs_rows_with_other_samples():
@@ -90,6 +90,8 @@ def test_shuffle_pairs_rows_with_other_samples():
     groups = np.array([0, 0, 0, 1, 1, 1])
     shuffled = shuffle_across_samples(y, groups, seed=0)
     assert (shuffled[:3] >= 3).all() and (shuffled[3:] < 3).all()
+    same = shuffle_across_samples(y, groups, seed=0, same_step=True)
+    assert same[:, 0].tolist() == [3, 4, 5, 0, 1, 2]  # the other sample, same step index
 
 
 def test_probe_learns_a_planted_rule():
