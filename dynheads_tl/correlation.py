@@ -230,6 +230,14 @@ def train_probe(x_train, y_train, x_val, y_val, *, task: Literal["classification
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, patience=config.patience)
     generator = torch.Generator().manual_seed(config.seed)
+    with torch.enable_grad():  # also when a caller has switched gradients off globally
+        best_state = _fit(model, loss_fn, optimiser, scheduler, generator, xt, yt, xv, yv, config)
+    model.load_state_dict(best_state)
+    return model.eval()
+
+
+def _fit(model, loss_fn, optimiser, scheduler, generator, xt, yt, xv, yv, config) -> dict:
+    """The training loop; returns the state dict with the best validation loss."""
     best, best_state = float("inf"), None
     for _ in range(config.epochs):
         model.train()
@@ -243,10 +251,9 @@ def train_probe(x_train, y_train, x_val, y_val, *, task: Literal["classification
         with torch.no_grad():
             val = float(loss_fn(model(xv), yv)) if len(xv) else float(loss)
         scheduler.step(val)
-        if val < best:
+        if val < best or best_state is None:
             best, best_state = val, {k: v.clone() for k, v in model.state_dict().items()}
-    model.load_state_dict(best_state)
-    return model.eval()
+    return best_state
 
 
 class _Standardize(torch.nn.Module):

@@ -21,7 +21,6 @@ def seed_everything():
 
 @pytest.fixture(scope="module")
 def embedded_model():
-    torch.set_grad_enabled(False)
     return dynheads_tl.load_model("smollm2-135m-instruct", device="cpu")
 
 

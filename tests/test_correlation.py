@@ -125,3 +125,15 @@ def test_asymmetric_loss_prefers_correct_predictions():
     assert asymmetric_loss(good, targets) < asymmetric_loss(bad, targets)
     # Clipping: a confidently right negative (p < clip) costs nothing.
     assert float(asymmetric_loss(torch.tensor([[-6.0]]), torch.tensor([[0.0]]))) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_probe_trains_even_with_gradients_switched_off_globally():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 4))
+    y = x[:, :2] * 2.0
+    with torch.no_grad():
+        model = train_probe(x[:150], y[:150], x[150:], y[150:], task="regression",
+                            config=ProbeConfig(hidden=[16], epochs=30, lr=1e-2))
+    with torch.no_grad():
+        pred = model(torch.tensor(x[150:], dtype=torch.float32)).numpy()
+    assert np.mean((pred - y[150:]) ** 2) < 0.1 * np.var(y)
