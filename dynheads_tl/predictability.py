@@ -79,6 +79,14 @@ def cca_table(traces, config: PredictabilityConfig) -> pd.DataFrame:
     return cca_curve(traces, list(range(config.max_lag + 1)), seed=config.split_seed)
 
 
+def with_paper_row(table: pd.DataFrame, which: str) -> pd.DataFrame:
+    """Table 2 or 3 with the paper's Llama-3.1-8B-Instruct row appended, labelled as the paper's."""
+    paper = PAPER_TABLE2_LLAMA31_8B if which == "table2" else PAPER_TABLE3_LLAMA31_8B
+    row = {column: np.nan for column in table.columns}
+    row.update({"predictor": "MLP probe, Llama-3.1-8B-Instruct (paper)", **paper})
+    return pd.concat([table, pd.DataFrame([row])], ignore_index=True)
+
+
 def summary_markdown(cca_niah: pd.DataFrame, cca_hotpot: pd.DataFrame, table2: pd.DataFrame,
                      table3: pd.DataFrame, model_label: str) -> str:
     def leading(frame, control, k):

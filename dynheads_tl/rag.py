@@ -370,6 +370,7 @@ def table4(rows: pd.DataFrame) -> pd.DataFrame:
 class RagStudyConfig(NotebookConfig):
     model: str = "smollm2-135m-instruct"
     n_samples: int = 24
+    hotpot_source: str = "synthetic"
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
     n_heads: int = 5
     top_k_positions: int = 8
@@ -432,7 +433,11 @@ def train_head_probe(model, config: RagStudyConfig):
 def evaluation_samples(model, config: RagStudyConfig) -> list[Sample]:
     from .tasks import make_hotpot_samples
 
-    return make_hotpot_samples(model.tokenizer, n=config.n_samples, seed=9000 + config.seed, max_tokens=int(model.cfg.n_ctx))
+    from .tasks.hotpot import load_hotpot_records
+
+    records = None if config.hotpot_source == "synthetic" else load_hotpot_records(config.hotpot_source, limit=config.n_samples)
+    return make_hotpot_samples(model.tokenizer, n=config.n_samples, records=records, seed=9000 + config.seed,
+                               max_tokens=int(model.cfg.n_ctx))
 
 
 def summary_markdown(table: pd.DataFrame, model_label: str) -> str:

@@ -89,3 +89,16 @@ def test_a_retrieval_opens_windows_inside_the_context(embedded_model, samples):
     summary = table4(table)
     assert list(summary["strategy"]) == ["oracle", "static", "fixed_random"]
     assert summary["f1"].between(0, 1).all()
+
+
+def test_evaluation_samples_read_an_official_format_file(embedded_model, tmp_path):
+    import json
+
+    from dynheads_tl.rag import RagStudyConfig, evaluation_samples
+    from dynheads_tl.tasks import synthetic_hotpot_records
+
+    records = synthetic_hotpot_records(3, seed=77)
+    path = tmp_path / "dev_distractor.json"
+    path.write_text(json.dumps(records))
+    samples = evaluation_samples(embedded_model, RagStudyConfig(n_samples=2, hotpot_source=str(path)))
+    assert [s.answers[0] for s in samples] == [r["answer"] for r in records[:2]]
