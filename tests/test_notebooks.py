@@ -115,8 +115,9 @@ def test_correlation_notebook_runs_with_tiny_parameters(tmp_path):
     table2 = pd.read_csv(folder / "table2_niah_probe.csv")
     assert list(table2["predictor"])[:3] == ["MLP probe", "linear probe", "static-frequency prior"]
     assert "(paper)" in table2["predictor"].iloc[3] and table2["f1"].iloc[3] == 0.8349
+    ours = table2.iloc[:3]  # the fourth row is the paper's reference (precision/recall not reported)
     for column in ("f1", "precision", "recall"):
-        assert table2[column].between(0, 1).all()
+        assert ours[column].between(0, 1).all()
     table3 = pd.read_csv(folder / "table3_hotpot_probe.csv")
     assert (table3["mse"].dropna() >= 0).all() and (table3["mae"].dropna() >= 0).all()
     assert table3["r2"].iloc[-1] == 0.8120
