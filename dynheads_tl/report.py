@@ -65,11 +65,12 @@ def notebook_parameters(notebook: Path) -> dict[str, Any]:
     return {name: info["default"] for name, info in papermill.inspect_notebook(str(notebook)).items()}
 
 
-def validate_overrides(notebook: Path, parameters: dict[str, Any]) -> None:
-    """Unknown names and wrong types fail before any model work, with a sentence naming the parameter."""
+def validate_overrides(notebook: Path, parameters: dict[str, Any], declared: dict[str, Any] | None = None) -> None:
+    """Unknown names and wrong types fail before any model work, with a sentence naming the parameter.
+    ``declared`` is :func:`notebook_parameters` of the notebook, when the caller already has it."""
     import ast
 
-    declared = notebook_parameters(notebook)
+    declared = notebook_parameters(notebook) if declared is None else declared
     for name, value in parameters.items():
         if name not in declared:
             raise ValueError(f"{notebook.stem} has no parameter {name!r}; its parameters are {sorted(declared)}.")
@@ -105,19 +106,20 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
         raise ValueError(f"Unknown preset {preset!r}; presets are {sorted(PRESETS)}.")
     output_dir = Path(output_dir)
     notebooks = list_notebooks(only)
+    declared = {notebook: notebook_parameters(notebook) for notebook in notebooks}
     plans = []
     for notebook in notebooks:
         parameters = dict(PRESETS[preset].get(notebook.stem, {}))
         if model:
             parameters["model"] = model
-        parameters.update({k: v for k, v in (overrides or {}).items() if k in notebook_parameters(notebook)})
+        parameters.update({k: v for k, v in (overrides or {}).items() if k in declared[notebook]})
         parameters["output_dir"] = str(output_dir)
-        validate_overrides(notebook, parameters)
+        validate_overrides(notebook, parameters, declared[notebook])
         plans.append((notebook, parameters))
-    unused = set(overrides or {}) - {k for nb in notebooks for k in notebook_parameters(nb)}
+    known = {name for names in declared.values() for name in names}
+    unused = set(overrides or {}) - known
     if unused:
-        known = sorted({k for nb in notebooks for k in notebook_parameters(nb)})
-        raise ValueError(f"No notebook has the parameter(s) {sorted(unused)}; the parameters are {known}.")
+        raise ValueError(f"No notebook has the parameter(s) {sorted(unused)}; the parameters are {sorted(known)}.")
     executed_dir = output_dir / "executed"
     executed_dir.mkdir(parents=True, exist_ok=True)
     runs_path = output_dir / "runs.json"
