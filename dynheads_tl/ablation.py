@@ -24,10 +24,9 @@ step t (Eq. 1 hits first, then by attention share on the evidence) and masks the
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable, Literal
 
-import numpy as np
 import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int

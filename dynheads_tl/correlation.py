@@ -22,7 +22,7 @@ frequency prior (each head's training base rate) and a linear probe.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 import numpy as np

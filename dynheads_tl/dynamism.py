@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .config import NotebookConfig, check_int_list, check_ints, check_open_unit
 from .models import DEFAULT_MODEL, model_name
 from .scoring import (
-    activation_frequency, distinct_heads_curve, dynamic_sets, dynamism_metrics,
+    activation_frequency, dynamic_sets, dynamism_metrics,
     static_eq2_scores, static_retrieval_scores, static_top_k,
 )
 from .store import cached_traces

@@ -4,13 +4,10 @@ The protocol itself (two passes per step, selectors, compensation) lives in :mod
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from .ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
 from .config import (NotebookConfig, check_choice, check_fraction_list, check_int_list, check_ints,

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .config import NotebookConfig, check_choice, check_int_list, check_ints
-from .correlation import ProbeConfig, cca_curve, probe_table
+from .correlation import ProbeConfig, cca_curve
 from .dynamism import DynamismConfig, hotpot_traces, niah_traces
 from .models import DEFAULT_MODEL
 

@@ -28,10 +28,9 @@ without the context; opened windows are seen by the generated text only.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-import numpy as np
 import pandas as pd
 import torch
 from jaxtyping import Bool, Float
@@ -40,8 +39,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .config import NotebookConfig, check_int_list, check_ints
-from .hooks import StepState, pattern_hook_name, restrict_attention
-from .models import fast_twin, model_name
+from .hooks import pattern_hook_name, restrict_attention
+from .models import fast_twin
 from .tasks.common import Sample
 from .tasks.metrics import exact_match, token_f1
 from .tracing import eos_token_ids

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dynheads_tl import load_traces
-from dynheads_tl.report import PAPER_ITEMS, build_index, list_notebooks, run_report, validate_overrides
+from dynheads_tl.report import PAPER_ITEMS, build_index, list_notebooks, run_report
 from conftest import build_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent

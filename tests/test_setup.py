@@ -1,7 +1,6 @@
 """The build files agree with each other and with the README."""
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 

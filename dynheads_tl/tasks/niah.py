@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from .common import (
