@@ -36,10 +36,7 @@ from tqdm.auto import tqdm
 from .hooks import AblationMode, StepState, ablate_heads
 from .tasks.common import Sample
 from .tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
-from .tracing import (
-    Decoder, Trace, TraceConfig, build_trace, eligible_positions, eos_token_ids, evidence_vector,
-    new_buffers, reduction_hooks,
-)
+from .tracing import BatchLoop, Trace, TraceConfig, build_trace, new_buffers, reduction_hooks
 
 Condition = Literal["none", "dynamic", "static", "random", "progressive"]
 CachePolicy = Literal["clean", "masked"]
@@ -85,10 +82,9 @@ def eq1_at_step(argmax_pos: Int[Tensor, "layer head"], ids: Int[Tensor, "key"], 
     return evidence[argmax_pos] & (ids[argmax_pos] == token)
 
 
-def two_pass_generation(
+def two_pass_batch(
     model,
-    sample: Sample,
-    select: Selector,
+    jobs: list[tuple[Sample, Selector]],
     config: TraceConfig | None = None,
     *,
     kind: Literal["eq1", "eq2"] = "eq1",
@@ -96,74 +92,91 @@ def two_pass_generation(
     mode: AblationMode = "zero",
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     keep_cache: CachePolicy = "clean",
-    condition: str = "custom",
-    k: int | None = None,
-) -> AblationTrace:
-    """Greedy generation under the per-step two-pass protocol (module docstring)."""
+    labels: list[tuple[str, int | None]] | None = None,
+) -> list[AblationTrace]:
+    """Greedy generation of every ``(sample, selector)`` job in one batch under the per-step two-pass
+    protocol (module docstring). ``labels`` gives each job's ``(condition, k)`` for its record.
+
+    Each step runs one clean forward over the batch; if any running row's selector masks something,
+    one masked forward follows with each row's own mask (rows with nothing to mask keep their clean
+    token, scores and keys/values exactly). Jobs may share a sample: its prompt is prefilled once.
+    """
     if keep_cache not in ("clean", "masked"):
         raise ValueError(f"keep_cache must be 'clean' or 'masked', got {keep_cache!r}.")
     if kind not in ("eq1", "eq2"):
         raise ValueError(f"kind must be 'eq1' or 'eq2', got {kind!r}.")
+    if not jobs:
+        raise ValueError("No jobs to run.")
+    labels = labels or [("custom", None)] * len(jobs)
+    if len(labels) != len(jobs):
+        raise ValueError(f"{len(labels)} labels for {len(jobs)} jobs.")
     config = config or TraceConfig()
-    n_layers = model.cfg.n_layers
-    prompt_len, max_steps = len(sample.prompt_ids), config.max_new_tokens
-    total = prompt_len + max_steps
-    device = next(model.parameters()).device
-    clean_buffers, masked_buffers = new_buffers(model, max_steps), new_buffers(model, max_steps)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    samples, selectors = [job[0] for job in jobs], [job[1] for job in jobs]
+    batch, device = len(jobs), next(model.parameters()).device
+    clean_buffers = new_buffers(model, config.max_new_tokens, batch)
+    masked_buffers = new_buffers(model, config.max_new_tokens, batch)
     active: dict[str, Tensor] = dict(clean_buffers)  # where the reduction hooks write now
-    evidence = evidence_vector(sample, total, device)
-    masks = {"evidence": evidence, "eligible": None}
-    ablation = {"mask": None}
-    state = StepState()
+    ablation: dict[str, Tensor | None] = {"mask": None}
+    state, masks = StepState(), {}
     hooks = reduction_hooks(state, active, masks, n_layers) + ablate_heads(
         lambda: ablation["mask"], n_layers=n_layers, mode=mode, mean_z=mean_z)
-    stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
-    ids = torch.zeros(total, dtype=torch.long, device=device)
-    ids[:prompt_len] = torch.as_tensor(sample.prompt_ids, device=device)
-    kept, clean_tokens, applied = [], [], []
+    applied = torch.zeros(batch, config.max_new_tokens, n_layers, n_heads, dtype=torch.bool)
+    clean_tokens: list[list[int]] = [[] for _ in jobs]
 
-    state.active = False
     with model.hooks(fwd_hooks=hooks):
-        decoder = Decoder(model, sample.prompt_ids, prefill=config.prefill)
-        state.active = True
-        next_input = None
-        for step in range(max_steps):
-            state.step, state.key_len = step, prompt_len + step
-            masks["eligible"] = eligible_positions(total, state.key_len, config.sink_tokens, config.local_window, device)
+        loop = BatchLoop(model, samples, config, state, masks)
+        decoder = loop.decoder
+        for step in range(config.max_new_tokens):
+            loop.prepare(step)
             before = decoder.n_cached
             active.update(clean_buffers)
             ablation["mask"] = None
-            clean_token = int(decoder.step(next_input).argmax())
-            argmax_row, support_row = clean_buffers["argmax_pos"][step], clean_buffers["support_score"][step]
-            retrieval = (eq1_at_step(argmax_row, ids, evidence, clean_token) if kind == "eq1"
-                         else support_row > threshold)
-            mask = select(StepView(step, clean_token, argmax_row, support_row, retrieval))
-            if mask is None or not bool(mask.any()):
-                token = clean_token
-                for name in masked_buffers:
-                    masked_buffers[name][step] = clean_buffers[name][step]
-                mask = torch.zeros_like(retrieval)
-            else:
-                saved = decoder.last_position() if keep_cache == "clean" else None
+            chosen = decoder.step(loop.next_input).argmax(-1)
+            step_masks = torch.zeros(batch, n_layers, n_heads, dtype=torch.bool, device=device)
+            for b in torch.nonzero(loop.running).flatten().tolist():
+                token = int(chosen[b])
+                clean_tokens[b].append(token)
+                argmax_row, support_row = clean_buffers["argmax_pos"][b, step], clean_buffers["support_score"][b, step]
+                retrieval = (eq1_at_step(argmax_row, loop.ids[b], loop.evidence[b], token) if kind == "eq1"
+                             else support_row > threshold)
+                mask = selectors[b](StepView(step, token, argmax_row, support_row, retrieval))
+                if mask is not None:
+                    step_masks[b] = mask.to(device).bool()
+            masked_rows = step_masks.flatten(1).any(1)
+            for name in masked_buffers:
+                masked_buffers[name][:, step] = clean_buffers[name][:, step]
+            if bool(masked_rows.any()):
+                saved = decoder.last_position()
                 decoder.rewind(before)
                 active.update(masked_buffers)
-                ablation["mask"] = mask.to(device)
-                token = int(decoder.step(next_input).argmax())
+                ablation["mask"] = step_masks
+                masked_choice = decoder.step(loop.next_input).argmax(-1)
                 ablation["mask"] = None
-                if saved is not None:
-                    decoder.replace_last_position(saved)
-            clean_tokens.append(clean_token)
-            kept.append(token)
-            applied.append(mask.bool().cpu())
-            ids[prompt_len + step] = token
-            next_input = token
-            if token in stop_ids:
+                chosen = torch.where(masked_rows.to(chosen.device), masked_choice, chosen)
+                for name in masked_buffers:  # rows with nothing masked keep their clean record exactly
+                    masked_buffers[name][~masked_rows, step] = clean_buffers[name][~masked_rows, step]
+                decoder.replace_last_position(saved, None if keep_cache == "clean" else ~masked_rows)
+            applied[:, step] = step_masks.cpu()
+            if loop.commit(step, chosen):
                 break
-    extra = {"condition": condition, "k": k, "mode": mode, "keep_cache": keep_cache, "kind": kind,
-             "threshold": threshold}
-    clean = build_trace(model, sample, config, clean_tokens, clean_buffers, **extra, pass_="clean")
-    masked = build_trace(model, sample, config, kept, masked_buffers, **extra, pass_="masked")
-    return AblationTrace(clean, masked, torch.stack(applied), condition, k)
+
+    results = []
+    for b, sample in enumerate(samples):
+        condition, k = labels[b]
+        extra = {"condition": condition, "k": k, "mode": mode, "keep_cache": keep_cache, "kind": kind,
+                 "threshold": threshold}
+        clean = build_trace(model, sample, config, clean_tokens[b], clean_buffers, row=b, **extra, pass_="clean")
+        masked = build_trace(model, sample, config, loop.tokens[b], masked_buffers, row=b, **extra, pass_="masked")
+        results.append(AblationTrace(clean, masked, applied[b, : len(loop.tokens[b])], condition, k))
+    return results
+
+
+def two_pass_generation(model, sample: Sample, select: Selector, config: TraceConfig | None = None, *,
+                        condition: str = "custom", k: int | None = None, **protocol) -> AblationTrace:
+    """:func:`two_pass_batch` for one sample (no padding: exactly the unbatched computation).
+    ``protocol``: ``kind``, ``threshold``, ``mode``, ``mean_z``, ``keep_cache``."""
+    return two_pass_batch(model, [(sample, select)], config, labels=[(condition, k)], **protocol)[0]
 
 
 # --- selectors ---------------------------------------------------------------------------------
@@ -242,26 +255,47 @@ class AblationSetup:
     seed: int = 0
 
 
-def run_condition(model, sample: Sample, condition: Condition, setup: AblationSetup, config: TraceConfig,
-                  *, sample_seed: int = 0, k: int | None = None) -> AblationTrace:
+def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_seed: int = 0,
+                  k: int | None = None) -> tuple[Selector, int | None]:
+    """The selector of one condition and the k it records (static/random: ``setup.k``; progressive: ``k``)."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if condition == "none":
-        select = lambda view: None
-    elif condition == "dynamic":
-        select = select_dynamic
-    elif condition == "static":
-        select = select_fixed(setup.static_mask)
-    elif condition == "random":
-        select = select_fixed(random_heads(n_layers, n_heads, setup.k, setup.seed * 1_000_003 + sample_seed))
-    elif condition == "progressive":
+        return (lambda view: None), None
+    if condition == "dynamic":
+        return select_dynamic, None
+    if condition == "static":
+        return select_fixed(setup.static_mask), setup.k
+    if condition == "random":
+        return select_fixed(random_heads(n_layers, n_heads, setup.k, setup.seed * 1_000_003 + sample_seed)), setup.k
+    if condition == "progressive":
         if k is None or k < 0:
             raise ValueError("Progressive masking needs k >= 0.")
-        select = select_top_ranked(k)
-    else:
-        raise ValueError(f"Unknown condition {condition!r}; use none, dynamic, static, random or progressive.")
-    return two_pass_generation(model, sample, select, config, kind=setup.kind, threshold=setup.threshold,
-                               mode=setup.mode, mean_z=setup.mean_z, keep_cache=setup.keep_cache,
-                               condition=condition, k=setup.k if condition in ("static", "random") else k)
+        return select_top_ranked(k), k
+    raise ValueError(f"Unknown condition {condition!r}; use none, dynamic, static, random or progressive.")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One generation of an experiment: a condition on a sample (``sample_seed`` seeds the random baseline)."""
+
+    sample: Sample
+    condition: str
+    sample_seed: int = 0
+    k: int | None = None
+
+
+def run_jobs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig) -> list[AblationTrace]:
+    """Run ``jobs`` as one batch under ``setup``'s protocol."""
+    selected = [make_selector(model, job.condition, setup, sample_seed=job.sample_seed, k=job.k) for job in jobs]
+    return two_pass_batch(model, [(job.sample, select) for job, (select, _) in zip(jobs, selected)], config,
+                          kind=setup.kind, threshold=setup.threshold, mode=setup.mode, mean_z=setup.mean_z,
+                          keep_cache=setup.keep_cache, labels=[(job.condition, k) for job, (_, k) in zip(jobs, selected)])
+
+
+def run_condition(model, sample: Sample, condition: Condition, setup: AblationSetup, config: TraceConfig,
+                  *, sample_seed: int = 0, k: int | None = None) -> AblationTrace:
+    """One condition on one sample (a batch of one)."""
+    return run_jobs(model, [Job(sample, condition, sample_seed, k)], setup, config)[0]
 
 
 def _setup_key(setup: AblationSetup) -> dict:
@@ -271,51 +305,82 @@ def _setup_key(setup: AblationSetup) -> dict:
             "keep_cache": setup.keep_cache, "seed": setup.seed, "mean_z": mean_z}
 
 
-def _cached_run(model, sample, condition, setup, config, *, sample_seed, k=None, cache_key=None):
-    """One condition on one sample -> (scores row, per-head counts of newly active heads), cached."""
+def head_names(mask: Bool[Tensor, "layer head"]) -> str:
+    """``"L15H1 L18H6"``: the heads set in ``mask``, in layer-major order."""
+    return " ".join(f"L{layer}H{head}" for layer, head in mask.nonzero().tolist())
+
+
+def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
+    comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
+    row = {**answer_scores(result.masked), "m_s": comp["m_s"], "response": result.response,
+           "heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean()),
+           "heads_ever_masked": head_names(result.masked_heads.any(0))}
+    return {"row": row, "new_heads": comp["new_heads"].tolist()}
+
+
+# Bump when the protocol's outputs change, so cached runs of an older protocol are not reused.
+_PROTOCOL_VERSION = 2
+
+
+def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *, batch_size: int = 8,
+                cache_key: dict | None = None) -> list[tuple[dict, Tensor]]:
+    """Each job -> (scores row, per-head counts of newly active heads). Jobs already in the cache are
+    read from it; the others run in batches of at most ``batch_size`` and are cached one by one."""
     from .dynamism import prompt_digest
     from .models import model_name
-    from .store import cached_json
+    from .store import cached_json, load_cached_json
 
-    def compute():
-        result = run_condition(model, sample, condition, setup, config, sample_seed=sample_seed, k=k)
-        comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
-        row = {**answer_scores(result.masked), "m_s": comp["m_s"], "response": result.response,
-               "heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean())}
-        return {"row": row, "new_heads": comp["new_heads"].tolist()}
-
-    if cache_key is None:
-        out = compute()
-    else:
-        key = {**cache_key, "model": model_name(model), "prompt": prompt_digest(sample), "condition": condition,
-               "k": k, "sample_seed": sample_seed, "setup": _setup_key(setup), "trace": asdict(config)}
-        out = cached_json(key, compute)
-    return out["row"], torch.tensor(out["new_heads"])
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    keys = [None if cache_key is None else
+            {**cache_key, "model": model_name(model), "prompt": prompt_digest(job.sample), "condition": job.condition,
+             "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup), "trace": asdict(config),
+             "protocol": _PROTOCOL_VERSION} for job in jobs]
+    outputs = [None if key is None else load_cached_json(key) for key in keys]
+    todo = [i for i, out in enumerate(outputs) if out is None]
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start: start + batch_size]
+        for i, result in zip(chunk, run_jobs(model, [jobs[i] for i in chunk], setup, config)):
+            summary = _summarise(result, setup)
+            outputs[i] = summary if keys[i] is None else cached_json(keys[i], lambda: summary)
+    return [(out["row"], torch.tensor(out["new_heads"])) for out in outputs]
 
 
 def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetup, config: TraceConfig,
                     conditions: list[str] = ("none", "dynamic", "static", "random"), desc: str = "grid",
-                    cache_key: dict | None = None) -> pd.DataFrame:
-    """Fig 2 / Fig 6: every condition on every (cell, sample); one row per run."""
-    rows = []
-    for index, (cell, sample) in enumerate(tqdm(cells, desc=desc, leave=False)):
-        for condition in conditions:
-            row, _ = _cached_run(model, sample, condition, setup, config, sample_seed=index, cache_key=cache_key)
-            rows.append({**cell, "condition": condition, **row})
+                    cache_key: dict | None = None, batch_size: int = 8) -> pd.DataFrame:
+    """Fig 2 / Fig 6: every condition on every (cell, sample); one row per run.
+
+    The runs of one grid cell (every sample and condition at one context length and depth) are
+    batched together, ``batch_size`` rows at a time."""
+    groups: dict[tuple, list[int]] = {}
+    for index, (cell, _) in enumerate(cells):
+        groups.setdefault((cell.get("context"), cell.get("depth")), []).append(index)
+    rows: list[dict | None] = [None] * (len(cells) * len(conditions))
+    for members in tqdm(groups.values(), desc=desc, leave=False):
+        jobs = [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions]
+        where = [i * len(conditions) + c for i in members for c in range(len(conditions))]
+        for slot, job, (row, _) in zip(where, jobs, cached_runs(model, jobs, setup, config, batch_size=batch_size,
+                                                                cache_key=cache_key)):
+            rows[slot] = {**cells[slot // len(conditions)][0], "condition": job.condition, **row}
     return pd.DataFrame(rows)
 
 
 def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, config: TraceConfig,
-                           ks: list[int], desc: str = "progressive", cache_key: dict | None = None):
-    """Fig 3 / Fig 7: mask the top-k ranked heads at each step, for each k. Returns (rows, new-head counts)."""
+                           ks: list[int], desc: str = "progressive", cache_key: dict | None = None,
+                           batch_size: int = 8):
+    """Fig 3 / Fig 7: mask the top-k ranked heads at each step, for each k. Returns (rows, new-head counts).
+
+    Each sample's runs (every k, plus its unmasked generation for reference) form one batch; every row
+    carries the unmasked response, so the k = 0 row can be checked against it."""
     rows = []
     new_heads = torch.zeros_like(setup.static_top20, dtype=torch.long)
     for index, sample in enumerate(tqdm(samples, desc=desc, leave=False)):
-        for k in ks:
-            row, counts = _cached_run(model, sample, "progressive", setup, config, sample_seed=index, k=k,
-                                      cache_key=cache_key)
+        jobs = [Job(sample, "none", index)] + [Job(sample, "progressive", index, k) for k in ks]
+        (reference, _), *runs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key)
+        for k, (row, counts) in zip(ks, runs):
             new_heads += counts.long()
-            rows.append({"sample": index, "k": k, **row})
+            rows.append({"sample": index, "k": k, **row, "unmasked_response": reference["response"]})
     return pd.DataFrame(rows), new_heads
 
 

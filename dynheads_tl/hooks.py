@@ -69,7 +69,8 @@ def ablate_heads(
 
     ``mode="zero"`` writes zeros (the project's default for the paper's unstated masking type);
     ``mode="mean"`` writes ``mean_z`` (e.g. each head's mean ``z`` over a reference set). A function
-    ``head_mask`` is asked for the current step's [layer, head] mask at every forward. Only the
+    ``head_mask`` is asked for the current step's mask at every forward: [layer, head] for every row
+    of the batch, or [batch, layer, head] for one mask per row (None: nothing now). Only the
     newest query position is ablated, so a prefill that runs through the hooks is ablated at its
     last row only, as the per-step protocol requires.
     """
@@ -86,14 +87,16 @@ def ablate_heads(
     def make(layer: int):
         def hook(z: Float[Tensor, "batch pos head d_head"], hook):
             mask = current()
-            if mask is None or not bool(mask[layer].any()):
+            if mask is None:
                 return z
-            heads = mask[layer].to(z.device)
+            heads = (mask[layer] if mask.dim() == 2 else mask[:, layer]).to(z.device)  # [head] or [batch, head]
+            if not bool(heads.any()):
+                return z
+            if heads.dim() == 1:
+                heads = heads.expand(z.shape[0], -1)
             z = z.clone()
-            if mode == "zero":
-                z[:, -1, heads] = 0.0
-            else:
-                z[:, -1, heads] = mean_z[layer, heads].to(z.dtype).to(z.device)
+            fill = torch.zeros_like(z[:, -1]) if mode == "zero" else mean_z[layer].to(z).expand_as(z[:, -1])
+            z[:, -1] = torch.where(heads[:, :, None], fill, z[:, -1])
             return z
 
         return hook

@@ -46,12 +46,13 @@ class IrreplaceabilityConfig(NotebookConfig):
     sink_tokens: int = 4
     local_window: int = 32
     seed: int = 0
+    batch_size: int = 8  # generations decoded together (the runs of one grid cell / one progressive sample)
     output_dir: str = "papers_figures"
     use_cache: bool = True  # reuse cached traces and ablation runs
 
     def __post_init__(self):
         check_ints(self, ("runs_per_cell", "n_calibration", "max_new_tokens", "hotpot_max_new_tokens",
-                          "progressive_k_step", "n_progressive", "progressive_context"))
+                          "progressive_k_step", "n_progressive", "progressive_context", "batch_size"))
         check_ints(self, ("progressive_k_max", "sink_tokens", "local_window"), minimum=0)
         check_int_list(self, "niah_contexts", minimum=32)
         check_int_list(self, "hotpot_contexts", minimum=32)
@@ -167,10 +168,10 @@ def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
     trace_config = config.trace_config(task)
     cache_key = {"claim": 2, "task": task} if config.use_cache else None
     grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, desc=f"{task} grid",
-                           cache_key=cache_key)
+                           cache_key=cache_key, batch_size=config.batch_size)
     progressive, new_heads = progressive_experiment(model, progressive_samples(model, config, task), setup,
                                                     trace_config, config.progressive_ks, desc=f"{task} progressive",
-                                                    cache_key=cache_key)
+                                                    cache_key=cache_key, batch_size=config.batch_size)
     return TaskAblation(task, setup, grid, progressive, compensation_table(new_heads, setup.static_top20))
 
 
@@ -179,6 +180,25 @@ def condition_summary(result: TaskAblation) -> pd.DataFrame:
     summary = result.grid.groupby("condition", sort=False)[columns].mean().reset_index()
     summary.insert(1, "k_static_random", result.setup.k)
     return summary
+
+
+def protocol_checks(result: TaskAblation) -> pd.DataFrame:
+    """Sanity checks of the protocol on this run's own outputs (shown in the notebook, tested):
+    k = 0 must reproduce the unmasked generation, and the three conditions must mask different heads."""
+    prog = result.progressive
+    k0 = prog[prog["k"] == 0]
+    same = int((k0["response"] == k0["unmasked_response"]).sum())
+    masked = result.grid.pivot_table(index=[c for c in ("context", "depth", "run") if c in result.grid],
+                                     columns="condition", values="heads_ever_masked", aggfunc="first").fillna("")
+    differ = int(((masked["dynamic"] != masked["static"]) & (masked["static"] != masked["random"])
+                  & (masked["dynamic"] != masked["random"])).sum())
+    rows = [
+        {"check": "progressive k = 0 gives the unmasked response", "passed": f"{same}/{len(k0)}",
+         "ok": same == len(k0)},
+        {"check": "grid runs where dynamic, static and random mask different heads", "passed": f"{differ}/{len(masked)}",
+         "ok": differ == len(masked)},
+    ]
+    return pd.DataFrame(rows)
 
 
 def progressive_summary(result: TaskAblation) -> pd.DataFrame:

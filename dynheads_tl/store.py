@@ -42,10 +42,20 @@ def cached_traces(config: dict[str, Any], compute: Callable[[], list[Trace]], *,
     return traces
 
 
+def _json_path(config: dict[str, Any], root: Path | None) -> Path:
+    return Path(root or cache_dir() / "results") / f"{config_hash(config)}.json"
+
+
+def load_cached_json(config: dict[str, Any], *, root: Path | None = None) -> Any | None:
+    """The cached result for ``config``, or None when there is none yet."""
+    path = _json_path(config, root)
+    return json.loads(path.read_text())["result"] if path.exists() else None
+
+
 def cached_json(config: dict[str, Any], compute: Callable[[], Any], *, root: Path | None = None,
                 use_cache: bool = True) -> Any:
     """Like :func:`cached_traces` for JSON-serialisable results (e.g. one ablation run's scores)."""
-    path = Path(root or cache_dir() / "results") / f"{config_hash(config)}.json"
+    path = _json_path(config, root)
     if use_cache and path.exists():
         return json.loads(path.read_text())["result"]
     result = compute()

@@ -10,9 +10,17 @@ needs (top-1 source position, Eq. 2 score) before the next layer runs. Memory gr
 
 The single loop
 ---------------
-:class:`Decoder` owns the KV cache and runs one step at a time with whatever hooks it is given;
-:func:`trace_generation` attaches the reduction hooks plus any caller hooks (ablation, attention
-restriction) once around the whole generation. Ablation and the RAG study reuse the same Decoder.
+:class:`BatchDecoder` owns the KV cache of one or more left-padded sequences and runs one step at a
+time with whatever hooks are attached; :class:`BatchLoop` adds the per-row masks and stopping.
+:func:`trace_batch` (and :func:`trace_generation`, a batch of one) attaches the reduction hooks plus
+any caller hooks (ablation, attention restriction) once around the whole generation. The two-pass
+ablation protocol drives the same loop.
+
+Batching
+--------
+Decoding one query row is bound by reading the weights, so several rows cost little more than one
+(``bench/bench_ablation.py``). Rows are left-padded, padding is masked out of attention and each
+row keeps its own RoPE positions; source positions are reported in each row's own coordinates.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -157,46 +165,77 @@ def eos_token_ids(model) -> set[int]:
     return ids
 
 
-class Decoder:
-    """One sequence's KV cache and a greedy step function over the hooked bridge.
+class BatchDecoder:
+    """Several sequences' KV cache (left-padded to one width) and a greedy step over the hooked bridge.
 
-    After construction, the cache holds the prompt minus its last token and ``pending`` is the last
-    prompt token, so the first :meth:`step` computes decoding step 0's query row.
+    After construction the cache holds every prompt minus its last token and ``pending`` holds the
+    last prompt tokens, so the first :meth:`step` computes decoding step 0's query rows.
     ``prefill="fast"`` fills the cache with the SDPA twin; ``"hooked"`` with the bridge itself.
+
+    Batching: prompts are left-padded; the padding is masked out of attention and every row keeps its
+    own positions (so RoPE sees exactly the positions of an unbatched run). Identical prompts are
+    prefilled once and their cache rows copied. Rows of one batch agree with unbatched runs to float
+    rounding (~1e-5 in the logits, tested), not bit for bit; a batch without padding and of one
+    sequence runs exactly the unbatched computation.
     """
 
-    def __init__(self, model, prompt_ids: list[int] | Tensor, *, prefill: PrefillMode = "fast"):
+    def __init__(self, model, prompts: Sequence[Sequence[int] | Tensor], *, prefill: PrefillMode = "fast"):
         from transformers import DynamicCache
 
-        self.model = model
-        ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)
-        if ids.shape[1] < 1:
+        if prefill not in ("fast", "hooked"):
+            raise ValueError(f"prefill must be 'fast' or 'hooked', got {prefill!r}.")
+        rows = [torch.as_tensor(p, dtype=torch.long).flatten() for p in prompts]
+        if not rows:
+            raise ValueError("No prompts to decode.")
+        if any(len(r) == 0 for r in rows):
             raise ValueError("The prompt is empty.")
+        self.model = model
         self.device = next(model.parameters()).device
+        self.batch = len(rows)
+        width = max(len(r) for r in rows)
+        self.prompt_lengths = torch.tensor([len(r) for r in rows])
+        self.offsets = (width - self.prompt_lengths).to(self.device)  # left padding per row
+        self.padded = bool(self.offsets.any())
+        # Prefill each distinct prompt once, then copy its cache row to every row that shares it.
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of = [distinct.setdefault(tuple(r.tolist()), len(distinct)) for r in rows]
+        firsts = [row_of.index(i) for i in range(len(distinct))]
+        pad_id = getattr(model.tokenizer, "pad_token_id", None) or 0
+        ids = torch.full((len(firsts), width), int(pad_id), dtype=torch.long)
+        for i, b in enumerate(firsts):
+            ids[i, width - len(rows[b]):] = rows[b]
         ids = ids.to(self.device)
         self.cache = DynamicCache()
-        head = ids[:, :-1]
-        if head.shape[1] > 0:
+        self.n_cached = width - 1
+        if self.n_cached > 0:
+            kwargs = self._position_kwargs(self.offsets[firsts], 0, self.n_cached)
             with torch.no_grad():
                 if prefill == "fast":
-                    out = fast_twin(model)(input_ids=head, past_key_values=self.cache, use_cache=True)
+                    out = fast_twin(model)(input_ids=ids[:, :-1], past_key_values=self.cache, use_cache=True, **kwargs)
                     self.cache = out.past_key_values
                 else:
-                    _, self.cache = model(head, return_type="logits_and_cache", past_key_values=self.cache)
-        self.pending = int(ids[0, -1])
-        self.n_cached = head.shape[1]
+                    _, self.cache = model(ids[:, :-1], return_type="logits_and_cache", past_key_values=self.cache,
+                                          **kwargs)
+            if len(firsts) < self.batch or firsts != list(range(self.batch)):
+                self.cache.batch_select_indices(torch.tensor(row_of, device=self.device))
+        self.pending = ids[row_of, -1]
 
-    def step(self, token_id: int | None = None) -> Float[Tensor, "vocab"]:
-        """Run one token (default: the pending one) and return the next-token logits."""
-        token = self.pending if token_id is None else token_id
+    def _position_kwargs(self, offsets: Tensor, start: int, end: int) -> dict[str, Tensor]:
+        """Attention mask over cached + new positions and each row's own positions for [start, end)."""
+        if not self.padded:
+            return {}
+        positions = torch.arange(end, device=self.device)[None, :] - offsets[:, None]
+        return {"attention_mask": (positions >= 0).long(), "position_ids": positions[:, start:end].clamp_min(0)}
+
+    def step(self, tokens: Int[Tensor, "batch"] | None = None) -> Float[Tensor, "batch vocab"]:
+        """Run one token per row (default: the pending ones) and return each row's next-token logits."""
+        tokens = self.pending if tokens is None else torch.as_tensor(tokens, dtype=torch.long).to(self.device)
+        kwargs = self._position_kwargs(self.offsets, self.n_cached, self.n_cached + 1)
         with torch.no_grad():
-            logits, self.cache = self.model(
-                torch.tensor([[token]], device=self.device),
-                return_type="logits_and_cache",
-                past_key_values=self.cache,
-            )
+            logits, self.cache = self.model(tokens.reshape(self.batch, 1), return_type="logits_and_cache",
+                                            past_key_values=self.cache, **kwargs)
         self.n_cached += 1
-        return logits[0, -1]
+        return logits[:, -1]
 
     def rewind(self, n_cached: int) -> None:
         """Drop cached positions from ``n_cached`` on (to redo a step, e.g. a second pass)."""
@@ -208,29 +247,46 @@ class Decoder:
         self.n_cached = n_cached
 
     def last_position(self) -> list[tuple[Tensor, Tensor]]:
-        """A copy of every layer's key and value at the newest cached position."""
+        """A copy of every layer's keys and values at the newest cached position (all rows)."""
         return [(layer.keys[..., -1:, :].clone(), layer.values[..., -1:, :].clone()) for layer in self.cache.layers]
 
-    def replace_last_position(self, saved: list[tuple[Tensor, Tensor]]) -> None:
-        """Swap the newest cached position's keys and values for ``saved`` (from :meth:`last_position`)."""
-        self.rewind(self.n_cached - 1)
-        for layer_idx, (keys, values) in enumerate(saved):
-            self.cache.update(keys, values, layer_idx)
-        self.n_cached += 1
+    def replace_last_position(self, saved: list[tuple[Tensor, Tensor]], rows: Bool[Tensor, "batch"] | None = None) -> None:
+        """Write ``saved`` (from :meth:`last_position`) back over the newest cached position, for
+        ``rows`` only (default: every row)."""
+        select = slice(None) if rows is None else rows.to(self.device)
+        for layer, (keys, values) in zip(self.cache.layers, saved):
+            layer.keys[select, :, -1:, :] = keys[select]
+            layer.values[select, :, -1:, :] = values[select]
+
+
+class Decoder(BatchDecoder):
+    """A :class:`BatchDecoder` over one sequence whose :meth:`step` takes and returns single values."""
+
+    def __init__(self, model, prompt_ids: Sequence[int] | Tensor, *, prefill: PrefillMode = "fast"):
+        super().__init__(model, [prompt_ids], prefill=prefill)
+
+    def step(self, token_id: int | None = None) -> Float[Tensor, "vocab"]:
+        return super().step(None if token_id is None else torch.tensor([token_id]))[0]
 
 
 def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[str, Tensor], n_layers: int) -> HookList:
+    """Hooks that reduce each step's attention rows to Eq. 1 / Eq. 2 inputs, for every row of a batch.
+
+    ``buffers`` come from :func:`new_buffers` ([batch, step, ...]). ``masks`` holds ``"evidence"`` and
+    ``"eligible"`` ([batch, key], padded coordinates) and ``"offsets"`` (each row's left padding);
+    source positions are stored in each row's own, unpadded coordinates.
+    """
     def make(layer: int):
         def hook(pattern: Float[Tensor, "batch head query key"], hook):
             if not state.active:
                 return None
-            row = pattern[0, :, -1, :].float()  # [head, key]
-            buffers["argmax_pos"][state.step, layer] = row.argmax(-1)
-            key_len = row.shape[-1]
-            eligible = masks["eligible"][:key_len]
-            numerator = row @ (masks["evidence"][:key_len] & eligible).float()
-            denominator = row @ eligible.float()
-            buffers["support_score"][state.step, layer] = torch.where(
+            rows = pattern[:, :, -1, :].float()  # [batch, head, key]
+            buffers["argmax_pos"][:, state.step, layer] = rows.argmax(-1) - masks["offsets"][:, None]
+            key_len = rows.shape[-1]
+            eligible = masks["eligible"][:, :key_len]
+            numerator = torch.einsum("bhk,bk->bh", rows, (masks["evidence"][:, :key_len] & eligible).float())
+            denominator = torch.einsum("bhk,bk->bh", rows, eligible.float())
+            buffers["support_score"][:, state.step, layer] = torch.where(
                 denominator > 0, numerator / denominator.clamp_min(1e-30), torch.zeros_like(numerator))
             return None
 
@@ -238,7 +294,7 @@ def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[st
 
     def hidden_hook(resid: Float[Tensor, "batch pos d_model"], hook):
         if state.active:
-            buffers["hidden"][state.step] = resid[0, -1].float()
+            buffers["hidden"][:, state.step] = resid[:, -1].float()
         return None
 
     hooks = [(pattern_hook_name(layer), make(layer)) for layer in range(n_layers)]
@@ -255,6 +311,112 @@ def eligible_positions(total: int, state_key_len: int, sink: int, window: int, d
     return mask
 
 
+def eligible_rows(offsets: Int[Tensor, "batch"], total: int, key_len: int, sink: int, window: int
+                  ) -> Bool[Tensor, "batch key"]:
+    """:func:`eligible_positions` for left-padded rows, in padded coordinates (padding is never eligible).
+
+    All rows end at the same padded position, so the local window is shared; the sink is each row's
+    first ``sink`` real positions."""
+    positions = torch.arange(total, device=offsets.device)[None, :] - offsets[:, None]
+    mask = positions >= sink
+    if window:
+        mask[:, max(key_len - window, 0): key_len] = False
+    return mask
+
+
+class BatchLoop:
+    """The bookkeeping of one greedy generation over a batch of samples: the decoder, the masks the
+    reduction hooks read, each row's tokens so far and which rows have stopped.
+
+    Shared by :func:`trace_batch` and the two-pass ablation loop. Build it inside
+    ``model.hooks(...)`` (it prefills with ``state.active`` False, then sets it True). Rows that
+    stop early keep being computed with their last token until every row has stopped; nothing of
+    theirs is recorded after the stop.
+    """
+
+    def __init__(self, model, samples: list[Sample], config: TraceConfig, state: StepState,
+                 masks: dict[str, Tensor]):
+        if not samples:
+            raise ValueError("No samples to generate from.")
+        device = next(model.parameters()).device
+        self.samples, self.config, self.state = samples, config, state
+        lengths = [len(s.prompt_ids) for s in samples]
+        self.width = max(lengths)
+        longest = max(lengths) + config.max_new_tokens
+        total = self.width + config.max_new_tokens  # padded key positions
+        # Each row's prompt + generated ids and evidence, in its own coordinates (for Eq. 1).
+        self.ids = torch.zeros(len(samples), longest, dtype=torch.long, device=device)
+        self.evidence = torch.stack([evidence_vector(s, longest, device) for s in samples])
+        padded_evidence = torch.zeros(len(samples), total, dtype=torch.bool, device=device)
+        for b, sample in enumerate(samples):
+            self.ids[b, : lengths[b]] = torch.as_tensor(sample.prompt_ids, device=device)
+            offset = self.width - lengths[b]
+            padded_evidence[b, offset:] = self.evidence[b, : total - offset]
+        state.active = False
+        self.decoder = BatchDecoder(model, [s.prompt_ids for s in samples], prefill=config.prefill)
+        state.active = True
+        masks.update(evidence=padded_evidence, eligible=None, offsets=self.decoder.offsets)
+        self.masks = masks
+        self.stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
+        self.tokens: list[list[int]] = [[] for _ in samples]
+        self.done = torch.zeros(len(samples), dtype=torch.bool)
+        self.next_input: Tensor | None = None
+
+    def prepare(self, step: int) -> None:
+        """Point the hooks at decoding step ``step``."""
+        self.state.step = step
+        self.state.key_len = self.width + step
+        self.masks["eligible"] = eligible_rows(self.decoder.offsets, self.masks["evidence"].shape[1],
+                                               self.state.key_len, self.config.sink_tokens, self.config.local_window)
+
+    def commit(self, step: int, chosen: Int[Tensor, "batch"]) -> bool:
+        """Keep ``chosen`` as step ``step``'s tokens of the running rows; True once every row has stopped."""
+        for b in torch.nonzero(~self.done).flatten().tolist():
+            token = int(chosen[b])
+            self.tokens[b].append(token)
+            self.ids[b, len(self.samples[b].prompt_ids) + step] = token
+            if token in self.stop_ids:
+                self.done[b] = True
+        self.next_input = chosen
+        return bool(self.done.all())
+
+    @property
+    def running(self) -> Bool[Tensor, "batch"]:
+        return ~self.done
+
+
+def trace_batch(
+    model,
+    samples: list[Sample],
+    config: TraceConfig | None = None,
+    *,
+    hooks: HookList | None = None,
+    state: StepState | None = None,
+    record: bool = True,
+) -> list[Trace]:
+    """Greedy-decode every sample of ``samples`` in one batch and record, at every step and for every
+    layer and head at once: the top-1 source position (-> Eq. 1), the Eq. 2 evidence score, the
+    final-norm hidden state (``ln_final.hook_out``) and the generated token. One :class:`Trace` per sample.
+
+    ``hooks`` (e.g. from :func:`dynheads_tl.hooks.ablate_heads`) are attached beside the reduction
+    hooks; pass the same ``state`` to both so per-step hooks see the current step.
+    ``record=False`` runs the same loop without the reduction hooks (the untraced baseline).
+    See :class:`BatchDecoder` for how batched rows compare with unbatched runs.
+    """
+    config = config or TraceConfig()
+    state = state or StepState()
+    buffers = new_buffers(model, config.max_new_tokens, batch=len(samples))
+    masks: dict[str, Tensor] = {}
+    all_hooks = (reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else []) + list(hooks or [])
+    with model.hooks(fwd_hooks=all_hooks):
+        loop = BatchLoop(model, samples, config, state, masks)
+        for step in range(config.max_new_tokens):
+            loop.prepare(step)
+            if loop.commit(step, loop.decoder.step(loop.next_input).argmax(-1)):
+                break
+    return [build_trace(model, sample, config, loop.tokens[b], buffers, row=b) for b, sample in enumerate(samples)]
+
+
 def trace_generation(
     model,
     sample: Sample,
@@ -264,51 +426,18 @@ def trace_generation(
     state: StepState | None = None,
     record: bool = True,
 ) -> Trace:
-    """Greedy-decode ``sample`` and record, at every step and for every layer and head at once:
-    the top-1 source position (-> Eq. 1), the Eq. 2 evidence score, the final-norm hidden state
-    (``ln_final.hook_out``) and the generated token.
-
-    ``hooks`` (e.g. from :func:`dynheads_tl.hooks.ablate_heads`) are attached beside the reduction
-    hooks; pass the same ``state`` to both so per-step hooks see the current step.
-    ``record=False`` runs the same loop without the reduction hooks (the untraced baseline).
-    """
-    config = config or TraceConfig()
-    state = state or StepState()
-    prompt_len, max_steps = len(sample.prompt_ids), config.max_new_tokens
-    total = prompt_len + max_steps
-    device = next(model.parameters()).device
-    buffers = new_buffers(model, max_steps)
-    masks = {"evidence": evidence_vector(sample, total, device), "eligible": None}
-    all_hooks = (reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else []) + list(hooks or [])
-    stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
-
-    tokens: list[int] = []
-    state.active = False
-    with model.hooks(fwd_hooks=all_hooks):
-        decoder = Decoder(model, sample.prompt_ids, prefill=config.prefill)
-        state.active = True
-        next_input = None
-        for step in range(max_steps):
-            state.step = step
-            state.key_len = prompt_len + step
-            masks["eligible"] = eligible_positions(total, state.key_len, config.sink_tokens, config.local_window, device)
-            logits = decoder.step(next_input)
-            token = int(logits.argmax())
-            tokens.append(token)
-            next_input = token
-            if token in stop_ids:
-                break
-    return build_trace(model, sample, config, tokens, buffers)
+    """:func:`trace_batch` for one sample (no padding: exactly the unbatched computation)."""
+    return trace_batch(model, [sample], config, hooks=hooks, state=state, record=record)[0]
 
 
-def new_buffers(model, max_steps: int) -> dict[str, Tensor]:
-    """Per-step outputs of the reduction hooks, preallocated for ``max_steps`` steps."""
+def new_buffers(model, max_steps: int, batch: int = 1) -> dict[str, Tensor]:
+    """Per-row, per-step outputs of the reduction hooks, preallocated for ``max_steps`` steps."""
     n_layers, n_heads, d_model = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model
     device = next(model.parameters()).device
     return {
-        "argmax_pos": torch.zeros(max_steps, n_layers, n_heads, dtype=torch.long, device=device),
-        "support_score": torch.zeros(max_steps, n_layers, n_heads, dtype=torch.float32, device=device),
-        "hidden": torch.zeros(max_steps, d_model, dtype=torch.float32, device=device),
+        "argmax_pos": torch.zeros(batch, max_steps, n_layers, n_heads, dtype=torch.long, device=device),
+        "support_score": torch.zeros(batch, max_steps, n_layers, n_heads, dtype=torch.float32, device=device),
+        "hidden": torch.zeros(batch, max_steps, d_model, dtype=torch.float32, device=device),
     }
 
 
@@ -320,13 +449,13 @@ def evidence_vector(sample: Sample, total: int, device) -> Bool[Tensor, "key"]:
 
 
 def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], buffers: dict[str, Tensor],
-                **extra_config) -> Trace:
+                row: int = 0, **extra_config) -> Trace:
     n = len(tokens)
     return Trace(
         tokens=torch.tensor(tokens, dtype=torch.long),
-        argmax_pos=buffers["argmax_pos"][:n].cpu(),
-        support_score=buffers["support_score"][:n].cpu(),
-        hidden=buffers["hidden"][:n].cpu(),
+        argmax_pos=buffers["argmax_pos"][row, :n].cpu(),
+        support_score=buffers["support_score"][row, :n].cpu(),
+        hidden=buffers["hidden"][row, :n].cpu(),
         prompt_ids=torch.as_tensor(sample.prompt_ids, dtype=torch.long),
         evidence_spans=[tuple(s) for s in sample.evidence_spans],
         task=sample.task,

@@ -35,8 +35,9 @@ eq2_threshold = 0.1  # HotpotQA: Eq. 2 score above which a head is in D_t
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
 seed = 0  # seeds samples and the random baseline
+batch_size = 8  # generations decoded together: the runs of one grid cell, or one sample's k values
 output_dir = "papers_figures"  # where figures and tables are written
-use_cache = True  # reuse cached calibration traces
+use_cache = True  # reuse cached calibration traces and ablation runs
 
 # %%
 import time
@@ -54,7 +55,7 @@ config = irreplaceability.IrreplaceabilityConfig.from_params(dict(
     progressive_k_max=progressive_k_max, progressive_k_step=progressive_k_step, n_progressive=n_progressive,
     progressive_context=progressive_context, ablation_mode=ablation_mode, keep_cache=keep_cache,
     eq2_threshold=eq2_threshold, sink_tokens=sink_tokens, local_window=local_window, seed=seed,
-    output_dir=output_dir, use_cache=use_cache))
+    batch_size=batch_size, output_dir=output_dir, use_cache=use_cache))
 out_dir = f"{config.output_dir}/02_irreplaceability"
 run_config = {"notebook": "02_irreplaceability", **config.__dict__}
 config
@@ -94,6 +95,17 @@ display(Image(filename=str(figures.save_figure(fig, "fig3_niah_progressive", out
 display(prog_niah.round(3))
 
 # %% [markdown]
+# ### Protocol checks (NIAH)
+# Progressive masking with $k = 0$ must give exactly the unmasked generation of the same sample, and
+# the three grid conditions must mask different heads (which heads: the `heads_ever_masked` column of
+# `fig2_niah_masking.csv`).
+
+# %%
+checks_niah = irreplaceability.protocol_checks(niah)
+figures.save_table(checks_niah, "niah_protocol_checks", out_dir, run_config)
+display(checks_niah)
+
+# %% [markdown]
 # ### Which heads take over? (NIAH)
 # Heads that became Eq. 1 retrieval heads only after masking, counted over all progressive runs.
 
@@ -119,7 +131,10 @@ prog_hotpot = irreplaceability.progressive_summary(hotpot)
 fig = figures.progressive_figure(prog_hotpot, "f1", "Fig 7 (HotpotQA): progressive masking")
 display(Image(filename=str(figures.save_figure(fig, "fig7_hotpot_progressive", out_dir, hotpot.progressive, run_config))))
 figures.save_table(hotpot.compensation, "hotpot_compensation", out_dir, run_config)
+checks_hotpot = irreplaceability.protocol_checks(hotpot)
+figures.save_table(checks_hotpot, "hotpot_protocol_checks", out_dir, run_config)
 display(prog_hotpot.round(3))
+display(checks_hotpot)
 display(hotpot.compensation)
 
 # %% [markdown]

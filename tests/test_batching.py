@@ -1,0 +1,144 @@
+"""Batched generation (left padding, shared prefill, per-row masks) against unbatched runs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dynheads_tl
+from dynheads_tl import TraceConfig, trace_generation
+from dynheads_tl import ablation
+from dynheads_tl.ablation import AblationSetup, Job, cached_runs, run_condition, run_jobs, two_pass_batch
+from dynheads_tl.hooks import ablate_heads
+from dynheads_tl.tasks import make_niah_samples
+from dynheads_tl.tracing import BatchDecoder, trace_batch
+from conftest import build_tiny_model
+
+
+def assert_same_trace(batched, single, *, hidden_atol=1e-4):
+    assert torch.equal(batched.tokens, single.tokens)
+    assert torch.equal(batched.argmax_pos, single.argmax_pos)
+    assert torch.equal(batched.retrieval_mask, single.retrieval_mask)
+    torch.testing.assert_close(batched.support_score, single.support_score, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(batched.hidden, single.hidden, atol=hidden_atol, rtol=1e-4)
+    assert batched.response == single.response
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_tiny_padded_batch_matches_single_runs(family, tmp_path):
+    """Mechanics on random models: prompts of different lengths (so rows are left-padded)."""
+    model = dynheads_tl.load_model(str(build_tiny_model(family, tmp_path / family)), device="cpu")
+    samples = make_niah_samples(model.tokenizer, n=3, context_tokens=[60, 90, 75], seed=4, max_new_tokens=6)
+    lengths = {len(s.prompt_ids) for s in samples}
+    assert len(lengths) == 3, "the test needs padding"
+    config = TraceConfig(max_new_tokens=6, stop_at_eos=False, local_window=8)
+    batched = trace_batch(model, samples, config)
+    for sample, trace in zip(samples, batched):
+        assert_same_trace(trace, trace_generation(model, sample, config))
+        # Source positions are in the row's own coordinates: never in another row's padding.
+        assert int(trace.argmax_pos.min()) >= 0
+        assert int(trace.argmax_pos.max()) < len(sample.prompt_ids) + config.max_new_tokens
+
+
+def test_identical_prompts_are_prefilled_once(monkeypatch, embedded_model):
+    [sample] = make_niah_samples(embedded_model.tokenizer, n=1, context_tokens=200, seed=9)
+    twin = dynheads_tl.models.fast_twin(embedded_model)
+    calls = []
+    original = twin.forward
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(twin, "forward", counting)  # this instance only: the bridge wraps the same class
+    decoder = BatchDecoder(embedded_model, [sample.prompt_ids] * 3)
+    assert calls == [1], "three identical prompts, one prefill row"
+    assert all(layer.keys.shape[0] == 3 for layer in decoder.cache.layers)
+    logits = decoder.step()
+    assert torch.equal(logits[0], logits[1]) and torch.equal(logits[1], logits[2])
+
+
+def test_per_row_ablation_and_partial_cache_restore(embedded_model):
+    [sample] = make_niah_samples(embedded_model.tokenizer, n=1, context_tokens=200, seed=9)
+    n_layers, n_heads = embedded_model.cfg.n_layers, embedded_model.cfg.n_heads
+    mask = torch.zeros(2, n_layers, n_heads, dtype=torch.bool)
+    mask[1, 5:15] = True  # row 1 only
+    decoder = BatchDecoder(embedded_model, [sample.prompt_ids] * 2)
+    clean = decoder.step()
+    saved = decoder.last_position()
+    decoder.rewind(decoder.n_cached - 1)
+    with embedded_model.hooks(fwd_hooks=ablate_heads(lambda: mask, n_layers=n_layers)):
+        ablated = decoder.step()
+    assert torch.equal(ablated[0], clean[0])
+    assert (ablated[1] - clean[1]).abs().max() > 1e-2
+    masked_keys = [layer.keys[:, :, -1].clone() for layer in decoder.cache.layers]
+    decoder.replace_last_position(saved, rows=torch.tensor([False, True]))
+    deep = n_layers - 1  # a layer after the ablated ones: its keys differ between the two passes
+    assert not torch.equal(masked_keys[deep][1], saved[deep][0][1, :, -1])
+    assert torch.equal(decoder.cache.layers[deep].keys[1, :, -1], saved[deep][0][1, :, -1])
+    assert torch.equal(decoder.cache.layers[deep].keys[0, :, -1], masked_keys[deep][0])
+
+
+@pytest.fixture(scope="module")
+def padded_samples(embedded_model):
+    samples = make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=[300, 340], seed=21, max_new_tokens=24)
+    assert len(samples[0].prompt_ids) != len(samples[1].prompt_ids)
+    return samples
+
+
+@pytest.fixture(scope="module")
+def setup():
+    static = torch.zeros(30, 9, dtype=torch.bool)
+    static[[15, 18, 20, 20], [1, 6, 5, 7]] = True
+    return AblationSetup(static_mask=static, static_top20=static, k=4)
+
+
+@pytest.mark.slow
+def test_two_pass_batch_matches_single_runs(embedded_model, padded_samples, setup):
+    config = TraceConfig(max_new_tokens=24)
+    jobs = [Job(s, c, i) for i, s in enumerate(padded_samples) for c in ("none", "dynamic", "static", "random")]
+    jobs += [Job(padded_samples[0], "progressive", 0, 0), Job(padded_samples[0], "progressive", 0, 10)]
+    batched = run_jobs(embedded_model, jobs, setup, config)
+    for job, result in zip(jobs, batched):
+        single = run_condition(embedded_model, job.sample, job.condition, setup, config,
+                               sample_seed=job.sample_seed, k=job.k)
+        assert torch.equal(result.masked_heads, single.masked_heads), job.condition
+        assert_same_trace(result.masked, single.masked)
+        assert_same_trace(result.clean, single.clean)
+        assert result.condition == job.condition
+    assert batched[1].masked_heads.any(), "dynamic masking bites on this sample"
+    # Within one batch, k = 0 gives exactly the unmasked row's tokens and sources (the hidden states of
+    # two rows of one batched matmul may differ in the last bits).
+    assert torch.equal(batched[-2].masked.tokens, batched[0].masked.tokens)
+    assert torch.equal(batched[-2].clean.argmax_pos, batched[0].clean.argmax_pos)
+    torch.testing.assert_close(batched[-2].masked.hidden, batched[0].masked.hidden, atol=1e-4, rtol=1e-4)
+
+
+def test_two_pass_batch_validates_its_input(embedded_model, padded_samples):
+    with pytest.raises(ValueError, match="No jobs"):
+        two_pass_batch(embedded_model, [])
+    with pytest.raises(ValueError, match="labels"):
+        two_pass_batch(embedded_model, [(padded_samples[0], lambda view: None)], labels=[("a", 1), ("b", 2)])
+    with pytest.raises(ValueError, match="empty"):
+        BatchDecoder(embedded_model, [[1, 2, 3], []])
+
+
+def test_cached_runs_batches_only_what_is_missing(monkeypatch, tmp_path, embedded_model, padded_samples, setup):
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
+    config = TraceConfig(max_new_tokens=4)
+    batches = []
+    original = ablation.run_jobs
+
+    def recording(model, jobs, *args, **kwargs):
+        batches.append([(job.condition, job.sample_seed) for job in jobs])
+        return original(model, jobs, *args, **kwargs)
+
+    monkeypatch.setattr(ablation, "run_jobs", recording)
+    first = [Job(padded_samples[0], "static", 0), Job(padded_samples[1], "static", 1)]
+    cached_runs(embedded_model, first, setup, config, batch_size=8, cache_key={"test": 1})
+    assert batches == [[("static", 0), ("static", 1)]]
+    jobs = first + [Job(padded_samples[0], c, 0) for c in ("none", "dynamic", "random")]
+    out = cached_runs(embedded_model, jobs, setup, config, batch_size=2, cache_key={"test": 1})
+    assert batches[1:] == [[("none", 0), ("dynamic", 0)], [("random", 0)]]
+    assert [row["heads_ever_masked"] for row, _ in out[:2]] == ["L15H1 L18H6 L20H5 L20H7"] * 2
+    with pytest.raises(ValueError, match="batch_size"):
+        cached_runs(embedded_model, jobs, setup, config, batch_size=0)
