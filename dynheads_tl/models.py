@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -245,6 +246,8 @@ def load_model(
     source = resolve_model_source(name_or_path)
     torch_dtype = _resolve_dtype(dtype)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu":
+        tune_cpu_allocator()
     fast = AutoModelForCausalLM.from_pretrained(
         source, dtype=torch_dtype, attn_implementation="sdpa"
     ).to(device).eval()
@@ -258,6 +261,39 @@ def load_model(
     bridge.__dict__["_dynheads_fast_twin"] = fast
     bridge.__dict__["_dynheads_source"] = str(name_or_path)
     return bridge
+
+
+_ALLOCATOR_TUNED: bool | None = None
+
+
+def tune_cpu_allocator() -> bool:
+    """Keep glibc's malloc from mapping fresh pages for every large tensor (Linux, CPU only).
+
+    The bridge's eager attention allocates per layer and step a [batch, heads, keys, d_head] copy of the
+    keys and values; in batched decoding these pass glibc's 32 MB ceiling for heap allocation, so each
+    is a new ``mmap`` whose pages fault in on first touch and are unmapped on free. That made a batch
+    of 8 rows at 2000 tokens 2-3x slower per step (``bench/bench_ablation.py``). Turning off malloc's
+    mmap path (``M_MMAP_MAX=0``) and keeping freed memory for reuse (``M_TRIM_THRESHOLD``) removes it.
+    The price: memory freed by the process is reused rather than returned to the system. Set
+    ``DYNHEADS_MALLOC_TUNING=0`` to leave malloc alone. Returns whether the settings were applied.
+    """
+    global _ALLOCATOR_TUNED
+    if _ALLOCATOR_TUNED is not None:
+        return _ALLOCATOR_TUNED
+    _ALLOCATOR_TUNED = False
+    if os.environ.get("DYNHEADS_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc (e.g. musl)
+        return False
+    m_trim_threshold, m_top_pad, m_mmap_max = -1, -2, -4
+    _ALLOCATOR_TUNED = bool(mallopt(m_mmap_max, 0) and mallopt(m_trim_threshold, 2**31 - 1)
+                            and mallopt(m_top_pad, 256 << 20))
+    logger.info("glibc malloc tuned for large tensors: %s", _ALLOCATOR_TUNED)
+    return _ALLOCATOR_TUNED
 
 
 def fast_twin(model) -> torch.nn.Module:

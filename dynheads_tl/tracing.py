@@ -172,10 +172,11 @@ class BatchDecoder:
     last prompt tokens, so the first :meth:`step` computes decoding step 0's query rows.
     ``prefill="fast"`` fills the cache with the SDPA twin; ``"hooked"`` with the bridge itself.
 
-    Batching: prompts are left-padded; the padding is masked out of attention and every row keeps its
-    own positions (so RoPE sees exactly the positions of an unbatched run). Identical prompts are
-    prefilled once and their cache rows copied. Rows of one batch agree with unbatched runs to float
-    rounding (~1e-5 in the logits, tested), not bit for bit; a batch without padding and of one
+    Batching: each distinct prompt is prefilled once, alone and unpadded (so its keys and values are
+    exactly those of an unbatched run, and the prefill never pays for padding), and the caches are
+    left-padded into one. Padding is masked out of attention and every row keeps its own positions,
+    so RoPE sees exactly the positions of an unbatched run. Decoding steps of a batch agree with
+    unbatched runs to float rounding (~1e-5 in the logits, tested), not bit for bit; a batch of one
     sequence runs exactly the unbatched computation.
     """
 
@@ -196,41 +197,52 @@ class BatchDecoder:
         self.prompt_lengths = torch.tensor([len(r) for r in rows])
         self.offsets = (width - self.prompt_lengths).to(self.device)  # left padding per row
         self.padded = bool(self.offsets.any())
-        # Prefill each distinct prompt once, then copy its cache row to every row that shares it.
+        # Prefill each distinct prompt once, alone and unpadded (so the cache rows are exactly those of
+        # an unbatched run), then left-pad the keys and values into one cache; padding is never attended.
         distinct: dict[tuple[int, ...], int] = {}
         row_of = [distinct.setdefault(tuple(r.tolist()), len(distinct)) for r in rows]
-        firsts = [row_of.index(i) for i in range(len(distinct))]
-        pad_id = getattr(model.tokenizer, "pad_token_id", None) or 0
-        ids = torch.full((len(firsts), width), int(pad_id), dtype=torch.long)
-        for i, b in enumerate(firsts):
-            ids[i, width - len(rows[b]):] = rows[b]
-        ids = ids.to(self.device)
+        prefilled = [self._prefill(model, torch.tensor(ids, device=self.device), prefill) for ids in distinct]
         self.cache = DynamicCache()
         self.n_cached = width - 1
         if self.n_cached > 0:
-            kwargs = self._position_kwargs(self.offsets[firsts], 0, self.n_cached)
-            with torch.no_grad():
-                if prefill == "fast":
-                    out = fast_twin(model)(input_ids=ids[:, :-1], past_key_values=self.cache, use_cache=True, **kwargs)
-                    self.cache = out.past_key_values
-                else:
-                    _, self.cache = model(ids[:, :-1], return_type="logits_and_cache", past_key_values=self.cache,
-                                          **kwargs)
-            if len(firsts) < self.batch or firsts != list(range(self.batch)):
-                self.cache.batch_select_indices(torch.tensor(row_of, device=self.device))
-        self.pending = ids[row_of, -1]
+            template = next(c for c in prefilled if c.get_seq_length() > 0)
+            for layer_idx, layer in enumerate(template.layers):
+                padded = []
+                for name in ("keys", "values"):
+                    like = getattr(layer, name)
+                    out = torch.zeros((self.batch, like.shape[1], self.n_cached, like.shape[-1]), dtype=like.dtype,
+                                      device=like.device)
+                    for b, source in enumerate(row_of):
+                        if self.prompt_lengths[b] > 1:
+                            out[b, :, int(self.offsets[b]):] = getattr(prefilled[source].layers[layer_idx], name)[0]
+                    padded.append(out)
+                self.cache.update(*padded, layer_idx)
+        self.pending = torch.stack([r[-1] for r in rows]).to(self.device)
 
-    def _position_kwargs(self, offsets: Tensor, start: int, end: int) -> dict[str, Tensor]:
+    @staticmethod
+    def _prefill(model, ids: Int[Tensor, "pos"], prefill: PrefillMode):
+        """The KV cache of ``ids`` minus its last token, for one unpadded sequence."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        if len(ids) < 2:
+            return cache
+        with torch.no_grad():
+            if prefill == "fast":
+                return fast_twin(model)(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True).past_key_values
+            return model(ids[None, :-1], return_type="logits_and_cache", past_key_values=cache)[1]
+
+    def _position_kwargs(self, start: int, end: int) -> dict[str, Tensor]:
         """Attention mask over cached + new positions and each row's own positions for [start, end)."""
         if not self.padded:
             return {}
-        positions = torch.arange(end, device=self.device)[None, :] - offsets[:, None]
+        positions = torch.arange(end, device=self.device)[None, :] - self.offsets[:, None]
         return {"attention_mask": (positions >= 0).long(), "position_ids": positions[:, start:end].clamp_min(0)}
 
     def step(self, tokens: Int[Tensor, "batch"] | None = None) -> Float[Tensor, "batch vocab"]:
         """Run one token per row (default: the pending ones) and return each row's next-token logits."""
         tokens = self.pending if tokens is None else torch.as_tensor(tokens, dtype=torch.long).to(self.device)
-        kwargs = self._position_kwargs(self.offsets, self.n_cached, self.n_cached + 1)
+        kwargs = self._position_kwargs(self.n_cached, self.n_cached + 1)
         with torch.no_grad():
             logits, self.cache = self.model(tokens.reshape(self.batch, 1), return_type="logits_and_cache",
                                             past_key_values=self.cache, **kwargs)

@@ -142,3 +142,14 @@ def test_cached_runs_batches_only_what_is_missing(monkeypatch, tmp_path, embedde
     assert [row["heads_ever_masked"] for row, _ in out[:2]] == ["L15H1 L18H6 L20H5 L20H7"] * 2
     with pytest.raises(ValueError, match="batch_size"):
         cached_runs(embedded_model, jobs, setup, config, batch_size=0)
+
+
+def test_one_token_prompt_beside_longer_ones(embedded_model):
+    """A row with nothing to prefill (all padding in the cache) still decodes as if alone."""
+    from dynheads_tl.tracing import Decoder
+
+    ids = embedded_model.tokenizer("The capital of France is", return_tensors="pt").input_ids[0].tolist()
+    decoder = BatchDecoder(embedded_model, [ids[-1:], ids])
+    logits = decoder.step()
+    torch.testing.assert_close(logits[0], Decoder(embedded_model, ids[-1:]).step(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[1], Decoder(embedded_model, ids).step(), atol=1e-4, rtol=1e-4)

@@ -111,3 +111,14 @@ def test_embedded_model_guards(embedded_model):
 def test_dtype_is_validated():
     with pytest.raises(ValueError, match="dtype"):
         models._resolve_dtype("float8")
+
+
+def test_cpu_allocator_tuning_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(models, "_ALLOCATOR_TUNED", None)
+    monkeypatch.setenv("DYNHEADS_MALLOC_TUNING", "0")
+    assert models.tune_cpu_allocator() is False
+    monkeypatch.setattr(models, "_ALLOCATOR_TUNED", None)
+    monkeypatch.delenv("DYNHEADS_MALLOC_TUNING")
+    import sys
+    if sys.platform.startswith("linux"):  # glibc: the settings apply (CI and this machine)
+        assert models.tune_cpu_allocator() is True
