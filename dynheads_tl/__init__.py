@@ -1,9 +1,9 @@
 """dynheads-tl: reproducing "Retrieval Heads are Dynamic" (arXiv 2602.11162) with TransformerLens."""
 from .models import DEFAULT_MODEL, cache_dir, embedded_model_dir, fast_twin, load_model
-from .tracing import Decoder, Trace, TraceConfig, load_traces, save_traces, trace_generation
+from .tracing import BatchDecoder, Decoder, Trace, TraceConfig, load_traces, save_traces, trace_batch, trace_generation
 
 __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_MODEL", "cache_dir", "embedded_model_dir", "fast_twin", "load_model",
-    "Decoder", "Trace", "TraceConfig", "trace_generation", "save_traces", "load_traces",
+    "BatchDecoder", "Decoder", "Trace", "TraceConfig", "trace_batch", "trace_generation", "save_traces", "load_traces",
 ]

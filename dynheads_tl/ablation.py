@@ -21,6 +21,12 @@ so k = 0 reproduces the unmasked generation exactly. The protocol's cost floor i
 Baselines mask, at every step, the static top-k heads or k seeded random heads (drawn once per sample),
 with k the mean dynamic-set size of the calibration split. Progressive masking ranks every head at
 step t (Eq. 1 hits first, then by attention share on the evidence) and masks the top k.
+
+Batching: :func:`two_pass_batch` runs several (sample, selector) jobs as one left-padded batch (each
+row has its own D_t and its own mask at every step); :func:`two_pass_generation` is a batch of one.
+The experiments batch the runs of one grid cell, and one sample's k values (``batch_size`` rows at a
+time). Batched rows agree with one-at-a-time runs to float rounding; their tokens, masks and Eq. 1
+sets were identical in every test and benchmark (see :class:`dynheads_tl.tracing.BatchDecoder`).
 """
 from __future__ import annotations
 

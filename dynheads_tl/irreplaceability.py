@@ -32,7 +32,7 @@ class IrreplaceabilityConfig(NotebookConfig):
     niah_depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
     hotpot_contexts: list[int] = field(default_factory=lambda: [250, 750])
     hotpot_depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
-    runs_per_cell: int = 1
+    runs_per_cell: int = 2
     n_calibration: int = 10
     max_new_tokens: int = 40
     hotpot_max_new_tokens: int = 16
@@ -220,7 +220,8 @@ def summary_markdown(results: dict[str, TaskAblation], model_label: str) -> str:
         elif dyn < base - 0.1 and stat < base - 0.1 and rand >= base - 0.2:
             verdict = (f"Masking the dynamic heads breaks it, but so does masking the static top-{result.setup.k}, while random "
                        "heads barely matter: on this model the static heads are *not* dispensable, unlike in the paper. "
-                       f"Dynamic masking does it with fewer heads ({dyn_heads:.1f} heads per step on average, vs {result.setup.k} at every step).")
+                       f"Dynamic masking does it with {'fewer' if dyn_heads < result.setup.k else 'more'} heads "
+                       f"({dyn_heads:.1f} heads per step on average, vs {result.setup.k} at every step).")
         else:
             verdict = "Masking the dynamic heads does **not** hurt clearly more than the baselines on this model; the paper's claim is not reproduced here."
         lines.append(f"- **{name}** (grid mean): unmasked {base:.2f}, dynamic {dyn:.2f}, static top-{result.setup.k} "

@@ -19,7 +19,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "01_dynamism": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 12,
                         "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1]},
         "02_irreplaceability": {"niah_contexts": [300], "niah_depths": [0.2, 0.8], "hotpot_contexts": [250],
-                                "hotpot_depths": [0.5], "n_calibration": 2, "max_new_tokens": 12,
+                                "hotpot_depths": [0.5], "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 12,
                                 "hotpot_max_new_tokens": 8, "progressive_k_max": 10, "n_progressive": 1,
                                 "progressive_context": 300},
         "03_correlation": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 12,

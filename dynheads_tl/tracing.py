@@ -314,21 +314,11 @@ def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[st
     return hooks
 
 
-def eligible_positions(total: int, state_key_len: int, sink: int, window: int, device) -> Tensor:
-    """Eq. 2's denominator positions: all but the first ``sink`` and the last ``window`` keys."""
-    mask = torch.ones(total, dtype=torch.bool, device=device)
-    mask[: min(sink, total)] = False
-    if window:
-        mask[max(state_key_len - window, 0): state_key_len] = False
-    return mask
-
-
 def eligible_rows(offsets: Int[Tensor, "batch"], total: int, key_len: int, sink: int, window: int
                   ) -> Bool[Tensor, "batch key"]:
-    """:func:`eligible_positions` for left-padded rows, in padded coordinates (padding is never eligible).
-
-    All rows end at the same padded position, so the local window is shared; the sink is each row's
-    first ``sink`` real positions."""
+    """Eq. 2's denominator positions of each left-padded row, in padded coordinates: all keys but the
+    row's first ``sink`` real positions and the last ``window`` of the ``key_len`` visible keys (padding
+    is never eligible). All rows end at the same padded position, so the local window is shared."""
     positions = torch.arange(total, device=offsets.device)[None, :] - offsets[:, None]
     mask = positions >= sink
     if window:
