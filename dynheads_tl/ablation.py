@@ -19,7 +19,9 @@ Steps where the selector masks nothing skip the second pass (its result would eq
 so k = 0 reproduces the unmasked generation exactly. The protocol's cost floor is two forwards per step.
 
 Baselines mask, at every step, the static top-k heads or k seeded random heads (drawn once per sample),
-with k the mean dynamic-set size of the calibration split. Progressive masking ranks every head at
+with k the mean dynamic-set size of the calibration split. A size-matched baseline (``static_matched``,
+not in the paper) masks at each step as many of the top static heads as D_t has heads, so that dynamic
+and static masking remove the same number of heads at every step. Progressive masking ranks every head at
 step t (Eq. 1 hits first, then by attention share on the evidence) and masks the top k.
 
 Batching: :func:`two_pass_batch` runs several (sample, selector) jobs as one left-padded batch (each
@@ -44,7 +46,7 @@ from .tasks.common import Sample
 from .tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
 from .tracing import BatchLoop, Trace, TraceConfig, build_trace, new_buffers, reduction_hooks
 
-Condition = Literal["none", "dynamic", "static", "random", "progressive"]
+Condition = Literal["none", "dynamic", "static", "static_matched", "random", "progressive"]
 CachePolicy = Literal["clean", "masked"]
 
 
@@ -194,6 +196,21 @@ def select_fixed(mask: Bool[Tensor, "layer head"]) -> Selector:
     return lambda view: mask
 
 
+def select_static_matched(static_order: Int[Tensor, "rank"]) -> Selector:
+    """Size-matched static baseline: at each step, the top-|D_t| heads of the static ranking
+    (``static_order``: flat head indices, best first); nothing when D_t is empty."""
+
+    def select(view: StepView):
+        n = int(view.retrieval.sum())
+        if n == 0:
+            return None
+        mask = torch.zeros(view.retrieval.numel(), dtype=torch.bool, device=view.retrieval.device)
+        mask[static_order[:n].to(mask.device)] = True
+        return mask.reshape(view.retrieval.shape)
+
+    return select
+
+
 def select_top_ranked(k: int) -> Selector:
     """Progressive masking: D_t first, then by attention share on the evidence; the top k."""
 
@@ -248,7 +265,9 @@ def compensation(result: AblationTrace, static_mask: Bool[Tensor, "layer head"],
 # --- experiments ----------------------------------------------------------------------------------
 @dataclass
 class AblationSetup:
-    """Everything the conditions share: static set, k, protocol knobs."""
+    """Everything the conditions share: static set, k, protocol knobs.
+
+    ``static_order`` (flat head indices by static score, best first) is needed by ``static_matched``."""
 
     static_mask: Bool[Tensor, "layer head"]
     static_top20: Bool[Tensor, "layer head"]
@@ -259,6 +278,7 @@ class AblationSetup:
     keep_cache: CachePolicy = "clean"
     mean_z: Tensor | None = None
     seed: int = 0
+    static_order: Tensor | None = None
 
 
 def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_seed: int = 0,
@@ -271,13 +291,18 @@ def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_s
         return select_dynamic, None
     if condition == "static":
         return select_fixed(setup.static_mask), setup.k
+    if condition == "static_matched":
+        if setup.static_order is None:
+            raise ValueError("The static_matched condition needs AblationSetup.static_order (the static ranking).")
+        return select_static_matched(setup.static_order), None
     if condition == "random":
         return select_fixed(random_heads(n_layers, n_heads, setup.k, setup.seed * 1_000_003 + sample_seed)), setup.k
     if condition == "progressive":
         if k is None or k < 0:
             raise ValueError("Progressive masking needs k >= 0.")
         return select_top_ranked(k), k
-    raise ValueError(f"Unknown condition {condition!r}; use none, dynamic, static, random or progressive.")
+    raise ValueError(f"Unknown condition {condition!r}; use none, dynamic, static, static_matched, random or "
+                     "progressive.")
 
 
 @dataclass(frozen=True)
@@ -308,7 +333,8 @@ def _setup_key(setup: AblationSetup) -> dict:
     mean_z = None if setup.mean_z is None else float(setup.mean_z.double().sum())
     return {"static": setup.static_mask.nonzero().tolist(), "top20": setup.static_top20.nonzero().tolist(),
             "k": setup.k, "kind": setup.kind, "threshold": setup.threshold, "mode": setup.mode,
-            "keep_cache": setup.keep_cache, "seed": setup.seed, "mean_z": mean_z}
+            "keep_cache": setup.keep_cache, "seed": setup.seed, "mean_z": mean_z,
+            "order": None if setup.static_order is None else setup.static_order.tolist()}
 
 
 def head_names(mask: Bool[Tensor, "layer head"]) -> str:

@@ -123,7 +123,7 @@ def long_tail_figure(frequency: pd.DataFrame, curve: Sequence[int], n_heads: int
 
 
 CONDITION_TITLES = {"none": "unmasked", "dynamic": "dynamic D_t masked", "static": "static top-k masked",
-                    "random": "random k masked"}
+                    "static_matched": "static top-|D_t| masked", "random": "random k masked"}
 
 
 def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str):

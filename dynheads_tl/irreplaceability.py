@@ -23,6 +23,8 @@ from .tracing import TraceConfig, trace_generation
 # The paper's anchors (Fig 3): accuracy 1.0 -> 0.0 by k = 20 dynamic heads; 4.5-7 compensating
 # static-top-20 heads for k >= 5.
 PAPER_FIG3 = {"accuracy_at_k0": 1.0, "accuracy_at_k20": 0.0, "m_s_range_k_ge_5": (4.5, 7.0)}
+# The paper's three conditions and the unmasked baseline, plus a size-matched static baseline of ours.
+GRID_CONDITIONS = ("none", "dynamic", "static", "static_matched", "random")
 
 
 @dataclass
@@ -115,7 +117,8 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
     mean_z = mean_head_outputs(model, samples, trace_config) if config.ablation_mode == "mean" else None
     return AblationSetup(static_mask=static_top_k(scores, k), static_top20=static_top_k(scores, min(20, scores.numel())),
                          k=k, kind="eq1" if task == "niah" else "eq2", threshold=config.eq2_threshold,
-                         mode=config.ablation_mode, keep_cache=config.keep_cache, mean_z=mean_z, seed=config.seed)
+                         mode=config.ablation_mode, keep_cache=config.keep_cache, mean_z=mean_z, seed=config.seed,
+                         static_order=torch.argsort(scores.flatten(), descending=True, stable=True))
 
 
 def grid_cells(model, config: IrreplaceabilityConfig, task: str):
@@ -167,8 +170,8 @@ def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
     setup = calibrate(model, config, task)
     trace_config = config.trace_config(task)
     cache_key = {"claim": 2, "task": task} if config.use_cache else None
-    grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, desc=f"{task} grid",
-                           cache_key=cache_key, batch_size=config.batch_size)
+    grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, conditions=GRID_CONDITIONS,
+                           desc=f"{task} grid", cache_key=cache_key, batch_size=config.batch_size)
     progressive, new_heads = progressive_experiment(model, progressive_samples(model, config, task), setup,
                                                     trace_config, config.progressive_ks, desc=f"{task} progressive",
                                                     cache_key=cache_key, batch_size=config.batch_size)
@@ -226,6 +229,19 @@ def summary_markdown(results: dict[str, TaskAblation], model_label: str) -> str:
             verdict = "Masking the dynamic heads does **not** hurt clearly more than the baselines on this model; the paper's claim is not reproduced here."
         lines.append(f"- **{name}** (grid mean): unmasked {base:.2f}, dynamic {dyn:.2f}, static top-{result.setup.k} "
                      f"{stat:.2f}, random {result.setup.k} {rand:.2f}. {verdict}")
+        if "static_matched" in summary.index:
+            matched = value("static_matched")
+            matched_heads = float(summary.loc["static_matched", "heads_masked_per_step"])
+            if matched - dyn >= 0.1:
+                reading = ("less damaging than masking D_t itself: at equal numbers per step, the dynamic heads matter "
+                           "more (the paper's claim, in a size-fair form)")
+            elif matched - dyn <= -0.1:
+                reading = "more damaging than masking D_t itself"
+            else:
+                reading = ("about as damaging as masking D_t itself: at equal numbers per step, the top static heads "
+                           "are as necessary as the step's own dynamic heads on this model")
+            lines.append(f"- **Size-matched control ({name}, ours):** masking as many top static heads as D_t has at each "
+                         f"step ({matched_heads:.1f} heads per step) gives {matched:.2f} — {reading}.")
         prog = progressive_summary(result)
         first, last = prog.iloc[0], prog.iloc[-1]
         at20 = prog[prog["k"] == 20]

@@ -193,7 +193,8 @@ def _headline(stem: Path) -> str:
         if name.startswith(("fig2", "fig6")):
             metric = "accuracy" if "accuracy" in frame else "f1"
             means = frame.groupby("condition")[metric].mean()
-            return ", ".join(f"{c} {means[c]:.2f}" for c in ("none", "dynamic", "static", "random") if c in means) + f" ({metric})"
+            return ", ".join(f"{c.replace('_', ' ')} {means[c]:.2f}" for c in ("none", "dynamic", "static", "static_matched",
+                             "random") if c in means) + f" ({metric})"
         if name.startswith(("fig3", "fig7")):
             metric = "accuracy" if "accuracy" in frame else "f1"
             means = frame.groupby("k")[[metric, "m_s"]].mean()

@@ -14,6 +14,10 @@
 # token is chosen (see `dynheads_tl.ablation`). **Compensation**: $E = H' \setminus H$, the heads active
 # after masking that were not before; $m_s$ = max over steps of $|E_t \cap$ static top-20$|$, averaged
 # over samples.
+#
+# **A size-matched control (ours, not in the paper).** $k$ is a *mean*: at a given step $D_t$ can hold
+# fewer or more heads than $k$, so "dynamic vs static top-$k$" mixes up *which* heads with *how many*. The
+# `static_matched` condition masks, at each step, as many of the top static heads as $D_t$ has heads.
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
@@ -73,8 +77,8 @@ print(f"k (mean |D_t| on calibration) = {niah.setup.k}; static top-{niah.setup.k
 
 # %% [markdown]
 # ## Fig 2 — NIAH accuracy under each masking condition
-# Accuracy = the response contains the exact UUID. One panel per condition; rows are context lengths,
-# columns needle depths.
+# Accuracy = the response contains the exact UUID. One panel per condition (the paper's three, the
+# unmasked baseline, and the size-matched static control); rows are context lengths, columns needle depths.
 
 # %%
 fig = figures.condition_heatmaps(niah.grid, "accuracy", f"Fig 2 (NIAH): accuracy, k = {niah.setup.k}")

@@ -118,3 +118,29 @@ def test_compensation_counts_new_static_heads(embedded_model, sample, setup):
     table = compensation_table(comp["new_heads"], setup.static_top20)
     assert list(table.columns) == ["head", "times_newly_active", "in_static_top20"]
     assert table["times_newly_active"].is_monotonic_decreasing
+
+
+def test_static_matched_masks_as_many_top_static_heads_as_d_t():
+    from dynheads_tl.ablation import select_static_matched
+
+    order = torch.tensor([5, 0, 3, 1, 2, 4])  # flat indices of a [2, 3] grid, best first
+    retrieval = torch.zeros(2, 3, dtype=torch.bool)
+    view = lambda r: StepView(0, 1, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3), r)
+    assert select_static_matched(order)(view(retrieval)) is None
+    retrieval[0, 1] = retrieval[1, 1] = True
+    assert select_static_matched(order)(view(retrieval)).flatten().nonzero().flatten().tolist() == [0, 5]
+
+
+def test_static_matched_condition_follows_the_clean_pass_sizes(embedded_model, sample, setup):
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="static_order"):
+        run_condition(embedded_model, sample, "static_matched", setup, CONFIG)
+    ranked = replace(setup, static_order=torch.randperm(270, generator=torch.Generator().manual_seed(1)))
+    result = run_condition(embedded_model, sample, "static_matched", ranked, CONFIG)
+    sizes = result.masked_heads.flatten(1).sum(1)
+    assert torch.equal(sizes, result.clean.retrieval_mask.flatten(1).sum(1))
+    assert sizes.any()
+    top = torch.zeros(270, dtype=torch.bool)
+    top[ranked.static_order[: int(sizes.max())]] = True
+    assert not (result.masked_heads.flatten(1) & ~top).any(), "only the top static heads are masked"

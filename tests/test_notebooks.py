@@ -92,7 +92,7 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(tmp_path):
         for ext in ("png", "pdf", "csv", "config.json"):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
     grid = pd.read_csv(folder / "fig2_niah_masking.csv", keep_default_na=False)
-    assert set(grid["condition"]) == {"none", "dynamic", "static", "random"}
+    assert set(grid["condition"]) == {"none", "dynamic", "static", "static_matched", "random"}
     assert grid["accuracy"].between(0, 1).all()
     # The three conditions mask different heads, on every grid run.
     masked = grid.pivot_table(index=["context", "depth", "run"], columns="condition", values="heads_ever_masked",
