@@ -18,7 +18,8 @@ Controls, because CCA overfits easily with few samples and many dimensions:
 Probes (Tables 2 and 3): an MLP from the hidden state to the per-head Eq. 1 pattern (multi-label
 classification, Asymmetric Loss, threshold maximising F1 on the validation PR curve) or to the Eq. 2
 scores (regression). Splits are 70/20/10 *by sample*. Baselines in the same tables: the static
-frequency prior (each head's training base rate) and a linear probe.
+frequency prior (each head's training base rate), a step-aware prior (each head's rate at that decoding
+step) and a linear probe.
 """
 from __future__ import annotations
 
@@ -303,11 +304,24 @@ def regression_metrics(y_true, y_pred) -> dict[str, float]:
             "r2": r2_score(y_true, y_pred, multioutput="variance_weighted")}
 
 
+def step_rates(y_train: np.ndarray, train_steps: np.ndarray, *, fallback: np.ndarray):
+    """A predictor that knows only the decoding step: each head's mean target at that step index on the
+    training pairs (``fallback``, e.g. the overall base rate, for steps the training split never reached).
+    Returns a function from step indices to [pairs, heads] predictions."""
+    table = {int(t): y_train[train_steps == t].mean(0) for t in np.unique(train_steps)}
+
+    def predict(steps: np.ndarray) -> np.ndarray:
+        return np.stack([table.get(int(t), fallback) for t in steps]) if len(steps) else np.empty((0, len(fallback)))
+
+    return predict
+
+
 def probe_table(traces: Sequence[Trace], task: Literal["classification", "regression"], config: ProbeConfig,
                 *, k: int = 0, split_seed: int = 0) -> pd.DataFrame:
-    """Table 2 (classification of Eq. 1) or Table 3 (regression of Eq. 2 scores): MLP probe, linear probe
-    and the static-frequency prior, all scored on the 10% test samples. The linear probe is a linear layer
-    trained like the MLP (classification) or closed-form ridge regression (regression)."""
+    """Table 2 (classification of Eq. 1) or Table 3 (regression of Eq. 2 scores): MLP probe, linear probe,
+    the static-frequency prior and a step-aware prior (each head's rate at that decoding step: what the
+    position in the answer alone predicts), all scored on the 10% test samples. The linear probe is a
+    linear layer trained like the MLP (classification) or closed-form ridge regression (regression)."""
     target = "eq1" if task == "classification" else "score"
     x, y, groups = lagged_pairs(traces, k, target)
     train_s, val_s, test_s = split_by_sample(len(traces), [0.7, 0.2, 0.1], split_seed)
@@ -322,6 +336,7 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
     else:
         predictors["linear probe"] = ridge_probe(xtr, ytr)
     base_rate = ytr.mean(0)
+    steps = step_of(groups) + k  # the decoding step each target belongs to
     for name, model in predictors.items():
         with torch.no_grad():
             out = lambda data: model(torch.as_tensor(data, dtype=torch.float32))
@@ -331,6 +346,8 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
                 val_scores, test_scores = out(xva).numpy(), out(xte).numpy()
         rows.append((name, val_scores, test_scores))
     rows.append(("static-frequency prior", np.tile(base_rate, (len(xva), 1)), np.tile(base_rate, (len(xte), 1))))
+    step_prior = step_rates(ytr, steps[parts[0]], fallback=base_rate)
+    rows.append(("step-aware prior", step_prior(steps[parts[1]]), step_prior(steps[parts[2]])))
     table = []
     for name, val_scores, test_scores in rows:
         if task == "classification":

@@ -123,8 +123,16 @@ def summary_markdown(cca_niah: pd.DataFrame, cca_hotpot: pd.DataFrame, table2: p
         f"(paper, Llama-3.1-8B: F1 {PAPER_TABLE2_LLAMA31_8B['f1']}, AUPRC {PAPER_TABLE2_LLAMA31_8B['auprc']}). "
         + ("The probe beats the prior." if t2.loc['MLP probe', 'f1'] > t2.loc['static-frequency prior', 'f1'] + 0.02
            else "The probe does not beat the static prior, so it adds nothing beyond each head's base rate here."))
+    step_f1, probe_f1 = t2.loc['step-aware prior', 'f1'], t2.loc['MLP probe', 'f1']
+    lines.append(
+        f"- **Position control for Table 2**: a step-aware prior (each head's rate at that step index, no hidden "
+        f"state) gets F1 {step_f1:.3f} / AUPRC {t2.loc['step-aware prior', 'auprc']:.3f}. "
+        + ("The probe beats it, so the hidden state carries more than the position in the answer."
+           if probe_f1 > step_f1 + 0.02 else
+           "The probe does not beat it: what the probe predicts is largely the position in the answer."))
     t3 = table3.set_index("predictor")
     lines.append(
         f"- **Table 3 (HotpotQA probe)**: MLP R² {t3.loc['MLP probe', 'r2']:.3f}, linear {t3.loc['linear probe', 'r2']:.3f}, "
-        f"prior {t3.loc['static-frequency prior', 'r2']:.3f} (paper, Llama-3.1-8B: {PAPER_TABLE3_LLAMA31_8B['r2']}).")
+        f"prior {t3.loc['static-frequency prior', 'r2']:.3f}, step-aware prior {t3.loc['step-aware prior', 'r2']:.3f} "
+        f"(paper, Llama-3.1-8B: {PAPER_TABLE3_LLAMA31_8B['r2']}).")
     return "\n".join(lines)

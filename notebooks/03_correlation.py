@@ -11,8 +11,9 @@
 #   *shuffled* pairing (hidden states paired with other samples' scores, at random steps or at the same step
 #   index, which keeps any effect of the position in the answer).
 # - **MLP probes** (Tables 2 and 3) from the hidden state to the Eq. 1 pattern (NIAH, multi-label) or the
-#   Eq. 2 scores (HotpotQA, regression), split 70/20/10 by sample, against a linear probe and the
-#   static-frequency prior.
+#   Eq. 2 scores (HotpotQA, regression), split 70/20/10 by sample, against a linear probe, the
+#   static-frequency prior (each head's base rate) and a step-aware prior (each head's rate at that step
+#   index: what the position in the answer alone predicts; ours, not in the paper).
 #
 # The traces are those of the claim 1 notebook (same parameters -> read from its cache).
 

@@ -119,6 +119,28 @@ def test_probe_table_beats_the_prior_on_planted_traces():
     assert abs(reg.loc["static-frequency prior", "r2"]) < 0.1
 
 
+def test_step_aware_prior_captures_position_only_signal():
+    """Heads whose activity depends only on the step index: the step-aware prior is perfect, the
+    overall base rate is not."""
+    traces = synthetic_traces(n_samples=30, planted=False)
+    for trace in traces:
+        by_step = torch.zeros(trace.n_steps, N_LAYERS, N_HEADS, dtype=torch.bool)
+        by_step[::2, 0, 0] = True  # head (0, 0) retrieves at even steps
+        by_step[1::3, 2, 1] = True  # head (2, 1) at steps 1, 4, 7, ...
+        trace.argmax_pos = torch.where(by_step, torch.tensor(0), torch.tensor(3))
+    table = probe_table(traces, "classification", ProbeConfig(hidden=[8], epochs=2)).set_index("predictor")
+    assert table.loc["step-aware prior", "f1"] == pytest.approx(1.0)
+    assert table.loc["static-frequency prior", "f1"] < 0.8
+
+
+def test_step_rates_fall_back_for_unseen_steps():
+    from dynheads_tl.correlation import step_rates
+
+    y = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    predict = step_rates(y, np.array([0, 1, 0]), fallback=np.array([0.25, 0.75]))
+    assert np.allclose(predict(np.array([0, 1, 5])), [[1.0, 0.5], [0.0, 1.0], [0.25, 0.75]])
+
+
 def test_asymmetric_loss_prefers_correct_predictions():
     targets = torch.tensor([[1.0, 0.0, 0.0]])
     good, bad = torch.tensor([[4.0, -4.0, -4.0]]), torch.tensor([[-4.0, 4.0, 4.0]])
