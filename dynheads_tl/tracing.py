@@ -204,7 +204,9 @@ class BatchDecoder:
         prefilled = [self._prefill(model, torch.tensor(ids, device=self.device), prefill) for ids in distinct]
         self.cache = DynamicCache()
         self.n_cached = width - 1
-        if self.n_cached > 0:
+        if self.batch == 1:
+            self.cache = prefilled[0]  # nothing to pad: keep the prefill's own cache (no copy)
+        elif self.n_cached > 0:
             template = next(c for c in prefilled if c.get_seq_length() > 0)
             for layer_idx, layer in enumerate(template.layers):
                 padded = []
