@@ -152,8 +152,6 @@ def two_pass_batch(
                 if mask is not None:
                     step_masks[b] = mask.to(device).bool()
             masked_rows = step_masks.flatten(1).any(1)
-            for name in masked_buffers:
-                masked_buffers[name][:, step] = clean_buffers[name][:, step]
             if bool(masked_rows.any()):
                 saved = decoder.last_position()
                 decoder.rewind(before)
@@ -162,9 +160,9 @@ def two_pass_batch(
                 masked_choice = decoder.step(loop.next_input).argmax(-1)
                 ablation["mask"] = None
                 chosen = torch.where(masked_rows.to(chosen.device), masked_choice, chosen)
-                for name in masked_buffers:  # rows with nothing masked keep their clean record exactly
-                    masked_buffers[name][~masked_rows, step] = clean_buffers[name][~masked_rows, step]
                 decoder.replace_last_position(saved, None if keep_cache == "clean" else ~masked_rows)
+            for name in masked_buffers:  # rows with nothing masked keep their clean record exactly
+                masked_buffers[name][~masked_rows, step] = clean_buffers[name][~masked_rows, step]
             applied[:, step] = step_masks.cpu()
             if loop.commit(step, chosen):
                 break
@@ -360,7 +358,7 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
     read from it; the others run in batches of at most ``batch_size`` and are cached one by one."""
     from .dynamism import prompt_digest
     from .models import model_name
-    from .store import cached_json, load_cached_json
+    from .store import load_cached_json, save_cached_json
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
@@ -374,7 +372,7 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
         chunk = todo[start: start + batch_size]
         for i, result in zip(chunk, run_jobs(model, [jobs[i] for i in chunk], setup, config)):
             summary = _summarise(result, setup)
-            outputs[i] = summary if keys[i] is None else cached_json(keys[i], lambda: summary)
+            outputs[i] = summary if keys[i] is None else save_cached_json(keys[i], summary)
     return [(out["row"], torch.tensor(out["new_heads"])) for out in outputs]
 
 

@@ -28,7 +28,7 @@ without the context; opened windows are seen by the generated text only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Literal
 
 import pandas as pd
@@ -399,9 +399,8 @@ class RagStudyConfig(NotebookConfig):
             raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0, got {self.rind_threshold!r}.")
 
     def rag_config(self) -> RagConfig:
-        return RagConfig(n_heads=self.n_heads, top_k_positions=self.top_k_positions, cluster_gap=self.cluster_gap,
-                         window=self.window, rind_threshold=self.rind_threshold, max_retrievals=self.max_retrievals,
-                         max_new_tokens=self.max_new_tokens, seed=self.seed)
+        """The case-study knobs among these parameters (the others keep RagConfig's defaults)."""
+        return RagConfig(**{f.name: getattr(self, f.name) for f in fields(RagConfig) if hasattr(self, f.name)})
 
 
 def train_head_probe(model, config: RagStudyConfig):

@@ -52,16 +52,12 @@ def load_cached_json(config: dict[str, Any], *, root: Path | None = None) -> Any
     return json.loads(path.read_text())["result"] if path.exists() else None
 
 
-def cached_json(config: dict[str, Any], compute: Callable[[], Any], *, root: Path | None = None,
-                use_cache: bool = True) -> Any:
-    """Like :func:`cached_traces` for JSON-serialisable results (e.g. one ablation run's scores)."""
+def save_cached_json(config: dict[str, Any], result: Any, *, root: Path | None = None) -> Any:
+    """Cache a JSON-serialisable ``result`` (e.g. one ablation run's scores) under ``config``, atomically;
+    :func:`load_cached_json` reads it back. Returns ``result``."""
     path = _json_path(config, root)
-    if use_cache and path.exists():
-        return json.loads(path.read_text())["result"]
-    result = compute()
-    if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"config": config, "result": result}, default=str))
-        os.replace(tmp, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"config": config, "result": result}, default=str))
+    os.replace(tmp, path)
     return result

@@ -342,23 +342,21 @@ class BatchLoop:
                  masks: dict[str, Tensor]):
         if not samples:
             raise ValueError("No samples to generate from.")
-        device = next(model.parameters()).device
         self.samples, self.config, self.state = samples, config, state
-        lengths = [len(s.prompt_ids) for s in samples]
-        self.width = max(lengths)
-        longest = max(lengths) + config.max_new_tokens
-        total = self.width + config.max_new_tokens  # padded key positions
-        # Each row's prompt + generated ids and evidence, in its own coordinates (for Eq. 1).
-        self.ids = torch.zeros(len(samples), longest, dtype=torch.long, device=device)
-        self.evidence = torch.stack([evidence_vector(s, longest, device) for s in samples])
-        padded_evidence = torch.zeros(len(samples), total, dtype=torch.bool, device=device)
-        for b, sample in enumerate(samples):
-            self.ids[b, : lengths[b]] = torch.as_tensor(sample.prompt_ids, device=device)
-            offset = self.width - lengths[b]
-            padded_evidence[b, offset:] = self.evidence[b, : total - offset]
         state.active = False
         self.decoder = BatchDecoder(model, [s.prompt_ids for s in samples], prefill=config.prefill)
         state.active = True
+        device, offsets = self.decoder.device, self.decoder.offsets.tolist()
+        self.width = self.decoder.n_cached + 1  # the longest prompt
+        longest = self.width + config.max_new_tokens  # key positions, padded or in the longest row's own
+        # Each row's prompt + generated ids and evidence, in its own coordinates (for Eq. 1) ...
+        self.ids = torch.zeros(len(samples), longest, dtype=torch.long, device=device)
+        self.evidence = torch.stack([evidence_vector(s, longest, device) for s in samples])
+        # ... and the evidence in padded coordinates (for the reduction hooks).
+        padded_evidence = torch.zeros_like(self.evidence)
+        for b, sample in enumerate(samples):
+            self.ids[b, : len(sample.prompt_ids)] = torch.as_tensor(sample.prompt_ids, device=device)
+            padded_evidence[b, offsets[b]:] = self.evidence[b, : longest - offsets[b]]
         masks.update(evidence=padded_evidence, eligible=None, offsets=self.decoder.offsets)
         self.masks = masks
         self.stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
@@ -378,7 +376,7 @@ class BatchLoop:
         for b in torch.nonzero(~self.done).flatten().tolist():
             token = int(chosen[b])
             self.tokens[b].append(token)
-            self.ids[b, len(self.samples[b].prompt_ids) + step] = token
+            self.ids[b, int(self.decoder.prompt_lengths[b]) + step] = token
             if token in self.stop_ids:
                 self.done[b] = True
         self.next_input = chosen
