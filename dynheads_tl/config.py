@@ -1,11 +1,17 @@
 """Shared validation for the notebooks' config objects: every failure is a sentence naming the parameter."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Iterable
 
 
 class NotebookConfig:
-    """Mixin for the claim configs (dataclasses): build from a notebook's parameters, rejecting unknown names."""
+    """Mixin for the claim configs (dataclasses): build from a notebook's parameters, rejecting unknown names.
+
+    ``__post_init__`` checks each value on its own (types, ranges). :meth:`check_inputs` checks what needs
+    a file or the model's config (input files exist and parse, lengths fit the context window) without
+    loading the model; :meth:`from_params`, which the notebooks and ``dynheads report`` use, runs both.
+    """
 
     @classmethod
     def from_params(cls, params: dict[str, Any]):
@@ -13,7 +19,38 @@ class NotebookConfig:
         unknown = sorted(set(params) - known)
         if unknown:
             raise ValueError(f"Unknown parameter(s) {unknown}; valid parameters are {sorted(known)}.")
-        return cls(**params)
+        config = cls(**params)
+        config.check_inputs()
+        return config
+
+    @classmethod
+    def from_namespace(cls, namespace: dict[str, Any]):
+        """A notebook's config in one line, ``Config.from_namespace(globals())``: its parameters cell defines
+        exactly the config's fields (a test checks that the names and defaults agree)."""
+        missing = [name for name in cls.__dataclass_fields__ if name not in namespace]
+        if missing:
+            raise ValueError(f"The notebook does not define the parameter(s) {missing} that {cls.__name__} needs.")
+        return cls.from_params({name: namespace[name] for name in cls.__dataclass_fields__})
+
+    def check_inputs(self) -> None:
+        """Checks that read files or the model's config; a config with no such inputs has none."""
+
+
+@lru_cache(maxsize=None)
+def model_context_window(model: str) -> int:
+    """The context window of ``model`` (a name :func:`dynheads_tl.load_model` accepts), read from its config
+    file without loading the weights."""
+    from transformers import AutoConfig
+
+    from .models import resolve_model_source
+
+    config = AutoConfig.from_pretrained(resolve_model_source(model))
+    config = getattr(config, "text_config", None) or config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    raise ValueError(f"The config of model {model!r} states no context window (max_position_embeddings).")
 
 
 def _is_int(value: Any) -> bool:

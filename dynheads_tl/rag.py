@@ -36,11 +36,11 @@ import torch
 from jaxtyping import Bool, Float
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from .config import NotebookConfig, check_int_list, check_ints
 from .hooks import pattern_hook_name, restrict_attention
 from .models import fast_twin
+from .progress import progress
 from .tasks.common import Sample
 from .tasks.metrics import exact_match, token_f1
 from .tracing import eos_token_ids
@@ -336,7 +336,7 @@ def run_strategies(model, samples: list[Sample], strategies: list[str], config: 
     rows = []
     for strategy in strategies:
         selector = HeadSelector(strategy, model, config, static_scores=static_scores, probe=probe)
-        for index, sample in enumerate(tqdm(samples, desc=f"RAG {strategy}", leave=False)):
+        for index, sample in enumerate(progress(samples, desc=f"RAG {strategy}")):
             result = rag_generate(model, sample, selector, config, sample_seed=index)
             gold = sample.answers[0]
             rows.append({"sample": index, "strategy": strategy, "em": exact_match(result.response, gold),
@@ -370,6 +370,7 @@ class RagStudyConfig(NotebookConfig):
     model: str = "smollm2-135m-instruct"
     n_samples: int = 24
     hotpot_source: str = "synthetic"
+    hotpot_skip_incomplete: bool = False
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
     n_heads: int = 5
     top_k_positions: int = 8
@@ -397,6 +398,15 @@ class RagStudyConfig(NotebookConfig):
             raise ValueError(f"Parameter 'strategies' must be a non-empty list drawn from {list(STRATEGIES)}, got {self.strategies!r}.")
         if not isinstance(self.rind_threshold, (int, float)) or self.rind_threshold < 0:
             raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0, got {self.rind_threshold!r}.")
+
+    def check_inputs(self) -> None:
+        """The HotpotQA file (enough usable records for ``n_samples``) and the model, before any model work."""
+        from .config import model_context_window
+        from .tasks import check_hotpot_source
+
+        model_context_window(self.model)  # an unknown model fails here, not after the notebook started
+        check_hotpot_source(self.hotpot_source, self.n_samples, skip_incomplete=self.hotpot_skip_incomplete,
+                            needed_for=f"n_samples={self.n_samples}")
 
     def rag_config(self) -> RagConfig:
         """The case-study knobs among these parameters (the others keep RagConfig's defaults)."""
@@ -433,7 +443,8 @@ def evaluation_samples(model, config: RagStudyConfig) -> list[Sample]:
 
     from .tasks.hotpot import load_hotpot_records
 
-    records = None if config.hotpot_source == "synthetic" else load_hotpot_records(config.hotpot_source, limit=config.n_samples)
+    records = None if config.hotpot_source == "synthetic" else load_hotpot_records(
+        config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)[:config.n_samples]
     return make_hotpot_samples(model.tokenizer, n=config.n_samples, records=records, seed=9000 + config.seed,
                                max_tokens=int(model.cfg.n_ctx))
 

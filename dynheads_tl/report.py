@@ -1,28 +1,63 @@
-"""The batch runner: every notebook in order through papermill, with presets and overrides."""
+"""The batch runner: every notebook in order through papermill, with presets and overrides.
+
+Where outputs go. The ``default`` preset, run as it is, writes the committed report, ``papers_figures/``
+(relative to the working directory). Any other preset, or any override (``--model``, ``-p``), writes to
+``runs/<preset>/`` (git-ignored) instead, so a quick look never overwrites the committed report.
+``output_dir`` (``--output-dir`` on the command line) sends a run anywhere.
+
+What a run leaves. ``<out>/<notebook>/`` holds figures and tables, ``<out>/executed/<notebook>.ipynb`` the
+executed notebook and ``.html`` its rendering, ``<out>/runs.json`` what ran with which parameters, and
+``<out>/README.md`` + ``index.html`` the index. A notebook is executed into a hidden partial file and
+moved into place only when it finishes, so a failed run never replaces a finished executed notebook; the
+failed copy is kept beside it as ``<notebook>.failed.ipynb`` for debugging.
+
+Validation. Before the first notebook starts, every notebook's parameters (its defaults, the preset's and
+the overrides) are built into its config class (:data:`NOTEBOOK_CONFIGS`), which checks every value and
+every input file that can be checked without loading the model.
+"""
 from __future__ import annotations
 
+import ast
+import datetime
+import importlib
 import json as _json
 import logging
+import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+from .index import build_index, read_runs, render_notebook_html
+from .tracing import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_DIR = REPO_ROOT / "notebooks"
-OUTPUT_DIR = REPO_ROOT / "papers_figures"
+COMMITTED_REPORT = Path("papers_figures")  # the default preset's output, relative to the working directory
+RUNS_DIR = Path("runs")  # every other run: runs/<preset>/ (git-ignored)
+
+# Each notebook's config class: the runner builds it from the parameters to check every value before
+# any notebook starts, and the notebook builds the same class in its first cell.
+NOTEBOOK_CONFIGS: dict[str, str] = {
+    "00_inspect_attention": "dynheads_tl.inspect_attention:InspectConfig",
+    "01_dynamism": "dynheads_tl.dynamism:DynamismConfig",
+    "02_irreplaceability": "dynheads_tl.irreplaceability:IrreplaceabilityConfig",
+    "03_correlation": "dynheads_tl.predictability:PredictabilityConfig",
+    "04_dynamic_rag": "dynheads_tl.rag:RagStudyConfig",
+}
 
 # Per-notebook parameter presets. "default" is each notebook's own parameters cell.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
-        "01_dynamism": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 12,
+        # max_new_tokens 32: the answer must be reproduced for Wu et al.'s ROUGE filter (> 0.5 recall of the
+        # UUID, about 25 tokens) to keep any calibration sample, so shorter answers leave no static heads.
+        "01_dynamism": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32,
                         "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1]},
         "02_irreplaceability": {"niah_contexts": [300], "niah_depths": [0.2, 0.8], "hotpot_contexts": [250],
-                                "hotpot_depths": [0.5], "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 12,
+                                "hotpot_depths": [0.5], "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 32,
                                 "hotpot_max_new_tokens": 8, "progressive_k_max": 10, "n_progressive": 1,
                                 "progressive_context": 300},
-        "03_correlation": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 12,
+        "03_correlation": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32,
                            "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1], "max_lag": 2,
                            "probe_epochs": 5, "probe_hidden": [32]},
         "04_dynamic_rag": {"n_samples": 2, "strategies": ["dynamic", "static", "none", "full"], "max_new_tokens": 8,
@@ -50,28 +85,62 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+def notebook_dir() -> Path:
+    """The notebooks: ``dynheads_tl/notebooks`` in an installed package (setuptools copies ``notebooks/``
+    there), else the source checkout's ``notebooks/`` (an editable install)."""
+    package = Path(__file__).resolve().parent
+    for folder in (package / "notebooks", package.parent / "notebooks"):
+        if any(folder.glob("[0-9][0-9]_*.ipynb")):
+            return folder
+    raise FileNotFoundError(
+        f"No notebooks found in {package / 'notebooks'} or {package.parent / 'notebooks'}; the package was "
+        "installed without its notebooks. Reinstall it with `pip install -e .` from the repository.")
+
+
 def list_notebooks(only: str | None = None) -> list[Path]:
-    notebooks = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        chosen = [nb for nb in notebooks if nb.stem == only or nb.name == only or nb.stem.startswith(only)]
-        if not chosen:
-            raise ValueError(f"No notebook matches {only!r}; notebooks are {[nb.stem for nb in notebooks]}.")
-        return chosen
-    return notebooks
+    """Every notebook in order, or the one that ``only`` names: an exact stem (``01_dynamism``) or file
+    name, or a prefix that matches exactly one notebook (``01``)."""
+    notebooks = sorted(notebook_dir().glob("[0-9][0-9]_*.ipynb"))
+    if not only:
+        return notebooks
+    stems = [nb.stem for nb in notebooks]
+    exact = [nb for nb in notebooks if only in (nb.stem, nb.name)]
+    if exact:
+        return exact
+    prefixed = [nb for nb in notebooks if nb.stem.startswith(only)]
+    if len(prefixed) == 1:
+        return prefixed
+    if not prefixed:
+        raise ValueError(f"No notebook matches {only!r}; notebooks are {stems}.")
+    raise ValueError(f"{only!r} matches {len(prefixed)} notebooks ({[nb.stem for nb in prefixed]}); give an exact "
+                     f"name or a longer prefix. Notebooks are {stems}.")
 
 
 def notebook_parameters(notebook: Path) -> dict[str, Any]:
-    """The notebook's declared parameters and their defaults (from its 'parameters' cell)."""
+    """The notebook's declared parameters and their defaults as source text (from its 'parameters' cell)."""
     import papermill
 
     return {name: info["default"] for name, info in papermill.inspect_notebook(str(notebook)).items()}
 
 
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def config_class(stem: str):
+    """The config class registered for notebook ``stem`` (see :data:`NOTEBOOK_CONFIGS`)."""
+    if stem not in NOTEBOOK_CONFIGS:
+        raise ValueError(f"Notebook {stem!r} has no registered config class; add it to NOTEBOOK_CONFIGS.")
+    module, name = NOTEBOOK_CONFIGS[stem].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def validate_overrides(notebook: Path, parameters: dict[str, Any], declared: dict[str, Any] | None = None) -> None:
     """Unknown names and wrong types fail before any model work, with a sentence naming the parameter.
     ``declared`` is :func:`notebook_parameters` of the notebook, when the caller already has it."""
-    import ast
-
     declared = notebook_parameters(notebook) if declared is None else declared
     for name, value in parameters.items():
         if name not in declared:
@@ -86,186 +155,154 @@ def validate_overrides(notebook: Path, parameters: dict[str, Any], declared: dic
                              f"{declared[name]}, got {value!r}.")
 
 
-def _write_runs(output_dir: Path, runs: dict[str, Any]) -> None:
-    path = output_dir / "runs.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(_json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+def check_notebook(notebook: Path, parameters: dict[str, Any], declared: dict[str, Any] | None = None):
+    """Every value the notebook will see, checked by its config class without loading the model: names,
+    types, ranges, input files, and lengths against the model's context window. Returns the config."""
+    declared = notebook_parameters(notebook) if declared is None else declared
+    validate_overrides(notebook, parameters, declared)
+    values = {name: _literal(text) for name, text in declared.items()}
+    values.update(parameters)
+    try:
+        return config_class(notebook.stem).from_params(values)
+    except (ValueError, TypeError, FileNotFoundError, ModuleNotFoundError, ConnectionError) as error:
+        raise type(error)(f"{notebook.stem}: {error}") from error
+
+
+def default_output_dir(preset: str, customised: bool) -> Path:
+    """``papers_figures`` for the default preset as it is; ``runs/<preset>`` for anything else."""
+    return COMMITTED_REPORT if preset == "default" and not customised else RUNS_DIR / preset
+
+
+def _shown_path(path: Path, cwd: Path) -> str:
+    """``path`` relative to ``cwd`` when it lies inside it (what notebooks and records store, so the
+    committed report holds no path of the machine that made it), else absolute."""
+    path = (cwd / path).resolve()
+    try:
+        return path.relative_to(cwd.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+@contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _relocate(executed: Path, notebook: Path, shown_output: str, cwd: Path) -> None:
+    """Record the notebook's own paths relative to the working directory (papermill writes absolute ones)."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    meta = nb.metadata.setdefault("papermill", {})
+    meta["input_path"] = _shown_path(notebook, cwd) if notebook.is_relative_to(cwd.resolve()) else f"notebooks/{notebook.name}"
+    meta["output_path"] = shown_output
+    nbformat.write(nb, executed)
+
+
+def _eta(runs: dict[str, Any], remaining: list[str], preset: str, model: str) -> str:
+    """Minutes left by the last run of the same preset and model, when every remaining notebook has one."""
+    previous = [runs.get(stem, {}) for stem in remaining]
+    if all(r.get("preset") == preset and r.get("model") == model and isinstance(r.get("minutes"), (int, float))
+           for r in previous):
+        return f"; about {sum(r['minutes'] for r in previous):.0f} min left by the last {preset} run's times"
+    return ""
 
 
 def run_report(*, preset: str = "default", model: str | None = None, only: str | None = None,
-               overrides: dict[str, Any] | None = None, output_dir: Path = OUTPUT_DIR) -> list[Path]:
+               overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None,
+               cwd: str | Path | None = None, show_cells: bool = True) -> list[Path]:
     """Execute the notebooks in order; stop at the first failure (papermill's error names the cell).
 
-    Parameters are validated against every notebook before the first one starts. Each run is recorded
-    in ``runs.json`` and the index is rebuilt at the end, also after a failure.
+    ``output_dir`` defaults to :func:`default_output_dir`; a relative one is taken from ``cwd`` (the
+    working directory by default), where the notebooks also run. ``overrides`` may carry ``output_dir``
+    too, which means the same as the argument. Every notebook's parameters are checked (see
+    :func:`check_notebook`) before the first one starts. Each finished run is recorded in ``runs.json``
+    and the index is rebuilt at the end, also after a failure.
     """
-    import datetime
-
     import papermill
 
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}; presets are {sorted(PRESETS)}.")
+    overrides = dict(overrides or {})
+    if "output_dir" in overrides:
+        asked = overrides.pop("output_dir")
+        if output_dir is not None and Path(str(asked)) != Path(output_dir):
+            raise ValueError(f"output_dir is given twice with different values ({str(asked)!r} and {str(output_dir)!r}); "
+                             "give it once, with --output-dir.")
+        output_dir = str(asked)
+    cwd = Path(cwd or os.getcwd()).resolve()
+    if output_dir is None:
+        output_dir = default_output_dir(preset, customised=bool(model or overrides))
     output_dir = Path(output_dir)
+    output_dir = output_dir if output_dir.is_absolute() else cwd / output_dir
+    shown_output = _shown_path(output_dir, cwd)
+
     notebooks = list_notebooks(only)
+    if not notebooks:
+        raise FileNotFoundError(f"No notebooks found in {notebook_dir()}.")
     declared = {notebook: notebook_parameters(notebook) for notebook in notebooks}
+    known = {name for names in declared.values() for name in names}
+    unused = set(overrides) - known
+    if unused:
+        raise ValueError(f"No notebook has the parameter(s) {sorted(unused)}; the parameters are {sorted(known)}.")
     plans = []
     for notebook in notebooks:
         parameters = dict(PRESETS[preset].get(notebook.stem, {}))
         if model:
             parameters["model"] = model
-        parameters.update({k: v for k, v in (overrides or {}).items() if k in declared[notebook]})
-        parameters["output_dir"] = str(output_dir)
-        validate_overrides(notebook, parameters, declared[notebook])
+        parameters.update({k: v for k, v in overrides.items() if k in declared[notebook]})
+        parameters["output_dir"] = shown_output
+        check_notebook(notebook, parameters, declared[notebook])
         plans.append((notebook, parameters))
-    known = {name for names in declared.values() for name in names}
-    unused = set(overrides or {}) - known
-    if unused:
-        raise ValueError(f"No notebook has the parameter(s) {sorted(unused)}; the parameters are {sorted(known)}.")
+
     executed_dir = output_dir / "executed"
     executed_dir.mkdir(parents=True, exist_ok=True)
     runs_path = output_dir / "runs.json"
-    runs = _json.loads(runs_path.read_text()) if runs_path.exists() else {}
+    runs = read_runs(output_dir)
     done, started = [], time.time()
     try:
         for i, (notebook, parameters) in enumerate(plans, 1):
-            previous = [runs.get(nb.stem, {}).get("minutes") for nb, _ in plans[i - 1:]]
-            eta = (f"; about {sum(previous):.0f} min left by the last run's times"
-                   if all(isinstance(m, (int, float)) for m in previous) else "")
-            print(f"[{i}/{len(plans)}] {notebook.stem} (preset {preset}; {(time.time() - started) / 60:.1f} min so far{eta})",
-                  flush=True)
+            eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", "smollm2-135m-instruct"))
+            print(f"[{i}/{len(plans)}] {notebook.stem} (preset {preset}, output {shown_output}; "
+                  f"{(time.time() - started) / 60:.1f} min so far{eta})", flush=True)
             t0 = time.time()
-            papermill.execute_notebook(str(notebook), str(executed_dir / notebook.name), parameters=parameters,
-                                       cwd=str(REPO_ROOT), progress_bar=True, kernel_name="python3")
+            final = executed_dir / notebook.name
+            partial = executed_dir / f".{notebook.stem}.partial.ipynb"
+            failed = executed_dir / f"{notebook.stem}.failed.ipynb"
+            shown_final = _shown_path(final, cwd)
+            try:
+                # Plain progress lines, and no library bars (transformers' "Loading weights"), in the saved notebooks.
+                with _environment(DYNHEADS_PROGRESS="plain", HF_HUB_DISABLE_PROGRESS_BARS="1"):
+                    papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
+                                               progress_bar=show_cells, kernel_name="python3")
+            except BaseException:
+                if partial.exists():
+                    _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
+                    partial.replace(failed)
+                    print(f"The failed run is kept in {_shown_path(failed, cwd)}; {shown_final} was left as it was.",
+                          flush=True)
+                raise
+            _relocate(partial, notebook, shown_final, cwd)
+            partial.replace(final)
+            failed.unlink(missing_ok=True)
+            render_notebook_html(final)
             runs[notebook.stem] = {"model": parameters.get("model", "smollm2-135m-instruct"), "preset": preset,
                                    "parameters": {k: v for k, v in parameters.items() if k != "output_dir"},
                                    "date": datetime.date.today().isoformat(),
                                    "minutes": round((time.time() - t0) / 60, 1)}
-            _write_runs(output_dir, runs)
-            done.append(executed_dir / notebook.name)
+            atomic_write_text(runs_path, _json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
+            done.append(final)
     finally:
         build_index(output_dir)
-    print(f"Report done in {(time.time() - started) / 60:.1f} min: {len(done)} notebook(s) in {executed_dir}; "
-          f"index: {output_dir / 'README.md'}")
+    print(f"Report done in {(time.time() - started) / 60:.1f} min: {len(done)} notebook(s) in "
+          f"{_shown_path(executed_dir, cwd)}; index: {_shown_path(output_dir / 'index.html', cwd)}", flush=True)
     return done
-
-
-# --- the index of the reproduction -----------------------------------------------------------------
-import html as _html
-
-import pandas as _pd
-
-# (id, what the paper shows, the paper's numbers, our file stem (relative to the output dir), notebook)
-PAPER_ITEMS = [
-    ("Table 1", "NIAH dynamism metrics", "Llama-3.1-8B: Jaccard top-20 .3512, adjacent .2793, entropy 3.8154; 12.97 ± 7.69 heads/step, 238 of 1024 ever active",
-     "01_dynamism/table1_niah", "01_dynamism"),
-    ("Fig 1", "NIAH heatmap: 10 most variable heads × generated tokens", "qualitative",
-     "01_dynamism/fig1_niah_heatmap", "01_dynamism"),
-    ("Fig 2", "NIAH accuracy heatmaps under dynamic / static / random masking", "dynamic masking destroys retrieval; static and random barely matter",
-     "02_irreplaceability/fig2_niah_masking", "02_irreplaceability"),
-    ("Fig 3", "NIAH progressive masking", "accuracy 1.0 → 0.0 by k = 20; 4.5–7 compensating static heads for k ≥ 5",
-     "02_irreplaceability/fig3_niah_progressive", "02_irreplaceability"),
-    ("Fig 4", "NIAH CCA vs lag k", "leading correlation .965 (k = 0) → .743 (k = 10)",
-     "03_correlation/fig4_niah_cca", "03_correlation"),
-    ("Fig 5", "HotpotQA Eq. 2 heatmap", "qualitative", "01_dynamism/fig5_hotpot_heatmap", "01_dynamism"),
-    ("Fig 6", "HotpotQA F1 heatmaps under masking", "as Fig 2", "02_irreplaceability/fig6_hotpot_masking", "02_irreplaceability"),
-    ("Fig 7", "HotpotQA progressive masking", "as Fig 3", "02_irreplaceability/fig7_hotpot_progressive", "02_irreplaceability"),
-    ("Fig 8", "HotpotQA CCA vs lag k", ".856 → .712", "03_correlation/fig8_hotpot_cca", "03_correlation"),
-    ("Table 2", "NIAH probe F1 / P / R / AUPRC", "F1 .8038–.8566 (Llama-3.1-8B .8349, AUPRC .9173)",
-     "03_correlation/table2_niah_probe", "03_correlation"),
-    ("Table 3", "HotpotQA probe MSE / MAE / R²", "R² .7200–.8120 (Llama-3.1-8B .8120)",
-     "03_correlation/table3_hotpot_probe", "03_correlation"),
-    ("Table 4", "Dynamic RAG EM / F1", "Llama-3.1-8B Dynamic .456/.5586, Static .398/.5098, w/o RAG .252/.3257",
-     "04_dynamic_rag/table4_rag", "04_dynamic_rag"),
-]
-
-
-def _headline(stem: Path) -> str:
-    """A one-line summary of our numbers, read from the CSV actually present."""
-    csv = stem.with_suffix(".csv")
-    try:
-        frame = _pd.read_csv(csv)
-        name = stem.name
-        if name.startswith("table1"):
-            r = frame.iloc[0]
-            return (f"Jaccard top-20 {r.jaccard_static:.4f}, adjacent {r.jaccard_adjacent:.4f}, entropy {r.entropy:.4f}; "
-                    f"{r.heads_per_step_mean:.2f} ± {r.heads_per_step_sd:.2f} heads/step, {int(r.ever_active)} of {int(r.n_heads)} ever active")
-        if name.startswith(("fig2", "fig6")):
-            metric = "accuracy" if "accuracy" in frame else "f1"
-            means = frame.groupby("condition")[metric].mean()
-            return ", ".join(f"{c.replace('_', ' ')} {means[c]:.2f}" for c in ("none", "dynamic", "static", "static_matched",
-                             "random") if c in means) + f" ({metric})"
-        if name.startswith(("fig3", "fig7")):
-            metric = "accuracy" if "accuracy" in frame else "f1"
-            means = frame.groupby("k")[[metric, "m_s"]].mean()
-            return "; ".join(f"k={k}: {row[metric]:.2f}, m_s {row['m_s']:.1f}" for k, row in means.iterrows())
-        if name.startswith(("fig4", "fig8")):
-            part = frame[frame["control"] == "in-sample"].set_index("k")["leading"]
-            held = frame[frame["control"] == "held-out"].set_index("k")["leading"]
-            shuf = frame[frame["control"] == "shuffled"].set_index("k")["leading"]
-            k0, kn = part.index.min(), part.index.max()
-            same = frame[frame["control"] == "shuffled, same step"].set_index("k")["leading"]
-            return (f"in-sample {part[k0]:.3f} → {part[kn]:.3f}; held-out {held.get(k0, float('nan')):.3f} → "
-                    f"{held.get(kn, float('nan')):.3f}; shuffled {shuf.get(k0, float('nan')):.3f}; "
-                    f"shuffled same step {same.get(k0, float('nan')):.3f}")
-        if name.startswith("table2"):
-            r = frame.set_index("predictor").loc["MLP probe"]
-            return f"MLP F1 {r.f1:.4f}, P {r.precision:.4f}, R {r.recall:.4f}, AUPRC {r.auprc:.4f}"
-        if name.startswith("table3"):
-            r = frame.set_index("predictor").loc["MLP probe"]
-            return f"MLP MSE {r.mse:.4f}, MAE {r.mae:.4f}, R² {r.r2:.4f}"
-        if name.startswith("table4"):
-            return "; ".join(f"{r.strategy} {r.em:.3f}/{r.f1:.3f}" for r in frame.itertuples())
-    except Exception:  # a file of another shape: link it, do not summarise it
-        return "see file"
-    return "see figure"
-
-
-def build_index(output_dir: Path = OUTPUT_DIR) -> Path:
-    """Write ``README.md`` and ``index.html`` in ``output_dir`` from the outputs actually present."""
-    output_dir = Path(output_dir)
-    runs_path = output_dir / "runs.json"
-    runs = _json.loads(runs_path.read_text()) if runs_path.exists() else {}
-    rows = []
-    for item, what, paper, stem_name, notebook in PAPER_ITEMS:
-        stem = output_dir / stem_name
-        files = sorted(p for p in stem.parent.glob(stem.name + ".*") if not p.name.endswith(".tmp")) if stem.parent.exists() else []
-        run = runs.get(notebook, {})
-        executed = output_dir / "executed" / f"{notebook}.ipynb"
-        if not files:
-            rows.append((item, what, paper, "not produced", [], None, run))
-            continue
-        rows.append((item, what, paper, _headline(stem), files, executed if executed.exists() else None, run))
-    md = ["# The reproduction at a glance", "",
-          "Regenerated by `dynheads report` from the files present in this folder; an item whose files are "
-          "missing says so. Numbers labelled *paper* are quoted from arXiv 2602.11162.", "",
-          "Run times are those of the last run, which reads finished traces and ablation runs from the on-disk "
-          "cache instead of recomputing them; the top-level README gives the times from scratch.", "",
-          "| item | what | paper | ours | files | notebook | model · preset · date · run time |", "|---|---|---|---|---|---|---|"]
-    html_rows = []
-    for item, what, paper, ours, files, executed, run in rows:
-        links = " ".join(f"[{p.suffix.lstrip('.') if not p.name.endswith('.config.json') else 'config'}]({p.relative_to(output_dir).as_posix()})" for p in files)
-        nb = f"[{executed.stem}]({executed.relative_to(output_dir).as_posix()})" if executed else "–"
-        meta = (f"{run.get('model', '?')} · {run.get('preset', '?')} · {run.get('date', '?')} · {run.get('minutes', '?')} min"
-                if run else "–")
-        md.append(f"| {item} | {what} | {paper} | {ours} | {links or '–'} | {nb} | {meta} |")
-        cells = [item, what, paper, ours]
-        link_html = " ".join(f'<a href="{_html.escape(p.relative_to(output_dir).as_posix())}">{_html.escape(p.suffix.lstrip("."))}</a>' for p in files)
-        image = next((p for p in files if p.suffix == ".png"), None)
-        thumb = f'<br><img src="{_html.escape(image.relative_to(output_dir).as_posix())}" width="320">' if image else ""
-        nb_html = f'<a href="{_html.escape(executed.relative_to(output_dir).as_posix())}">{executed.stem}</a>' if executed else "–"
-        html_rows.append("<tr>" + "".join(f"<td>{_html.escape(str(c))}</td>" for c in cells)
-                         + f"<td>{link_html or '–'}{thumb}</td><td>{nb_html}</td><td>{_html.escape(meta)}</td></tr>")
-    if runs:
-        md += ["", "## Runs", "", "| notebook | model | preset | parameters | date | minutes |", "|---|---|---|---|---|---|"]
-        for notebook, run in sorted(runs.items()):
-            md.append(f"| {notebook} | {run.get('model')} | {run.get('preset')} | `{_json.dumps(run.get('parameters', {}))}` | {run.get('date')} | {run.get('minutes')} |")
-    (output_dir / "README.md").write_text("\n".join(md) + "\n")
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>dynheads-tl reproduction</title>"
-            "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
-            "table{border-collapse:collapse}</style></head><body><h1>The reproduction at a glance</h1>"
-            "<p>Regenerated from the files present; numbers labelled paper are quoted from arXiv 2602.11162.</p>"
-            "<table><tr><th>item</th><th>what</th><th>paper</th><th>ours</th><th>files</th><th>notebook</th><th>run</th></tr>"
-            + "".join(html_rows) + "</table></body></html>\n")
-    (output_dir / "index.html").write_text(page)
-    return output_dir / "README.md"

@@ -35,22 +35,23 @@ def static_retrieval_scores(
     """Wu et al. (2024): per sample, each step where the head's top-1 source is in the needle and
     holds the generated token adds 1/|needle tokens|; the head's score is the mean over samples.
 
-    With ``rouge_filter`` set, a sample counts only if the ROUGE-1 recall of the needle in the
-    response exceeds it (Wu et al. use 0.5). Raises if no sample passes.
+    With ``rouge_filter`` set, a sample counts only if the response's ROUGE-1 recall of the answer
+    exceeds it. This is Wu et al.'s filter: ``rouge-score``'s ROUGE-1 recall (Porter stemmer) against
+    ``real_needle``, the part of the needle the model must reproduce (here the answer, not the whole
+    needle sentence), kept if above 0.5. Raises if no sample passes.
     """
     if not traces:
         raise ValueError("static_retrieval_scores needs at least one trace.")
     kept = []
     for trace in traces:
-        reference = trace.meta.get("needle_text") or trace.answers[0]
-        if rouge_filter is not None and rouge1_recall(trace.response, reference) <= rouge_filter:
+        if rouge_filter is not None and rouge1_recall(trace.response, trace.answers[0]) <= rouge_filter:
             continue
         per_sample = trace.retrieval_mask.float().sum(0) / max(sum(e - s for s, e in trace.evidence_spans), 1)
         kept.append(per_sample)
     if not kept:
         raise ValueError(
             f"No calibration sample passed the ROUGE-1 recall filter (> {rouge_filter}); the model "
-            "never retrieved the needle. Use easier samples or rouge_filter=None."
+            "never reproduced the answer. Use easier samples or rouge_filter=None."
         )
     return torch.stack(kept).mean(0)
 

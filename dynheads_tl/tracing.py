@@ -29,14 +29,14 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, BinaryIO, Callable, Literal, Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .hooks import HookList, StepState, pattern_hook_name
-from .models import fast_twin, model_name
+from .models import fast_twin, model_fingerprint, model_name
 from .tasks.common import Sample
 
 PrefillMode = Literal["fast", "hooked"]
@@ -124,21 +124,36 @@ class Trace:
         return cls(**data["tensors"], **info)
 
     def save(self, path: str | Path) -> Path:
-        """Atomic: written to a temporary file in the same folder, then renamed."""
+        """Atomic (see :func:`atomic_write`), so an interrupted save never leaves half a trace."""
         return atomic_torch_save(self.to_dict(), path)
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
-        return cls.from_dict(torch.load(path, weights_only=True))
+        """Read a file written by :meth:`save`; a damaged one raises :class:`UnreadableFileError`."""
+        return _read_saved(path, lambda data: cls.from_dict(data))
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+class UnreadableFileError(ValueError):
+    """A saved file exists but cannot be read back: truncated, of another format, or written by an
+    older version whose layout this one does not know. Its message names the file."""
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` all at once or not at all: ``write`` fills a temporary file in the same folder,
+    which is flushed to disk and then renamed over ``path``.
+
+    Why: a run killed mid-write (or a full disk) must never leave a half-written file under the final
+    name, since every later run would read it as a finished result. The temporary name ends in
+    ``.tmp`` and is removed if ``write`` fails. This is the one writer for every cache and result file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    os.close(fd)
     try:
-        torch.save(obj, tmp)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # the data is on disk before the name points at it
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -146,12 +161,45 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
     return path
 
 
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """:func:`atomic_write` for UTF-8 text (JSON results, sidecars, CSV and Markdown tables)."""
+    return atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """:func:`atomic_write` for ``torch.save``."""
+    return atomic_write(path, lambda handle: torch.save(obj, handle))
+
+
 def save_traces(traces: list[Trace], path: str | Path) -> Path:
+    """Several traces in one file, atomically; :func:`load_traces` reads them back."""
     return atomic_torch_save([t.to_dict() for t in traces], path)
 
 
 def load_traces(path: str | Path) -> list[Trace]:
-    return [Trace.from_dict(d) for d in torch.load(path, weights_only=True)]
+    """Read a file written by :func:`save_traces`; a damaged one raises :class:`UnreadableFileError`."""
+    def parse(data: Any) -> list[Trace]:
+        if not isinstance(data, list):
+            raise TypeError(f"expected a list of saved traces, found a {type(data).__name__}")
+        return [Trace.from_dict(d) for d in data]
+
+    return _read_saved(path, parse)
+
+
+def _read_saved(path: str | Path, parse: Callable[[Any], Any]) -> Any:
+    """``parse(torch.load(path))``, with any failure to read or parse re-raised as one error naming the file.
+
+    A missing file or a permission problem is not damage and passes through unchanged.
+    """
+    try:
+        return parse(torch.load(path, weights_only=True))
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except Exception as error:  # truncation (OSError, EOFError, RuntimeError), pickle errors, old layouts
+        raise UnreadableFileError(
+            f"Cannot read the saved traces in {str(path)!r}: the file is truncated, not a dynheads_tl trace "
+            f"file, or written by an older version ({type(error).__name__}: {error})."
+        ) from error
 
 
 def eos_token_ids(model) -> set[int]:
@@ -406,6 +454,7 @@ def trace_batch(
     See :class:`BatchDecoder` for how batched rows compare with unbatched runs.
     """
     config = config or TraceConfig()
+    check_context_length(model, samples, config.max_new_tokens)
     state = state or StepState()
     buffers = new_buffers(model, config.max_new_tokens, batch=len(samples))
     masks: dict[str, Tensor] = {}
@@ -417,6 +466,26 @@ def trace_batch(
             if loop.commit(step, loop.decoder.step(loop.next_input).argmax(-1)):
                 break
     return [build_trace(model, sample, config, loop.tokens[b], buffers, row=b) for b, sample in enumerate(samples)]
+
+
+def check_context_length(model, samples: Sequence[Sample], max_new_tokens: int) -> None:
+    """Refuse, before any model work, a sample whose prompt plus ``max_new_tokens`` does not fit in the
+    model's context (``model.cfg.n_ctx``).
+
+    Why: past its context a RoPE model still runs, on positions it never saw in training, and returns
+    plausible-looking but meaningless attention patterns; nothing downstream would notice.
+    """
+    limit = getattr(model.cfg, "n_ctx", None)
+    if not limit:
+        return
+    for index, sample in enumerate(samples):
+        prompt_tokens = len(sample.prompt_ids)
+        if prompt_tokens + max_new_tokens > limit:
+            raise ValueError(
+                f"Sample {index} ({sample.task}) needs room for {prompt_tokens + max_new_tokens} tokens "
+                f"({prompt_tokens} prompt tokens + max_new_tokens={max_new_tokens}), more than the model's "
+                f"context of n_ctx={limit} tokens; use shorter prompts or fewer new tokens."
+            )
 
 
 def trace_generation(
@@ -463,6 +532,7 @@ def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], b
         task=sample.task,
         answers=list(sample.answers),
         response=model.tokenizer.decode(tokens, skip_special_tokens=True),
-        config={**asdict(config), "model": model_name(model), **extra_config},
+        config={**asdict(config), "model": model_name(model), "model_fingerprint": model_fingerprint(model),
+                **extra_config},
         meta=dict(sample.meta),
     )

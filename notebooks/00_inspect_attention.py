@@ -2,12 +2,14 @@
 # # Inspecting attention on one NIAH sample
 #
 # Before the statistics, look at one generation. A short needle-in-a-haystack prompt is decoded greedily
-# and every head's attention row is kept at every step. Needle tokens are marked 【like this】.
+# and every head's attention row is kept at every step. Needle tokens are marked «like this».
 #
-# - **All heads at one step** (circuitsvis): choose a head in the selector to colour the prompt by its
-#   attention when the model generates the chosen token.
+# - **The heads on the needle at one step** (circuitsvis): the `n_view_heads` heads with most attention on
+#   the needle when the model generates the chosen token; choose one in the selector to colour the prompt
+#   by its attention.
 # - **The dynamic heads across steps** (circuitsvis): which heads are Eq. 1 retrieval heads (top-1 source
-#   in the needle, holding the generated token) at each generated token.
+#   in the needle, holding the generated token) at each generated token, the `n_view_heads` that retrieve
+#   at the most steps.
 # - **Static views** (seaborn) of the same, for readers without JavaScript.
 #
 # The circuitsvis views inline their JavaScript (no CDN), so they render offline and in the executed
@@ -19,7 +21,8 @@ context_tokens = 200  # NIAH context length (short: every attention row is kept)
 depth = 0.5  # needle depth as a fraction of the context
 seed = 0  # seeds the needle's UUID
 max_new_tokens = 32  # decoding steps
-step = -1  # decoding step shown for all heads; -1 picks the step with most retrieval heads
+step = -1  # decoding step shown head by head; -1 picks the step with most retrieval heads
+n_view_heads = 12  # heads per circuitsvis view (each head adds 20 px of tooltip room below the text)
 output_dir = "papers_figures"  # where the static figures are written
 
 # %%
@@ -29,8 +32,7 @@ import dynheads_tl
 from dynheads_tl import TraceConfig, dynamism, figures, inspect_attention
 from dynheads_tl.tasks import NiahConfig, build_niah_sample
 
-if not isinstance(step, int) or step < -1:
-    raise ValueError(f"Parameter 'step' must be an integer >= -1, got {step!r}.")
+config = inspect_attention.InspectConfig.from_namespace(globals())
 lm = dynheads_tl.load_model(model)
 sample = build_niah_sample(lm.tokenizer, NiahConfig(context_tokens=context_tokens, depth=depth, seed=seed,
                                                     max_new_tokens=max_new_tokens), max_tokens=int(lm.cfg.n_ctx))
@@ -46,16 +48,16 @@ print(f"Showing step {chosen}: generating {inspected.tokens[len(trace.prompt_ids
       f"{int(trace.retrieval_mask[chosen].sum())} Eq. 1 retrieval heads")
 
 # %% [markdown]
-# ## All heads at the chosen step
+# ## The heads with most attention on the needle at the chosen step
 
 # %%
-inspect_attention.heads_at_step_view(inspected, chosen)
+inspect_attention.heads_at_step_view(inspected, chosen, n_top=n_view_heads)
 
 # %% [markdown]
 # ## The dynamic (Eq. 1) retrieval heads across the generated tokens
 
 # %%
-inspect_attention.dynamic_heads_view(inspected)
+inspect_attention.dynamic_heads_view(inspected, n_top=n_view_heads)
 
 # %% [markdown]
 # ## Static views

@@ -22,6 +22,7 @@ n_analysis = 20  # NIAH samples used for the dynamic analysis
 max_new_tokens = 40  # NIAH greedy decoding steps (a UUID needs about 25 tokens)
 n_hotpot = 20  # HotpotQA analysis samples (calibration uses half as many)
 hotpot_source = "synthetic"  # "synthetic", a distractor .json/.jsonl path, or "hf"
+hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
 eq2_threshold = 0.1  # Eq. 2 score above which a head counts as retrieving
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out of the denominator
@@ -39,14 +40,10 @@ from IPython.display import Image, Markdown, display
 
 import dynheads_tl
 from dynheads_tl import dynamism, figures
+from dynheads_tl.index import hotpot_label
 
 started = time.time()
-config = dynamism.DynamismConfig.from_params(dict(
-    model=model, context_tokens=context_tokens, haystack=haystack, n_calibration=n_calibration,
-    n_analysis=n_analysis, max_new_tokens=max_new_tokens, n_hotpot=n_hotpot, hotpot_source=hotpot_source,
-    hotpot_max_new_tokens=hotpot_max_new_tokens, eq2_threshold=eq2_threshold, sink_tokens=sink_tokens,
-    local_window=local_window, static_k=static_k, static_sizes=static_sizes, seeds=seeds,
-    output_dir=output_dir, use_cache=use_cache))
+config = dynamism.DynamismConfig.from_namespace(globals())
 out_dir = f"{config.output_dir}/01_dynamism"
 run_config = {"notebook": "01_dynamism", **config.__dict__}
 config
@@ -97,7 +94,7 @@ display(Image(filename=str(figures.save_figure(fig, "fig1_niah_heatmap", out_dir
 # %%
 matrix, hits, tokens, labels, data, index = dynamism.heatmap_data(headline_hotpot, lm.tokenizer)
 fig = figures.step_heatmap(matrix, None, tokens, labels,
-                           f"Fig 5 (HotpotQA): 10 most variable heads, analysis sample {index}", "Eq. 2 score")
+                           f"Fig 5 ({hotpot_label(config.hotpot_source)}): 10 most variable heads, analysis sample {index}", "Eq. 2 score")
 display(Image(filename=str(figures.save_figure(fig, "fig5_hotpot_heatmap", out_dir, data, run_config))))
 
 # %% [markdown]
@@ -108,7 +105,7 @@ display(Image(filename=str(figures.save_figure(fig, "fig5_hotpot_heatmap", out_d
 # %%
 from dynheads_tl.scoring import distinct_heads_curve
 
-for result, title in ((headline_niah, "NIAH"), (headline_hotpot, "HotpotQA")):
+for result, title in ((headline_niah, "NIAH"), (headline_hotpot, hotpot_label(config.hotpot_source))):
     freq = dynamism.frequency_frame(result, config.static_k)
     curve = distinct_heads_curve(result.step_sets)
     fig = figures.long_tail_figure(freq, curve, result.metrics["n_heads"], title)

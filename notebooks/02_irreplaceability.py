@@ -50,16 +50,10 @@ from IPython.display import Image, Markdown, display
 
 import dynheads_tl
 from dynheads_tl import figures, irreplaceability
+from dynheads_tl.index import hotpot_label
 
 started = time.time()
-config = irreplaceability.IrreplaceabilityConfig.from_params(dict(
-    model=model, niah_contexts=niah_contexts, niah_depths=niah_depths, hotpot_contexts=hotpot_contexts,
-    hotpot_depths=hotpot_depths, runs_per_cell=runs_per_cell, n_calibration=n_calibration,
-    max_new_tokens=max_new_tokens, hotpot_max_new_tokens=hotpot_max_new_tokens,
-    progressive_k_max=progressive_k_max, progressive_k_step=progressive_k_step, n_progressive=n_progressive,
-    progressive_context=progressive_context, ablation_mode=ablation_mode, keep_cache=keep_cache,
-    eq2_threshold=eq2_threshold, sink_tokens=sink_tokens, local_window=local_window, seed=seed,
-    batch_size=batch_size, output_dir=output_dir, use_cache=use_cache))
+config = irreplaceability.IrreplaceabilityConfig.from_namespace(globals())
 out_dir = f"{config.output_dir}/02_irreplaceability"
 run_config = {"notebook": "02_irreplaceability", **config.__dict__}
 config
@@ -124,7 +118,7 @@ display(niah.compensation)
 
 # %%
 hotpot = irreplaceability.run_task(lm, config, "hotpot")
-fig = figures.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 (HotpotQA): F1, k = {hotpot.setup.k}")
+fig = figures.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 ({hotpot_label('synthetic')}): F1, k = {hotpot.setup.k}")
 display(Image(filename=str(figures.save_figure(fig, "fig6_hotpot_masking", out_dir, hotpot.grid, run_config))))
 summary_hotpot = irreplaceability.condition_summary(hotpot)
 figures.save_table(summary_hotpot, "hotpot_conditions", out_dir, run_config)
@@ -132,7 +126,7 @@ display(summary_hotpot.round(3))
 
 # %%
 prog_hotpot = irreplaceability.progressive_summary(hotpot)
-fig = figures.progressive_figure(prog_hotpot, "f1", "Fig 7 (HotpotQA): progressive masking")
+fig = figures.progressive_figure(prog_hotpot, "f1", f"Fig 7 ({hotpot_label('synthetic')}): progressive masking")
 display(Image(filename=str(figures.save_figure(fig, "fig7_hotpot_progressive", out_dir, hotpot.progressive, run_config))))
 figures.save_table(hotpot.compensation, "hotpot_compensation", out_dir, run_config)
 checks_hotpot = irreplaceability.protocol_checks(hotpot)

@@ -44,14 +44,10 @@ from IPython.display import Image, Markdown, display
 
 import dynheads_tl
 from dynheads_tl import correlation, figures, predictability
+from dynheads_tl.index import hotpot_label
 
 started = time.time()
-config = predictability.PredictabilityConfig.from_params(dict(
-    model=model, context_tokens=context_tokens, haystack=haystack, n_calibration=n_calibration,
-    n_analysis=n_analysis, n_hotpot=n_hotpot, max_new_tokens=max_new_tokens,
-    hotpot_max_new_tokens=hotpot_max_new_tokens, seeds=seeds, max_lag=max_lag, probe_preset=probe_preset,
-    probe_epochs=probe_epochs, probe_hidden=probe_hidden, sink_tokens=sink_tokens, local_window=local_window,
-    split_seed=split_seed, output_dir=output_dir, use_cache=use_cache))
+config = predictability.PredictabilityConfig.from_namespace(globals())
 out_dir = f"{config.output_dir}/03_correlation"
 run_config = {"notebook": "03_correlation", **config.__dict__}
 config
@@ -78,7 +74,7 @@ display(cca_niah.round(3))
 
 # %%
 cca_hotpot = predictability.cca_table(hotpot_traces, config)
-fig = figures.cca_figure(cca_hotpot, "Fig 8 (HotpotQA): CCA vs lag")
+fig = figures.cca_figure(cca_hotpot, f"Fig 8 ({hotpot_label('synthetic')}): CCA vs lag")
 display(Image(filename=str(figures.save_figure(fig, "fig8_hotpot_cca", out_dir, cca_hotpot, run_config))))
 display(cca_hotpot.round(3))
 

@@ -22,6 +22,7 @@
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 n_samples = 24  # evaluation questions (unseen by the probe)
 hotpot_source = "synthetic"  # "synthetic", an official distractor .json/.jsonl path, or "hf" (needs network)
+hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context
 strategies = ["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full"]  # strategies to run
 n_heads = 5  # heads whose attention drives a retrieval
 top_k_positions = 8  # context positions taken from the averaged attention
@@ -47,11 +48,7 @@ import dynheads_tl
 from dynheads_tl import figures, rag
 
 started = time.time()
-config = rag.RagStudyConfig.from_params(dict(
-    model=model, n_samples=n_samples, hotpot_source=hotpot_source, strategies=strategies, n_heads=n_heads, top_k_positions=top_k_positions,
-    cluster_gap=cluster_gap, window=window, rind_threshold=rind_threshold, max_retrievals=max_retrievals,
-    max_new_tokens=max_new_tokens, train_seeds=train_seeds, n_hotpot_train=n_hotpot_train,
-    probe_hidden=probe_hidden, probe_epochs=probe_epochs, seed=seed, output_dir=output_dir, use_cache=use_cache))
+config = rag.RagStudyConfig.from_namespace(globals())
 out_dir = f"{config.output_dir}/04_dynamic_rag"
 run_config = {"notebook": "04_dynamic_rag", **config.__dict__}
 config
@@ -68,7 +65,7 @@ print(f"{len(samples)} evaluation questions; static top-5 heads: "
 
 # %%
 rows = rag.run_strategies(lm, samples, config.strategies, config.rag_config(), static_scores=static_scores, probe=probe)
-figures.save_table(rows.drop(columns=["response"]), "rag_runs", out_dir, run_config)
+figures.save_table(rows.drop(columns=["response"]), "rag_runs", out_dir, run_config);
 
 # %% [markdown]
 # ## Table 4 — EM / F1 per strategy

@@ -154,7 +154,7 @@ def test_inspect_notebook_renders_offline(tmp_path):
     for view in views:
         assert "unpkg.com" not in view, "no CDN: the bundled JavaScript is inlined"
         assert len(view) > 500_000
-        assert "【" in view or "\\u3010" in view, "needle tokens are marked"
+        assert "«" in view or "\\u00ab" in view, "needle tokens are marked"
     for name in ("step_attention", "answer_heatmap"):
         assert (out / "00_inspect_attention" / f"{name}.png").stat().st_size > 0
 

@@ -11,16 +11,18 @@ from dynheads_tl.scoring import (
     activation_frequency, distinct_heads_curve, dynamic_sets, dynamism_metrics, jaccard,
     static_retrieval_scores, static_top_k,
 )
+from dynheads_tl.tasks.metrics import rouge1_recall, rouge_l
 
 
-def hand_trace(argmax_pos, tokens, prompt_ids, span, response="the magic word is abc", scores=None):
+def hand_trace(argmax_pos, tokens, prompt_ids, span, response="the magic word is abc", scores=None,
+               answer="abc"):
     argmax_pos = torch.tensor(argmax_pos)
     steps, layers, heads = argmax_pos.shape
     return Trace(
         tokens=torch.tensor(tokens), argmax_pos=argmax_pos,
         support_score=torch.zeros(steps, layers, heads) if scores is None else torch.tensor(scores),
         hidden=torch.zeros(steps, 4), prompt_ids=torch.tensor(prompt_ids), evidence_spans=[span],
-        task="niah", answers=["abc"], response=response, meta={"needle_text": "the magic word is abc"},
+        task="niah", answers=[answer], response=response, meta={"needle_text": f"the magic word is {answer}"},
     )
 
 
@@ -62,6 +64,38 @@ def test_wu_static_score_known_answer():
     torch.testing.assert_close(static_retrieval_scores([a, b_failed]), torch.tensor([[2 / 3, 0.0]]))
     with pytest.raises(ValueError, match="ROUGE"):
         static_retrieval_scores([b_failed])
+
+
+UUID = "e3e70682-c209-4cac-a29f-6fbed82c07cd"  # NiahConfig(seed=0)'s answer
+NEEDLE = f"The magic word is {UUID}."
+WRONG = "The magic word is 1234-5678."
+
+
+def test_rouge_matches_rouge_score_library():
+    # rouge-score lower-cases and splits at every non-alphanumeric, so the UUID is five tokens
+    # (e3e70682 c209 4cac a29f 6fbed82c07cd), the needle nine and WRONG six (the magic word is 1234 5678).
+    # Wu et al. compare against the answer (their real_needle): WRONG shares none of its tokens, the
+    # bare UUID all five. (The old hand-written recall, which dropped punctuation and articles without
+    # splitting, gave 0.75 and 0.25 against the needle: the wrong answer passed, the right one did not.)
+    assert rouge1_recall(WRONG, UUID) == 0.0
+    assert rouge1_recall(UUID, UUID) == 1.0
+    assert rouge1_recall(f"The magic word is {UUID}.", UUID) == 1.0
+    # Against the whole needle sentence: 4/9 (the, magic, word, is) and 5/9 (the UUID's tokens).
+    assert rouge1_recall(WRONG, NEEDLE) == pytest.approx(4 / 9)
+    assert rouge1_recall(UUID, NEEDLE) == pytest.approx(5 / 9)
+    # ROUGE-L F: longest common subsequence 4 of 6 predicted and 9 reference tokens.
+    assert rouge_l(WRONG, NEEDLE) == pytest.approx(2 * (4 / 6) * (4 / 9) / (4 / 6 + 4 / 9))
+    # The Porter stemmer (words over 3 letters) matches inflections, as in Wu et al.'s scorer.
+    assert rouge1_recall("walking parks", "walked park") == 1.0
+
+
+def test_wu_filter_keeps_the_bare_uuid_and_drops_a_wrong_answer():
+    argmax = [[[3, 0]], [[4, 0]]]  # head0 retrieves at both steps: 2/3 for a kept sample
+    wrong = hand_trace(argmax, [30, 31], PROMPT, (3, 6), response=WRONG, answer=UUID)
+    bare = hand_trace([[[0, 3]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response=UUID, answer=UUID)
+    torch.testing.assert_close(static_retrieval_scores([wrong, bare]), torch.tensor([[0.0, 1 / 3]]))
+    with pytest.raises(ValueError, match="ROUGE"):
+        static_retrieval_scores([wrong])
 
 
 def test_static_top_k_and_jaccard():

@@ -1,9 +1,18 @@
 """Tasks: build samples (prompt ids + the token spans that count as evidence) and score answers."""
-from .common import Sample, build_chat_prompt, locate_spans
-from .haystacks import filler_haystack, folder_haystack, load_haystack, prose_haystack
+from .common import (
+    PROMPT_TEMPLATE_TOKENS,
+    Sample,
+    build_chat_prompt,
+    check_context_fits,
+    locate_spans,
+    tokenizer_max_tokens,
+)
+from .haystacks import check_haystack, filler_haystack, folder_haystack, load_haystack, prose_haystack
 from .hotpot import (
     HotpotConfig,
+    HotpotRecords,
     build_hotpot_sample,
+    check_hotpot_source,
     load_hotpot_records,
     make_hotpot_samples,
     synthetic_hotpot_records,
@@ -13,9 +22,11 @@ from .niah import NiahConfig, build_niah_sample, make_niah_samples
 
 __all__ = [
     "Sample", "build_chat_prompt", "locate_spans",
-    "filler_haystack", "prose_haystack", "folder_haystack", "load_haystack",
+    "check_context_fits", "tokenizer_max_tokens", "PROMPT_TEMPLATE_TOKENS",
+    "filler_haystack", "prose_haystack", "folder_haystack", "load_haystack", "check_haystack",
     "NiahConfig", "build_niah_sample", "make_niah_samples",
-    "HotpotConfig", "build_hotpot_sample", "load_hotpot_records", "make_hotpot_samples",
+    "HotpotConfig", "HotpotRecords", "build_hotpot_sample", "load_hotpot_records", "make_hotpot_samples",
+    "check_hotpot_source",
     "synthetic_hotpot_records",
     "exact_match", "token_f1", "normalize_answer", "rouge_l", "niah_accuracy",
 ]

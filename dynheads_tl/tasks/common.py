@@ -1,7 +1,9 @@
 """What every task shares: the paper's chat prompt and exact token spans from character offsets."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 SYSTEM_PROMPT = (
@@ -104,9 +106,120 @@ def find_unique(haystack: str, needle: str, what: str) -> int:
     return index
 
 
+# The prompt around the context: the paper's system prompt, the chat template's role markers, the
+# question and the instruction. Measured on SmolLM2's template: 63 tokens for NIAH and 70-75 for the
+# synthetic HotpotQA questions. Llama 3's template adds a ~25-token date header and real HotpotQA
+# questions run to ~50 tokens, so 128 is a conservative bound for a check made before any tokenizer is
+# loaded; the exact count is checked again when the samples are built (``check_fits``).
+PROMPT_TEMPLATE_TOKENS = 128
+
+# Tokenizers without a recorded limit report ``model_max_length`` as a huge sentinel (1e30).
+_SENSIBLE_MAX_TOKENS = 10**7
+_CONFIG_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def _sensible_length(value) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _SENSIBLE_MAX_TOKENS:
+        return value
+    return None
+
+
+def tokenizer_max_tokens(tokenizer) -> int | None:
+    """The context window a tokenizer knows of, or None: used when a caller gives no ``max_tokens``.
+
+    ``model_max_length`` first, when it is a real number rather than transformers' 1e30 sentinel.
+    Many tokenizers (the embedded SmolLM2 one included) carry only the sentinel, so next comes the
+    model's ``config.json`` when the tokenizer was loaded from a local folder that holds one (never
+    the network). Without this fallback ``make_niah_samples(tok, n=1, context_tokens=9000)`` would
+    build a prompt longer than an 8,192-token model can read, and nothing would say so.
+    """
+    length = _sensible_length(getattr(tokenizer, "model_max_length", None))
+    if length is not None:
+        return length
+    name = getattr(tokenizer, "name_or_path", None)
+    if not name:
+        return None
+    config_path = Path(str(name)).expanduser() / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    for section in (config, config.get("text_config") or {}):
+        for key in _CONFIG_LENGTH_KEYS:
+            length = _sensible_length(section.get(key)) if isinstance(section, dict) else None
+            if length is not None:
+                return length
+    return None
+
+
+def resolve_max_tokens(tokenizer, max_tokens: int | None) -> int | None:
+    """``max_tokens`` when given, else what the tokenizer knows (see :func:`tokenizer_max_tokens`)."""
+    return max_tokens if max_tokens is not None else tokenizer_max_tokens(tokenizer)
+
+
 def check_fits(n_tokens: int, max_tokens: int | None, max_new_tokens: int, what: str) -> None:
     if max_tokens is not None and n_tokens + max_new_tokens > max_tokens:
         raise ValueError(
             f"The {what} prompt has {n_tokens} tokens; with max_new_tokens={max_new_tokens} it "
             f"exceeds the model's maximum context of {max_tokens} tokens. Lower context_tokens."
         )
+
+
+def check_context_cannot_fit(context_tokens: int, max_new_tokens: int, max_tokens: int | None, what: str) -> None:
+    """Fail before any tokenizing when the context alone, with the answer, is over the model's window.
+
+    Without this a very long ``context_tokens`` would first tokenize a haystack of that length, and
+    used to be reported against the haystack's size rather than the model's window.
+    """
+    if max_tokens is not None and context_tokens + max_new_tokens > max_tokens:
+        room = max_tokens - PROMPT_TEMPLATE_TOKENS - max_new_tokens
+        raise ValueError(
+            f"The {what} context_tokens={context_tokens} with max_new_tokens={max_new_tokens} exceeds "
+            f"the model's maximum context of {max_tokens:,} tokens even before the prompt template is "
+            f"added; lower context_tokens (at most about {max(room, 0):,})."
+        )
+
+
+def check_context_fits(
+    context_tokens: int | Sequence[int] | None,
+    max_new_tokens: int,
+    n_ctx: int,
+    *,
+    name: str = "context_tokens",
+    template_tokens: int = PROMPT_TEMPLATE_TOKENS,
+) -> int:
+    """Check, without a tokenizer or model, that ``context_tokens`` fits the model's window ``n_ctx``.
+
+    A notebook config runs this before loading the model, with ``n_ctx`` read from the model's
+    config, so that a too-long context fails in seconds and is stated against the model's limit
+    (not against the size of the haystack). The prompt template is estimated as ``template_tokens``
+    (:data:`PROMPT_TEMPLATE_TOKENS`, deliberately generous); ``make_niah_samples`` and
+    ``make_hotpot_samples`` check the exact count again. A list is checked by its largest value;
+    ``None`` (HotpotQA's "the record's own paragraphs") has no length to check.
+
+    Returns the largest ``context_tokens`` that fits.
+    """
+    for label, value, minimum in (("max_new_tokens", max_new_tokens, 0), ("n_ctx", n_ctx, 1),
+                                  ("template_tokens", template_tokens, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"{label} must be an integer >= {minimum}, got {value!r}.")
+    largest = n_ctx - template_tokens - max_new_tokens
+    if context_tokens is None:
+        return largest
+    values = list(context_tokens) if isinstance(context_tokens, (list, tuple)) else [context_tokens]
+    for value in values:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must hold positive integers (token counts), got {value!r}.")
+    if not values:
+        raise ValueError(f"{name} is an empty list; give at least one context length in tokens.")
+    longest = max(values)
+    if longest > largest:
+        shown = f"{name}={longest}" if len(values) == 1 else f"{name} (largest {longest})"
+        advice = (f"use at most {largest:,}." if largest > 0 else
+                  f"max_new_tokens={max_new_tokens} alone leaves no room; lower it.")
+        raise ValueError(
+            f"{shown} plus about {template_tokens} prompt-template tokens and "
+            f"max_new_tokens={max_new_tokens} exceeds the model's context window of {n_ctx:,} tokens; "
+            + advice
+        )
+    return largest

@@ -44,25 +44,98 @@ def prose_haystack(min_chars: int = 200_000) -> str:
     return text
 
 
-def folder_haystack(folder: str | Path, min_chars: int = 0) -> str:
+HAYSTACK_CHOICES = "'filler', 'prose' or 'folder:/path/to/txt/files'"
+
+
+def _decode_utf8(path: Path, what: str) -> str:
+    """A file's text, or a sentence naming the file and the first bad byte.
+
+    Decoding with ``errors="replace"`` would quietly fill the haystack with U+FFFD characters,
+    which tokenize into junk the model then reads as context.
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{what} {str(path)!r} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset "
+            f"{error.start} (line {line}); re-save it as UTF-8."
+        ) from None
+
+
+def _folder_text(folder: str | Path) -> str:
+    """The folder's ``.txt`` files, sorted by name, whitespace collapsed, joined by spaces (no repeats)."""
     path = Path(folder).expanduser()
-    files = sorted(path.glob("*.txt")) if path.is_dir() else []
+    if not str(folder).strip():
+        raise ValueError(f"The haystack spec 'folder:' names no folder; use {HAYSTACK_CHOICES}.")
+    if not path.exists():
+        raise ValueError(f"Haystack folder {str(path)!r} does not exist.")
+    if not path.is_dir():
+        raise ValueError(f"Haystack folder {str(path)!r} is a file, not a folder of .txt files.")
+    files = sorted(f for f in path.glob("*.txt") if f.is_file())
     if not files:
         raise ValueError(f"Haystack folder {str(path)!r} holds no .txt files.")
-    text = " ".join(" ".join(f.read_text(encoding="utf-8", errors="replace").split()) for f in files)
+    text = " ".join(" ".join(_decode_utf8(f, "Haystack file").split()) for f in files)
+    if not text.strip():
+        raise ValueError(
+            f"Haystack folder {str(path)!r} has {len(files)} .txt file(s), but all are empty or "
+            "whitespace; a haystack needs text to hide the needle in."
+        )
+    return text
+
+
+def folder_haystack(folder: str | Path, min_chars: int = 0) -> str:
+    """The folder's text, repeated (``text + " " + text``) until it has ``min_chars`` characters.
+
+    Repeating keeps every shorter haystack a prefix of a longer one, so a longer request never
+    changes the samples a shorter one gave.
+    """
+    text = _folder_text(folder)
     while min_chars and len(text) < min_chars:
         text = text + " " + text
     return text
 
 
+def _split_spec(source) -> tuple[str, str | None]:
+    if not isinstance(source, str):
+        raise ValueError(f"The haystack must be a string, {HAYSTACK_CHOICES}; got {source!r}.")
+    if source in ("filler", "prose"):
+        return source, None
+    if source.startswith("folder:"):
+        return "folder", source[len("folder:"):]
+    raise ValueError(f"Unknown haystack {source!r}; use {HAYSTACK_CHOICES}.")
+
+
 def load_haystack(source: str, min_chars: int = 200_000) -> str:
     """``"filler"``, ``"prose"`` or ``"folder:PATH"``."""
-    if source == "filler":
+    kind, folder = _split_spec(source)
+    if kind == "filler":
         return filler_haystack(min_chars)
-    if source == "prose":
+    if kind == "prose":
         return prose_haystack(min_chars)
-    if source.startswith("folder:"):
-        return folder_haystack(source[len("folder:"):], min_chars)
-    raise ValueError(
-        f"Unknown haystack {source!r}; use 'filler', 'prose' or 'folder:/path/to/txt/files'."
-    )
+    return folder_haystack(folder, min_chars)
+
+
+def check_haystack(source: str, *, min_chars: int = 1) -> int:
+    """Check a haystack spec without a model; return how many characters of distinct text it has.
+
+    A notebook config runs this before loading the model: an unknown spec, a missing folder, a
+    folder without ``.txt`` files, files that are empty or whitespace, or a file that is not UTF-8
+    each fail here with a sentence. Every source is repeated to reach the length a sample asks for,
+    so "enough text" only means non-empty (``min_chars=1``); ask for more to require that a haystack
+    of that many characters has no repeats. Whether the built context then reaches
+    ``context_tokens`` is checked exactly in ``make_niah_samples``.
+    """
+    if not isinstance(min_chars, int) or isinstance(min_chars, bool) or min_chars < 1:
+        raise ValueError(f"min_chars must be an integer >= 1, got {min_chars!r}.")
+    kind, folder = _split_spec(source)
+    if kind == "filler":
+        return len(FILLER_SENTENCES)
+    text = prose_haystack(0) if kind == "prose" else _folder_text(folder)
+    if len(text) < min_chars:
+        raise ValueError(
+            f"The {source!r} haystack has {len(text):,} characters of distinct text; "
+            f"{min_chars:,} are required."
+        )
+    return len(text)

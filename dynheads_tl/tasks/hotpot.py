@@ -16,50 +16,261 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .common import Sample, build_chat_prompt, check_fits, find_unique, locate_spans, tokenize_with_offsets
+from .common import (
+    Sample,
+    build_chat_prompt,
+    check_context_cannot_fit,
+    check_fits,
+    find_unique,
+    locate_spans,
+    resolve_max_tokens,
+    tokenize_with_offsets,
+)
 
 HOTPOT_INSTRUCTION = "Answer the question with a short phrase taken from the document."
 REQUIRED_FIELDS = ("question", "answer", "context", "supporting_facts")
+SOURCE_CHOICES = "'synthetic', 'hf' or the path of an official distractor-setting .json/.jsonl file"
 
 
-def validate_record(record: dict[str, Any], where: str = "record") -> None:
+class HotpotRecords(list):
+    """The records loaded from one source: a plain list, plus where they came from and how many
+    incomplete records were skipped, so that a run can say "3 of 500 skipped" instead of silently
+    analysing fewer records than the file holds."""
+
+    def __init__(self, records: Iterable[dict[str, Any]] = (), *, skipped: int = 0, source: str = ""):
+        super().__init__(records)
+        self.skipped = skipped
+        self.source = source
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_pair(item: Any) -> bool:
+    return isinstance(item, (list, tuple)) and len(item) == 2
+
+
+def _check_structure(record: Any, where: str) -> None:
+    """Fields present and shaped as in the official JSON; a sentence naming ``where`` otherwise."""
+    if not isinstance(record, dict):
+        raise ValueError(
+            f"HotpotQA {where} is a JSON {type(record).__name__}, not an object with the fields "
+            f"{list(REQUIRED_FIELDS)}."
+        )
     missing = [name for name in REQUIRED_FIELDS if name not in record]
     if missing:
         raise ValueError(
             f"HotpotQA {where} is missing the field(s) {missing}; a distractor-setting record "
             f"needs {list(REQUIRED_FIELDS)}."
         )
+    for name in ("question", "answer"):
+        if not isinstance(record[name], str):
+            raise ValueError(f"HotpotQA {where}: field {name!r} must be a string, got {_short(record[name])}.")
+    context, facts = record["context"], record["supporting_facts"]
+    if not isinstance(context, list) or not all(
+        _is_pair(item) and isinstance(item[0], str) and isinstance(item[1], list)
+        and all(isinstance(sentence, str) for sentence in item[1])
+        for item in context
+    ):
+        raise ValueError(
+            f"HotpotQA {where}: field 'context' must be a list of [title, [sentence, ...]] pairs, "
+            f"got {_short(context)}."
+        )
+    if not isinstance(facts, list) or not all(
+        _is_pair(item) and isinstance(item[0], str) and isinstance(item[1], int) and not isinstance(item[1], bool)
+        for item in facts
+    ):
+        raise ValueError(
+            f"HotpotQA {where}: field 'supporting_facts' must be a list of [title, sentence_index] "
+            f"pairs, got {_short(facts)}."
+        )
+
+
+def _absent_facts(record: dict[str, Any]) -> list:
+    """Supporting facts whose paragraph title is not in the record's context."""
     titles = {title for title, _ in record["context"]}
-    for title, index in record["supporting_facts"]:
-        if title not in titles:
-            raise ValueError(f"HotpotQA {where}: supporting fact title {title!r} is not in context.")
+    return [fact for fact in record["supporting_facts"] if fact[0] not in titles]
 
 
-def load_hotpot_records(source: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Read the official distractor file (``.json`` list or ``.jsonl``), or ``"hf"`` for the
-    ``hotpotqa/hotpot_qa`` ``distractor`` validation split through ``datasets`` (needs network)."""
-    if str(source) == "hf":
+def validate_record(record: dict[str, Any], where: str = "record") -> None:
+    """One record ready to become a sample: well-formed, and every supporting title in its context.
+
+    (A sentence index past its paragraph's end is tolerated here, as before: that fact simply has
+    no text to mark. :func:`load_hotpot_records` counts such records as incomplete.)
+    """
+    _check_structure(record, where)
+    missing_title = _absent_facts(record)
+    if missing_title:
+        raise ValueError(f"HotpotQA {where}: supporting fact title {missing_title[0][0]!r} is not in context.")
+
+
+def _decode(path: Path, label: str) -> str:
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{label} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset {error.start} "
+            f"(line {line}); HotpotQA files are UTF-8 JSON, so re-save it as UTF-8."
+        ) from None
+    return text[1:] if text.startswith("\ufeff") else text  # json rejects a byte-order mark
+
+
+def _jsonl_entries(text: str, label: str) -> list[tuple[Any, str]]:
+    # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters that
+    # splitlines() breaks on, which would cut a record in two and shift every line number after it.
+    entries = []
+    for line_number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{label}, line {line_number}: not valid JSON ({error.msg} at column {error.colno}); "
+                "in a JSON Lines file each non-blank line must be one record."
+            ) from None
+        entries.append((value, f"record {len(entries) + 1} (line {line_number})"))
+    return entries
+
+
+def _file_entries(path: Path, label: str) -> list[tuple[Any, str]]:
+    """(record, where) pairs of a file, its format told by its content rather than its extension.
+
+    A JSON array is the official format; JSON Lines (one record per line) is what many mirrors and
+    ``datasets`` exports write, whatever their file is named. One JSON value per document parses as
+    JSON; several objects, one per line, fail with "Extra data" and are read as JSON Lines.
+    """
+    text = _decode(path, label)
+    if not text.strip():
+        raise ValueError(f"{label} is empty; it should hold a JSON array of records or JSON Lines.")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        if error.msg == "Extra data" and text.lstrip().startswith("{"):
+            return _jsonl_entries(text, label)
+        raise ValueError(
+            f"{label} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}."
+        ) from None
+    if isinstance(value, list):
+        return [(record, f"record {i}") for i, record in enumerate(value, start=1)]
+    if isinstance(value, dict):  # one record, as a JSON object or a one-line JSON Lines file
+        line = text[: len(text) - len(text.lstrip())].count("\n") + 1
+        return [(value, f"record 1 (line {line})")]
+    raise ValueError(
+        f"{label} holds a JSON {type(value).__name__}, not an array of records or JSON Lines of records."
+    )
+
+
+def _hf_entries():
+    try:
         from datasets import load_dataset
+    except ImportError:
+        raise ImportError(_HF_MISSING) from None
+    dataset = load_dataset("hotpotqa/hotpot_qa", "distractor", split="validation")
+    for i, row in enumerate(dataset, start=1):
+        context = [[t, s] for t, s in zip(row["context"]["title"], row["context"]["sentences"])]
+        facts = [[t, k] for t, k in zip(row["supporting_facts"]["title"], row["supporting_facts"]["sent_id"])]
+        yield {**row, "context": context, "supporting_facts": facts}, f"row {i}"
 
-        dataset = load_dataset("hotpotqa/hotpot_qa", "distractor", split="validation")
-        records = []
-        for row in dataset.select(range(min(limit or len(dataset), len(dataset)))):
-            context = [[t, s] for t, s in zip(row["context"]["title"], row["context"]["sentences"])]
-            facts = [[t, i] for t, i in zip(row["supporting_facts"]["title"], row["supporting_facts"]["sent_id"])]
-            records.append({**row, "context": context, "supporting_facts": facts})
+
+_HF_MISSING = (
+    "hotpot_source='hf' reads HotpotQA through the `datasets` package, which is not installed; "
+    "run `pip install datasets` (it also needs network access), or use 'synthetic' or the path of "
+    "a local distractor-setting file."
+)
+
+
+def _incomplete_error(label: str, incomplete: list, examined: int) -> ValueError:
+    first_where, titles = incomplete[0]
+    return ValueError(
+        f"{label}: {len(incomplete)} of {examined} records have supporting facts whose paragraph is not in "
+        f"their own context (first: {first_where}, where title {titles[0][0]!r} is not among its paragraphs). "
+        "This suggests a retrieval-based variant of HotpotQA (such as the fullwiki setting) rather than "
+        "the distractor setting, whose contexts hold every gold paragraph. Pass skip_incomplete=True "
+        f"(notebook parameter hotpot_skip_incomplete=True) to skip them and use the other "
+        f"{examined - len(incomplete)}."
+    )
+
+
+def load_hotpot_records(source: str | Path, limit: int | None = None, *,
+                        skip_incomplete: bool = False) -> HotpotRecords:
+    """Read the official distractor file, or ``"hf"`` for the ``hotpotqa/hotpot_qa`` ``distractor``
+    validation split through ``datasets`` (needs network).
+
+    A file may hold a JSON array or JSON Lines whatever its extension. Every error names the file
+    and the 1-based record (and, for JSON Lines, the line in the file). A record with a supporting
+    fact whose paragraph title is not in its own context cannot be scored by Eq. 2, since part of its
+    evidence is not in the prompt; such records are counted and, by default, reported in one error;
+    ``skip_incomplete=True`` leaves them out. A sentence index past its paragraph's end is tolerated,
+    as in the official distractor files where it occurs: that fact simply has no text to mark.
+    ``limit`` keeps the first ``limit`` records (with ``skip_incomplete``: the first ``limit``
+    complete ones). The result's ``skipped`` says how many were left out.
+    """
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}.")
+    limit = limit or None  # 0 has always meant "no limit"
+    if str(source) == "hf":
+        label, entries, shown = "HotpotQA 'hf' source", _hf_entries(), "hf"
+        record_prefix = "'hf' source, "
     else:
+        if not isinstance(source, (str, Path)) or not str(source).strip():
+            raise ValueError(f"The HotpotQA source must be {SOURCE_CHOICES}; got {source!r}.")
         path = Path(source).expanduser()
+        shown, label = str(path), f"HotpotQA file {str(path)!r}"
         if not path.exists():
-            raise FileNotFoundError(f"HotpotQA file {str(path)!r} does not exist.")
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".jsonl":
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            records = json.loads(text)
-        records = records[:limit] if limit else records
-    for i, record in enumerate(records):
-        validate_record(record, f"record {i}")
-    return records
+            raise FileNotFoundError(f"HotpotQA file {str(path)!r} does not exist; use {SOURCE_CHOICES}.")
+        if not path.is_file():
+            raise ValueError(f"HotpotQA file {str(path)!r} is a folder, not a file; use {SOURCE_CHOICES}.")
+        entries = _file_entries(path, label)
+        record_prefix = f"file {str(path)!r}, "
+    kept, incomplete, examined = [], [], 0
+    for record, where in entries:
+        if limit is not None and (len(kept) if skip_incomplete else examined) >= limit:
+            break
+        examined += 1
+        _check_structure(record, record_prefix + where)
+        missing_title = _absent_facts(record)
+        if missing_title:
+            incomplete.append((where, missing_title))
+            continue
+        kept.append(record)
+    if incomplete and not skip_incomplete:
+        raise _incomplete_error(label, incomplete, examined)
+    return HotpotRecords(kept, skipped=len(incomplete), source=shown)
+
+
+def check_hotpot_source(source: str | Path, n_needed: int, *, skip_incomplete: bool = False,
+                        needed_for: str | None = None) -> int:
+    """The check a notebook config runs before any model loads; returns the usable record count.
+
+    ``"synthetic"`` always has enough (its generator makes ``n_needed``). ``"hf"`` needs
+    ``datasets`` installed; its size is only known after a download, so it is not counted here.
+    A file is loaded and validated in full (see :func:`load_hotpot_records`), and must hold at least
+    ``n_needed`` usable records; ``needed_for`` (e.g. ``"calibration 10 + analysis 20"``) says why.
+    """
+    if not isinstance(n_needed, int) or isinstance(n_needed, bool) or n_needed < 0:
+        raise ValueError(f"n_needed must be an integer >= 0, got {n_needed!r}.")
+    if str(source) == "synthetic":
+        return n_needed
+    if str(source) == "hf":
+        import importlib.util
+
+        if importlib.util.find_spec("datasets") is None:
+            raise ImportError(_HF_MISSING)
+        return n_needed
+    records = load_hotpot_records(source, skip_incomplete=skip_incomplete)
+    if len(records) < n_needed:
+        skipped = f" ({records.skipped} skipped as incomplete)" if records.skipped else ""
+        purpose = f" ({needed_for})" if needed_for else ""
+        raise ValueError(
+            f"HotpotQA file {records.source!r} has {len(records)} usable records{skipped}; the splits "
+            f"asked for need {n_needed}{purpose}."
+        )
+    return len(records)
 
 
 # --- the synthetic generator -----------------------------------------------------------------
@@ -174,6 +385,13 @@ def _arrange(record, config, tokenizer, distractor_pool):
         count = lambda ps: len(tokenizer("\n".join(_paragraph_text(*p) for p in ps), add_special_tokens=False)["input_ids"])
         while count(gold + distractors) < config.context_tokens and pool:
             distractors.append(pool.pop())
+        available = count(gold + distractors)
+        if available < 0.9 * config.context_tokens:
+            raise ValueError(
+                f"HotpotQA record {record.get('_id', '?')!r}: its paragraphs and the distractor pool "
+                f"hold only {available} tokens, short of context_tokens={config.context_tokens}; lower "
+                "context_tokens or pass more records to draw distractors from."
+            )
         while distractors and count(gold + distractors) > config.context_tokens:
             distractors.pop()
     depth = 0.5 if config.depth is None else config.depth
@@ -184,7 +402,12 @@ def _arrange(record, config, tokenizer, distractor_pool):
 def build_hotpot_sample(tokenizer, record: dict[str, Any], config: HotpotConfig | None = None, *,
                         max_tokens: int | None = None, distractor_pool: Iterable = ()) -> Sample:
     config = config or HotpotConfig()
+    if not isinstance(record, dict):
+        raise ValueError(f"A HotpotQA record must be a dict, got {type(record).__name__}.")
     validate_record(record, f"record {record.get('_id', '?')!r}")
+    max_tokens = resolve_max_tokens(tokenizer, max_tokens)
+    if config.context_tokens is not None:
+        check_context_cannot_fit(config.context_tokens, config.max_new_tokens, max_tokens, "HotpotQA")
     paragraphs = _arrange(record, config, tokenizer, list(distractor_pool))
     texts = [_paragraph_text(t, s) for t, s in paragraphs]
     context = "\n".join(texts)
@@ -224,8 +447,22 @@ def build_hotpot_sample(tokenizer, record: dict[str, Any], config: HotpotConfig 
 def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | None = None,
                         seed: int = 0, context_tokens: int | None = None, depth: float | None = None,
                         max_tokens: int | None = None) -> list[Sample]:
-    """``n`` samples from ``records`` (default: synthetic records seeded by ``seed``)."""
+    """``n`` samples from ``records`` (default: synthetic records seeded by ``seed``).
+
+    Fewer records than ``n`` is an error rather than fewer samples, which would shrink a split
+    without a word. Without ``max_tokens`` the tokenizer's own limit is used when it knows one.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}.")
     records = records if records is not None else synthetic_hotpot_records(n, seed=seed)
+    if len(records) < n:
+        source = getattr(records, "source", "")
+        where = f" from {source!r}" if source else ""
+        raise ValueError(
+            f"make_hotpot_samples was asked for n={n} samples but was given only {len(records)} "
+            f"record(s){where}; pass more records or lower n."
+        )
+    max_tokens = resolve_max_tokens(tokenizer, max_tokens)
     pool = [tuple(p) for r in (records if context_tokens else []) for p in r["context"]]
     if context_tokens:
         pool += [tuple(p) for r in synthetic_hotpot_records(64, seed=seed + 7919) for p in r["context"]]

@@ -1,9 +1,14 @@
-"""Answer metrics: NIAH exact-UUID accuracy, ROUGE-L, and SQuAD-style EM / token F1."""
+"""Answer metrics: NIAH exact-UUID accuracy, SQuAD-style EM / token F1, and ROUGE.
+
+ROUGE comes from Google's ``rouge-score`` package with the settings of Wu et al.'s retrieval-head code,
+so the sample filter of their static score keeps and drops the same responses theirs does.
+"""
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter
+from functools import lru_cache
 
 
 def normalize_answer(text: str) -> str:
@@ -33,34 +38,29 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _lcs(a: list[str], b: list[str]) -> int:
-    previous = [0] * (len(b) + 1)
-    for x in a:
-        current = [0]
-        for j, y in enumerate(b):
-            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
-        previous = current
-    return previous[-1]
+@lru_cache(maxsize=1)
+def _rouge_scorer():
+    """Wu et al.'s scorer (Retrieval_Head, ``retrieval_head_detection.py``): ROUGE-1 and ROUGE-L from
+    Google's ``rouge-score`` with the Porter stemmer. Built once; imported lazily because importing
+    nltk takes seconds."""
+    from rouge_score.rouge_scorer import RougeScorer
+
+    return RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
 
 
 def rouge_l(prediction: str, gold: str) -> float:
-    """ROUGE-L F1 on normalised whitespace tokens."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred or not ref:
-        return 0.0
-    lcs = _lcs(pred, ref)
-    if lcs == 0:
-        return 0.0
-    precision, recall = lcs / len(pred), lcs / len(ref)
-    return 2 * precision * recall / (precision + recall)
+    """ROUGE-L F-measure from ``rouge-score`` (lower-cased, split at every non-alphanumeric, stemmed)."""
+    return _rouge_scorer().score(gold, prediction)["rougeL"].fmeasure
 
 
 def rouge1_recall(prediction: str, gold: str) -> float:
-    """Unigram recall of ``gold`` in ``prediction`` (Wu et al.'s sample filter uses > 0.5)."""
-    pred, ref = Counter(normalize_answer(prediction).split()), Counter(normalize_answer(gold).split())
-    if not ref:
-        return 0.0
-    return sum((pred & ref).values()) / sum(ref.values())
+    """ROUGE-1 recall of ``gold`` in ``prediction``, as Wu et al.'s sample filter computes it
+    (``scorer.score(real_needle, response)['rouge1'].recall``, kept if > 0.5).
+
+    Arguments are in this module's order (prediction first); ``rouge-score`` takes the target first.
+    Its tokenizer splits at every non-alphanumeric, so a UUID counts as five tokens.
+    """
+    return _rouge_scorer().score(gold, prediction)["rouge1"].recall
 
 
 def niah_accuracy(response: str, answer: str) -> float:

@@ -6,8 +6,10 @@ template. The needle's token span comes from the tokenizer's character offsets, 
 """
 from __future__ import annotations
 
+import math
 import random
 import uuid
+from bisect import bisect_right
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -15,12 +17,20 @@ from .common import (
     NIAH_INSTRUCTION,
     Sample,
     build_chat_prompt,
+    check_context_cannot_fit,
     check_fits,
     find_unique,
     locate_spans,
+    resolve_max_tokens,
     tokenize_with_offsets,
 )
 from .haystacks import load_haystack
+
+# Every haystack is first loaded at this many characters (~45k tokens); longer contexts reload it longer.
+_BASE_HAYSTACK_CHARS = 200_000
+# A built context below this share of what was planned (haystack kept + needle) means text was lost.
+_MIN_CONTEXT_SHARE = 0.9
+_CONTEXT_SLACK_TOKENS = 8  # boundary merges around the needle; matters only for tiny contexts
 
 
 @dataclass
@@ -46,10 +56,28 @@ class NiahConfig:
 
 
 @lru_cache(maxsize=8)
-def _haystack_tokens(tokenizer, source: str):
-    text = load_haystack(source)
+def _haystack_tokens(tokenizer, source: str, min_chars: int = _BASE_HAYSTACK_CHARS):
+    text = load_haystack(source, min_chars)
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     return text, [tuple(o) for o in encoded["offset_mapping"]]
+
+
+def _haystack_for(tokenizer, source: str, context_tokens: int):
+    """A haystack with at least ``context_tokens`` tokens.
+
+    Every source repeats its text to reach a length, and a longer haystack starts with the shorter
+    one, so reloading it longer leaves the samples of shorter contexts unchanged.
+    """
+    text, offsets = _haystack_tokens(tokenizer, source)
+    if context_tokens > len(offsets) and offsets:
+        chars = math.ceil(len(text) * context_tokens / len(offsets) * 1.25) + 1000
+        text, offsets = _haystack_tokens(tokenizer, source, chars)
+    if context_tokens > len(offsets):
+        raise ValueError(
+            f"The {source!r} haystack has only {len(offsets)} tokens; context_tokens={context_tokens} "
+            "is too long."
+        )
+    return text, offsets
 
 
 def _sentence_start_before(text: str, position: int) -> int:
@@ -64,12 +92,9 @@ def build_niah_sample(tokenizer, config: NiahConfig, *, max_tokens: int | None =
     rng = random.Random(config.seed)
     answer = str(uuid.UUID(int=rng.getrandbits(128), version=4))
     needle = config.needle.format(answer=answer)
-    text, offsets = _haystack_tokens(tokenizer, config.haystack)
-    if config.context_tokens > len(offsets):
-        raise ValueError(
-            f"The {config.haystack!r} haystack has only {len(offsets)} tokens; "
-            f"context_tokens={config.context_tokens} is too long."
-        )
+    max_tokens = resolve_max_tokens(tokenizer, max_tokens)
+    check_context_cannot_fit(config.context_tokens, config.max_new_tokens, max_tokens, "NIAH")
+    text, offsets = _haystack_for(tokenizer, config.haystack, config.context_tokens)
     needle_tokens = len(tokenizer(" " + needle, add_special_tokens=False)["input_ids"])
     keep = max(config.context_tokens - needle_tokens, 1)
     haystack = text[: offsets[keep - 1][1]]
@@ -89,6 +114,8 @@ def build_niah_sample(tokenizer, config: NiahConfig, *, max_tokens: int | None =
     context_char = prompt.index(context)
     [needle_span] = locate_spans(prompt_offsets, [(needle_char, needle_char + len(needle))])
     [context_span] = locate_spans(prompt_offsets, [(context_char, context_char + len(context))])
+    planned = bisect_right(offsets, len(haystack), key=lambda offset: offset[1]) + needle_tokens
+    _check_context_built(config, context_span[1] - context_span[0], planned)
     return Sample(
         task="niah",
         prompt_ids=ids,
@@ -106,6 +133,22 @@ def build_niah_sample(tokenizer, config: NiahConfig, *, max_tokens: int | None =
     )
 
 
+def _check_context_built(config: NiahConfig, built: int, planned: int) -> None:
+    """Fail when the context came out clearly shorter than planned, rather than run on it.
+
+    ``planned`` counts the haystack tokens kept after cutting at a sentence end, plus the needle;
+    the sentence cut is by design (it may keep as little as half of ``context_tokens`` in prose
+    with long sentences), but losing more than that means the haystack text vanished when the
+    prompt was built (e.g. a haystack of whitespace, which collapses to nothing).
+    """
+    if built < _MIN_CONTEXT_SHARE * planned - _CONTEXT_SLACK_TOKENS:
+        raise ValueError(
+            f"The NIAH context built from the {config.haystack!r} haystack has {built} tokens, clearly "
+            f"fewer than the {planned} planned for context_tokens={config.context_tokens}; the "
+            "haystack text is lost when the prompt is built (is it mostly whitespace or markup?)."
+        )
+
+
 def make_niah_samples(
     tokenizer,
     *,
@@ -119,10 +162,13 @@ def make_niah_samples(
     """``n`` samples with depths spread evenly (or drawn from ``depths``) and one UUID each.
 
     Sample ``i`` uses seed ``seed * 100_003 + i``, so two splits with different ``seed`` never
-    share a needle.
+    share a needle. Without ``max_tokens`` the tokenizer's own limit is used when it knows one
+    (:func:`~dynheads_tl.tasks.common.tokenizer_max_tokens`), so a prompt longer than the model's
+    window fails here instead of at generation.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}.")
+    max_tokens = resolve_max_tokens(tokenizer, max_tokens)
     lengths = context_tokens if isinstance(context_tokens, list) else [context_tokens]
     samples = []
     for i in range(n):

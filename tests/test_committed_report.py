@@ -1,0 +1,222 @@
+"""The committed report (papers_figures/) and the checks it must pass, each shown on small fixtures.
+
+No model and no papermill run here: notebooks are built with nbformat, outputs are hand-written CSVs.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from dynheads_tl.index import (
+    PAPER_ITEMS, SYNTHETIC_NOTE, absolute_paths, build_index, headline_problems, hotpot_label, link_problems,
+    notebook_problems, offline_problems, ours_text, path_problems, remote_resources, render_notebook_html,
+    report_problems,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "papers_figures"
+
+# A 1×1 PNG, enough for links and thumbnails.
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+TABLE1_HEADER = "model,task,jaccard_static,jaccard_adjacent,entropy,heads_per_step_mean,heads_per_step_sd,ever_active,n_heads\n"
+
+
+def test_the_committed_report_has_no_problems():
+    """The report as committed: notebooks finished with the recorded parameters, no machine paths, live
+    links, and numbers that match their CSVs. Regenerate it with `dynheads report` when this fails."""
+    problems = report_problems(COMMITTED)
+    assert not problems, f"{len(problems)} problem(s) in papers_figures/:\n" + "\n".join(problems)
+
+
+# --- a small clean report ---------------------------------------------------------------------------
+
+def _executed_notebook(path: Path, parameters: dict, *, failed: bool = False) -> None:
+    cells = [new_code_cell("n_analysis = 20", metadata={"tags": ["parameters"]}),
+             new_code_cell("print(n_analysis)", outputs=[new_output("stream", name="stdout", text="4\n")])]
+    if failed:
+        cells.append(new_code_cell("raise ValueError('n_analysis must be positive')", outputs=[
+            new_output("error", ename="ValueError", evalue="n_analysis must be positive", traceback=[])]))
+    notebook = new_notebook(cells=cells)
+    notebook.metadata["papermill"] = {"exception": True if failed else None, "parameters": parameters}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+
+
+def _write_outputs(out: Path, *, hotpot_source: str | None = "synthetic") -> None:
+    dynamism, masking = out / "01_dynamism", out / "02_irreplaceability"
+    dynamism.mkdir(parents=True)
+    masking.mkdir(parents=True)
+    (dynamism / "table1_niah.csv").write_text(TABLE1_HEADER + "m,niah,0.25,0.5,3.1,4.5,2.0,40,270\n")
+    (dynamism / "table1_niah.md").write_text("| x |\n")
+    (dynamism / "table1_niah.config.json").write_text(json.dumps({"model": "m", "output_dir": "papers_figures"}))
+    (masking / "fig6_hotpot_masking.csv").write_text(
+        "context,depth,run,condition,f1\n250,0.1,0,none,0.5\n250,0.1,0,dynamic,0.1\n250,0.1,0,random,0.4\n")
+    (masking / "fig6_hotpot_masking.png").write_bytes(PNG)
+    config = {"model": "m"} if hotpot_source is None else {"model": "m", "hotpot_source": hotpot_source}
+    (masking / "fig6_hotpot_masking.config.json").write_text(json.dumps(config))
+
+
+@pytest.fixture
+def clean_report(tmp_path) -> Path:
+    """Outputs of notebooks 01 and 02 only (the other items are "not produced"), both runs finished."""
+    out = tmp_path / "report"
+    _write_outputs(out)
+    parameters = {"01_dynamism": {"n_analysis": 4}, "02_irreplaceability": {}}
+    for notebook, params in parameters.items():
+        _executed_notebook(out / "executed" / f"{notebook}.ipynb", {**params, "output_dir": "report"})
+    runs = {notebook: {"model": "m", "preset": "smoke", "parameters": params, "date": "2026-11-30", "minutes": 1.5}
+            for notebook, params in parameters.items()}
+    (out / "runs.json").write_text(json.dumps(runs))
+    build_index(out)
+    return out
+
+
+def test_a_clean_partial_report_passes_every_check(clean_report):
+    assert report_problems(clean_report) == []
+    readme = (clean_report / "README.md").read_text()
+    assert next(line for line in readme.splitlines() if line.startswith("| Fig 1 |")).count("not produced") == 1
+    assert "## Runs" in readme
+
+
+def test_a_failed_notebook_is_reported(clean_report):
+    _executed_notebook(clean_report / "executed" / "01_dynamism.ipynb", {"n_analysis": 4}, failed=True)
+    problems = notebook_problems(clean_report)
+    assert any("papermill recorded an exception" in p for p in problems)
+    assert any("raised ValueError: n_analysis must be positive" in p for p in problems)
+
+
+def test_parameters_that_differ_from_runs_json_are_reported(clean_report):
+    _executed_notebook(clean_report / "executed" / "01_dynamism.ipynb", {"n_analysis": -1, "output_dir": "x"})
+    assert notebook_problems(clean_report) == [
+        "executed/01_dynamism.ipynb ran with parameters {'n_analysis': -1}, but runs.json records {'n_analysis': 4}"]
+    runs = json.loads((clean_report / "runs.json").read_text())
+    runs["03_correlation"] = runs["01_dynamism"]
+    (clean_report / "runs.json").write_text(json.dumps(runs))
+    assert any("executed/03_correlation.ipynb is missing" in p for p in notebook_problems(clean_report))
+
+
+def test_absolute_paths_are_found_and_urls_are_not():
+    text = ('{"output_dir": "/home/alice/papers_figures"} File /opt/venv/lib/x.py:3 '
+            "PosixPath('/work/main/out.md') see https://example.org/a/b/c and //cdn.example.org/x/y "
+            'if(/Trident/i.test(n)) "folder:/path/to/txts" file:///srv/data/x C:\\\\Users\\\\bob\\\\run 1/2/3 and/or')
+    assert absolute_paths(text) == sorted(["/home/alice/papers_figures", "/opt/venv/lib/x.py", "/work/main/out.md",
+                                           "file:///srv/data/x", "C:\\\\Users\\\\bob\\\\run"])
+
+
+def test_a_machine_path_in_any_committed_file_is_reported(clean_report):
+    config = clean_report / "01_dynamism" / "table1_niah.config.json"
+    config.write_text(json.dumps({"output_dir": "/home/alice/papers_figures"}))
+    assert path_problems(clean_report) == [
+        "01_dynamism/table1_niah.config.json holds absolute path(s) of a machine: /home/alice/papers_figures"]
+
+
+def test_the_index_writes_no_path_of_the_machine(clean_report):
+    for name in ("README.md", "index.html"):
+        text = (clean_report / name).read_text()
+        assert str(clean_report) not in text and absolute_paths(text) == []
+
+
+def test_dead_absolute_or_outside_links_are_reported(clean_report):
+    readme = clean_report / "README.md"
+    readme.write_text(readme.read_text() + "\n[gone](01_dynamism/gone.csv) [up](../secret.txt) [web](https://arxiv.org/abs/2602.11162)\n")
+    page = clean_report / "index.html"
+    page.write_text(page.read_text().replace("</body>", f'<img src="{clean_report}/x.png"></body>'))
+    problems = link_problems(clean_report)
+    assert problems == ["index.html links to the absolute path " + f"{clean_report}/x.png",
+                        "README.md links to 01_dynamism/gone.csv, which does not exist",
+                        "README.md links to ../secret.txt, outside the folder"]
+
+
+def test_numbers_that_differ_from_their_csv_are_reported(clean_report):
+    csv = clean_report / "01_dynamism" / "table1_niah.csv"
+    csv.write_text(TABLE1_HEADER + "m,niah,0.3,0.5,3.1,4.5,2.0,40,270\n")  # the index is now stale
+    problems = headline_problems(clean_report)
+    assert len(problems) == 2 and all("Table 1" in p and "Jaccard top-20 0.3000" in p for p in problems)
+    build_index(clean_report)
+    assert headline_problems(clean_report) == []
+    readme = clean_report / "README.md"
+    readme.write_text(readme.read_text().replace("dynamic 0.10", "dynamic 0.01"))  # edited by hand
+    assert [p.split(" quotes")[0] for p in headline_problems(clean_report)] == ["README.md"]
+
+
+@pytest.mark.parametrize("stem_name, header, first, second, number", [
+    ("01_dynamism/table1_niah", TABLE1_HEADER, "m,niah,0.25,0.5,3.1,4.5,2.0,40,270",
+     "m,niah,0.25,0.5,3.1,4.5,2.0,41,270", "41 of 270"),
+    ("02_irreplaceability/fig2_niah_masking", "condition,accuracy\n", "none,1.0\nnone,0.5", "none,1.0\nnone,0.0",
+     "none 0.50"),
+    ("04_dynamic_rag/table4_rag", "strategy,em,f1\n", "dynamic,0.5,0.25", "dynamic,0.5,0.125", "dynamic 0.500/0.125"),
+])
+def test_headlines_only_format_numbers_read_from_the_csv(tmp_path, stem_name, header, first, second, number):
+    csv = (tmp_path / stem_name).with_suffix(".csv")
+    csv.parent.mkdir(parents=True)
+    item = next(item for item, *_, stem, _ in PAPER_ITEMS if stem == stem_name)
+    csv.write_text(header + first + "\n")
+    before = ours_text(tmp_path, item, stem_name)
+    csv.write_text(header + second + "\n")
+    after = ours_text(tmp_path, item, stem_name)
+    assert before != after and number in after
+
+
+def test_synthetic_hotpot_results_say_so(tmp_path):
+    assert hotpot_label("synthetic") == "HotpotQA (synthetic)"
+    assert hotpot_label("data/hotpot_dev_distractor_v1.json") == "HotpotQA"
+    for source, labelled in (("synthetic", True), (None, True), ("data/hotpot_dev_distractor_v1.json", False)):
+        out = tmp_path / str(source).replace("/", "_")
+        _write_outputs(out, hotpot_source=source)
+        build_index(out)
+        for name in ("README.md", "index.html"):
+            text = (out / name).read_text()
+            fig6 = next(line for line in text.splitlines() if "Fig 6" in line and "0.50" in line)
+            assert (SYNTHETIC_NOTE in fig6) == labelled, (source, name)
+        table1 = next(line for line in (out / "README.md").read_text().splitlines() if line.startswith("| Table 1"))
+        assert SYNTHETIC_NOTE not in table1  # NIAH items are never labelled
+
+
+def test_index_html_links_renderings_thumbnails_and_runs(clean_report):
+    (clean_report / "executed" / "02_irreplaceability.html").write_text("<html></html>")
+    build_index(clean_report)
+    page = (clean_report / "index.html").read_text()
+    fig6 = re.search(r'<tr data-item="Fig 6">.*?</tr>', page).group(0)
+    assert '<a href="executed/02_irreplaceability.html">02_irreplaceability</a>' in fig6
+    assert '<a href="executed/01_dynamism.ipynb">01_dynamism</a>' in page  # no rendering: the notebook itself
+    image = "02_irreplaceability/fig6_hotpot_masking.png"
+    assert re.search(rf'<a href="{image}"><img src="{image}"', page) and "max-width:100%" in page
+    assert "<h2>Runs</h2>" in page and "Run times are those of the last run" in page
+    assert not list(clean_report.glob("*.tmp"))
+    assert link_problems(clean_report) == []
+
+
+def test_html_that_loads_from_the_network_is_reported(clean_report):
+    page = '<script src="https://cdn.example.org/require.js"></script><script type="module">import x from "https://unpkg.com/cv";</script>'
+    assert len(remote_resources(page)) == 2
+    assert remote_resources('<script>var u="https://reactjs.org/docs/x"; /a/.test(u)</script>') == []
+    (clean_report / "executed" / "01_dynamism.html").write_text(page)
+    assert [p.split(":")[0] for p in offline_problems(clean_report)] == ["executed/01_dynamism.html loads from the network"]
+
+
+def test_rendered_notebooks_open_offline(tmp_path):
+    pytest.importorskip("nbconvert")
+    png = base64.b64encode(PNG).decode()
+    notebook = new_notebook(cells=[
+        new_markdown_cell("Eq. 2: $h \\in D_t$"),
+        new_code_cell("show()", outputs=[
+            new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+            new_output("execute_result", execution_count=1, data={
+                "text/html": '<div id="vis"></div><script type="module">document.getElementById("vis").textContent="ok";</script>',
+                "text/plain": "<vis>"})])])
+    path = tmp_path / "executed" / "00_inspect_attention.ipynb"
+    path.parent.mkdir()
+    nbformat.write(notebook, path)
+    page_path = render_notebook_html(path)
+    assert page_path == path.with_suffix(".html") and not list(path.parent.glob("*.tmp"))
+    page = page_path.read_text()
+    assert not re.search(r"""<script[^>]*\bsrc\s*=\s*["']?(https?:)?//""", page, re.I)
+    assert remote_resources(page) == [] and "mathjax" not in page.lower() and "require.min.js" not in page
+    assert f"data:image/png;base64,{png}" in page  # images stay embedded
+    assert 'document.getElementById("vis").textContent="ok";' in page  # inline scripts still run

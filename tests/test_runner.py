@@ -1,0 +1,207 @@
+"""The runner's promises: outputs go where asked, a failed run never replaces a finished one, every value is
+checked before the first notebook starts, notebooks ship with the package, and the CLI explains itself."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dynheads_tl import cli, report
+from dynheads_tl.config import NotebookConfig
+from dynheads_tl.report import (NOTEBOOK_CONFIGS, PRESETS, config_class, default_output_dir, list_notebooks,
+                                notebook_parameters, run_report)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_default_preset_writes_the_committed_report_and_everything_else_runs():
+    assert default_output_dir("default", customised=False) == Path("papers_figures")
+    assert default_output_dir("smoke", customised=False) == Path("runs/smoke")
+    assert default_output_dir("default", customised=True) == Path("runs/default")
+    assert default_output_dir("paper", customised=True) == Path("runs/paper")
+    assert "/runs/" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_only_needs_an_exact_name_or_an_unambiguous_prefix():
+    assert [nb.stem for nb in list_notebooks("01_dynamism")] == ["01_dynamism"]
+    assert [nb.stem for nb in list_notebooks("01")] == ["01_dynamism"]
+    assert [nb.stem for nb in list_notebooks("02_irreplaceability.ipynb")] == ["02_irreplaceability"]
+    with pytest.raises(ValueError, match=r"'0' matches 5 notebooks .* give an exact name or a longer prefix"):
+        list_notebooks("0")
+    with pytest.raises(ValueError, match="No notebook matches '99'"):
+        list_notebooks("99")
+
+
+@pytest.mark.parametrize("stem", sorted(NOTEBOOK_CONFIGS))
+def test_each_notebook_declares_exactly_its_config_fields_with_the_same_defaults(stem):
+    declared = {name: ast.literal_eval(text) for name, text in notebook_parameters(
+        report.notebook_dir() / f"{stem}.ipynb").items()}
+    config = config_class(stem)
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                for f in dataclasses.fields(config)}
+    assert declared == defaults
+
+
+def test_every_notebook_has_a_registered_config_and_presets_name_real_parameters():
+    stems = [nb.stem for nb in list_notebooks()]
+    assert sorted(stems) == sorted(NOTEBOOK_CONFIGS)
+    for preset in PRESETS.values():
+        for stem, parameters in preset.items():
+            fields = {f.name for f in dataclasses.fields(config_class(stem))}
+            assert set(parameters) <= fields, (stem, set(parameters) - fields)
+
+
+def test_impossible_values_and_missing_files_fail_before_any_notebook_starts(tmp_path):
+    with pytest.raises(ValueError, match="01_dynamism: Parameter 'n_analysis' must be a positive integer"):
+        run_report(only="01_dynamism", overrides={"n_analysis": -3}, output_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="01_dynamism: .*missing.json"):
+        run_report(only="01_dynamism", overrides={"hotpot_source": str(tmp_path / "missing.json")},
+                   output_dir=tmp_path)
+    with pytest.raises(ValueError, match="02_irreplaceability: .*niah_contexts.*8,192"):
+        run_report(only="02", overrides={"niah_contexts": [100000]}, output_dir=tmp_path)
+    assert not (tmp_path / "executed").exists(), "nothing ran"
+
+
+def test_output_dir_given_twice_must_agree(tmp_path):
+    with pytest.raises(ValueError, match="output_dir is given twice"):
+        run_report(only="01", overrides={"output_dir": str(tmp_path / "a")}, output_dir=tmp_path / "b")
+
+
+# --- a run, with a tiny notebook instead of the real ones ----------------------------------------
+@dataclass
+class TinyConfig(NotebookConfig):
+    fail: bool = False
+    value: int = 1
+    output_dir: str = "papers_figures"
+
+    def __post_init__(self):
+        if self.value < 0:
+            raise ValueError(f"Parameter 'value' must be >= 0, got {self.value!r}.")
+
+
+def _tiny_notebook(folder: Path) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("fail = False  # raise in the next cell\nvalue = 1  # written out\n"
+                                  "output_dir = 'papers_figures'  # where outputs go",
+                                  metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("import pathlib\nout = pathlib.Path(output_dir) / '01_tiny'\n"
+                                  "out.mkdir(parents=True, exist_ok=True)\n(out / 'value.txt').write_text(str(value))\n"
+                                  "if fail:\n    raise RuntimeError('the tiny notebook failed on purpose')\nprint(value)"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "01_tiny.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def tiny_suite(tmp_path, monkeypatch):
+    notebooks = tmp_path / "notebooks"
+    _tiny_notebook(notebooks)
+    monkeypatch.setattr(report, "notebook_dir", lambda: notebooks)
+    monkeypatch.setitem(report.NOTEBOOK_CONFIGS, "01_tiny", f"{__name__}:TinyConfig")
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def test_a_failed_run_keeps_the_finished_notebook_and_records_relative_paths(tiny_suite):
+    work = tiny_suite
+    run_report(only="01_tiny", overrides={"value": 7}, cwd=work, show_cells=False)
+    out = work / "runs" / "default"  # an override: not the committed report
+    assert not (work / "papers_figures").exists()
+    executed = out / "executed" / "01_tiny.ipynb"
+    finished = executed.read_bytes()
+    nb = nbformat.reads(finished.decode(), as_version=4)
+    assert nb.metadata.papermill.parameters == {"value": 7, "output_dir": "runs/default"}
+    assert nb.metadata.papermill.input_path.endswith("notebooks/01_tiny.ipynb")
+    assert nb.metadata.papermill.output_path == "runs/default/executed/01_tiny.ipynb"
+    assert str(work) not in finished.decode(), "no absolute path of this machine in the executed notebook"
+    assert (out / "01_tiny" / "value.txt").read_text() == "7"
+    assert (out / "executed" / "01_tiny.html").exists()
+    runs = json.loads((out / "runs.json").read_text())
+    assert runs["01_tiny"]["parameters"] == {"value": 7} and runs["01_tiny"]["preset"] == "default"
+    assert (out / "index.html").exists()
+
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError, match="failed on purpose"):
+        run_report(only="01_tiny", overrides={"value": 8, "fail": True}, cwd=work, show_cells=False)
+    assert executed.read_bytes() == finished, "a failed run never replaces a finished executed notebook"
+    failed = out / "executed" / "01_tiny.failed.ipynb"
+    assert nbformat.read(failed, as_version=4).metadata.papermill.exception is True
+    assert json.loads((out / "runs.json").read_text()) == runs, "only finished runs are recorded"
+    assert not list((out / "executed").glob(".*partial*"))
+
+
+def test_the_default_preset_as_it_is_writes_papers_figures_and_output_dir_sends_it_elsewhere(tiny_suite, tmp_path):
+    work = tiny_suite
+    run_report(only="01_tiny", cwd=work, show_cells=False)
+    assert (work / "papers_figures" / "executed" / "01_tiny.ipynb").exists()
+    elsewhere = tmp_path / "elsewhere"
+    run_report(only="01_tiny", preset="smoke", output_dir=elsewhere, cwd=work, show_cells=False)
+    assert (elsewhere / "executed" / "01_tiny.ipynb").exists() and (elsewhere / "01_tiny" / "value.txt").exists()
+    assert not (work / "runs").exists()
+
+
+def test_eta_uses_only_the_last_run_of_the_same_preset():
+    runs = {"01_a": {"preset": "default", "model": "m", "minutes": 10.0},
+            "02_b": {"preset": "smoke", "model": "m", "minutes": 1.0}}
+    assert report._eta(runs, ["01_a", "02_b"], "smoke", "m") == ""
+    assert "about 1 min left by the last smoke run" in report._eta(runs, ["02_b"], "smoke", "m")
+    assert report._eta(runs, ["01_a"], "default", "other-model") == ""
+
+
+# --- the command line -----------------------------------------------------------------------------
+def test_help_documents_every_option_and_where_outputs_go(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    text = capsys.readouterr().out
+    for option in ("--preset", "--model", "--only", "--output-dir", "--param"):
+        assert option in text
+    assert "papers_figures/" in text and "runs/<preset>/" in text
+    for snippet in ("parameter set:", "model for every notebook", "run one notebook", "where outputs go",
+                    "notebook parameter override"):
+        assert snippet in text, f"an option lacks its help text: {snippet!r}"
+
+
+def test_ctrl_c_ends_with_one_line_that_says_how_to_resume(monkeypatch, capsys):
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_report", interrupted)
+    assert cli.main(["report", "--only", "01"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "run the same command again to resume" in err
+    assert "Traceback" not in err
+
+
+def test_a_non_editable_install_ships_the_notebooks(tmp_path):
+    import shutil
+
+    source = tmp_path / "src"  # built from a copy: setuptools writes build/ and egg-info beside the sources
+    for name in ("pyproject.toml", "README.md"):
+        source.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, source / name)
+    for folder in ("dynheads_tl", "notebooks"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(source)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    [wheel] = tmp_path.glob("dynheads_tl-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for notebook in list_notebooks():
+        assert f"dynheads_tl/notebooks/{notebook.name}" in names
+    packages = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in (ROOT / "dynheads_tl").rglob("__init__.py")}
+    assert all(f"{package.replace('.', '/')}/__init__.py" in names for package in packages), \
+        "every subpackage is listed in pyproject.toml's [tool.setuptools] packages"
