@@ -11,7 +11,7 @@ PRESET ?= default
 # report) and any other preset runs/<preset>/ (git-ignored).
 OUT    ?=
 
-.PHONY: setup test report clean-env
+.PHONY: setup test test-unit report clean-env
 
 setup: $(VENV)/.installed
 
@@ -27,6 +27,10 @@ $(VENV)/.installed: pyproject.toml
 
 test: setup
 	$(BIN)/python -m pytest -q -ra tests
+
+# The fast group alone (no model, seconds); `-m integration` and `-m notebook` select the others.
+test-unit: setup
+	$(BIN)/python -m pytest -q -m unit tests
 
 report: setup
 	$(BIN)/dynheads report --preset $(PRESET) $(if $(OUT),--output-dir $(OUT))

@@ -21,7 +21,7 @@ import torch
 
 import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
-from dynheads_tl.ablation import AblationSetup, Job, run_condition, run_jobs, select_dynamic, select_top_ranked, two_pass_generation
+from dynheads_tl.protocols.ablation import AblationSetup, Job, run_condition, run_jobs, select_dynamic, select_top_ranked, two_pass_generation
 from dynheads_tl.tasks import make_niah_samples
 
 CONDITIONS = ("none", "dynamic", "static", "random")

@@ -1,6 +1,8 @@
 """dynheads-tl: reproducing "Retrieval Heads are Dynamic" (arXiv 2602.11162) with TransformerLens."""
-from .models import DEFAULT_MODEL, cache_dir, embedded_model_dir, fast_twin, load_model
-from .tracing import BatchDecoder, Decoder, Trace, TraceConfig, load_traces, save_traces, trace_batch, trace_generation
+from dynheads_tl.engine.models import DEFAULT_MODEL, cache_dir, embedded_model_dir, fast_twin, load_model
+from dynheads_tl.engine.tracing import (
+    BatchDecoder, Decoder, Trace, TraceConfig, load_traces, save_traces, trace_batch, trace_generation,
+)
 
 __version__ = "0.1.0"
 __all__ = [

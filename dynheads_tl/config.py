@@ -42,7 +42,7 @@ def model_context_window(model: str) -> int:
     file without loading the weights."""
     from transformers import AutoConfig
 
-    from .models import resolve_model_source
+    from dynheads_tl.engine.models import resolve_model_source
 
     config = AutoConfig.from_pretrained(resolve_model_source(model))
     config = getattr(config, "text_config", None) or config

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .models import cache_dir
-from .tracing import Trace, UnreadableFileError, atomic_write_text, load_traces, save_traces
+from dynheads_tl.engine.models import cache_dir
+from dynheads_tl.engine.tracing import Trace, UnreadableFileError, atomic_write_text, load_traces, save_traces
 
 logger = logging.getLogger(__name__)
 # Bump when what a key means changes, so older entries are never read as new ones.

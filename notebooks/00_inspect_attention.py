@@ -29,7 +29,10 @@ output_dir = "papers_figures"  # where the static figures are written
 from IPython.display import Image, display
 
 import dynheads_tl
-from dynheads_tl import TraceConfig, dynamism, figures, inspect_attention
+from dynheads_tl import TraceConfig
+from dynheads_tl.claims import dynamism
+from dynheads_tl.report import figures
+from dynheads_tl.claims import inspect_attention
 from dynheads_tl.tasks import NiahConfig, build_niah_sample
 
 config = inspect_attention.InspectConfig.from_namespace(globals())

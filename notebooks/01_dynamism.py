@@ -39,8 +39,9 @@ import time
 from IPython.display import Image, Markdown, display
 
 import dynheads_tl
-from dynheads_tl import dynamism, figures
-from dynheads_tl.index import hotpot_label
+from dynheads_tl.claims import dynamism
+from dynheads_tl.report import figures
+from dynheads_tl.report.index import hotpot_label
 
 started = time.time()
 config = dynamism.DynamismConfig.from_namespace(globals())
@@ -103,7 +104,7 @@ display(Image(filename=str(figures.save_figure(fig, "fig5_hotpot_heatmap", out_d
 # heads have been seen as more decoding steps are pooled. A fixed set would plateau at 20.
 
 # %%
-from dynheads_tl.scoring import distinct_heads_curve
+from dynheads_tl.analysis.scoring import distinct_heads_curve
 
 for result, title in ((headline_niah, "NIAH"), (headline_hotpot, hotpot_label(config.hotpot_source))):
     freq = dynamism.frequency_frame(result, config.static_k)

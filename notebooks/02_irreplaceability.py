@@ -11,7 +11,7 @@
 # Baselines mask the static top-$k$ or $k$ seeded random heads at every step, with $k$ the mean size of
 # $D_t$ on a calibration split. Masking is zero-ablation of each head's output (`hook_z`) by default. By
 # default the KV cache keeps the clean pass of each step, so each step's intervention only changes which
-# token is chosen (see `dynheads_tl.ablation`). **Compensation**: $E = H' \setminus H$, the heads active
+# token is chosen (see `dynheads_tl.protocols.ablation`). **Compensation**: $E = H' \setminus H$, the heads active
 # after masking that were not before; $m_s$ = max over steps of $|E_t \cap$ static top-20$|$, averaged
 # over samples.
 #
@@ -49,8 +49,9 @@ import time
 from IPython.display import Image, Markdown, display
 
 import dynheads_tl
-from dynheads_tl import figures, irreplaceability
-from dynheads_tl.index import hotpot_label
+from dynheads_tl.report import figures
+from dynheads_tl.claims import irreplaceability
+from dynheads_tl.report.index import hotpot_label
 
 started = time.time()
 config = irreplaceability.IrreplaceabilityConfig.from_namespace(globals())

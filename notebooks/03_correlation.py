@@ -43,8 +43,10 @@ import time
 from IPython.display import Image, Markdown, display
 
 import dynheads_tl
-from dynheads_tl import correlation, figures, predictability
-from dynheads_tl.index import hotpot_label
+from dynheads_tl.analysis import correlation
+from dynheads_tl.report import figures
+from dynheads_tl.claims import predictability
+from dynheads_tl.report.index import hotpot_label
 
 started = time.time()
 config = predictability.PredictabilityConfig.from_namespace(globals())

@@ -45,18 +45,20 @@ import time
 from IPython.display import Markdown, display
 
 import dynheads_tl
-from dynheads_tl import figures, rag
+from dynheads_tl.report import figures
+from dynheads_tl.claims import rag_study
+from dynheads_tl.protocols import rag
 
 started = time.time()
-config = rag.RagStudyConfig.from_namespace(globals())
+config = rag_study.RagStudyConfig.from_namespace(globals())
 out_dir = f"{config.output_dir}/04_dynamic_rag"
 run_config = {"notebook": "04_dynamic_rag", **config.__dict__}
 config
 
 # %%
 lm = dynheads_tl.load_model(config.model)
-static_scores, probe = rag.train_head_probe(lm, config)
-samples = rag.evaluation_samples(lm, config)
+static_scores, probe = rag_study.train_head_probe(lm, config)
+samples = rag_study.evaluation_samples(lm, config)
 print(f"{len(samples)} evaluation questions; static top-5 heads: "
       f"{[divmod(int(i), lm.cfg.n_heads) for i in static_scores.flatten().topk(5).indices]}")
 
@@ -74,7 +76,7 @@ figures.save_table(rows.drop(columns=["response"]), "rag_runs", out_dir, run_con
 # supporting-fact tokens among them.
 
 # %%
-table = rag.table4(rows)
+table = rag_study.table4(rows)
 figures.save_table(table, "table4_rag", out_dir, run_config)
 display(table.round(4))
 
@@ -88,5 +90,5 @@ display(rows[["strategy", "gold", "response", "retrievals"]].head(2 * len(config
 # ## How our numbers compare with the paper's
 
 # %%
-display(Markdown(rag.summary_markdown(table, config.model)))
+display(Markdown(rag_study.summary_markdown(table, config.model)))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

@@ -1,6 +1,14 @@
-"""Shared fixtures: seeded RNGs, the embedded model (once per module), tiny random models."""
+"""Shared fixtures: seeded RNGs, the embedded model (once per module), tiny random models; and the test groups.
+
+Every test lands in one group, so the fast ones can run alone (``pytest -m unit`` takes seconds):
+- ``notebook``: executes a notebook through papermill (marked by hand);
+- ``integration``: loads a model (the embedded one or a tiny random one), builds a wheel or runs a
+  subprocess: seconds to minutes each;
+- ``unit``: everything else (hand-built traces, parsers, configs, files): milliseconds each.
+"""
 from __future__ import annotations
 
+import inspect
 import random
 
 import numpy as np
@@ -8,7 +16,25 @@ import pytest
 import torch
 
 import dynheads_tl
-from dynheads_tl.models import embedded_model_dir
+from dynheads_tl.engine.models import embedded_model_dir
+
+
+_INTEGRATION_FIXTURES = {"embedded_model", "tiny_suite"}
+_INTEGRATION_CALLS = ("load_model(", "build_tiny_model(", "subprocess.", "papermill.", "run_report(", "_run(")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("notebook"):
+            continue
+        fixtures = set(getattr(item, "fixturenames", ()))
+        try:
+            source = inspect.getsource(item.function)
+        except (OSError, TypeError):
+            source = ""
+        heavy = fixtures & _INTEGRATION_FIXTURES or any(call in source for call in _INTEGRATION_CALLS)
+        heavy = heavy or any(name.startswith(("tiny", "model")) for name in fixtures)
+        item.add_marker(pytest.mark.integration if heavy else pytest.mark.unit)
 
 
 @pytest.fixture(autouse=True)

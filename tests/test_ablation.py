@@ -7,12 +7,12 @@ from transformers import AutoModelForCausalLM
 
 import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
-from dynheads_tl.ablation import (
+from dynheads_tl.protocols.ablation import (
     AblationSetup, compensation, compensation_table, random_heads, run_condition, select_top_ranked,
     two_pass_generation, StepView,
 )
 from dynheads_tl.tasks import make_niah_samples
-from dynheads_tl.tracing import Decoder
+from dynheads_tl.engine.tracing import Decoder
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_compensation_counts_new_static_heads(embedded_model, sample, setup):
 
 
 def test_static_matched_masks_as_many_top_static_heads_as_d_t():
-    from dynheads_tl.ablation import select_static_matched
+    from dynheads_tl.protocols.ablation import select_static_matched
 
     order = torch.tensor([5, 0, 3, 1, 2, 4])  # flat indices of a [2, 3] grid, best first
     retrieval = torch.zeros(2, 3, dtype=torch.bool)
@@ -144,3 +144,60 @@ def test_static_matched_condition_follows_the_clean_pass_sizes(embedded_model, s
     top = torch.zeros(270, dtype=torch.bool)
     top[ranked.static_order[: int(sizes.max())]] = True
     assert not (result.masked_heads.flatten(1) & ~top).any(), "only the top static heads are masked"
+
+
+# --- mean ablation against a hand-written patch (tiny random Llama) -------------------------------
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    from conftest import build_tiny_model
+
+    folder = build_tiny_model("llama", tmp_path_factory.mktemp("tiny_ablation") / "llama")
+    return folder, dynheads_tl.load_model(str(folder), device="cpu")
+
+
+def test_mean_ablation_writes_a_random_mean_into_the_chosen_heads(tiny_llama):
+    """``ablate_heads(mode="mean")`` equals replacing, in a plain transformers forward, the chosen heads'
+    slice of the o_proj input (the concatenated per-head z) at the last position by a random mean."""
+    from dynheads_tl.engine.hooks import ablate_heads
+
+    folder, model = tiny_llama
+    n_layers, n_heads, d_head = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_head
+    ids = torch.randint(10, 1000, (1, 12), generator=torch.Generator().manual_seed(3))
+    mask = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    mask[0, 1] = mask[1, 0] = mask[1, 3] = True
+    # Same scale as a real z (unit-ish); nonzero, so mean and zero ablation must part ways.
+    mean_z = torch.randn(n_layers, n_heads, d_head, generator=torch.Generator().manual_seed(4))
+
+    with torch.no_grad():
+        clean = model(ids)[0, -1]
+        with model.hooks(fwd_hooks=ablate_heads(mask, mode="mean", mean_z=mean_z)):
+            mean_ablated = model(ids)[0, -1]
+        with model.hooks(fwd_hooks=ablate_heads(mask, mode="zero")):
+            zero_ablated = model(ids)[0, -1]
+
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+
+    def patch(layer):
+        def pre_hook(module, args):
+            (z,) = args  # [batch, pos, head * d_head]
+            z = z.clone()
+            for head in mask[layer].nonzero().flatten().tolist():
+                z[:, -1, head * d_head:(head + 1) * d_head] = mean_z[layer, head]
+            return (z,)
+        return pre_hook
+
+    handles = [reference.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(patch(layer))
+               for layer in range(n_layers)]
+    try:
+        with torch.no_grad():
+            expected = reference(ids).logits[0, -1]
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    # Bridge and plain transformers run the same float32 eager kernels in a different op order;
+    # 1e-4 absorbs that reordering (logits are O(1) on this random model) but not a wrong head.
+    torch.testing.assert_close(mean_ablated, expected, atol=1e-4, rtol=1e-4)
+    assert (mean_ablated - clean).abs().max() > 1e-2, "the patch must bite on this model"
+    assert (mean_ablated - zero_ablated).abs().max() > 1e-2, "a nonzero mean is not zero ablation"

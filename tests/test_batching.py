@@ -6,11 +6,11 @@ import torch
 
 import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
-from dynheads_tl import ablation
-from dynheads_tl.ablation import AblationSetup, Job, cached_runs, run_condition, run_jobs, two_pass_batch
-from dynheads_tl.hooks import ablate_heads
+from dynheads_tl.protocols import ablation
+from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs, run_condition, run_jobs, two_pass_batch
+from dynheads_tl.engine.hooks import ablate_heads
 from dynheads_tl.tasks import make_niah_samples
-from dynheads_tl.tracing import BatchDecoder, trace_batch
+from dynheads_tl.engine.tracing import BatchDecoder, trace_batch
 from conftest import build_tiny_model
 
 
@@ -41,7 +41,7 @@ def test_tiny_padded_batch_matches_single_runs(family, tmp_path):
 
 def test_identical_prompts_are_prefilled_once(monkeypatch, embedded_model):
     [sample] = make_niah_samples(embedded_model.tokenizer, n=1, context_tokens=200, seed=9)
-    twin = dynheads_tl.models.fast_twin(embedded_model)
+    twin = dynheads_tl.engine.models.fast_twin(embedded_model)
     calls = []
     original = twin.forward
 
@@ -146,7 +146,7 @@ def test_cached_runs_batches_only_what_is_missing(monkeypatch, tmp_path, embedde
 
 def test_one_token_prompt_beside_longer_ones(embedded_model):
     """A row with nothing to prefill (all padding in the cache) still decodes as if alone."""
-    from dynheads_tl.tracing import Decoder
+    from dynheads_tl.engine.tracing import Decoder
 
     ids = embedded_model.tokenizer("The capital of France is", return_tensors="pt").input_ids[0].tolist()
     decoder = BatchDecoder(embedded_model, [ids[-1:], ids])

@@ -15,11 +15,12 @@ import pytest
 import torch
 
 import dynheads_tl
-from dynheads_tl import models, store
-from dynheads_tl.dynamism import collect_traces
+from dynheads_tl import store
+from dynheads_tl.engine import models
+from dynheads_tl.corpus import collect_traces
 from dynheads_tl.tasks import make_niah_samples
 from dynheads_tl.tasks.common import Sample
-from dynheads_tl.tracing import (
+from dynheads_tl.engine.tracing import (
     Trace, TraceConfig, UnreadableFileError, atomic_write, atomic_write_text, load_traces, save_traces,
     trace_generation,
 )
@@ -256,7 +257,7 @@ def test_embedded_model_dir_reconverts_a_damaged_folder(fake_converter, cache, c
 
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with caplog.at_level(logging.WARNING, logger="dynheads_tl.models"):
+    with caplog.at_level(logging.WARNING, logger="dynheads_tl.engine.models"):
         assert models.embedded_model_dir() == folder
     assert len(fake_converter) == 2 and weights.stat().st_size == 10240
     assert f"The converted model in {folder} cannot be used: model.safetensors has 100 bytes" in caplog.text
@@ -297,7 +298,7 @@ def test_trace_refuses_a_prompt_past_the_context(tiny_model, monkeypatch):
     assert limit == 512
     sample = Sample(task="niah", prompt_ids=[5] * 500, evidence_spans=[(10, 12)], answers=["x"], question="q",
                     context_span=(0, 500))
-    monkeypatch.setattr(dynheads_tl.tracing, "new_buffers", lambda *a, **k: pytest.fail("model work started"))
+    monkeypatch.setattr(dynheads_tl.engine.tracing, "new_buffers", lambda *a, **k: pytest.fail("model work started"))
     with pytest.raises(ValueError, match=r"Sample 0 \(niah\) needs room for 524 tokens \(500 prompt tokens \+ "
                                          r"max_new_tokens=24\), more than the model's context of n_ctx=512"):
         trace_generation(tiny_model, sample, TraceConfig(max_new_tokens=24))

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from dynheads_tl.index import (
+from dynheads_tl.report.index import (
     PAPER_ITEMS, SYNTHETIC_NOTE, absolute_paths, build_index, headline_problems, hotpot_label, link_problems,
     notebook_problems, offline_problems, ours_text, path_problems, remote_resources, render_notebook_html,
     report_problems,

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from dynheads_tl.dynamism import DynamismConfig
-from dynheads_tl.irreplaceability import IrreplaceabilityConfig
-from dynheads_tl.predictability import PredictabilityConfig
-from dynheads_tl.rag import RagStudyConfig
+from dynheads_tl.claims.dynamism import DynamismConfig
+from dynheads_tl.claims.irreplaceability import IrreplaceabilityConfig
+from dynheads_tl.claims.predictability import PredictabilityConfig
+from dynheads_tl.claims.rag_study import RagStudyConfig
 
 CONFIGS = [DynamismConfig, IrreplaceabilityConfig, PredictabilityConfig, RagStudyConfig]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dynheads_tl import Trace
-from dynheads_tl.correlation import (
+from dynheads_tl.analysis.correlation import (
     ProbeConfig, asymmetric_loss, best_f1_threshold, cca_curve, cca_held_out, classification_metrics,
     lagged_pairs, probe_table, shuffle_across_samples, split_by_sample, train_probe,
 )
@@ -134,7 +134,7 @@ def test_step_aware_prior_captures_position_only_signal():
 
 
 def test_step_rates_fall_back_for_unseen_steps():
-    from dynheads_tl.correlation import step_rates
+    from dynheads_tl.analysis.correlation import step_rates
 
     y = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     predict = step_rates(y, np.array([0, 1, 0]), fallback=np.array([0.25, 0.75]))

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import dynheads_tl
-from dynheads_tl import models
+from dynheads_tl.engine import models
 from conftest import TINY_CONFIGS, build_tiny_model
 
 

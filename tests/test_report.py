@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from dynheads_tl import load_traces
-from dynheads_tl.index import PAPER_ITEMS, build_index
-from dynheads_tl.report import list_notebooks, run_report
+from dynheads_tl.report.index import PAPER_ITEMS, build_index
+from dynheads_tl.report.runner import list_notebooks, run_report
 from conftest import build_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def test_unknown_or_mistyped_parameters_fail_before_any_work(tmp_path):
 
 
 def test_cli_exits_non_zero_on_failure(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "dynheads_tl.cli", "report", "--only", "01_dynamism",
+    result = subprocess.run([sys.executable, "-m", "dynheads_tl.report.cli", "report", "--only", "01_dynamism",
                              "-p", "n_analysis=-1", "-p", f"output_dir='{tmp_path}'"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 1
@@ -65,17 +65,17 @@ def test_index_lists_every_item_and_only_what_exists(tmp_path):
 SCRIPT = textwrap.dedent("""
     import sys, time
     import dynheads_tl
-    from dynheads_tl import dynamism, TraceConfig
+    from dynheads_tl import corpus, TraceConfig
     from dynheads_tl.tasks import make_niah_samples
-    real = dynamism.trace_generation
+    real = corpus.trace_generation
     def slow(*args, **kwargs):
         trace = real(*args, **kwargs)
         time.sleep(float(sys.argv[2]))
         return trace
-    dynamism.trace_generation = slow
+    corpus.trace_generation = slow
     model = dynheads_tl.load_model(sys.argv[1], device="cpu")
     samples = make_niah_samples(model.tokenizer, n=6, context_tokens=60, seed=3, max_new_tokens=8)
-    dynamism.collect_traces(model, samples, TraceConfig(max_new_tokens=8), {"test": "resume"})
+    corpus.collect_traces(model, samples, TraceConfig(max_new_tokens=8), {"test": "resume"})
 """)
 
 

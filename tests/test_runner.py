@@ -14,9 +14,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dynheads_tl import cli, report
+from dynheads_tl.report import cli
+from dynheads_tl.report import runner as report
 from dynheads_tl.config import NotebookConfig
-from dynheads_tl.report import (NOTEBOOK_CONFIGS, PRESETS, config_class, default_output_dir, list_notebooks,
+from dynheads_tl.report.runner import (NOTEBOOK_CONFIGS, PRESETS, config_class, default_output_dir, list_notebooks,
                                 notebook_parameters, run_report)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import AutoTokenizer
 
-from dynheads_tl.models import embedded_model_dir
+from dynheads_tl.engine.models import embedded_model_dir
 from dynheads_tl.tasks import (
     PROMPT_TEMPLATE_TOKENS,
     HotpotConfig,

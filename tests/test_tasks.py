@@ -6,7 +6,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from dynheads_tl.models import embedded_model_dir
+from dynheads_tl.engine.models import embedded_model_dir
 from dynheads_tl.tasks import (
     NiahConfig, build_niah_sample, exact_match, load_hotpot_records, make_hotpot_samples,
     make_niah_samples, niah_accuracy, normalize_answer, rouge_l, synthetic_hotpot_records, token_f1,

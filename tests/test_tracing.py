@@ -7,9 +7,9 @@ from transformers import AutoModelForCausalLM
 
 import dynheads_tl
 from dynheads_tl import Trace, TraceConfig, trace_generation
-from dynheads_tl.hooks import StepState, ablate_heads, restrict_attention
+from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
-from dynheads_tl.tracing import Decoder
+from dynheads_tl.engine.tracing import Decoder
 
 
 @pytest.fixture(scope="module")

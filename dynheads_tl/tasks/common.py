@@ -223,3 +223,12 @@ def check_context_fits(
             + advice
         )
     return largest
+
+
+def prompt_digest(sample: "Sample") -> str:
+    """A short hash of a sample's prompt tokens and evidence spans: part of every cache key, so a changed
+    prompt (a new template, another tokenizer) never reads another prompt's results."""
+    import hashlib
+
+    blob = ",".join(map(str, sample.prompt_ids)) + "|" + repr(sample.evidence_spans)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .index import build_index, read_runs, render_notebook_html
-from .tracing import atomic_write_text
+from dynheads_tl.report.index import build_index, read_runs, render_notebook_html
+from dynheads_tl.engine.tracing import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +39,11 @@ RUNS_DIR = Path("runs")  # every other run: runs/<preset>/ (git-ignored)
 # Each notebook's config class: the runner builds it from the parameters to check every value before
 # any notebook starts, and the notebook builds the same class in its first cell.
 NOTEBOOK_CONFIGS: dict[str, str] = {
-    "00_inspect_attention": "dynheads_tl.inspect_attention:InspectConfig",
-    "01_dynamism": "dynheads_tl.dynamism:DynamismConfig",
-    "02_irreplaceability": "dynheads_tl.irreplaceability:IrreplaceabilityConfig",
-    "03_correlation": "dynheads_tl.predictability:PredictabilityConfig",
-    "04_dynamic_rag": "dynheads_tl.rag:RagStudyConfig",
+    "00_inspect_attention": "dynheads_tl.claims.inspect_attention:InspectConfig",
+    "01_dynamism": "dynheads_tl.claims.dynamism:DynamismConfig",
+    "02_irreplaceability": "dynheads_tl.claims.irreplaceability:IrreplaceabilityConfig",
+    "03_correlation": "dynheads_tl.claims.predictability:PredictabilityConfig",
+    "04_dynamic_rag": "dynheads_tl.claims.rag_study:RagStudyConfig",
 }
 
 # Per-notebook parameter presets. "default" is each notebook's own parameters cell.
@@ -88,7 +88,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 def notebook_dir() -> Path:
     """The notebooks: ``dynheads_tl/notebooks`` in an installed package (setuptools copies ``notebooks/``
     there), else the source checkout's ``notebooks/`` (an editable install)."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # dynheads_tl/
     for folder in (package / "notebooks", package.parent / "notebooks"):
         if any(folder.glob("[0-9][0-9]_*.ipynb")):
             return folder

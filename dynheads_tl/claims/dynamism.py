@@ -6,26 +6,23 @@ thresholded (D_t = heads whose share of attention on supporting facts exceeds th
 """
 from __future__ import annotations
 
-import itertools
 import logging
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import torch
 
-from .config import NotebookConfig, check_int_list, check_ints, check_open_unit
-from .models import DEFAULT_MODEL, model_fingerprint, model_name
-from .scoring import (
+from dynheads_tl.config import NotebookConfig, check_int_list, check_ints, check_open_unit
+from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
+from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.analysis.scoring import (
     activation_frequency, dynamic_sets, dynamism_metrics,
     static_eq2_scores, static_retrieval_scores, static_top_k,
 )
-from .progress import progress
-from .store import cached_traces, traces_path
-from .tasks import make_hotpot_samples, make_niah_samples, niah_accuracy, token_f1, exact_match
-from .tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
-from .tracing import Trace, TraceConfig, trace_generation
+from dynheads_tl.engine.equations import head_labels
+from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.tasks import exact_match, niah_accuracy, token_f1
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +66,8 @@ class DynamismConfig(NotebookConfig):
 
     def check_inputs(self) -> None:
         """The haystack, the HotpotQA file and the NIAH length against the model's window, before any model work."""
-        from .config import model_context_window
-        from .tasks import check_context_fits, check_haystack, check_hotpot_source
+        from dynheads_tl.config import model_context_window
+        from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
 
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
                            name="context_tokens")
@@ -80,74 +77,6 @@ class DynamismConfig(NotebookConfig):
         check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
                             needed_for=f"calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}, "
                                        f"the analysis split starting at record {self.n_hotpot}")
-
-
-def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
-                   use_cache: bool = True, desc: str = "tracing") -> list[Trace]:
-    """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
-    + the model (its name and :func:`~dynheads_tl.models.model_fingerprint`: another model saved under the
-    same name misses), so an interrupted run resumes at the first sample not yet finished."""
-    full_key = {**key, "trace": asdict(trace_config), "model": model_name(model),
-                "model_fingerprint": model_fingerprint(model)}
-    keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
-    # Samples read back from the cache first; progress is shown only for the ones that are traced.
-    todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
-    traces: list[list[Trace]] = [[] for _ in samples]
-    for index in itertools.chain([i for i in range(len(samples)) if i not in todo], progress(todo, desc=desc)):
-        traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
-                                      use_cache=use_cache)
-    return [trace for per_sample in traces for trace in per_sample]
-
-
-def prompt_digest(sample) -> str:
-    import hashlib
-
-    blob = ",".join(map(str, sample.prompt_ids)) + "|" + repr(sample.evidence_spans)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _max_tokens(model) -> int:
-    return int(model.cfg.n_ctx)
-
-
-def niah_traces(model, config: DynamismConfig, seed: int) -> tuple[list[Trace], list[Trace]]:
-    """(calibration, analysis) traces; the splits use disjoint sample seeds."""
-    trace_config = TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
-                               local_window=config.local_window)
-    splits = []
-    for split, n, offset in (("calibration", config.n_calibration, 1000), ("analysis", config.n_analysis, 2000)):
-        spec = dict(task="niah", split=split, n=n, context_tokens=config.context_tokens,
-                    haystack=config.haystack, seed=offset + seed)
-        samples = make_niah_samples(model.tokenizer, n=n, context_tokens=config.context_tokens,
-                                    seed=offset + seed, haystack=config.haystack,
-                                    max_new_tokens=config.max_new_tokens, max_tokens=_max_tokens(model))
-        splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
-                                     desc=f"NIAH {split} (seed {seed})"))
-    return splits[0], splits[1]
-
-
-def _hotpot_records(config: DynamismConfig, n: int, seed: int, offset: int):
-    if config.hotpot_source == "synthetic":
-        return synthetic_hotpot_records(n, seed=offset + seed)
-    records = load_hotpot_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
-    start = (offset // 1000 - 1) * config.n_hotpot  # calibration first, then analysis
-    return records[start: start + n]
-
-
-def hotpot_traces(model, config: DynamismConfig, seed: int) -> tuple[list[Trace], list[Trace]]:
-    trace_config = TraceConfig(max_new_tokens=config.hotpot_max_new_tokens, sink_tokens=config.sink_tokens,
-                               local_window=config.local_window)
-    n_cal = max(config.n_hotpot // 2, 1)
-    splits = []
-    for split, n, offset in (("calibration", n_cal, 1000), ("analysis", config.n_hotpot, 2000)):
-        records = _hotpot_records(config, n, seed, offset)
-        samples = make_hotpot_samples(model.tokenizer, n=n, records=records, seed=offset + seed,
-                                      max_tokens=_max_tokens(model))
-        spec = dict(task="hotpot", split=split, n=n, source=config.hotpot_source, seed=offset + seed,
-                    ids=[s.meta.get("id") for s in samples])
-        splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
-                                     desc=f"HotpotQA {split} (seed {seed})"))
-    return splits[0], splits[1]
 
 
 @dataclass
@@ -185,9 +114,9 @@ def run_claim1(model, config: DynamismConfig) -> dict[str, list[TaskResult]]:
     """Every seed, both tasks. Returns {"niah": [per seed], "hotpot": [per seed]}."""
     results: dict[str, list[TaskResult]] = {"niah": [], "hotpot": []}
     for seed in config.seeds:
-        cal, ana = niah_traces(model, config, seed)
+        cal, ana = niah_traces(model, TraceSets.of(config), seed)
         results["niah"].append(analyse_task("niah", cal, ana, config, seed))
-        cal, ana = hotpot_traces(model, config, seed)
+        cal, ana = hotpot_traces(model, TraceSets.of(config), seed)
         results["hotpot"].append(analyse_task("hotpot", cal, ana, config, seed))
     return results
 
@@ -262,7 +191,7 @@ def heatmap_data(result: TaskResult, tokenizer, n_heads: int = 10, sample_index:
         hits_all = trace.retrieval_mask.flatten(1).float()
         variance = hits_all.var(0, unbiased=False) + 1e-3 * variance
     top = torch.argsort(variance, descending=True, stable=True)[:n_heads]
-    labels = [f"L{int(i) // trace.n_heads}H{int(i) % trace.n_heads}" for i in top]
+    labels = head_labels(top.tolist(), trace.n_heads)
     tokens = [tokenizer.decode([int(t)]).replace("\n", "\\n").replace(" ", "␣") or "∅" for t in trace.tokens]
     matrix = scores[:, top].T.numpy()
     hits = trace.retrieval_mask.flatten(1)[:, top].T.numpy() if result.task == "niah" else None

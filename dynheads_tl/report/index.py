@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import pandas as _pd
 
-from .tracing import atomic_write_text
+from dynheads_tl.engine.tracing import atomic_write_text
 
 logger = logging.getLogger(__name__)
 

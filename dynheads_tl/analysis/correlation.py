@@ -34,7 +34,7 @@ from sklearn.decomposition import PCA
 from sklearn.metrics import (average_precision_score, f1_score, mean_absolute_error, mean_squared_error,
                              precision_recall_curve, precision_score, r2_score, recall_score)
 
-from .tracing import Trace
+from dynheads_tl.engine.tracing import Trace
 
 
 # --- pairing -------------------------------------------------------------------------------------

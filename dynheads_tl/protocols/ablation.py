@@ -41,12 +41,12 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .hooks import AblationMode, StepState, ablate_heads
-from .progress import progress
-from .tasks.common import Sample
-from .tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
-from .tracing import (BatchLoop, Trace, TraceConfig, build_trace, check_context_length, new_buffers,
-                      reduction_hooks)
+from dynheads_tl.engine.equations import eq1_mask, head_label, head_names
+from dynheads_tl.engine.hooks import AblationMode, HookList, StepState, ablate_heads
+from dynheads_tl.progress import progress
+from dynheads_tl.engine.tracing import BatchLoop, Trace, TraceConfig, build_trace, decode, new_buffers
+from dynheads_tl.tasks.common import Sample, prompt_digest
+from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
 
 Condition = Literal["none", "dynamic", "static", "static_matched", "random", "progressive"]
 CachePolicy = Literal["clean", "masked"]
@@ -88,8 +88,8 @@ class AblationTrace:
 
 def eq1_at_step(argmax_pos: Int[Tensor, "layer head"], ids: Int[Tensor, "key"], evidence: Bool[Tensor, "key"],
                 token: int) -> Bool[Tensor, "layer head"]:
-    """Eq. 1 for one step: top-1 source inside the evidence span and holding the generated token."""
-    return evidence[argmax_pos] & (ids[argmax_pos] == token)
+    """Eq. 1 (:func:`~dynheads_tl.engine.equations.eq1_mask`) for one step and one generated token."""
+    return eq1_mask(argmax_pos, ids, evidence, torch.tensor(token, device=ids.device))
 
 
 def two_pass_batch(
@@ -121,64 +121,82 @@ def two_pass_batch(
     if len(labels) != len(jobs):
         raise ValueError(f"{len(labels)} labels for {len(jobs)} jobs.")
     config = config or TraceConfig()
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     samples, selectors = [job[0] for job in jobs], [job[1] for job in jobs]
-    check_context_length(model, samples, config.max_new_tokens)
-    batch, device = len(jobs), next(model.parameters()).device
-    clean_buffers = new_buffers(model, config.max_new_tokens, batch)
-    masked_buffers = new_buffers(model, config.max_new_tokens, batch)
-    active: dict[str, Tensor] = dict(clean_buffers)  # where the reduction hooks write now
-    ablation: dict[str, Tensor | None] = {"mask": None}
-    state, masks = StepState(), {}
-    hooks = reduction_hooks(state, active, masks, n_layers) + ablate_heads(
-        lambda: ablation["mask"], n_layers=n_layers, mode=mode, mean_z=mean_z)
-    applied = torch.zeros(batch, config.max_new_tokens, n_layers, n_heads, dtype=torch.bool)
-    clean_tokens: list[list[int]] = [[] for _ in jobs]
-
-    with model.hooks(fwd_hooks=hooks):
-        loop = BatchLoop(model, samples, config, state, masks)
-        decoder = loop.decoder
-        for step in range(config.max_new_tokens):
-            loop.prepare(step)
-            before = decoder.n_cached
-            active.update(clean_buffers)
-            ablation["mask"] = None
-            chosen = decoder.step(loop.next_input).argmax(-1)
-            step_masks = torch.zeros(batch, n_layers, n_heads, dtype=torch.bool, device=device)
-            for b in torch.nonzero(loop.running).flatten().tolist():
-                token = int(chosen[b])
-                clean_tokens[b].append(token)
-                argmax_row, support_row = clean_buffers["argmax_pos"][b, step], clean_buffers["support_score"][b, step]
-                retrieval = (eq1_at_step(argmax_row, loop.ids[b], loop.evidence[b], token) if kind == "eq1"
-                             else support_row > threshold)
-                mask = selectors[b](StepView(step, token, argmax_row, support_row, retrieval))
-                if mask is not None:
-                    step_masks[b] = mask.to(device).bool()
-            masked_rows = step_masks.flatten(1).any(1)
-            if bool(masked_rows.any()):
-                saved = decoder.last_position()
-                decoder.rewind(before)
-                active.update(masked_buffers)
-                ablation["mask"] = step_masks
-                masked_choice = decoder.step(loop.next_input).argmax(-1)
-                ablation["mask"] = None
-                chosen = torch.where(masked_rows.to(chosen.device), masked_choice, chosen)
-                decoder.replace_last_position(saved, None if keep_cache == "clean" else ~masked_rows)
-            for name in masked_buffers:  # rows with nothing masked keep their clean record exactly
-                masked_buffers[name][~masked_rows, step] = clean_buffers[name][~masked_rows, step]
-            applied[:, step] = step_masks.cpu()
-            if loop.commit(step, chosen):
-                break
-
+    policy = TwoPass(model, selectors, config, kind=kind, threshold=threshold, mode=mode, mean_z=mean_z,
+                     keep_cache=keep_cache)
+    loop, _ = decode(model, samples, config, policy)
     results = []
     for b, sample in enumerate(samples):
         condition, k = labels[b]
         extra = {"condition": condition, "k": k, "mode": mode, "keep_cache": keep_cache, "kind": kind,
                  "threshold": threshold}
-        clean = build_trace(model, sample, config, clean_tokens[b], clean_buffers, row=b, **extra, pass_="clean")
-        masked = build_trace(model, sample, config, loop.tokens[b], masked_buffers, row=b, **extra, pass_="masked")
-        results.append(AblationTrace(clean, masked, applied[b, : len(loop.tokens[b])], condition, k))
+        clean = build_trace(model, sample, config, policy.clean_tokens[b], policy.clean_buffers, row=b, **extra,
+                            pass_="clean")
+        masked = build_trace(model, sample, config, loop.tokens[b], policy.masked_buffers, row=b, **extra,
+                             pass_="masked")
+        results.append(AblationTrace(clean, masked, policy.applied[b, : len(loop.tokens[b])], condition, k))
     return results
+
+
+class TwoPass:
+    """The per-step two-pass protocol as a step policy of :func:`~dynheads_tl.engine.tracing.decode`.
+
+    Each step runs one clean forward over the batch, recorded into ``clean_buffers``; each running row's
+    selector then sees the clean step (Eq. 1 or Eq. 2 set, scores) and returns the heads to mask, or None.
+    If any row masks something, the step is rewound and one masked forward follows with each row's own
+    mask, recorded into ``masked_buffers``; masked rows keep its token, and the clean keys and values are
+    restored (``keep_cache="clean"``) or the masked ones kept (``"masked"``, for the masked rows only).
+    Rows with nothing to mask keep their clean token, scores and keys/values exactly."""
+
+    def __init__(self, model, selectors: list[Selector], config: TraceConfig, *, kind: Literal["eq1", "eq2"],
+                 threshold: float, mode: AblationMode, mean_z: Tensor | None, keep_cache: CachePolicy):
+        batch, n_layers, n_heads = len(selectors), model.cfg.n_layers, model.cfg.n_heads
+        self.selectors, self.kind, self.threshold, self.keep_cache = selectors, kind, threshold, keep_cache
+        self.n_layers, self.mode, self.mean_z = n_layers, mode, mean_z
+        self.clean_buffers = new_buffers(model, config.max_new_tokens, batch)
+        self.masked_buffers = new_buffers(model, config.max_new_tokens, batch)
+        self.active: dict[str, Tensor] = {}  # the recorder's dict: pointed at the clean or masked buffers
+        self.ablation: dict[str, Tensor | None] = {"mask": None}
+        self.applied = torch.zeros(batch, config.max_new_tokens, n_layers, n_heads, dtype=torch.bool)
+        self.clean_tokens: list[list[int]] = [[] for _ in selectors]
+
+    def hooks(self, state: StepState) -> HookList:
+        return ablate_heads(lambda: self.ablation["mask"], n_layers=self.n_layers, mode=self.mode, mean_z=self.mean_z)
+
+    def buffers(self, recorded: dict[str, Tensor]) -> None:
+        self.active = recorded
+        recorded.update(self.clean_buffers)
+
+    def choose(self, loop: BatchLoop, step: int) -> Int[Tensor, "batch"]:
+        decoder, clean_buffers, masked_buffers = loop.decoder, self.clean_buffers, self.masked_buffers
+        before = decoder.n_cached
+        self.active.update(clean_buffers)
+        self.ablation["mask"] = None
+        chosen = decoder.step(loop.next_input).argmax(-1)
+        step_masks = torch.zeros(len(self.selectors), *self.applied.shape[2:], dtype=torch.bool, device=decoder.device)
+        for b in torch.nonzero(loop.running).flatten().tolist():
+            token = int(chosen[b])
+            self.clean_tokens[b].append(token)
+            argmax_row, support_row = clean_buffers["argmax_pos"][b, step], clean_buffers["support_score"][b, step]
+            retrieval = (eq1_at_step(argmax_row, loop.ids[b], loop.evidence[b], token) if self.kind == "eq1"
+                         else support_row > self.threshold)
+            mask = self.selectors[b](StepView(step, token, argmax_row, support_row, retrieval))
+            if mask is not None:
+                step_masks[b] = mask.to(decoder.device).bool()
+        masked_rows = step_masks.flatten(1).any(1)
+        if bool(masked_rows.any()):
+            saved = decoder.last_position()
+            decoder.rewind(before)
+            self.active.update(masked_buffers)
+            self.ablation["mask"] = step_masks
+            masked_choice = decoder.step(loop.next_input).argmax(-1)
+            self.ablation["mask"] = None
+            chosen = torch.where(masked_rows.to(chosen.device), masked_choice, chosen)
+            decoder.replace_last_position(saved, None if self.keep_cache == "clean" else ~masked_rows)
+        for name in masked_buffers:  # rows with nothing masked keep their clean record exactly
+            masked_buffers[name][~masked_rows, step] = clean_buffers[name][~masked_rows, step]
+        self.applied[:, step] = step_masks.cpu()
+        return chosen
 
 
 def two_pass_generation(model, sample: Sample, select: Selector, config: TraceConfig | None = None, *,
@@ -338,11 +356,6 @@ def _setup_key(setup: AblationSetup) -> dict:
             "order": None if setup.static_order is None else setup.static_order.tolist()}
 
 
-def head_names(mask: Bool[Tensor, "layer head"]) -> str:
-    """``"L15H1 L18H6"``: the heads set in ``mask``, in layer-major order."""
-    return " ".join(f"L{layer}H{head}" for layer, head in mask.nonzero().tolist())
-
-
 def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
     comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
     row = {**answer_scores(result.masked), "m_s": comp["m_s"], "response": result.response,
@@ -359,8 +372,7 @@ def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
               cache_key: dict | None) -> list[dict | None]:
     """Each job's cache key (None without a ``cache_key``): the model's name and weights, the prompt, the
     condition, k, the calibration setup and the trace settings."""
-    from .dynamism import prompt_digest
-    from .models import model_fingerprint, model_name
+    from dynheads_tl.engine.models import model_fingerprint, model_name
 
     return [None if cache_key is None else
             {**cache_key, "model": model_name(model), "model_fingerprint": model_fingerprint(model),
@@ -372,7 +384,7 @@ def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
 def count_missing(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *,
                   cache_key: dict | None = None) -> int:
     """How many of ``jobs`` :func:`cached_runs` would have to run (all of them without a cache)."""
-    from .store import load_cached_json
+    from dynheads_tl.store import load_cached_json
 
     return sum(key is None or load_cached_json(key) is None for key in _job_keys(model, jobs, setup, config, cache_key))
 
@@ -381,7 +393,7 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
                 cache_key: dict | None = None) -> list[tuple[dict, Tensor]]:
     """Each job -> (scores row, per-head counts of newly active heads). Jobs already in the cache are
     read from it; the others run in batches of at most ``batch_size`` and are cached one by one."""
-    from .store import load_cached_json, save_cached_json
+    from dynheads_tl.store import load_cached_json, save_cached_json
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
@@ -457,6 +469,6 @@ def compensation_table(new_heads: Tensor, static_top20: Tensor, n_rows: int = 15
         if count == 0:
             break
         layer, head = divmod(int(index), n_heads)
-        rows.append({"head": f"L{layer}H{head}", "times_newly_active": count,
+        rows.append({"head": head_label(layer, head), "times_newly_active": count,
                      "in_static_top20": bool(static_top20[layer, head])})
     return pd.DataFrame(rows, columns=["head", "times_newly_active", "in_static_top20"])

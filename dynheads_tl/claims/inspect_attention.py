@@ -16,10 +16,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .config import NotebookConfig, check_ints
-from .hooks import StepState, pattern_hook_name
-from .tasks.common import Sample
-from .tracing import Trace, TraceConfig, trace_generation
+from dynheads_tl.config import NotebookConfig, check_ints
+from dynheads_tl.engine.equations import head_labels
+from dynheads_tl.engine.hooks import StepState, pattern_hook_name
+from dynheads_tl.tasks.common import Sample
+from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_generation
 
 NEEDLE_OPEN, NEEDLE_CLOSE = "«", "»"
 VIEW_MAX_HEIGHT_PX = 800  # circuitsvis views taller than this scroll inside their box
@@ -53,8 +54,8 @@ class InspectConfig(NotebookConfig):
 
     def check_inputs(self) -> None:
         """The context against the model's window (every attention row is kept, so it must stay short)."""
-        from .config import model_context_window
-        from .tasks import check_context_fits
+        from dynheads_tl.config import model_context_window
+        from dynheads_tl.tasks import check_context_fits
 
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
                            name="context_tokens")
@@ -105,7 +106,7 @@ def trace_with_rows(model, sample: Sample, config: TraceConfig | None = None) ->
 
 
 def _head_labels(flat_heads: list[int], n_heads: int) -> list[str]:
-    return [f"L{i // n_heads}H{i % n_heads}" for i in flat_heads]
+    return head_labels(flat_heads, n_heads)
 
 
 def heads_by_needle_attention(inspected: InspectedSample, step: int) -> Int[Tensor, "layer_head"]:

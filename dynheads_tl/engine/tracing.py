@@ -29,15 +29,16 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Literal, Sequence
+from typing import Any, BinaryIO, Callable, Literal, Protocol, Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .hooks import HookList, StepState, pattern_hook_name
-from .models import fast_twin, model_fingerprint, model_name
-from .tasks.common import Sample
+from dynheads_tl.engine.equations import eligible_positions, eq1_mask, eq2_share, evidence_positions
+from dynheads_tl.engine.hooks import HookList, StepState, pattern_hook_name
+from dynheads_tl.engine.models import fast_twin, model_fingerprint, model_name
+from dynheads_tl.tasks.common import Sample
 
 PrefillMode = Literal["fast", "hooked"]
 
@@ -96,19 +97,15 @@ class Trace:
 
     @property
     def evidence_mask(self) -> Bool[Tensor, "pos"]:
-        mask = torch.zeros(len(self.prompt_ids), dtype=torch.bool)
-        for start, end in self.evidence_spans:
-            mask[start:end] = True
-        return mask
+        return evidence_positions(self.evidence_spans, len(self.prompt_ids))
 
     @property
     def retrieval_mask(self) -> Bool[Tensor, "step layer head"]:
         """Eq. 1: the head's top-1 source lies in the evidence (needle) span AND holds the token
         generated at this step."""
         all_ids = torch.cat([self.prompt_ids, self.tokens])
-        in_span = torch.cat([self.evidence_mask, torch.zeros(len(self.tokens), dtype=torch.bool)])
-        source_ids = all_ids[self.argmax_pos]
-        return in_span[self.argmax_pos] & (source_ids == self.tokens[:, None, None])
+        in_span = evidence_positions(self.evidence_spans, len(all_ids))
+        return eq1_mask(self.argmax_pos, all_ids, in_span, self.tokens)
 
     # --- persistence ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -345,11 +342,8 @@ def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[st
             rows = pattern[:, :, -1, :].float()  # [batch, head, key]
             buffers["argmax_pos"][:, state.step, layer] = rows.argmax(-1) - masks["offsets"][:, None]
             key_len = rows.shape[-1]
-            eligible = masks["eligible"][:, :key_len]
-            numerator = torch.einsum("bhk,bk->bh", rows, (masks["evidence"][:, :key_len] & eligible).float())
-            denominator = torch.einsum("bhk,bk->bh", rows, eligible.float())
-            buffers["support_score"][:, state.step, layer] = torch.where(
-                denominator > 0, numerator / denominator.clamp_min(1e-30), torch.zeros_like(numerator))
+            buffers["support_score"][:, state.step, layer] = eq2_share(
+                rows, masks["evidence"][:, :key_len], masks["eligible"][:, :key_len])
             return None
 
         return hook
@@ -362,18 +356,6 @@ def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[st
     hooks = [(pattern_hook_name(layer), make(layer)) for layer in range(n_layers)]
     hooks.append(("ln_final.hook_out", hidden_hook))
     return hooks
-
-
-def eligible_rows(offsets: Int[Tensor, "batch"], total: int, key_len: int, sink: int, window: int
-                  ) -> Bool[Tensor, "batch key"]:
-    """Eq. 2's denominator positions of each left-padded row, in padded coordinates: all keys but the
-    row's first ``sink`` real positions and the last ``window`` of the ``key_len`` visible keys (padding
-    is never eligible). All rows end at the same padded position, so the local window is shared."""
-    positions = torch.arange(total, device=offsets.device)[None, :] - offsets[:, None]
-    mask = positions >= sink
-    if window:
-        mask[:, max(key_len - window, 0): key_len] = False
-    return mask
 
 
 class BatchLoop:
@@ -399,7 +381,7 @@ class BatchLoop:
         longest = self.width + config.max_new_tokens  # key positions, padded or in the longest row's own
         # Each row's prompt + generated ids and evidence, in its own coordinates (for Eq. 1) ...
         self.ids = torch.zeros(len(samples), longest, dtype=torch.long, device=device)
-        self.evidence = torch.stack([evidence_vector(s, longest, device) for s in samples])
+        self.evidence = torch.stack([evidence_positions(s.evidence_spans, longest, device) for s in samples])
         # ... and the evidence in padded coordinates (for the reduction hooks).
         padded_evidence = torch.zeros_like(self.evidence)
         for b, sample in enumerate(samples):
@@ -416,7 +398,7 @@ class BatchLoop:
         """Point the hooks at decoding step ``step``."""
         self.state.step = step
         self.state.key_len = self.width + step
-        self.masks["eligible"] = eligible_rows(self.decoder.offsets, self.masks["evidence"].shape[1],
+        self.masks["eligible"] = eligible_positions(self.decoder.offsets, self.masks["evidence"].shape[1],
                                                self.state.key_len, self.config.sink_tokens, self.config.local_window)
 
     def commit(self, step: int, chosen: Int[Tensor, "batch"]) -> bool:
@@ -435,6 +417,71 @@ class BatchLoop:
         return ~self.done
 
 
+class StepPolicy(Protocol):
+    """What the decoding loop does at each step, between preparing the hooks and keeping the tokens.
+
+    :func:`decode` owns the KV cache, the per-row masks, stopping and the recorder's buffers; a policy
+    decides how each step's tokens are chosen (one greedy forward, or a clean pass, a selection and a
+    masked pass, ...) and may add hooks of its own. Protocols are policies: :class:`Greedy` here,
+    :class:`dynheads_tl.protocols.ablation.TwoPass` for the per-step ablation."""
+
+    def hooks(self, state: StepState) -> HookList:
+        """Hooks of this policy, attached beside the recorder's for the whole generation."""
+
+    def buffers(self, recorded: dict[str, Tensor]) -> None:
+        """Called once with the dict the recorder writes into (a policy may swap its tensors per pass)."""
+
+    def choose(self, loop: "BatchLoop", step: int) -> Int[Tensor, "batch"]:
+        """Run this step's forward pass(es) through ``loop.decoder`` and return each row's token."""
+
+
+class Greedy:
+    """One forward per step; keep its argmax (plain greedy decoding)."""
+
+    def hooks(self, state: StepState) -> HookList:
+        return []
+
+    def buffers(self, recorded: dict[str, Tensor]) -> None:
+        return None
+
+    def choose(self, loop: "BatchLoop", step: int) -> Int[Tensor, "batch"]:
+        return loop.decoder.step(loop.next_input).argmax(-1)
+
+
+def decode(
+    model,
+    samples: list[Sample],
+    config: TraceConfig,
+    policy: StepPolicy,
+    *,
+    hooks: HookList | None = None,
+    state: StepState | None = None,
+    record: bool = True,
+) -> tuple["BatchLoop", dict[str, Tensor]]:
+    """THE decoding loop: greedy steps over a left-padded batch of ``samples`` under ``policy``.
+
+    Builds the recorder's per-step buffers (:func:`new_buffers`) and its reduction hooks
+    (:func:`reduction_hooks`; ``record=False`` leaves them out, for the untraced baseline), attaches them
+    with the policy's hooks and ``hooks``, prefills, then at every step points the hooks at the step
+    (:meth:`BatchLoop.prepare`), lets the policy choose the tokens and keeps them (:meth:`BatchLoop.commit`)
+    until every row has stopped. Returns the loop (tokens, masks, decoder) and the recorded buffers.
+    """
+    check_context_length(model, samples, config.max_new_tokens)
+    state = state or StepState()
+    buffers = new_buffers(model, config.max_new_tokens, batch=len(samples))
+    policy.buffers(buffers)
+    masks: dict[str, Tensor] = {}
+    all_hooks = ((reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else [])
+                 + list(policy.hooks(state)) + list(hooks or []))
+    with model.hooks(fwd_hooks=all_hooks):
+        loop = BatchLoop(model, samples, config, state, masks)
+        for step in range(config.max_new_tokens):
+            loop.prepare(step)
+            if loop.commit(step, policy.choose(loop, step)):
+                break
+    return loop, buffers
+
+
 def trace_batch(
     model,
     samples: list[Sample],
@@ -448,23 +495,13 @@ def trace_batch(
     layer and head at once: the top-1 source position (-> Eq. 1), the Eq. 2 evidence score, the
     final-norm hidden state (``ln_final.hook_out``) and the generated token. One :class:`Trace` per sample.
 
-    ``hooks`` (e.g. from :func:`dynheads_tl.hooks.ablate_heads`) are attached beside the reduction
+    ``hooks`` (e.g. from :func:`dynheads_tl.engine.hooks.ablate_heads`) are attached beside the reduction
     hooks; pass the same ``state`` to both so per-step hooks see the current step.
     ``record=False`` runs the same loop without the reduction hooks (the untraced baseline).
     See :class:`BatchDecoder` for how batched rows compare with unbatched runs.
     """
     config = config or TraceConfig()
-    check_context_length(model, samples, config.max_new_tokens)
-    state = state or StepState()
-    buffers = new_buffers(model, config.max_new_tokens, batch=len(samples))
-    masks: dict[str, Tensor] = {}
-    all_hooks = (reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else []) + list(hooks or [])
-    with model.hooks(fwd_hooks=all_hooks):
-        loop = BatchLoop(model, samples, config, state, masks)
-        for step in range(config.max_new_tokens):
-            loop.prepare(step)
-            if loop.commit(step, loop.decoder.step(loop.next_input).argmax(-1)):
-                break
+    loop, buffers = decode(model, samples, config, Greedy(), hooks=hooks, state=state, record=record)
     return [build_trace(model, sample, config, loop.tokens[b], buffers, row=b) for b, sample in enumerate(samples)]
 
 
@@ -510,13 +547,6 @@ def new_buffers(model, max_steps: int, batch: int = 1) -> dict[str, Tensor]:
         "support_score": torch.zeros(batch, max_steps, n_layers, n_heads, dtype=torch.float32, device=device),
         "hidden": torch.zeros(batch, max_steps, d_model, dtype=torch.float32, device=device),
     }
-
-
-def evidence_vector(sample: Sample, total: int, device) -> Bool[Tensor, "key"]:
-    evidence = torch.zeros(total, dtype=torch.bool, device=device)
-    for start, end in sample.evidence_spans:
-        evidence[start:end] = True
-    return evidence
 
 
 def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], buffers: dict[str, Tensor],

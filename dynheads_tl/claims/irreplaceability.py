@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from .ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
-from .config import (NotebookConfig, check_choice, check_fraction_list, check_int_list, check_ints,
+from dynheads_tl.protocols.ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
+from dynheads_tl.config import (NotebookConfig, check_choice, check_fraction_list, check_int_list, check_ints,
                      check_open_unit)
-from .dynamism import collect_traces
-from .hooks import StepState, z_hook_name
-from .models import DEFAULT_MODEL
-from .scoring import dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
-from .tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
-from .tasks.hotpot import HotpotConfig, build_hotpot_sample, synthetic_hotpot_records
-from .tracing import TraceConfig, trace_generation
+from dynheads_tl.corpus import SEED_OFFSETS, collect_traces
+from dynheads_tl.engine.hooks import StepState, z_hook_name
+from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.analysis.scoring import dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
+from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
+from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, synthetic_hotpot_records
+from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 
 # The paper's anchors (Fig 3): accuracy 1.0 -> 0.0 by k = 20 dynamic heads; 4.5-7 compensating
 # static-top-20 heads for k >= 5.
@@ -66,8 +66,8 @@ class IrreplaceabilityConfig(NotebookConfig):
 
     def check_inputs(self) -> None:
         """Every NIAH and HotpotQA length against the model's context window, before any model work."""
-        from .config import model_context_window
-        from .tasks import check_context_fits
+        from dynheads_tl.config import model_context_window
+        from dynheads_tl.tasks import check_context_fits
 
         n_ctx = model_context_window(self.model)
         check_context_fits(self.niah_contexts, self.max_new_tokens, n_ctx, name="niah_contexts")
@@ -107,7 +107,7 @@ def mean_head_outputs(model, samples, config: TraceConfig) -> torch.Tensor:
 def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup:
     """Static set (top-k with k = mean calibration |D_t|), static top-20, and k, from a calibration split."""
     trace_config = config.trace_config(task)
-    seed = 5000 + config.seed
+    seed = SEED_OFFSETS["ablation_calibration"] + config.seed
     if task == "niah":
         samples = make_niah_samples(model.tokenizer, n=config.n_calibration, context_tokens=config.niah_contexts,
                                     seed=seed, max_new_tokens=config.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
@@ -132,11 +132,12 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
 
 
 def grid_cells(model, config: IrreplaceabilityConfig, task: str):
-    cells, seed = [], 6000 + config.seed
+    cells, seed = [], SEED_OFFSETS["ablation_grid"] + config.seed
     contexts = config.niah_contexts if task == "niah" else config.hotpot_contexts
     depths = config.niah_depths if task == "niah" else config.hotpot_depths
     records = synthetic_hotpot_records(len(contexts) * len(depths) * config.runs_per_cell, seed=seed) if task == "hotpot" else None
-    pool = [tuple(p) for r in synthetic_hotpot_records(64, seed=seed + 7919) for p in r["context"]]
+    pool = [tuple(p) for r in synthetic_hotpot_records(64, seed=SEED_OFFSETS["distractor_pool"] + config.seed)
+            for p in r["context"]]
     i = 0
     for context in contexts:
         for depth in depths:
@@ -156,7 +157,7 @@ def grid_cells(model, config: IrreplaceabilityConfig, task: str):
 
 
 def progressive_samples(model, config: IrreplaceabilityConfig, task: str):
-    seed = 7000 + config.seed
+    seed = SEED_OFFSETS["progressive"] + config.seed
     if task == "niah":
         return make_niah_samples(model.tokenizer, n=config.n_progressive, context_tokens=config.progressive_context,
                                  seed=seed, max_new_tokens=config.max_new_tokens, max_tokens=int(model.cfg.n_ctx))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .tracing import atomic_write_text
+from dynheads_tl.engine.tracing import atomic_write_text
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None}  # byte-identical reruns
 
@@ -67,10 +67,6 @@ def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config:
     atomic_write_text(out / f"{name}.csv", data.to_csv(index=False))
     _write_config(out, name, config)
     return out / f"{name}.png"
-
-
-def head_label(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
 
 
 def step_heatmap(scores: np.ndarray, hits: np.ndarray | None, token_labels: Sequence[str],

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .config import NotebookConfig, check_choice, check_int_list, check_ints
-from .correlation import ProbeConfig, cca_curve
-from .dynamism import DynamismConfig, hotpot_traces, niah_traces
-from .models import DEFAULT_MODEL
+from dynheads_tl.config import NotebookConfig, check_choice, check_int_list, check_ints
+from dynheads_tl.analysis.correlation import ProbeConfig, cca_curve
+from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
+from dynheads_tl.engine.models import DEFAULT_MODEL
 
 PAPER_FIG4 = [0.965, 0.931, 0.915, 0.835, 0.816, 0.805, 0.792, 0.776, 0.753, 0.742, 0.743]
 PAPER_FIG8 = {0: 0.856, 10: 0.712}
@@ -50,8 +50,8 @@ class PredictabilityConfig(NotebookConfig):
 
     def check_inputs(self) -> None:
         """The haystack and the NIAH length against the model's context window, before any model work."""
-        from .config import model_context_window
-        from .tasks import check_context_fits, check_haystack
+        from dynheads_tl.config import model_context_window
+        from dynheads_tl.tasks import check_context_fits, check_haystack
 
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
                            name="context_tokens")
@@ -62,18 +62,10 @@ class PredictabilityConfig(NotebookConfig):
             return ProbeConfig.paper()
         return ProbeConfig(hidden=list(self.probe_hidden), epochs=self.probe_epochs, seed=self.split_seed)
 
-    def dynamism_config(self) -> DynamismConfig:
-        """Claim 1's config for the same samples, so that its cached traces are reused as they are."""
-        return DynamismConfig(model=self.model, context_tokens=self.context_tokens, haystack=self.haystack,
-                              n_calibration=self.n_calibration, n_analysis=self.n_analysis,
-                              max_new_tokens=self.max_new_tokens, n_hotpot=self.n_hotpot,
-                              hotpot_max_new_tokens=self.hotpot_max_new_tokens, sink_tokens=self.sink_tokens,
-                              local_window=self.local_window, seeds=list(self.seeds), use_cache=self.use_cache)
-
 
 def gather_traces(model, config: PredictabilityConfig):
     """All NIAH and HotpotQA traces of every seed (calibration and analysis splits pooled)."""
-    claim1 = config.dynamism_config()
+    claim1 = TraceSets.of(config)  # claim 1's splits for the same values: its cached traces are reused
     niah, hotpot = [], []
     for seed in config.seeds:
         cal, ana = niah_traces(model, claim1, seed)

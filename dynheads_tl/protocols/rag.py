@@ -37,23 +37,16 @@ from jaxtyping import Bool, Float
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from torch import Tensor
 
-from .config import NotebookConfig, check_int_list, check_ints
-from .hooks import pattern_hook_name, restrict_attention
-from .models import fast_twin
-from .progress import progress
-from .tasks.common import Sample
-from .tasks.metrics import exact_match, token_f1
-from .tracing import eos_token_ids
+from dynheads_tl.engine.equations import eligible_positions, eq2_share, evidence_positions
+from dynheads_tl.engine.hooks import pattern_hook_name, restrict_attention
+from dynheads_tl.engine.models import fast_twin
+from dynheads_tl.progress import progress
+from dynheads_tl.tasks.common import Sample
+from dynheads_tl.tasks.metrics import exact_match, token_f1
+from dynheads_tl.engine.tracing import eos_token_ids
 
 Strategy = Literal["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full"]
 STRATEGIES: tuple[str, ...] = ("dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full")
-
-PAPER_TABLE4 = {
-    "Llama-3.1-8B-Instruct": {"dynamic": (0.456, 0.5586), "static": (0.398, 0.5098), "dynamic_random": (0.272, 0.3670),
-                              "fixed_random": (0.272, 0.3763), "none": (0.252, 0.3257)},
-    "Llama-3.2-3B-Instruct": {"dynamic": (0.384, 0.4993), "static": (0.428, 0.5386)},
-}
-
 
 @dataclass
 class RagConfig:
@@ -216,9 +209,7 @@ def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfi
     visible = torch.ones(total, dtype=torch.bool, device=device)
     if strategy != "full":
         visible[c0:c1] = False
-    evidence = torch.zeros(total, dtype=torch.bool, device=device)
-    for s_, e_ in sample.evidence_spans:
-        evidence[s_:e_] = True
+    evidence = evidence_positions(sample.evidence_spans, total, device)
 
     holder = {"allowed": visible, "rows": None, "hidden": None, "last_row": None}
 
@@ -273,10 +264,9 @@ def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfi
         holder["rows"], holder["allowed"] = None, visible
         rewind(position)
         key_len = rows.shape[-1]
-        eligible = torch.ones(key_len, dtype=torch.bool, device=device)
-        eligible[: config.sink_tokens] = False
-        eligible[max(key_len - config.local_window, 0):] = False
-        eq2 = (rows * (evidence[:key_len] & eligible)).sum(-1) / (rows * eligible).sum(-1).clamp_min(1e-30)
+        eligible = eligible_positions(torch.zeros(1, dtype=torch.long, device=device), key_len, key_len,
+                                      config.sink_tokens, config.local_window)
+        eq2 = eq2_share(rows.flatten(0, 1)[None], evidence[None, :key_len], eligible)[0].reshape(rows.shape[:2])
         chosen = selector(holder["hidden"], eq2.cpu())
         heads = [divmod(int(i), n_heads) for i in chosen]
         heads_used.append(heads)
@@ -345,125 +335,3 @@ def run_strategies(model, samples: list[Sample], strategies: list[str], config: 
                          "context_tokens": sample.context_span[1] - sample.context_span[0],
                          "evidence_recall": result.evidence_recall, "response": result.response, "gold": gold})
     return pd.DataFrame(rows)
-
-
-def table4(rows: pd.DataFrame) -> pd.DataFrame:
-    names = {"dynamic": "Dynamic (probe)", "oracle": "Oracle (actual heads)", "static": "Static",
-             "dynamic_random": "Dynamic Random", "fixed_random": "Fixed Random", "none": "w/o RAG",
-             "full": "Full context (upper bound)"}
-    summary = rows.groupby("strategy", sort=False).agg(
-        em=("em", "mean"), f1=("f1", "mean"), retrievals=("retrievals", "mean"),
-        visible_context_share=("visible_context_tokens", "sum"), evidence_recall=("evidence_recall", "mean"))
-    totals = rows.groupby("strategy", sort=False)["context_tokens"].sum()
-    summary["visible_context_share"] = summary["visible_context_share"] / totals
-    summary = summary.reset_index()
-    summary.insert(0, "method", summary["strategy"].map(names))
-    for paper_model, values in PAPER_TABLE4.items():
-        summary[f"paper EM/F1 {paper_model}"] = summary["strategy"].map(
-            lambda s: f"{values[s][0]:.3f}/{values[s][1]:.4f}" if s in values else "–")
-    return summary
-
-
-# --- the notebook's pipeline ------------------------------------------------------------------------
-@dataclass
-class RagStudyConfig(NotebookConfig):
-    model: str = "smollm2-135m-instruct"
-    n_samples: int = 24
-    hotpot_source: str = "synthetic"
-    hotpot_skip_incomplete: bool = False
-    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
-    n_heads: int = 5
-    top_k_positions: int = 8
-    cluster_gap: int = 8
-    window: int = 24
-    rind_threshold: float = 0.5
-    max_retrievals: int = 2
-    max_new_tokens: int = 16
-    train_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    n_hotpot_train: int = 20
-    probe_hidden: list[int] = field(default_factory=lambda: [256])
-    probe_epochs: int = 60
-    seed: int = 0
-    output_dir: str = "papers_figures"
-    use_cache: bool = True
-
-    def __post_init__(self):
-        check_ints(self, ("n_samples", "n_heads", "top_k_positions", "window", "max_new_tokens", "n_hotpot_train",
-                          "probe_epochs"))
-        check_ints(self, ("max_retrievals", "cluster_gap"), minimum=0)
-        check_int_list(self, "train_seeds")
-        check_int_list(self, "probe_hidden", minimum=1)
-        unknown = [s for s in self.strategies if s not in STRATEGIES] if isinstance(self.strategies, list) else [0]
-        if unknown or not self.strategies:
-            raise ValueError(f"Parameter 'strategies' must be a non-empty list drawn from {list(STRATEGIES)}, got {self.strategies!r}.")
-        if not isinstance(self.rind_threshold, (int, float)) or self.rind_threshold < 0:
-            raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0, got {self.rind_threshold!r}.")
-
-    def check_inputs(self) -> None:
-        """The HotpotQA file (enough usable records for ``n_samples``) and the model, before any model work."""
-        from .config import model_context_window
-        from .tasks import check_hotpot_source
-
-        model_context_window(self.model)  # an unknown model fails here, not after the notebook started
-        check_hotpot_source(self.hotpot_source, self.n_samples, skip_incomplete=self.hotpot_skip_incomplete,
-                            needed_for=f"n_samples={self.n_samples}")
-
-    def rag_config(self) -> RagConfig:
-        """The case-study knobs among these parameters (the others keep RagConfig's defaults)."""
-        return RagConfig(**{f.name: getattr(self, f.name) for f in fields(RagConfig) if hasattr(self, f.name)})
-
-
-def train_head_probe(model, config: RagStudyConfig):
-    """Static Eq. 2 scores and a regression probe (hidden state -> per-head Eq. 2 score), both from
-    HotpotQA traces of claim 1's splits (read from its cache when notebook 01 ran with these sizes)."""
-    from .correlation import ProbeConfig, split_by_sample, train_probe
-    from .dynamism import DynamismConfig, hotpot_traces
-    from .scoring import static_eq2_scores
-
-    claim1 = DynamismConfig(model=config.model, n_hotpot=config.n_hotpot_train, seeds=list(config.train_seeds),
-                            use_cache=config.use_cache)
-    calibration, traces = [], []
-    for seed in config.train_seeds:
-        cal, ana = hotpot_traces(model, claim1, seed)
-        calibration += cal
-        traces += cal + ana
-    static_scores = static_eq2_scores(calibration)
-    train, val = split_by_sample(len(traces), [0.8, 0.2], config.seed)
-    stack = lambda idx, attr: torch.cat([getattr(traces[i], attr).flatten(1) for i in idx]).numpy()
-    probe_model = train_probe(stack(train, "hidden"), stack(train, "support_score"), stack(val, "hidden"),
-                              stack(val, "support_score"), task="regression",
-                              config=ProbeConfig(hidden=list(config.probe_hidden), epochs=config.probe_epochs, seed=config.seed))
-    shape = static_scores.shape
-    probe = lambda hidden: probe_model(hidden[None].float())[0].reshape(shape)
-    return static_scores, probe
-
-
-def evaluation_samples(model, config: RagStudyConfig) -> list[Sample]:
-    from .tasks import make_hotpot_samples
-
-    from .tasks.hotpot import load_hotpot_records
-
-    records = None if config.hotpot_source == "synthetic" else load_hotpot_records(
-        config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)[:config.n_samples]
-    return make_hotpot_samples(model.tokenizer, n=config.n_samples, records=records, seed=9000 + config.seed,
-                               max_tokens=int(model.cfg.n_ctx))
-
-
-def summary_markdown(table: pd.DataFrame, model_label: str) -> str:
-    t = table.set_index("strategy")
-    get = lambda s, c: float(t.loc[s, c]) if s in t.index else float("nan")
-    lines = [f"**Model:** {model_label}; synthetic multi-hop HotpotQA-format questions about fictional entities."]
-    full, none = get("full", "f1"), get("none", "f1")
-    lines.append(f"- **Headroom**: full context F1 {full:.3f} vs w/o RAG {none:.3f}. "
-                 + ("Retrieval has room to help." if full > none + 0.1 else
-                    "The model gains little from the context even when all of it is visible, so no retrieval strategy can show much here."))
-    for strategy in ("dynamic", "oracle", "static", "dynamic_random", "fixed_random"):
-        if strategy in t.index:
-            lines.append(f"- **{t.loc[strategy, 'method']}**: EM {get(strategy, 'em'):.3f}, F1 {get(strategy, 'f1'):.3f}, "
-                         f"{get(strategy, 'retrievals'):.2f} retrievals/answer, {100 * get(strategy, 'visible_context_share'):.0f}% of "
-                         f"the context opened, {100 * get(strategy, 'evidence_recall'):.0f}% of supporting-fact tokens opened.")
-    if {"dynamic", "static"} <= set(t.index):
-        better = get("dynamic", "f1") > get("static", "f1")
-        lines.append(f"- Paper (Llama-3.1-8B): Dynamic .456/.5586 beats Static .398/.5098; Llama-3.2-3B reverses. Here the "
-                     f"probe-driven Dynamic strategy {'beats' if better else 'does not beat'} Static on F1.")
-    return "\n".join(lines)

@@ -7,8 +7,8 @@ import logging
 import subprocess
 import sys
 
-from .models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
-from .report import PRESETS, run_report
+from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
+from dynheads_tl.report.runner import PRESETS, run_report
 
 
 def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:

@@ -14,8 +14,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from .tasks.metrics import rouge1_recall
-from .tracing import Trace
+from dynheads_tl.tasks.metrics import rouge1_recall
+from dynheads_tl.engine.tracing import Trace
 
 DynamicKind = Literal["eq1", "eq2"]
 

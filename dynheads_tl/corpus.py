@@ -1,0 +1,126 @@
+"""The shared trace sets every claim reads: NIAH and HotpotQA calibration and analysis splits, traced
+once and cached per sample.
+
+Claims 1, 3 and the RAG case study read the same splits (claim 3 and the case study reuse claim 1's
+cached traces as they are), so the splits are defined here, below every claim, by :class:`TraceSets`:
+the settings that decide which samples are drawn and how they are traced. Each split draws its samples
+with a named seed offset (:data:`SEED_OFFSETS`) plus the run's seed, so splits never share samples.
+A trace's cache key holds the split's spec, the trace settings, the model's name and fingerprint, the
+sample's index and a digest of its prompt (:func:`collect_traces`).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from dynheads_tl.engine.models import model_fingerprint, model_name
+from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_generation
+from dynheads_tl.progress import progress
+from dynheads_tl.store import cached_traces, traces_path
+from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
+from dynheads_tl.tasks.common import prompt_digest
+from dynheads_tl.tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
+
+# Seed offsets of the sample splits (added to a run's seed); each names what its samples are for.
+SEED_OFFSETS = {
+    "calibration": 1000,           # claims 1/3: static heads (Wu et al. score) and probe training pools
+    "analysis": 2000,              # claims 1/3: the dynamic analysis
+    "ablation_calibration": 5000,  # claim 2: static set and k
+    "ablation_grid": 6000,         # claim 2: grid cells
+    "distractor_pool": 6000 + 7919,  # claim 2: HotpotQA distractor paragraphs of the grid
+    "progressive": 7000,           # claim 2: progressive-masking samples
+    "rag_evaluation": 9000,        # case study: evaluation questions
+}
+
+
+@dataclass(frozen=True)
+class TraceSets:
+    """Which NIAH and HotpotQA samples the calibration and analysis splits hold, and how they are traced.
+
+    Built from any claim config that has these fields (:meth:`of`), so two claims with the same values
+    read the same cached traces."""
+
+    context_tokens: int = 1000
+    haystack: str = "filler"
+    n_calibration: int = 10
+    n_analysis: int = 20
+    max_new_tokens: int = 40
+    n_hotpot: int = 20
+    hotpot_source: str = "synthetic"
+    hotpot_skip_incomplete: bool = False
+    hotpot_max_new_tokens: int = 16
+    sink_tokens: int = 4
+    local_window: int = 32
+    use_cache: bool = True
+
+    @classmethod
+    def of(cls, config: Any, **overrides: Any) -> "TraceSets":
+        """The trace sets of ``config`` (its fields of these names; the others keep their defaults)."""
+        values = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
+        return cls(**{**values, **overrides})
+
+    def trace_config(self, task: str) -> TraceConfig:
+        steps = self.max_new_tokens if task == "niah" else self.hotpot_max_new_tokens
+        return TraceConfig(max_new_tokens=steps, sink_tokens=self.sink_tokens, local_window=self.local_window)
+
+
+def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
+                   use_cache: bool = True, desc: str = "tracing") -> list[Trace]:
+    """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
+    + the model (its name and :func:`~dynheads_tl.models.model_fingerprint`: another model saved under the
+    same name misses), so an interrupted run resumes at the first sample not yet finished."""
+    full_key = {**key, "trace": asdict(trace_config), "model": model_name(model),
+                "model_fingerprint": model_fingerprint(model)}
+    keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
+    # Samples read back from the cache first; progress is shown only for the ones that are traced.
+    todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
+    traces: list[list[Trace]] = [[] for _ in samples]
+    for index in itertools.chain([i for i in range(len(samples)) if i not in todo], progress(todo, desc=desc)):
+        traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
+                                      use_cache=use_cache)
+    return [trace for per_sample in traces for trace in per_sample]
+
+
+def _max_tokens(model) -> int:
+    return int(model.cfg.n_ctx)
+
+
+def niah_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], list[Trace]]:
+    """(calibration, analysis) traces; the splits use disjoint sample seeds."""
+    trace_config = config.trace_config("niah")
+    splits = []
+    for split, n in (("calibration", config.n_calibration), ("analysis", config.n_analysis)):
+        offset = SEED_OFFSETS[split]
+        spec = dict(task="niah", split=split, n=n, context_tokens=config.context_tokens,
+                    haystack=config.haystack, seed=offset + seed)
+        samples = make_niah_samples(model.tokenizer, n=n, context_tokens=config.context_tokens,
+                                    seed=offset + seed, haystack=config.haystack,
+                                    max_new_tokens=config.max_new_tokens, max_tokens=_max_tokens(model))
+        splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                                     desc=f"NIAH {split} (seed {seed})"))
+    return splits[0], splits[1]
+
+
+def _hotpot_records(config: TraceSets, n: int, seed: int, offset: int):
+    if config.hotpot_source == "synthetic":
+        return synthetic_hotpot_records(n, seed=offset + seed)
+    records = load_hotpot_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
+    start = 0 if offset == SEED_OFFSETS["calibration"] else config.n_hotpot  # a file: calibration first, then analysis
+    return records[start: start + n]
+
+
+def hotpot_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], list[Trace]]:
+    trace_config = config.trace_config("hotpot")
+    n_cal = max(config.n_hotpot // 2, 1)
+    splits = []
+    for split, n in (("calibration", n_cal), ("analysis", config.n_hotpot)):
+        offset = SEED_OFFSETS[split]
+        records = _hotpot_records(config, n, seed, offset)
+        samples = make_hotpot_samples(model.tokenizer, n=n, records=records, seed=offset + seed,
+                                      max_tokens=_max_tokens(model))
+        spec = dict(task="hotpot", split=split, n=n, source=config.hotpot_source, seed=offset + seed,
+                    ids=[s.meta.get("id") for s in samples])
+        splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                                     desc=f"HotpotQA {split} (seed {seed})"))
+    return splits[0], splits[1]

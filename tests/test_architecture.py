@@ -1,0 +1,115 @@
+"""The package's shape, read from its source: each folder is one layer and imports point only downward;
+claims never import claims; one implementation of each equation and of atomic writing."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "dynheads_tl"
+
+# Lower numbers are lower layers; a module may import only modules of its own layer or below.
+LAYERS = {
+    "tasks": 0, "progress": 0,
+    "engine": 1,
+    "store": 2, "config": 2, "analysis": 2,
+    "protocols": 3,
+    "corpus": 4,
+    "claims": 5,
+    "report": 6,
+}
+
+
+def _unit(module: str) -> str:
+    """``dynheads_tl.engine.tracing`` -> ``engine``; ``dynheads_tl.corpus`` -> ``corpus``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Every ``dynheads_tl`` module that ``module`` imports, at the top or inside functions."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names if alias.name.startswith("dynheads_tl")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            if target.startswith("dynheads_tl"):
+                imported.add(target)
+                imported |= {f"{target}.{alias.name}" for alias in node.names}
+    return imported
+
+
+def test_every_module_belongs_to_a_layer():
+    units = {_unit(module) for module in _modules()} - {""}
+    assert units <= set(LAYERS), f"modules outside the known layers: {sorted(units - set(LAYERS))}"
+
+
+def violations(graph: dict[str, set[str]]) -> tuple[list[str], list[str]]:
+    """(imports that point up a layer, claims importing other claims) in a module -> imports graph."""
+    upward, between_claims = [], []
+    for module, targets in graph.items():
+        unit = _unit(module)
+        if not unit:
+            continue  # the package's __init__ re-exports the public API
+        for target in targets:
+            if target not in graph:
+                continue  # a name imported from a module, already counted as the module
+            other = _unit(target)
+            if other and LAYERS[other] > LAYERS[unit]:
+                upward.append(f"{module} imports {target}")
+            if unit == "claims" == other and target not in (module, "dynheads_tl.claims"):
+                between_claims.append(f"{module} imports {target}")
+    return upward, between_claims
+
+
+def test_imports_point_only_downward_and_claims_never_import_claims():
+    graph = {module: _imports(module, path) for module, path in _modules().items()}
+    upward, between_claims = violations(graph)
+    assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
+    assert not between_claims, "claims importing claims (put what they share in corpus):\n" + "\n".join(between_claims)
+
+
+def test_the_rules_catch_an_upward_import_and_a_claim_importing_a_claim():
+    graph = {"dynheads_tl.engine.tracing": {"dynheads_tl.report.figures"}, "dynheads_tl.report.figures": set(),
+             "dynheads_tl.claims.predictability": {"dynheads_tl.claims.dynamism"}, "dynheads_tl.claims.dynamism": set()}
+    upward, between_claims = violations(graph)
+    assert upward == ["dynheads_tl.engine.tracing imports dynheads_tl.report.figures"]
+    assert between_claims == ["dynheads_tl.claims.predictability imports dynheads_tl.claims.dynamism"]
+
+
+def _definitions(pattern: str) -> list[str]:
+    hits = []
+    for path in PACKAGE.rglob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(pattern, line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}")
+    return hits
+
+
+@pytest.mark.parametrize("what, pattern, home", [
+    ("atomic write (rename into place)", r"os\.replace\(tmp|mkstemp\(", "dynheads_tl/engine/tracing.py"),
+    ("Eq. 1 (argmax in evidence and == token)", r"\]\s*==\s*tokens?\b.*|ids\[argmax_pos\]", "dynheads_tl/engine/equations.py"),
+    ("Eq. 2 (evidence share among eligible keys)", r"einsum\(\"bhk,bk->bh\"", "dynheads_tl/engine/equations.py"),
+    ("the L{layer}H{head} label", r"f\"L\{", "dynheads_tl/engine/equations.py"),
+    ("the evidence mask from spans", r"(mask|evidence)\[(start|s_):(end|e_)\] = True", "dynheads_tl/engine/equations.py"),
+])
+def test_one_implementation_of_each_equation_and_of_atomic_writing(what, pattern, home):
+    places = _definitions(pattern)
+    assert places and all(p.startswith(home) for p in places), f"{what} is written in {places}, not only in {home}"
