@@ -310,3 +310,13 @@ def test_tokenizer_limit_fallback(tokenizer, monkeypatch):
     assert len(make_niah_samples(tokenizer, n=1, context_tokens=600, seed=0, max_tokens=2048)) == 1
     # Nothing known: no limit (and no reading of a config.json in the working directory).
     assert tokenizer_max_tokens(SimpleNamespace(model_max_length=int(1e30), name_or_path="")) is None
+
+
+def test_claim_1_reports_how_many_records_were_skipped(tmp_path):
+    from dynheads_tl.claims.dynamism import records_skipped
+
+    records = [official_record(0), official_record(1, missing_title=True), official_record(2)]
+    (tmp_path / "mixed.json").write_text(json.dumps(records), encoding="utf-8")
+    assert records_skipped(str(tmp_path / "mixed.json"), True) == 1
+    with pytest.raises(ValueError, match="1 of 3 records"):
+        records_skipped(str(tmp_path / "mixed.json"), False)

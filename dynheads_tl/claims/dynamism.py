@@ -22,7 +22,7 @@ from dynheads_tl.analysis.scoring import (
 )
 from dynheads_tl.engine.equations import head_labels
 from dynheads_tl.engine.tracing import Trace
-from dynheads_tl.tasks import exact_match, niah_accuracy, token_f1
+from dynheads_tl.tasks import exact_match, load_hotpot_records, niah_accuracy, token_f1
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,17 @@ def run_claim1(model, config: DynamismConfig) -> dict[str, list[TaskResult]]:
         results["niah"].append(analyse_task("niah", cal, ana, config, seed))
         cal, ana = hotpot_traces(model, TraceSets.of(config), seed)
         results["hotpot"].append(analyse_task("hotpot", cal, ana, config, seed))
+    if config.hotpot_source != "synthetic":  # a file or "hf": say how many incomplete records were left out
+        skipped = records_skipped(config.hotpot_source, config.hotpot_skip_incomplete)
+        for result in results["hotpot"]:
+            result.quality["records_skipped"] = skipped
     return results
+
+
+def records_skipped(source: str, skip_incomplete: bool) -> int:
+    """How many records of a HotpotQA file were left out as incomplete (supporting paragraphs missing
+    from their context; see :func:`dynheads_tl.tasks.load_hotpot_records`), for reporting beside results."""
+    return load_hotpot_records(source, skip_incomplete=skip_incomplete).skipped
 
 
 # --- tables ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ it trains on claim 1's HotpotQA splits (:mod:`dynheads_tl.corpus`), its evaluati
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 
 import pandas as pd
@@ -15,6 +16,8 @@ from dynheads_tl.config import NotebookConfig, check_int_list, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets, hotpot_traces
 from dynheads_tl.protocols.rag import STRATEGIES, RagConfig
 from dynheads_tl.tasks.common import Sample
+
+logger = logging.getLogger(__name__)
 
 PAPER_TABLE4 = {
     "Llama-3.1-8B-Instruct": {"dynamic": (0.456, 0.5586), "static": (0.398, 0.5098), "dynamic_random": (0.272, 0.3670),
@@ -118,10 +121,15 @@ def evaluation_samples(model, config: RagStudyConfig) -> list[Sample]:
 
     from dynheads_tl.tasks.hotpot import load_hotpot_records
 
-    records = None if config.hotpot_source == "synthetic" else load_hotpot_records(
-        config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)[:config.n_samples]
-    return make_hotpot_samples(model.tokenizer, n=config.n_samples, records=records, seed=SEED_OFFSETS["rag_evaluation"] + config.seed,
-                               max_tokens=int(model.cfg.n_ctx))
+    records = None
+    if config.hotpot_source != "synthetic":
+        loaded = load_hotpot_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
+        if loaded.skipped:
+            logger.warning("%d incomplete HotpotQA records of %s were skipped (hotpot_skip_incomplete=True).",
+                           loaded.skipped, config.hotpot_source)
+        records = loaded[:config.n_samples]
+    return make_hotpot_samples(model.tokenizer, n=config.n_samples, records=records,
+                               seed=SEED_OFFSETS["rag_evaluation"] + config.seed, max_tokens=int(model.cfg.n_ctx))
 
 
 def summary_markdown(table: pd.DataFrame, model_label: str) -> str:
