@@ -120,7 +120,13 @@ def notebook_parameters(notebook: Path) -> dict[str, Any]:
     """The notebook's declared parameters and their defaults as source text (from its 'parameters' cell)."""
     import papermill
 
-    return {name: info["default"] for name, info in papermill.inspect_notebook(str(notebook)).items()}
+    papermill_log = logging.getLogger("papermill")
+    level = papermill_log.level
+    papermill_log.setLevel(logging.WARNING)  # inspecting is not running: no "Input Notebook:" line per notebook
+    try:
+        return {name: info["default"] for name, info in papermill.inspect_notebook(str(notebook)).items()}
+    finally:
+        papermill_log.setLevel(level)
 
 
 def _literal(text: str) -> Any:
