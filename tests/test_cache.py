@@ -277,7 +277,7 @@ def test_failed_conversion_leaves_no_folder(monkeypatch, cache):
 
 
 def test_install_model_verifies_checksums_and_rebuilds(fake_converter, cache, monkeypatch, capsys):
-    from dynheads_tl import cli
+    from dynheads_tl.report import cli
 
     monkeypatch.setattr(cli, "_package_dir", lambda package: cache)  # the package counts as installed
     assert cli.main(["install-model"]) == 0
