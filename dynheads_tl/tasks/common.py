@@ -232,3 +232,20 @@ def prompt_digest(sample: "Sample") -> str:
 
     blob = ",".join(map(str, sample.prompt_ids)) + "|" + repr(sample.evidence_spans)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def read_utf8(path: Path, label: str, *, advice: str = "re-save it as UTF-8") -> str:
+    """A file's text, or an error naming the file (``label``) and the first byte that is not UTF-8.
+
+    Decoding with ``errors="replace"`` would quietly put U+FFFD characters into a prompt, which tokenize
+    into junk the model then reads as context.
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{label} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset {error.start} "
+            f"(line {line}); {advice}."
+        ) from None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .common import read_utf8
+
 FILLER_SENTENCES = (
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 )
@@ -48,20 +50,7 @@ HAYSTACK_CHOICES = "'filler', 'prose' or 'folder:/path/to/txt/files'"
 
 
 def _decode_utf8(path: Path, what: str) -> str:
-    """A file's text, or a sentence naming the file and the first bad byte.
-
-    Decoding with ``errors="replace"`` would quietly fill the haystack with U+FFFD characters,
-    which tokenize into junk the model then reads as context.
-    """
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise ValueError(
-            f"{what} {str(path)!r} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset "
-            f"{error.start} (line {line}); re-save it as UTF-8."
-        ) from None
+    return read_utf8(path, f"{what} {str(path)!r}")
 
 
 def _folder_text(folder: str | Path) -> str:

@@ -23,6 +23,7 @@ from .common import (
     check_fits,
     find_unique,
     locate_spans,
+    read_utf8,
     resolve_max_tokens,
     tokenize_with_offsets,
 )
@@ -107,15 +108,7 @@ def validate_record(record: dict[str, Any], where: str = "record") -> None:
 
 
 def _decode(path: Path, label: str) -> str:
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise ValueError(
-            f"{label} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset {error.start} "
-            f"(line {line}); HotpotQA files are UTF-8 JSON, so re-save it as UTF-8."
-        ) from None
+    text = read_utf8(path, label, advice="HotpotQA files are UTF-8 JSON, so re-save it as UTF-8")
     return text[1:] if text.startswith("\ufeff") else text  # json rejects a byte-order mark
 
 
