@@ -68,7 +68,7 @@ class TraceSets:
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
                    use_cache: bool = True, desc: str = "tracing") -> list[Trace]:
     """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
-    + the model (its name and :func:`~dynheads_tl.models.model_fingerprint`: another model saved under the
+    + the model (its name and :func:`~dynheads_tl.engine.models.model_fingerprint`: another model saved under the
     same name misses), so an interrupted run resumes at the first sample not yet finished."""
     full_key = {**key, "trace": asdict(trace_config), "model": model_name(model),
                 "model_fingerprint": model_fingerprint(model)}

@@ -2,7 +2,7 @@
 
 An interrupted run resumes: finished entries are read back, and a half-written file never exists
 under its final name (writes go to a temporary file that is renamed when complete, see
-:func:`dynheads_tl.tracing.atomic_write`). An entry that cannot be read anyway (truncated by a full
+:func:`dynheads_tl.engine.tracing.atomic_write`). An entry that cannot be read anyway (truncated by a full
 disk or a copy, or written by an older layout) is moved aside to ``NAME.corrupt`` with a warning and
 recomputed, so one damaged file costs one recomputation instead of failing every later run.
 """
@@ -66,7 +66,8 @@ def cached_traces(config: dict[str, Any], compute: Callable[[], list[Trace]], *,
     return traces
 
 
-def _json_path(config: dict[str, Any], root: Path | None) -> Path:
+def result_path(config: dict[str, Any], root: Path | None = None) -> Path:
+    """Where the JSON result cached under ``config`` lives (it may not exist yet)."""
     return Path(root or cache_dir() / "results") / f"{config_hash(config)}.json"
 
 
@@ -77,7 +78,7 @@ def _canonical(config: Any) -> str:
 def load_cached_json(config: dict[str, Any], *, root: Path | None = None) -> Any | None:
     """The cached result for ``config``, or None when there is none yet, or when the entry is
     unreadable or records another config (then it is set aside, see :func:`quarantine`)."""
-    path = _json_path(config, root)
+    path = result_path(config, root)
     if not path.exists():
         return None
     try:
@@ -95,5 +96,5 @@ def load_cached_json(config: dict[str, Any], *, root: Path | None = None) -> Any
 def save_cached_json(config: dict[str, Any], result: Any, *, root: Path | None = None) -> Any:
     """Cache a JSON-serialisable ``result`` (e.g. one ablation run's scores) under ``config``, atomically;
     :func:`load_cached_json` reads it back. Returns ``result``."""
-    atomic_write_text(_json_path(config, root), json.dumps({"config": config, "result": result}, default=str))
+    atomic_write_text(result_path(config, root), json.dumps({"config": config, "result": result}, default=str))
     return result

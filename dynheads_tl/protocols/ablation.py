@@ -28,7 +28,7 @@ Batching: :func:`two_pass_batch` runs several (sample, selector) jobs as one lef
 row has its own D_t and its own mask at every step); :func:`two_pass_generation` is a batch of one.
 The experiments batch the runs of one grid cell, and one sample's k values (``batch_size`` rows at a
 time). Batched rows agree with one-at-a-time runs to float rounding; their tokens, masks and Eq. 1
-sets were identical in every test and benchmark (see :class:`dynheads_tl.tracing.BatchDecoder`).
+sets were identical in every test and benchmark (see :class:`dynheads_tl.engine.tracing.BatchDecoder`).
 """
 from __future__ import annotations
 
@@ -383,10 +383,11 @@ def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
 
 def count_missing(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *,
                   cache_key: dict | None = None) -> int:
-    """How many of ``jobs`` :func:`cached_runs` would have to run (all of them without a cache)."""
-    from dynheads_tl.store import load_cached_json
+    """How many of ``jobs`` :func:`cached_runs` would have to run (all of them without a cache). Only checks
+    that each entry exists: :func:`cached_runs` reads it (and recomputes one that turns out unreadable)."""
+    from dynheads_tl.store import result_path
 
-    return sum(key is None or load_cached_json(key) is None for key in _job_keys(model, jobs, setup, config, cache_key))
+    return sum(key is None or not result_path(key).exists() for key in _job_keys(model, jobs, setup, config, cache_key))
 
 
 def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *, batch_size: int = 8,
