@@ -1,6 +1,7 @@
 """Shared validation for the notebooks' config objects: every failure is a sentence naming the parameter."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable
 
@@ -8,10 +9,17 @@ from typing import Any, Iterable
 class NotebookConfig:
     """Mixin for the claim configs (dataclasses): build from a notebook's parameters, rejecting unknown names.
 
-    ``__post_init__`` checks each value on its own (types, ranges). :meth:`check_inputs` checks what needs
+    A claim config nests the shared parts it needs by inheriting their dataclasses (trace sets and trace
+    settings from :mod:`dynheads_tl.corpus`, :class:`ProbeSettings`, the RAG protocol's knobs), so each shared
+    parameter is declared, defaulted and checked once; the notebook's parameters cell stays flat for
+    papermill. ``__post_init__`` checks each value on its own (types, ranges): every part checks its own
+    fields and calls ``super().__post_init__()``, which ends here. :meth:`check_inputs` checks what needs
     a file or the model's config (input files exist and parse, lengths fit the context window) without
     loading the model; :meth:`from_params`, which the notebooks and ``dynheads report`` use, runs both.
     """
+
+    def __post_init__(self) -> None:
+        """The end of the parts' cooperative checks (each part checks its fields, then calls super)."""
 
     @classmethod
     def from_params(cls, params: dict[str, Any]):
@@ -34,6 +42,41 @@ class NotebookConfig:
 
     def check_inputs(self) -> None:
         """Checks that read files or the model's config; a config with no such inputs has none."""
+
+
+def chain_post_init(instance: Any, cls: type) -> None:
+    """Call the next ``__post_init__`` after ``cls`` in ``instance``'s MRO, if there is one (a part used on
+    its own has none after it)."""
+    parent = getattr(super(cls, instance), "__post_init__", None)
+    if parent is not None:
+        parent()
+
+
+@dataclass
+class Eq2Settings:
+    """Shared part: Eq. 2's denominator leaves out attention on the first ``sink_tokens`` positions (attention
+    sinks) and on the last ``local_window`` key positions. The paper gives no values; 4 and 32 follow a
+    third-party reproduction."""
+
+    sink_tokens: int = 4
+    local_window: int = 32
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("sink_tokens", "local_window"), minimum=0)
+        chain_post_init(self, Eq2Settings)
+
+
+@dataclass
+class ProbeSettings:
+    """Shared part: the MLP probe's size and training length (claims 3 and the RAG case study)."""
+
+    probe_hidden: list[int] = field(default_factory=lambda: [256])
+    probe_epochs: int = 60
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("probe_epochs",))
+        check_int_list(self, "probe_hidden", minimum=1)
+        chain_post_init(self, ProbeSettings)
 
 
 @lru_cache(maxsize=None)

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.models import model_fingerprint, model_name
 from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_generation
 from dynheads_tl.progress import progress
@@ -34,35 +35,48 @@ SEED_OFFSETS = {
 }
 
 
-@dataclass(frozen=True)
-class TraceSets:
-    """Which NIAH and HotpotQA samples the calibration and analysis splits hold, and how they are traced.
+@dataclass
+class TraceSettings(Eq2Settings):
+    """Shared part: how every claim traces a generation: decoding lengths, and Eq. 2's settings."""
 
-    Built from any claim config that has these fields (:meth:`of`), so two claims with the same values
-    read the same cached traces."""
+    max_new_tokens: int = 40
+    hotpot_max_new_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("max_new_tokens", "hotpot_max_new_tokens"))
+        chain_post_init(self, TraceSettings)
+
+    def trace_config(self, task: str) -> TraceConfig:
+        steps = self.max_new_tokens if task == "niah" else self.hotpot_max_new_tokens
+        return TraceConfig(max_new_tokens=steps, sink_tokens=self.sink_tokens, local_window=self.local_window)
+
+
+@dataclass
+class TraceSets(TraceSettings):
+    """Shared part: which NIAH and HotpotQA samples the calibration and analysis splits hold, and how
+    they are traced.
+
+    Claim configs inherit it, so two claims with the same values read the same cached traces;
+    :meth:`of` takes the part out of any config that has these fields."""
 
     context_tokens: int = 1000
     haystack: str = "filler"
     n_calibration: int = 10
     n_analysis: int = 20
-    max_new_tokens: int = 40
     n_hotpot: int = 20
     hotpot_source: str = "synthetic"
     hotpot_skip_incomplete: bool = False
-    hotpot_max_new_tokens: int = 16
-    sink_tokens: int = 4
-    local_window: int = 32
     use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("context_tokens", "n_calibration", "n_analysis", "n_hotpot"))
+        chain_post_init(self, TraceSets)
 
     @classmethod
     def of(cls, config: Any, **overrides: Any) -> "TraceSets":
         """The trace sets of ``config`` (its fields of these names; the others keep their defaults)."""
         values = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
         return cls(**{**values, **overrides})
-
-    def trace_config(self, task: str) -> TraceConfig:
-        steps = self.max_new_tokens if task == "niah" else self.hotpot_max_new_tokens
-        return TraceConfig(max_new_tokens=steps, sink_tokens=self.sink_tokens, local_window=self.local_window)
 
 
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,

@@ -28,7 +28,37 @@ def test_defaults_are_valid_and_unknown_names_are_rejected(config):
     (PredictabilityConfig, "probe_hidden", [0]),
     (RagStudyConfig, "strategies", ["dynamic", "telepathy"]), (RagStudyConfig, "rind_threshold", -1),
     (RagStudyConfig, "n_samples", 0),
+    # Fields of the shared parts are checked by the part, whichever notebook config nests it.
+    (DynamismConfig, "sink_tokens", -1), (IrreplaceabilityConfig, "hotpot_max_new_tokens", 0),
+    (PredictabilityConfig, "probe_epochs", 0), (RagStudyConfig, "probe_hidden", []),
+    (RagStudyConfig, "local_window", -2), (RagStudyConfig, "n_heads", 0),
 ])
 def test_bad_values_name_the_parameter(config, name, value):
     with pytest.raises(ValueError, match=f"'{name}'"):
         config(**{name: value})
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
+def test_each_parameter_is_declared_once_across_the_nested_parts(config):
+    """Claim configs nest the shared parts (trace sets, trace settings, Eq. 2 settings, probe settings, the
+    RAG protocol's knobs) by inheriting them; no class on the way re-declares a field another one owns."""
+    owners: dict[str, list[str]] = {}
+    for cls in config.__mro__:
+        for name in vars(cls).get("__annotations__", {}):
+            owners.setdefault(name, []).append(cls.__name__)
+    twice = {name: classes for name, classes in owners.items() if len(classes) > 1}
+    assert not twice, f"parameters declared in more than one part: {twice}"
+
+
+def test_the_shared_parts_are_shared():
+    from dynheads_tl.config import Eq2Settings, ProbeSettings
+    from dynheads_tl.corpus import TraceSets, TraceSettings
+    from dynheads_tl.protocols.rag import RagConfig
+
+    assert issubclass(DynamismConfig, TraceSets) and issubclass(PredictabilityConfig, TraceSets)
+    assert issubclass(IrreplaceabilityConfig, TraceSettings) and not issubclass(IrreplaceabilityConfig, TraceSets)
+    assert issubclass(RagStudyConfig, RagConfig) and issubclass(RagConfig, Eq2Settings)
+    assert issubclass(PredictabilityConfig, ProbeSettings) and issubclass(RagStudyConfig, ProbeSettings)
+    # The part taken out of a claim config carries the claim's values (claims 1 and 3 then share a cache key).
+    assert TraceSets.of(PredictabilityConfig(n_hotpot=7, sink_tokens=2)) == TraceSets.of(DynamismConfig(n_hotpot=7, sink_tokens=2))
+    assert RagStudyConfig(window=9, local_window=5).rag_config() == RagConfig(window=9, local_window=5)

@@ -250,3 +250,30 @@ def test_oracle_heads_are_the_top_k_of_an_independent_eq2(recorded_runs, embedde
     assert sorted(chosen.tolist()) == sorted(torch.topk(expected.flatten(), k).indices.tolist())
     n_heads = embedded_model.cfg.n_heads
     assert sorted(result.heads_used[0]) == sorted(divmod(int(i), n_heads) for i in chosen)
+
+
+# --- the loop on the one decoding engine ----------------------------------------------------------
+def test_rag_loop_on_decode_reproduces_the_recorded_pre_move_outputs(embedded_model):
+    """The RAG loop used to be a second engine (its own forward/rewind closures); it now runs as
+    ``RagPolicy`` on ``engine.tracing.decode``. Outputs recorded with the old loop must come back exactly:
+    responses, retrieval counts, opened windows and the heads each retrieval used."""
+    import json
+    from pathlib import Path
+
+    reference = json.loads((Path(__file__).parent / "data" / "rag_reference.json").read_text())
+    samples = make_hotpot_samples(embedded_model.tokenizer, n=3, seed=11, context_tokens=300)
+    scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads, generator=torch.Generator().manual_seed(3))
+    config = RagConfig(rind_threshold=0.0, max_retrievals=2, max_new_tokens=20)
+    assert any(run["retrievals"] for run in reference["runs"])
+    for run in reference["runs"]:
+        selector = HeadSelector(run["strategy"], embedded_model, config, static_scores=scores)
+        result = rag_generate(embedded_model, samples[run["sample"]], selector, config, sample_seed=run["sample"])
+        assert result.response == run["response"], run["strategy"]
+        assert result.retrievals == run["retrievals"]
+        assert [list(span) for span in result.opened] == run["opened"]
+        assert [[list(h) for h in heads] for heads in result.heads_used] == run["heads_used"]
+        assert result.visible_context_tokens == run["visible_context_tokens"]
+        assert abs(result.evidence_recall - run["evidence_recall"]) < 1e-9
+        # The loop's Trace is the kept generation: its tokens decode to the response.
+        assert embedded_model.tokenizer.decode(result.trace.tokens.tolist(), skip_special_tokens=True) == result.response
+        assert result.trace.support_score.shape[0] == len(result.trace.tokens)

@@ -9,7 +9,7 @@ import dynheads_tl
 from dynheads_tl import Trace, TraceConfig, trace_generation
 from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
-from dynheads_tl.engine.tracing import Decoder
+from dynheads_tl.engine.tracing import Decoder, Greedy, build_trace, decode
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +152,53 @@ def test_restricted_attention_is_exactly_zero_under_kv_cache(embedded_model, nia
         assert float(row[:, start:end].abs().max()) == 0.0
         torch.testing.assert_close(row.sum(-1), torch.ones(row.shape[0]), atol=1e-5, rtol=0)
     assert rows[-1].shape[-1] == len(sample.prompt_ids) + 1
+
+
+# --- the loop's extension points: retraction and a partly hooked prefill ---------------------------
+class RetractOnce(Greedy):
+    """Greedy decoding that, after step ``at``, takes back every token from ``to`` on, once."""
+
+    def __init__(self, at: int, to: int):
+        self.at, self.to, self.calls, self.retracted = at, to, 0, False
+
+    def choose(self, loop, step):
+        self.calls += 1
+        return super().choose(loop, step)
+
+    def after_step(self, loop, step):
+        if step == self.at and not self.retracted:
+            self.retracted = True
+            loop.retract(self.to)
+
+
+def test_a_retracting_policy_resumes_exactly_where_it_retracted(embedded_model, niah_samples):
+    config = TraceConfig(max_new_tokens=8, stop_at_eos=False)
+    sample = niah_samples[0]
+    plain = trace_generation(embedded_model, sample, config)
+    policy = RetractOnce(at=4, to=1)
+    loop, buffers = decode(embedded_model, [sample], config, policy)
+    retraced = build_trace(embedded_model, sample, config, loop.tokens[0], buffers)
+    assert policy.calls == 8 + 4  # steps 1..4 ran twice
+    assert torch.equal(retraced.tokens, plain.tokens)
+    assert torch.equal(retraced.argmax_pos, plain.argmax_pos)
+    torch.testing.assert_close(retraced.support_score, plain.support_score, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="retract to 9"):
+        decode(embedded_model, [sample], config, RetractOnce(at=2, to=9))
+
+
+def test_fast_until_runs_the_prompt_tail_through_the_hooked_bridge(embedded_model, niah_samples):
+    class TailThroughBridge(Greedy):
+        def fast_until(self, samples):
+            return [len(s.prompt_ids) - 20 for s in samples]
+
+    sample = niah_samples[1]
+    config = TraceConfig(max_new_tokens=6)
+    queries = []
+    hook = ("blocks.0.attn.hook_pattern", lambda pattern, hook: queries.append(pattern.shape[2]))
+    loop, buffers = decode(embedded_model, [sample], config, TailThroughBridge(), hooks=[hook])
+    split = build_trace(embedded_model, sample, config, loop.tokens[0], buffers)
+    plain = trace_generation(embedded_model, sample, config)
+    assert queries[0] == 19  # the prompt's last 20 tokens minus the one step 0 decodes
+    assert all(q == 1 for q in queries[1:])
+    assert torch.equal(split.tokens, plain.tokens)
+    torch.testing.assert_close(split.support_score, plain.support_score, rtol=0, atol=1e-4)

@@ -34,32 +34,20 @@ PAPER_TABLE1_LLAMA31_8B = {
 
 
 @dataclass
-class DynamismConfig(NotebookConfig):
-    """The claim 1 notebook's parameters, validated. Field comments are in the notebook."""
+class DynamismConfig(TraceSets, NotebookConfig):
+    """The claim 1 notebook's parameters, validated: the shared trace sets (:class:`~dynheads_tl.corpus.TraceSets`)
+    plus claim 1's own. Field comments are in the notebook."""
 
     model: str = DEFAULT_MODEL
-    context_tokens: int = 1000
-    haystack: str = "filler"
-    n_calibration: int = 10
-    n_analysis: int = 20
-    max_new_tokens: int = 40
-    n_hotpot: int = 20
-    hotpot_source: str = "synthetic"
-    hotpot_skip_incomplete: bool = False
-    hotpot_max_new_tokens: int = 16
     eq2_threshold: float = 0.1
-    sink_tokens: int = 4
-    local_window: int = 32
     static_k: int = 20
     static_sizes: list[int] = field(default_factory=lambda: [20, 50, 100])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     output_dir: str = "papers_figures"
-    use_cache: bool = True
 
     def __post_init__(self):
-        check_ints(self, ("context_tokens", "n_calibration", "n_analysis", "max_new_tokens", "n_hotpot",
-                          "hotpot_max_new_tokens", "static_k"))
-        check_ints(self, ("sink_tokens", "local_window"), minimum=0)
+        super().__post_init__()
+        check_ints(self, ("static_k",))
         check_open_unit(self, "eq2_threshold")
         check_int_list(self, "seeds")
         check_int_list(self, "static_sizes", minimum=1)

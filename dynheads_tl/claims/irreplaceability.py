@@ -12,7 +12,7 @@ import torch
 from dynheads_tl.protocols.ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
 from dynheads_tl.config import (NotebookConfig, check_choice, check_fraction_list, check_int_list, check_ints,
                      check_open_unit)
-from dynheads_tl.corpus import SEED_OFFSETS, collect_traces
+from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces
 from dynheads_tl.engine.hooks import StepState, z_hook_name
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
@@ -28,7 +28,9 @@ GRID_CONDITIONS = ("none", "dynamic", "static", "static_matched", "random")
 
 
 @dataclass
-class IrreplaceabilityConfig(NotebookConfig):
+class IrreplaceabilityConfig(TraceSettings, NotebookConfig):
+    """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
+
     model: str = DEFAULT_MODEL
     niah_contexts: list[int] = field(default_factory=lambda: [500, 1000])
     niah_depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
@@ -36,8 +38,6 @@ class IrreplaceabilityConfig(NotebookConfig):
     hotpot_depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
     runs_per_cell: int = 2
     n_calibration: int = 10
-    max_new_tokens: int = 40
-    hotpot_max_new_tokens: int = 16
     progressive_k_max: int = 30
     progressive_k_step: int = 5
     n_progressive: int = 5
@@ -45,17 +45,16 @@ class IrreplaceabilityConfig(NotebookConfig):
     ablation_mode: str = "zero"
     keep_cache: str = "clean"
     eq2_threshold: float = 0.1
-    sink_tokens: int = 4
-    local_window: int = 32
     seed: int = 0
     batch_size: int = 8  # generations decoded together (the runs of one grid cell / one progressive sample)
     output_dir: str = "papers_figures"
     use_cache: bool = True  # reuse cached traces and ablation runs
 
     def __post_init__(self):
-        check_ints(self, ("runs_per_cell", "n_calibration", "max_new_tokens", "hotpot_max_new_tokens",
-                          "progressive_k_step", "n_progressive", "progressive_context", "batch_size"))
-        check_ints(self, ("progressive_k_max", "sink_tokens", "local_window"), minimum=0)
+        super().__post_init__()
+        check_ints(self, ("runs_per_cell", "n_calibration", "progressive_k_step", "n_progressive",
+                          "progressive_context", "batch_size"))
+        check_ints(self, ("progressive_k_max",), minimum=0)
         check_int_list(self, "niah_contexts", minimum=32)
         check_int_list(self, "hotpot_contexts", minimum=32)
         check_fraction_list(self, "niah_depths")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dynheads_tl.config import NotebookConfig, check_choice, check_int_list, check_ints
+from dynheads_tl.config import NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
 from dynheads_tl.analysis.correlation import ProbeConfig, cca_curve
 from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
 from dynheads_tl.engine.models import DEFAULT_MODEL
@@ -18,44 +18,35 @@ PAPER_TABLE3_LLAMA31_8B = {"r2": 0.8120}
 
 
 @dataclass
-class PredictabilityConfig(NotebookConfig):
+class PredictabilityConfig(TraceSets, ProbeSettings, NotebookConfig):
+    """The claim 3 notebook's parameters: claim 1's trace sets (its cached traces are read), the probe
+    settings, and claim 3's own."""
+
     model: str = DEFAULT_MODEL
-    context_tokens: int = 1000
-    haystack: str = "filler"
-    n_calibration: int = 10
-    n_analysis: int = 20
-    n_hotpot: int = 20
-    max_new_tokens: int = 40
-    hotpot_max_new_tokens: int = 16
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     max_lag: int = 10
     probe_preset: str = "cpu"
-    probe_epochs: int = 60
-    probe_hidden: list[int] = field(default_factory=lambda: [256])
-    sink_tokens: int = 4
-    local_window: int = 32
     split_seed: int = 0
     output_dir: str = "papers_figures"
-    use_cache: bool = True
 
     def __post_init__(self):
-        check_ints(self, ("context_tokens", "n_calibration", "n_analysis", "n_hotpot", "max_new_tokens",
-                          "hotpot_max_new_tokens", "probe_epochs"))
-        check_ints(self, ("max_lag", "sink_tokens", "local_window"), minimum=0)
+        super().__post_init__()
+        check_ints(self, ("max_lag",), minimum=0)
         if self.max_lag > 50:
             raise ValueError(f"Parameter 'max_lag' must be at most 50, got {self.max_lag!r}.")
         check_choice(self, "probe_preset", ("cpu", "paper"))
         check_int_list(self, "seeds")
-        check_int_list(self, "probe_hidden", minimum=1)
 
     def check_inputs(self) -> None:
         """The haystack and the NIAH length against the model's context window, before any model work."""
         from dynheads_tl.config import model_context_window
-        from dynheads_tl.tasks import check_context_fits, check_haystack
+        from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
 
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
                            name="context_tokens")
         check_haystack(self.haystack)
+        check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
+                            needed_for=f"claim 1's calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}")
 
     def probe_config(self) -> ProbeConfig:
         if self.probe_preset == "paper":

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 import pandas as pd
 import torch
 
-from dynheads_tl.config import NotebookConfig, check_int_list, check_ints
+from dynheads_tl.config import NotebookConfig, ProbeSettings, check_int_list, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets, hotpot_traces
 from dynheads_tl.protocols.rag import STRATEGIES, RagConfig
 from dynheads_tl.tasks.common import Sample
@@ -45,38 +45,27 @@ def table4(rows: pd.DataFrame) -> pd.DataFrame:
 
 # --- the notebook's pipeline ------------------------------------------------------------------------
 @dataclass
-class RagStudyConfig(NotebookConfig):
+class RagStudyConfig(RagConfig, ProbeSettings, NotebookConfig):
+    """The case-study notebook's parameters: the RAG protocol's knobs (:class:`~dynheads_tl.protocols.rag.RagConfig`),
+    the probe settings, and the study's own."""
+
     model: str = "smollm2-135m-instruct"
     n_samples: int = 24
     hotpot_source: str = "synthetic"
     hotpot_skip_incomplete: bool = False
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
-    n_heads: int = 5
-    top_k_positions: int = 8
-    cluster_gap: int = 8
-    window: int = 24
-    rind_threshold: float = 0.5
-    max_retrievals: int = 2
-    max_new_tokens: int = 16
     train_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     n_hotpot_train: int = 20
-    probe_hidden: list[int] = field(default_factory=lambda: [256])
-    probe_epochs: int = 60
-    seed: int = 0
     output_dir: str = "papers_figures"
     use_cache: bool = True
 
     def __post_init__(self):
-        check_ints(self, ("n_samples", "n_heads", "top_k_positions", "window", "max_new_tokens", "n_hotpot_train",
-                          "probe_epochs"))
-        check_ints(self, ("max_retrievals", "cluster_gap"), minimum=0)
+        super().__post_init__()
+        check_ints(self, ("n_samples", "n_hotpot_train"))
         check_int_list(self, "train_seeds")
-        check_int_list(self, "probe_hidden", minimum=1)
         unknown = [s for s in self.strategies if s not in STRATEGIES] if isinstance(self.strategies, list) else [0]
         if unknown or not self.strategies:
             raise ValueError(f"Parameter 'strategies' must be a non-empty list drawn from {list(STRATEGIES)}, got {self.strategies!r}.")
-        if not isinstance(self.rind_threshold, (int, float)) or self.rind_threshold < 0:
-            raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0, got {self.rind_threshold!r}.")
 
     def check_inputs(self) -> None:
         """The HotpotQA file (enough usable records for ``n_samples``) and the model, before any model work."""
@@ -88,8 +77,8 @@ class RagStudyConfig(NotebookConfig):
                             needed_for=f"n_samples={self.n_samples}")
 
     def rag_config(self) -> RagConfig:
-        """The case-study knobs among these parameters (the others keep RagConfig's defaults)."""
-        return RagConfig(**{f.name: getattr(self, f.name) for f in fields(RagConfig) if hasattr(self, f.name)})
+        """The protocol's part of these parameters, as a plain :class:`RagConfig`."""
+        return RagConfig(**{f.name: getattr(self, f.name) for f in fields(RagConfig)})
 
 
 def train_head_probe(model, config: RagStudyConfig):

@@ -12,9 +12,10 @@ The single loop
 ---------------
 :class:`BatchDecoder` owns the KV cache of one or more left-padded sequences and runs one step at a
 time with whatever hooks are attached; :class:`BatchLoop` adds the per-row masks and stopping.
-:func:`trace_batch` (and :func:`trace_generation`, a batch of one) attaches the reduction hooks plus
-any caller hooks (ablation, attention restriction) once around the whole generation. The two-pass
-ablation protocol drives the same loop.
+:func:`decode` is the one loop: a :class:`StepPolicy` decides each step (:class:`Greedy` for
+:func:`trace_batch` / :func:`trace_generation`; the two-pass ablation and the RAG loop are policies in
+``dynheads_tl.protocols``). The reduction hooks, the policy's hooks and any caller hooks (ablation,
+attention restriction) are attached once around the whole generation.
 
 Batching
 --------
@@ -29,7 +30,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Literal, Protocol, Sequence
+from typing import Any, BinaryIO, Callable, Literal, Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -225,7 +226,8 @@ class BatchDecoder:
     sequence runs exactly the unbatched computation.
     """
 
-    def __init__(self, model, prompts: Sequence[Sequence[int] | Tensor], *, prefill: PrefillMode = "fast"):
+    def __init__(self, model, prompts: Sequence[Sequence[int] | Tensor], *, prefill: PrefillMode = "fast",
+                 fast_until: Sequence[int | None] | None = None):
         from transformers import DynamicCache
 
         if prefill not in ("fast", "hooked"):
@@ -244,9 +246,12 @@ class BatchDecoder:
         self.padded = bool(self.offsets.any())
         # Prefill each distinct prompt once, alone and unpadded (so the cache rows are exactly those of
         # an unbatched run), then left-pad the keys and values into one cache; padding is never attended.
-        distinct: dict[tuple[int, ...], int] = {}
-        row_of = [distinct.setdefault(tuple(r.tolist()), len(distinct)) for r in rows]
-        prefilled = [self._prefill(model, torch.tensor(ids, device=self.device), prefill) for ids in distinct]
+        until = list(fast_until) if fast_until is not None else [None] * len(rows)
+        if len(until) != len(rows):
+            raise ValueError(f"fast_until has {len(until)} entries for {len(rows)} prompts.")
+        distinct: dict[tuple[tuple[int, ...], int | None], int] = {}
+        row_of = [distinct.setdefault((tuple(r.tolist()), u), len(distinct)) for r, u in zip(rows, until)]
+        prefilled = [self._prefill(model, torch.tensor(ids, device=self.device), prefill, u) for ids, u in distinct]
         self.cache = DynamicCache()
         self.n_cached = width - 1
         if self.batch == 1:
@@ -267,17 +272,29 @@ class BatchDecoder:
         self.pending = torch.stack([r[-1] for r in rows]).to(self.device)
 
     @staticmethod
-    def _prefill(model, ids: Int[Tensor, "pos"], prefill: PrefillMode):
-        """The KV cache of ``ids`` minus its last token, for one unpadded sequence."""
+    def _prefill(model, ids: Int[Tensor, "pos"], prefill: PrefillMode, fast_until: int | None = None):
+        """The KV cache of ``ids`` minus its last token, for one unpadded sequence.
+
+        ``fast_until`` (with ``prefill="fast"``): the twin prefills only ``ids[:fast_until]`` and the rest
+        of the prompt runs through the hooked bridge, so the hooks attached around the loop (an attention
+        restriction, say) act on those positions too. Recording hooks see ``state.active`` False there."""
         from transformers import DynamicCache
 
         cache = DynamicCache()
         if len(ids) < 2:
             return cache
+        body = ids[:-1]
+        split = len(body) if prefill == "fast" else 0
+        if prefill == "fast" and fast_until is not None:
+            if not 0 <= fast_until <= len(body):
+                raise ValueError(f"fast_until={fast_until} lies outside the prompt's {len(body)} prefilled positions.")
+            split = fast_until
         with torch.no_grad():
-            if prefill == "fast":
-                return fast_twin(model)(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True).past_key_values
-            return model(ids[None, :-1], return_type="logits_and_cache", past_key_values=cache)[1]
+            if split > 0:
+                cache = fast_twin(model)(input_ids=body[None, :split], past_key_values=cache, use_cache=True).past_key_values
+            if split < len(body):
+                cache = model(body[None, split:], return_type="logits_and_cache", past_key_values=cache)[1]
+        return cache
 
     def _position_kwargs(self, start: int, end: int) -> dict[str, Tensor]:
         """Attention mask over cached + new positions and each row's own positions for [start, end)."""
@@ -369,12 +386,13 @@ class BatchLoop:
     """
 
     def __init__(self, model, samples: list[Sample], config: TraceConfig, state: StepState,
-                 masks: dict[str, Tensor]):
+                 masks: dict[str, Tensor], *, fast_until: Sequence[int | None] | None = None):
         if not samples:
             raise ValueError("No samples to generate from.")
         self.samples, self.config, self.state = samples, config, state
         state.active = False
-        self.decoder = BatchDecoder(model, [s.prompt_ids for s in samples], prefill=config.prefill)
+        self.decoder = BatchDecoder(model, [s.prompt_ids for s in samples], prefill=config.prefill,
+                                    fast_until=fast_until)
         state.active = True
         device, offsets = self.decoder.device, self.decoder.offsets.tolist()
         self.width = self.decoder.n_cached + 1  # the longest prompt
@@ -393,6 +411,7 @@ class BatchLoop:
         self.tokens: list[list[int]] = [[] for _ in samples]
         self.done = torch.zeros(len(samples), dtype=torch.bool)
         self.next_input: Tensor | None = None
+        self.step = 0  # the next decoding step to run
 
     def prepare(self, step: int) -> None:
         """Point the hooks at decoding step ``step``."""
@@ -410,39 +429,71 @@ class BatchLoop:
             if token in self.stop_ids:
                 self.done[b] = True
         self.next_input = chosen
+        self.step = step + 1
+        return self.finished
+
+    @property
+    def finished(self) -> bool:
         return bool(self.done.all())
+
+    def retract(self, n_tokens: int) -> None:
+        """Forget every generated token from index ``n_tokens`` on, so that decoding resumes at step
+        ``n_tokens`` (a protocol that takes back text, like the RAG loop's retraction). Batches of one only.
+
+        The decoder is rewound to the query of step ``n_tokens`` and the row runs again; the recorder's
+        buffers of the forgotten steps are overwritten as those steps are decoded again."""
+        if self.decoder.batch != 1:
+            raise ValueError("Retraction is supported for a batch of one sample only.")
+        tokens = self.tokens[0]
+        if not 0 <= n_tokens <= len(tokens):
+            raise ValueError(f"Cannot retract to {n_tokens} tokens: {len(tokens)} were generated.")
+        del tokens[n_tokens:]
+        prompt_length = int(self.decoder.prompt_lengths[0])
+        self.decoder.rewind(prompt_length - 1 + n_tokens)
+        last = tokens[-1] if tokens else int(self.samples[0].prompt_ids[-1])
+        self.next_input = torch.tensor([last], device=self.decoder.device)
+        self.done[0] = False
+        self.step = n_tokens
 
     @property
     def running(self) -> Bool[Tensor, "batch"]:
         return ~self.done
 
 
-class StepPolicy(Protocol):
+class StepPolicy:
     """What the decoding loop does at each step, between preparing the hooks and keeping the tokens.
 
     :func:`decode` owns the KV cache, the per-row masks, stopping and the recorder's buffers; a policy
     decides how each step's tokens are chosen (one greedy forward, or a clean pass, a selection and a
-    masked pass, ...) and may add hooks of its own. Protocols are policies: :class:`Greedy` here,
-    :class:`dynheads_tl.protocols.ablation.TwoPass` for the per-step ablation."""
+    masked pass, ...), may add hooks of its own, may ask for part of the prompt to run through the hooked
+    bridge, and may take back generated text after a step. Protocols are policies: :class:`Greedy` here,
+    :class:`dynheads_tl.protocols.ablation.TwoPass` for the per-step ablation and
+    :class:`dynheads_tl.protocols.rag.RagPolicy` for the dynamic-RAG loop. The defaults do nothing."""
 
     def hooks(self, state: StepState) -> HookList:
-        """Hooks of this policy, attached beside the recorder's for the whole generation."""
-
-    def buffers(self, recorded: dict[str, Tensor]) -> None:
-        """Called once with the dict the recorder writes into (a policy may swap its tensors per pass)."""
-
-    def choose(self, loop: "BatchLoop", step: int) -> Int[Tensor, "batch"]:
-        """Run this step's forward pass(es) through ``loop.decoder`` and return each row's token."""
-
-
-class Greedy:
-    """One forward per step; keep its argmax (plain greedy decoding)."""
-
-    def hooks(self, state: StepState) -> HookList:
+        """Hooks of this policy, attached beside the recorder's for the whole generation (prefill included)."""
         return []
 
     def buffers(self, recorded: dict[str, Tensor]) -> None:
+        """Called once with the dict the recorder writes into (a policy may swap its tensors per pass)."""
         return None
+
+    def fast_until(self, samples: list[Sample]) -> list[int | None] | None:
+        """Per sample, how many prompt tokens the SDPA twin prefills (None: all but the last). The rest of
+        the prompt runs through the hooked bridge, under this policy's hooks."""
+        return None
+
+    def choose(self, loop: "BatchLoop", step: int) -> Int[Tensor, "batch"]:
+        """Run this step's forward pass(es) through ``loop.decoder`` and return each row's token."""
+        raise NotImplementedError
+
+    def after_step(self, loop: "BatchLoop", step: int) -> None:
+        """Called after step ``step``'s tokens are kept; may call :meth:`BatchLoop.retract`."""
+        return None
+
+
+class Greedy(StepPolicy):
+    """One forward per step; keep its argmax (plain greedy decoding)."""
 
     def choose(self, loop: "BatchLoop", step: int) -> Int[Tensor, "batch"]:
         return loop.decoder.step(loop.next_input).argmax(-1)
@@ -463,8 +514,10 @@ def decode(
     Builds the recorder's per-step buffers (:func:`new_buffers`) and its reduction hooks
     (:func:`reduction_hooks`; ``record=False`` leaves them out, for the untraced baseline), attaches them
     with the policy's hooks and ``hooks``, prefills, then at every step points the hooks at the step
-    (:meth:`BatchLoop.prepare`), lets the policy choose the tokens and keeps them (:meth:`BatchLoop.commit`)
-    until every row has stopped. Returns the loop (tokens, masks, decoder) and the recorded buffers.
+    (:meth:`BatchLoop.prepare`), lets the policy choose the tokens, keeps them (:meth:`BatchLoop.commit`)
+    and gives the policy its say after the step (:meth:`StepPolicy.after_step`, which may retract), until
+    every row has stopped or ``max_new_tokens`` steps are kept. Returns the loop (tokens, masks, decoder)
+    and the recorded buffers.
     """
     check_context_length(model, samples, config.max_new_tokens)
     state = state or StepState()
@@ -474,10 +527,13 @@ def decode(
     all_hooks = ((reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else [])
                  + list(policy.hooks(state)) + list(hooks or []))
     with model.hooks(fwd_hooks=all_hooks):
-        loop = BatchLoop(model, samples, config, state, masks)
-        for step in range(config.max_new_tokens):
+        loop = BatchLoop(model, samples, config, state, masks, fast_until=policy.fast_until(samples))
+        while loop.step < config.max_new_tokens:
+            step = loop.step
             loop.prepare(step)
-            if loop.commit(step, policy.choose(loop, step)):
+            loop.commit(step, policy.choose(loop, step))
+            policy.after_step(loop, step)
+            if loop.finished:
                 break
     return loop, buffers
 

@@ -44,7 +44,7 @@ from torch import Tensor
 from dynheads_tl.engine.equations import eq1_mask, head_label, head_names
 from dynheads_tl.engine.hooks import AblationMode, HookList, StepState, ablate_heads
 from dynheads_tl.progress import progress
-from dynheads_tl.engine.tracing import BatchLoop, Trace, TraceConfig, build_trace, decode, new_buffers
+from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, new_buffers
 from dynheads_tl.tasks.common import Sample, prompt_digest
 from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
 
@@ -138,7 +138,7 @@ def two_pass_batch(
     return results
 
 
-class TwoPass:
+class TwoPass(StepPolicy):
     """The per-step two-pass protocol as a step policy of :func:`~dynheads_tl.engine.tracing.decode`.
 
     Each step runs one clean forward over the batch, recorded into ``clean_buffers``; each running row's

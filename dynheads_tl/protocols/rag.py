@@ -23,6 +23,9 @@ pass -- the ceiling the probe aims for), ``static`` (the calibration split's top
 ``dynamic_random`` (5 random heads per retrieval), ``fixed_random`` (5 random heads per sample),
 ``none`` (w/o RAG: context never visible) and ``full`` (no masking at all: the upper bound).
 
+The loop is :class:`RagPolicy` on the engine's one decoding loop
+(:func:`~dynheads_tl.engine.tracing.decode`), so every answer also comes with its :class:`Trace`.
+
 Simplification of the in-context variant: keys and values of the question tokens are computed once,
 without the context; opened windows are seen by the generated text only.
 """
@@ -33,23 +36,23 @@ from typing import Callable, Literal
 
 import pandas as pd
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from torch import Tensor
 
+from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.equations import eligible_positions, eq2_share, evidence_positions
-from dynheads_tl.engine.hooks import pattern_hook_name, restrict_attention
-from dynheads_tl.engine.models import fast_twin
+from dynheads_tl.engine.hooks import HookList, StepState, pattern_hook_name, restrict_attention
+from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, eos_token_ids
 from dynheads_tl.progress import progress
 from dynheads_tl.tasks.common import Sample
 from dynheads_tl.tasks.metrics import exact_match, token_f1
-from dynheads_tl.engine.tracing import eos_token_ids
 
 Strategy = Literal["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full"]
 STRATEGIES: tuple[str, ...] = ("dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full")
 
 @dataclass
-class RagConfig:
+class RagConfig(Eq2Settings):
     """Knobs of the case study (defaults documented in the module docstring)."""
 
     n_heads: int = 5
@@ -59,16 +62,14 @@ class RagConfig:
     rind_threshold: float = 0.5
     max_retrievals: int = 2
     max_new_tokens: int = 16
-    sink_tokens: int = 4
-    local_window: int = 32
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("n_heads", "top_k_positions", "window", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}.")
-        if self.cluster_gap < 0 or self.max_retrievals < 0 or self.rind_threshold < 0:
-            raise ValueError("cluster_gap, max_retrievals and rind_threshold must be >= 0.")
+        check_ints(self, ("n_heads", "top_k_positions", "window", "max_new_tokens"))
+        check_ints(self, ("cluster_gap", "max_retrievals", "seed"), minimum=0)
+        if not isinstance(self.rind_threshold, (int, float)) or isinstance(self.rind_threshold, bool) or self.rind_threshold < 0:
+            raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0, got {self.rind_threshold!r}.")
+        chain_post_init(self, RagConfig)
 
 
 # --- pieces with known answers (unit-tested) ------------------------------------------------------
@@ -137,6 +138,7 @@ class RagResult:
     opened: list[tuple[int, int]] = field(default_factory=list)
     heads_used: list[list[tuple[int, int]]] = field(default_factory=list)
     evidence_recall: float = 0.0  # share of supporting-fact tokens made visible
+    trace: Trace | None = None  # the generation as the loop recorded it
 
 
 class HeadSelector:
@@ -194,130 +196,143 @@ def segment_attention(step_rows: list[Tensor], start: int, end: int, prompt_len:
     return out
 
 
-def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfig, *, sample_seed: int = 0) -> RagResult:
-    """One HotpotQA answer under the in-context dynamic-RAG protocol (module docstring)."""
-    from transformers import DynamicCache
+class RagPolicy(StepPolicy):
+    """The in-context dynamic-RAG protocol (module docstring) as a step policy of
+    :func:`~dynheads_tl.engine.tracing.decode`, for one sample.
 
-    strategy = selector.strategy
-    selector.new_sample(sample_seed)
-    device = next(model.parameters()).device
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    prompt = torch.tensor(sample.prompt_ids, device=device)
-    P = len(prompt)
-    c0, c1 = sample.context_span
-    total = P + config.max_new_tokens + 1
-    visible = torch.ones(total, dtype=torch.bool, device=device)
-    if strategy != "full":
-        visible[c0:c1] = False
-    evidence = evidence_positions(sample.evidence_spans, total, device)
+    - The twin prefills up to the end of the context; the question and instruction run through the hooked
+      bridge, where :func:`~dynheads_tl.engine.hooks.restrict_attention` keeps closed context invisible.
+    - :meth:`choose`: one greedy forward; keeps the step's entropy and last-layer attention row for RIND.
+    - :meth:`after_step`: at a sentence end, RIND; if it fires, one retrieval pass from the retraction
+      point (full context visible, recorder paused), the chosen heads open windows, and the loop retracts
+      to the start of the sentence (:meth:`~dynheads_tl.engine.tracing.BatchLoop.retract`).
+    """
 
-    holder = {"allowed": visible, "rows": None, "hidden": None, "last_row": None}
+    def __init__(self, model, sample: Sample, selector: HeadSelector, config: RagConfig):
+        self.model, self.sample, self.selector, self.config = model, sample, selector, config
+        self.strategy = selector.strategy
+        self.device = next(model.parameters()).device
+        self.n_layers, self.n_heads = model.cfg.n_layers, model.cfg.n_heads
+        self.prompt = torch.as_tensor(sample.prompt_ids, device=self.device)
+        self.P = len(self.prompt)
+        self.c0, self.c1 = sample.context_span
+        self.total = self.P + config.max_new_tokens + 1
+        self.visible = torch.ones(self.total, dtype=torch.bool, device=self.device)
+        if self.strategy != "full":
+            self.visible[self.c0:self.c1] = False
+        self.allowed = self.visible  # what the queries see now (everything during a retrieval pass)
+        self.evidence = evidence_positions(sample.evidence_spans, self.total, self.device)
+        self.stop_ids = eos_token_ids(model)
+        self.rows: list[Tensor | None] | None = None  # every layer's row, during a retrieval pass only
+        self.last_row: Tensor | None = None
+        self.hidden: Tensor | None = None
+        self.entropies: list[float] = []
+        self.step_rows: list[Tensor] = []
+        self.opened: list[tuple[int, int]] = []
+        self.heads_used: list[list[tuple[int, int]]] = []
+        self.retrievals = 0
+        self.segment_start = 0
+        self.state: StepState | None = None
 
-    def capture(layer):
-        def hook(pattern, hook):
-            row = pattern[0, :, -1, :].float()
-            if holder["rows"] is not None:
-                holder["rows"][layer] = row
-            if layer == n_layers - 1:
-                holder["last_row"] = row.clone()
-        return hook
+    def hooks(self, state: StepState) -> HookList:
+        self.state = state
+        last = self.n_layers - 1
 
-    def hidden_hook(resid, hook):
-        holder["hidden"] = resid[0, -1].float().cpu()
+        def capture(layer: int):
+            def hook(pattern, hook):
+                row = pattern[0, :, -1, :].float()
+                if self.rows is not None:
+                    self.rows[layer] = row
+                if layer == last:
+                    self.last_row = row.clone()
+            return hook
 
-    hooks = restrict_attention(lambda state: holder["allowed"], n_layers=n_layers)
-    hooks += [(pattern_hook_name(layer), capture(layer)) for layer in range(n_layers)]
-    hooks.append(("ln_final.hook_out", hidden_hook))
-    stop_ids = eos_token_ids(model)
-    tokens: list[int] = []
-    entropies: list[float] = []
-    step_rows: list[Tensor] = []
-    opened: list[tuple[int, int]] = []
-    heads_used: list[list[tuple[int, int]]] = []
-    retrievals = 0
-    cache = DynamicCache()
-    n_cached = 0
+        def hidden_hook(resid, hook):
+            self.hidden = resid[0, -1].float().cpu()
 
-    def forward(ids: Tensor) -> Tensor:
-        nonlocal cache, n_cached
-        logits, cache = model(ids[None], return_type="logits_and_cache", past_key_values=cache)
-        n_cached += ids.shape[0]
-        return logits[0, -1]
+        hooks = restrict_attention(lambda _: self.allowed, n_layers=self.n_layers)
+        hooks += [(pattern_hook_name(layer), capture(layer)) for layer in range(self.n_layers)]
+        hooks.append(("ln_final.hook_out", hidden_hook))
+        return hooks
 
-    def rewind(n: int) -> None:
-        nonlocal n_cached
-        if n_cached > n:
-            cache.crop(-(n_cached - n))
-            n_cached = n
+    def fast_until(self, samples: list[Sample]) -> list[int | None]:
+        if len(samples) != 1:
+            raise ValueError("The RAG loop runs one sample at a time.")
+        return [self.c1]
 
-    def ids_at(position: int) -> int:
-        return int(prompt[position]) if position < P else tokens[position - P]
+    def choose(self, loop: BatchLoop, step: int) -> Int[Tensor, "batch"]:
+        logits = loop.decoder.step(loop.next_input)[0]
+        probs = torch.softmax(logits.float(), -1)
+        self.entropies.append(float(-(probs * probs.clamp_min(1e-30).log()).sum()))
+        self.step_rows.append(self.last_row)
+        return logits.argmax(-1).reshape(1)
 
-    def retrieve(position: int) -> None:
+    def after_step(self, loop: BatchLoop, step: int) -> None:
+        tokens, config = loop.tokens[0], self.config
+        token = tokens[-1]
+        text = self.model.tokenizer.decode([token])
+        finished = token in self.stop_ids or len(tokens) >= config.max_new_tokens
+        if not (finished or text.rstrip().endswith((".", "!", "?")) or "\n" in text):
+            return
+        if self.strategy not in ("none", "full") and self.retrievals < config.max_retrievals:
+            segment = range(self.segment_start, len(tokens))
+            texts = [self.model.tokenizer.decode([t]) for t in tokens]
+            content = torch.tensor([is_content_word(texts[j]) and tokens[j] not in self.stop_ids for j in segment])
+            scores = rind_scores(segment_attention(self.step_rows, self.segment_start, len(tokens), self.P),
+                                 torch.tensor([self.entropies[j] for j in segment]), content)
+            if len(scores) and float(scores.max()) > config.rind_threshold:
+                cut = sentence_start(texts, self.segment_start + int(scores.argmax()))
+                self.retrieve(loop, self.P - 1 + cut, tokens)
+                loop.retract(cut)
+                del self.entropies[cut:], self.step_rows[cut:]
+                self.segment_start = cut
+                return
+        self.segment_start = len(tokens)
+
+    def retrieve(self, loop: BatchLoop, position: int, tokens: list[int]) -> None:
         """Open the context windows that the chosen heads attend to from the query at ``position``."""
-        nonlocal retrievals
-        holder["allowed"] = torch.ones(total, dtype=torch.bool, device=device)
-        holder["rows"] = [None] * n_layers
-        rewind(position)
-        forward(torch.tensor([ids_at(position)], device=device))
-        rows = torch.stack(holder["rows"])  # [layer, head, key]
-        holder["rows"], holder["allowed"] = None, visible
-        rewind(position)
+        decoder, config = loop.decoder, self.config
+        token_in = int(self.prompt[position]) if position < self.P else tokens[position - self.P]
+        self.state.active = False  # the recorder keeps the generation's own steps only
+        self.allowed = torch.ones(self.total, dtype=torch.bool, device=self.device)
+        self.rows = [None] * self.n_layers
+        decoder.rewind(position)
+        decoder.step(torch.tensor([token_in], device=self.device))
+        rows = torch.stack(self.rows)  # [layer, head, key]
+        self.rows, self.allowed = None, self.visible
+        decoder.rewind(position)
+        self.state.active = True
         key_len = rows.shape[-1]
-        eligible = eligible_positions(torch.zeros(1, dtype=torch.long, device=device), key_len, key_len,
+        eligible = eligible_positions(torch.zeros(1, dtype=torch.long, device=self.device), key_len, key_len,
                                       config.sink_tokens, config.local_window)
-        eq2 = eq2_share(rows.flatten(0, 1)[None], evidence[None, :key_len], eligible)[0].reshape(rows.shape[:2])
-        chosen = selector(holder["hidden"], eq2.cpu())
-        heads = [divmod(int(i), n_heads) for i in chosen]
-        heads_used.append(heads)
+        eq2 = eq2_share(rows.flatten(0, 1)[None], self.evidence[None, :key_len], eligible)[0].reshape(rows.shape[:2])
+        chosen = self.selector(self.hidden, eq2.cpu())
+        heads = [divmod(int(i), self.n_heads) for i in chosen]
+        self.heads_used.append(heads)
+        c0, c1 = self.c0, self.c1
         mean_row = torch.stack([rows[l, h] for l, h in heads]).mean(0)[c0:c1]
         top = torch.topk(mean_row, min(config.top_k_positions, c1 - c0)).indices + c0
-        for s_, e_ in windows_from_positions(top.tolist(), cluster_gap=config.cluster_gap, window=config.window,
-                                             lo=c0, hi=c1):
-            visible[s_:e_] = True
-            opened.append((s_, e_))
-        retrievals += 1
+        for start, end in windows_from_positions(top.tolist(), cluster_gap=config.cluster_gap, window=config.window,
+                                                 lo=c0, hi=c1):
+            self.visible[start:end] = True
+            self.opened.append((start, end))
+        self.retrievals += 1
 
-    with torch.no_grad():
-        # The context and everything before it: ordinary causal attention, prefilled by the fast twin.
-        cache = fast_twin(model)(input_ids=prompt[None, :c1], past_key_values=cache, use_cache=True).past_key_values
-        n_cached = c1
-        with model.hooks(fwd_hooks=hooks):
-            if P - 1 > c1:  # question and instruction: no context visible (unless strategy == "full")
-                forward(prompt[c1:P - 1])
-            segment_start = 0
-            while len(tokens) < config.max_new_tokens:
-                position = P - 1 + len(tokens)
-                rewind(position)
-                logits = forward(torch.tensor([ids_at(position)], device=device))
-                probs = torch.softmax(logits.float(), -1)
-                entropies.append(float(-(probs * probs.clamp_min(1e-30).log()).sum()))
-                step_rows.append(holder["last_row"])
-                token = int(logits.argmax())
-                tokens.append(token)
-                text = model.tokenizer.decode([token])
-                finished = token in stop_ids or len(tokens) >= config.max_new_tokens
-                if not (finished or text.rstrip().endswith((".", "!", "?")) or "\n" in text):
-                    continue
-                if strategy not in ("none", "full") and retrievals < config.max_retrievals:
-                    segment = range(segment_start, len(tokens))
-                    texts = [model.tokenizer.decode([t]) for t in tokens]
-                    content = torch.tensor([is_content_word(texts[j]) and tokens[j] not in stop_ids for j in segment])
-                    scores = rind_scores(segment_attention(step_rows, segment_start, len(tokens), P),
-                                         torch.tensor([entropies[j] for j in segment]), content)
-                    if len(scores) and float(scores.max()) > config.rind_threshold:
-                        flagged = segment_start + int(scores.argmax())
-                        cut = sentence_start(texts, flagged)
-                        retrieve(P - 1 + cut)
-                        del tokens[cut:], entropies[cut:], step_rows[cut:]
-                        segment_start = cut
-                        continue
-                if token in stop_ids:
-                    break
-                segment_start = len(tokens)
-    response = model.tokenizer.decode(tokens, skip_special_tokens=True)
+
+def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfig, *, sample_seed: int = 0) -> RagResult:
+    """One HotpotQA answer under the in-context dynamic-RAG protocol (module docstring): :class:`RagPolicy`
+    on the one decoding loop. The result carries the generation's :class:`~dynheads_tl.engine.tracing.Trace`
+    (Eq. 1 / Eq. 2 per kept step, as the heads saw the context under the protocol's masks)."""
+    selector.new_sample(sample_seed)
+    policy = RagPolicy(model, sample, selector, config)
+    trace_config = TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
+                               local_window=config.local_window, stop_at_eos=True)
+    loop, buffers = decode(model, [sample], trace_config, policy)
+    trace = build_trace(model, sample, trace_config, loop.tokens[0], buffers, protocol="rag", strategy=policy.strategy)
+    P, visible, evidence = policy.P, policy.visible, policy.evidence
     evidence_recall = float((visible[:P] & evidence[:P]).sum()) / max(int(evidence[:P].sum()), 1)
-    return RagResult(response, strategy, retrievals, int(visible[c0:c1].sum()), opened, heads_used, evidence_recall)
+    return RagResult(trace.response, policy.strategy, policy.retrievals, int(visible[policy.c0:policy.c1].sum()),
+                     policy.opened, policy.heads_used, evidence_recall, trace)
 
 
 def run_strategies(model, samples: list[Sample], strategies: list[str], config: RagConfig, *,
