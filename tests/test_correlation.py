@@ -159,3 +159,114 @@ def test_probe_trains_even_with_gradients_switched_off_globally():
     with torch.no_grad():
         pred = model(torch.tensor(x[150:], dtype=torch.float32)).numpy()
     assert np.mean((pred - y[150:]) ** 2) < 0.1 * np.var(y)
+
+
+# --- claim 3 beyond position ----------------------------------------------------------------------
+def positional_traces(n_samples=40, steps=12, hidden_signal=False, seed=0):
+    """Hidden states and scores that both depend on the step index (a strong shared position effect) and on
+    the current token; with ``hidden_signal`` the scores also carry a linear function of a per-step latent
+    that is in the hidden state, independent of step and token."""
+    rng = np.random.default_rng(seed)
+    step_x = rng.normal(size=(steps, D_MODEL)) * 3
+    step_y = rng.normal(size=(steps, N_LAYERS * N_HEADS)) * 3
+    token_x = rng.normal(size=(4, D_MODEL))
+    token_y = rng.normal(size=(4, N_LAYERS * N_HEADS))
+    w = rng.normal(size=(D_MODEL, N_LAYERS * N_HEADS))
+    traces = []
+    for _ in range(n_samples):
+        tokens = rng.integers(0, 4, size=steps)
+        prompt = np.array([1, 2, int(rng.integers(0, 4))])
+        inputs = np.concatenate([prompt[-1:], tokens[:-1]])  # the token each step reads
+        latent = rng.normal(size=(steps, D_MODEL))
+        hidden = step_x + token_x[inputs] + latent
+        scores = step_y + token_y[inputs] + rng.normal(size=(steps, N_LAYERS * N_HEADS))
+        if hidden_signal:
+            scores = scores + latent @ w
+        traces.append(Trace(
+            tokens=torch.tensor(tokens), argmax_pos=torch.zeros(steps, N_LAYERS, N_HEADS, dtype=torch.long),
+            support_score=torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
+            hidden=torch.tensor(hidden, dtype=torch.float32), prompt_ids=torch.tensor(prompt),
+            evidence_spans=[(0, 1)], task="niah", answers=["x"], response="x"))
+    return traces
+
+
+def _mean_first(table, control):
+    return float(table[table["control"] == control]["first"].mean())
+
+
+def test_residualising_removes_a_position_and_token_only_signal():
+    from dynheads_tl.analysis.correlation import residualised_cca
+
+    table = residualised_cca(positional_traces(hidden_signal=False), [0], [0, 1, 2])
+    assert _mean_first(table, "held-out") > 0.9  # raw CCA sees the shared position/token effect ...
+    resid, chance = _mean_first(table, "held-out, residualised"), _mean_first(table, "held-out, residualised, chance")
+    assert resid < 0.35 and chance < 0.35  # ... which residualisation removes: both at chance level
+
+
+def test_residualising_keeps_a_hidden_state_signal():
+    from dynheads_tl.analysis.correlation import residualised_cca
+
+    table = residualised_cca(positional_traces(hidden_signal=True), [0], [0, 1, 2])
+    assert _mean_first(table, "held-out, residualised") > 0.8
+    assert _mean_first(table, "held-out, residualised, chance") < 0.35
+
+
+def test_k_ahead_pairs_and_covariates_line_up_at_the_ends_of_sequences():
+    from dynheads_tl.analysis.correlation import pair_covariates
+
+    traces = positional_traces(n_samples=3, steps=4)
+    traces[1] = positional_traces(n_samples=1, steps=2, seed=5)[0]  # shorter than k + 1: no pairs
+    x, y, groups = lagged_pairs(traces, 2)
+    steps, tokens = pair_covariates(traces, 2)
+    assert groups.tolist() == [0, 0, 2, 2] and steps.tolist() == [0, 1, 0, 1]
+    # Pair (sample 2, n = 1): hidden of step 1 with the scores of step 3, the last step.
+    np.testing.assert_allclose(x[3], traces[2].hidden[1].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(y[3], traces[2].support_score[3].flatten().numpy(), rtol=1e-6)
+    # Step 0 reads the last prompt token; step 1 reads the token generated at step 0.
+    assert tokens[0] == int(traces[0].prompt_ids[-1]) and tokens[1] == int(traces[0].tokens[0])
+    with pytest.raises(ValueError, match="longer than"):
+        pair_covariates(traces, 4)
+
+
+def test_lead_probes_report_differences_with_intervals_over_splits():
+    from dynheads_tl.analysis.correlation import lead_differences, lead_probe_table
+
+    traces = synthetic_traces(n_samples=40, steps=20, lag=2)
+    config = ProbeConfig(hidden=[64], epochs=30, lr=3e-3)
+    raw = lead_probe_table(traces, "regression", config, ks=[0, 2], split_seeds=[0, 1, 2])
+    assert set(raw["k"]) == {0, 2} and set(raw["split_seed"]) == {0, 1, 2}
+    assert set(raw["predictor"]) == {"MLP probe", "static-frequency prior", "step-aware prior"}
+    diffs = lead_differences(raw, "r2").set_index("k")
+    assert (diffs["splits"] == 3).all()
+    # The planted relation is 2 steps ahead: the probe beats the step-aware prior there, with the interval above 0.
+    assert diffs.loc[2, "vs_step_prior_low"] > 0
+    assert diffs.loc[2, "vs_step_prior"] > diffs.loc[0, "vs_step_prior"]
+
+
+def test_closed_form_cca_matches_the_iterative_one():
+    from sklearn.cross_decomposition import CCA
+
+    from dynheads_tl.analysis.correlation import LinearCCA, _canonical_correlations
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(400, 6))
+    y = np.c_[x[:, :2] @ rng.normal(size=(2, 3)) + 0.5 * rng.normal(size=(400, 3)), rng.normal(size=(400, 2))]
+    ours = LinearCCA(3).fit(x, y)
+    theirs = CCA(n_components=3, max_iter=5000, tol=1e-10).fit(x, y)
+    np.testing.assert_allclose(_canonical_correlations(*ours.transform(x, y)), ours.correlations, atol=1e-8)
+    np.testing.assert_allclose(ours.correlations, _canonical_correlations(*theirs.transform(x, y)), atol=1e-3)
+
+
+def test_intervals_on_known_cases():
+    from dynheads_tl.analysis.statistics import bootstrap_interval, t_interval, wilson_interval
+
+    t = t_interval([1.0, 2.0, 3.0])
+    assert t.estimate == 2.0 and t.n == 3
+    assert t.high - 2.0 == pytest.approx(4.302653 * 1.0 / np.sqrt(3), rel=1e-5)  # t_{0.975, 2} * sd / sqrt(n)
+    w = wilson_interval(0, 10)
+    assert w.low == pytest.approx(0.0, abs=1e-12) and w.high == pytest.approx(0.2775, abs=1e-4)
+    assert wilson_interval(5, 10).low == pytest.approx(0.2366, abs=1e-4)
+    b = bootstrap_interval(np.ones(20))
+    assert b.low == b.high == 1.0
+    with pytest.raises(ValueError):
+        t_interval([float("nan")])

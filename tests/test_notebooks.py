@@ -132,8 +132,15 @@ def test_correlation_notebook_runs_with_tiny_parameters(tmp_path):
         assert ours[column].between(0, 1).all()
     table3 = pd.read_csv(folder / "table3_hotpot_probe.csv")
     assert (table3["mse"].dropna() >= 0).all() and (table3["mae"].dropna() >= 0).all()
-    for name in ("fig4_niah_cca", "fig8_hotpot_cca"):
+    for name in ("fig4_niah_cca", "fig8_hotpot_cca", "lead_probes"):
         assert (folder / f"{name}.png").stat().st_size > 0
+    resid = pd.read_csv(folder / "fig4_niah_cca_residualised.csv")
+    assert set(resid["control"]) == {"held-out", "held-out, residualised", "held-out, residualised, chance"}
+    assert (resid["splits"] == 2).all() and sorted(set(resid["k"])) == [0, 2]
+    assert (resid["first_low"] <= resid["first"]).all() and (resid["first"] <= resid["first_high"]).all()
+    lead = pd.read_csv(folder / "lead_probes.csv")
+    assert set(zip(lead["task"], lead["metric"])) == {("niah", "f1"), ("niah", "auprc"), ("hotpot", "r2")}
+    assert (lead["vs_step_prior_low"] <= lead["vs_step_prior_high"]).all()
 
 
 @pytest.mark.notebook

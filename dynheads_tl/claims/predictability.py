@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 
 from dynheads_tl.config import NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
-from dynheads_tl.analysis.correlation import ProbeConfig, cca_curve
+from dynheads_tl.analysis.correlation import (LEAD_KS, ProbeConfig, cca_curve, lead_differences, lead_probe_table,
+                                              residualised_cca)
+from dynheads_tl.analysis.statistics import t_interval
 from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
 from dynheads_tl.engine.models import DEFAULT_MODEL
 
@@ -27,6 +29,8 @@ class PredictabilityConfig(TraceSets, ProbeSettings, NotebookConfig):
     max_lag: int = 10
     probe_preset: str = "cpu"
     split_seed: int = 0
+    lead_ks: list[int] = field(default_factory=lambda: list(LEAD_KS))
+    n_splits: int = 5
     output_dir: str = "papers_figures"
 
     def __post_init__(self):
@@ -36,6 +40,10 @@ class PredictabilityConfig(TraceSets, ProbeSettings, NotebookConfig):
             raise ValueError(f"Parameter 'max_lag' must be at most 50, got {self.max_lag!r}.")
         check_choice(self, "probe_preset", ("cpu", "paper"))
         check_int_list(self, "seeds")
+        check_int_list(self, "lead_ks", minimum=0)
+        check_ints(self, ("n_splits",))
+        if self.n_splits < 2:
+            raise ValueError(f"Parameter 'n_splits' must be at least 2 (an interval needs two splits), got {self.n_splits!r}.")
 
     def check_inputs(self) -> None:
         """The haystack and the NIAH length against the model's context window, before any model work."""
@@ -70,6 +78,81 @@ def cca_table(traces, config: PredictabilityConfig) -> pd.DataFrame:
     return cca_curve(traces, list(range(config.max_lag + 1)), seed=config.split_seed)
 
 
+def split_seeds(config: PredictabilityConfig) -> list[int]:
+    """The by-sample splits every interval of the notebook is taken over."""
+    return [config.split_seed + i for i in range(config.n_splits)]
+
+
+def residualised_table(traces, config: PredictabilityConfig) -> pd.DataFrame:
+    """Held-out CCA, raw and with step and current token regressed out, per lag in ``lead_ks`` and split."""
+    return residualised_cca(traces, config.lead_ks, split_seeds(config))
+
+
+def residualised_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per lag and control: the mean of the held-out first canonical correlation and of the top-10 mean over
+    the splits, each with its 95% t-interval."""
+    rows = []
+    for (k, control), part in table.groupby(["k", "control"], sort=True):
+        first, top10 = t_interval(part["first"]), t_interval(part["top10_mean"])
+        rows.append({"k": int(k), "control": control, "splits": first.n, "first": first.estimate,
+                     "first_low": first.low, "first_high": first.high, "top10_mean": top10.estimate,
+                     "top10_low": top10.low, "top10_high": top10.high})
+    return pd.DataFrame(rows)
+
+
+def lead_probes(traces, task: str, config: PredictabilityConfig, desc: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Probes k steps ahead on every split (raw rows) and their differences from the base rate and the
+    step-aware prior with intervals: F1 and AUPRC for the NIAH Eq. 1 sets, R² for HotpotQA Eq. 2 scores."""
+    raw = lead_probe_table(traces, task, config.probe_config(), ks=config.lead_ks, split_seeds=split_seeds(config),
+                           progress_desc=desc)
+    metrics = ("f1", "auprc") if task == "classification" else ("r2",)
+    return raw, pd.concat([lead_differences(raw, metric) for metric in metrics], ignore_index=True)
+
+
+def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame, niah_resid: pd.DataFrame,
+                            hotpot_resid: pd.DataFrame) -> str:
+    """One computed sentence: is the hidden state predictive beyond position, at which k, and by how much?
+
+    "Beyond position" at lag k means the probe's score minus the step-aware prior's has a 95% interval (over
+    by-sample splits) above zero. The residualised CCA is quoted beside it as the second, model-free view."""
+    def ks_above(diffs, metric):
+        part = diffs[diffs["metric"] == metric]
+        return [int(k) for k, low in zip(part["k"], part["vs_step_prior_low"]) if low > 0]
+
+    def describe(diffs, metric, label):
+        part = diffs[diffs["metric"] == metric].set_index("k")
+        above = ks_above(diffs, metric)
+        n = int(part["splits"].min())
+        cells = "; ".join(f"k = {k}: {part.loc[k, 'vs_step_prior']:+.3f} [{part.loc[k, 'vs_step_prior_low']:+.3f}, "
+                          f"{part.loc[k, 'vs_step_prior_high']:+.3f}]" for k in part.index)
+        where = (f"above the step-aware prior at k ∈ {{{', '.join(map(str, above))}}}" if above
+                 else "not above the step-aware prior at any k")
+        return f"{label} probe {metric.upper()} is {where} (probe − prior, 95% interval over {n} splits: {cells})"
+
+    def resid(summary, k=0):
+        row = summary[(summary["control"] == "held-out, residualised") & (summary["k"] == k)]
+        chance = summary[(summary["control"] == "held-out, residualised, chance") & (summary["k"] == k)]
+        if row.empty or chance.empty:
+            return "n/a"
+        r, c = row.iloc[0], chance.iloc[0]
+        return (f"{r['first']:.3f} [{r['first_low']:.3f}, {r['first_high']:.3f}] against a chance pairing of "
+                f"{c['first']:.3f} [{c['first_low']:.3f}, {c['first_high']:.3f}]")
+
+    def reach(above, what):
+        ahead = [k for k in above if k >= 1]
+        if ahead:
+            return f"{what} beyond position {len(ahead)} of the lags k ≥ 1 tested (k ∈ {{{', '.join(map(str, ahead))}}})"
+        if 0 in above:
+            return f"{what} beyond position only concurrently (k = 0: the hidden state is computed after the heads attended), not ahead"
+        return f"{what} no better than position at any k"
+
+    verdict = (reach(ks_above(niah_diffs, "f1"), "The hidden state predicts the NIAH retrieval sets") + "; "
+               + reach(ks_above(hotpot_diffs, "r2"), "it predicts the HotpotQA Eq. 2 scores") + ". ")
+    return (verdict + describe(niah_diffs, "f1", "NIAH") + ". " + describe(hotpot_diffs, "r2", "HotpotQA") + ". "
+            f"With step and current token regressed out of both sides, the held-out first canonical correlation at "
+            f"k = 0 is {resid(niah_resid)} (NIAH) and {resid(hotpot_resid)} (HotpotQA).")
+
+
 def with_paper_row(table: pd.DataFrame, which: str) -> pd.DataFrame:
     """Table 2 or 3 with the paper's Llama-3.1-8B-Instruct row appended, labelled as the paper's."""
     paper = PAPER_TABLE2_LLAMA31_8B if which == "table2" else PAPER_TABLE3_LLAMA31_8B
@@ -80,15 +163,15 @@ def with_paper_row(table: pd.DataFrame, which: str) -> pd.DataFrame:
 
 def summary_markdown(cca_niah: pd.DataFrame, cca_hotpot: pd.DataFrame, table2: pd.DataFrame,
                      table3: pd.DataFrame, model_label: str) -> str:
-    def leading(frame, control, k):
+    def leading(frame, control, k):  # the first canonical pair's correlation
         row = frame[(frame["control"] == control) & (frame["k"] == k)]
-        return float(row["leading"].iloc[0]) if len(row) else float("nan")
+        return float(row["first"].iloc[0]) if len(row) else float("nan")
 
     lines = [f"**Model:** {model_label}."]
     k_last = int(cca_niah["k"].max())
     ins0, held0, shuf0 = leading(cca_niah, "in-sample", 0), leading(cca_niah, "held-out", 0), leading(cca_niah, "shuffled", 0)
     lines.append(
-        f"- **NIAH CCA** (leading canonical correlation, k = 0 → {k_last}): in-sample {ins0:.3f} → "
+        f"- **NIAH CCA** (first canonical correlation, k = 0 → {k_last}): in-sample {ins0:.3f} → "
         f"{leading(cca_niah, 'in-sample', k_last):.3f}; held-out {held0:.3f} → {leading(cca_niah, 'held-out', k_last):.3f}; "
         f"shuffled pairing {shuf0:.3f} → {leading(cca_niah, 'shuffled', k_last):.3f}. Paper (in-sample, Llama-3.1-8B): "
         f"{PAPER_FIG4[0]} → {PAPER_FIG4[min(k_last, 10)]}. "
@@ -105,9 +188,10 @@ def summary_markdown(cca_niah: pd.DataFrame, cca_hotpot: pd.DataFrame, table2: p
                if held0 > same0 + 0.05 else
                "Held-out is not above it: much of the correlation is explained by the position in the answer alone."))
     lines.append(
-        f"- **HotpotQA CCA**: in-sample {leading(cca_hotpot, 'in-sample', 0):.3f}, held-out "
-        f"{leading(cca_hotpot, 'held-out', 0):.3f}, shuffled {leading(cca_hotpot, 'shuffled', 0):.3f} at k = 0 "
-        f"(paper Fig 8: {PAPER_FIG8[0]} → {PAPER_FIG8[10]}).")
+        f"- **HotpotQA CCA** (k = 0 → {k_last}): in-sample {leading(cca_hotpot, 'in-sample', 0):.3f} → "
+        f"{leading(cca_hotpot, 'in-sample', k_last):.3f}, held-out {leading(cca_hotpot, 'held-out', 0):.3f} → "
+        f"{leading(cca_hotpot, 'held-out', k_last):.3f}, shuffled {leading(cca_hotpot, 'shuffled', 0):.3f} → "
+        f"{leading(cca_hotpot, 'shuffled', k_last):.3f} (paper Fig 8: {PAPER_FIG8[0]} → {PAPER_FIG8[10]}).")
     t2 = table2.set_index("predictor")
     lines.append(
         f"- **Table 2 (NIAH probe)**: MLP F1 {t2.loc['MLP probe', 'f1']:.3f} / AUPRC {t2.loc['MLP probe', 'auprc']:.3f}; "

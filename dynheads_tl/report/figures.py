@@ -150,25 +150,58 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str):
     return fig
 
 
-def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = None):
-    """Fig 4 / Fig 8: leading canonical correlation vs lag k, with controls and top-10/50 means."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = None,
+               residualised: pd.DataFrame | None = None):
+    """Fig 4 / Fig 8: the first canonical correlation vs lag k, with controls and the in-sample top-10/50
+    means; with ``residualised`` (from ``predictability.residualised_summary``), the held-out curve after
+    step and current token are regressed out, and its chance pairing, as means over splits with intervals."""
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    value = "first" if "first" in curve else "leading"
     styles = {"in-sample": ("tab:blue", "-"), "held-out": ("tab:green", "-"), "shuffled": ("tab:grey", "--"),
               "shuffled, same step": ("tab:purple", "--")}
     for control, (color, ls) in styles.items():
         part = curve[curve["control"] == control]
         if part.empty:
             continue
-        ax.plot(part["k"], part["leading"], color=color, ls=ls, marker="o", label=f"{control}: leading")
+        ax.plot(part["k"], part[value], color=color, ls=ls, marker="o", label=f"{control}: first pair")
         if control == "in-sample":
             ax.plot(part["k"], part["top10_mean"], color=color, ls=":", label="in-sample: top-10 mean")
             ax.plot(part["k"], part["top50_mean"], color=color, ls="-.", label="in-sample: top-50 mean")
+    if residualised is not None:
+        for control, color, label in (("held-out, residualised", "tab:red", "held-out, step + token regressed out"),
+                                      ("held-out, residualised, chance", "tab:orange", "the same, chance pairing")):
+            part = residualised[residualised["control"] == control]
+            if part.empty:
+                continue
+            ax.errorbar(part["k"], part["first"], yerr=[part["first"] - part["first_low"], part["first_high"] - part["first"]],
+                        color=color, marker="s", capsize=3, label=f"{label} (mean of {int(part['splits'].min())} splits, 95% CI)")
     if paper is not None:
         ax.plot(range(len(paper)), paper, color="black", marker="x", ls="", label="paper (Llama-3.1-8B)")
     ax.set_xlabel("lag k (hidden state at n, scores at n + k)")
     ax.set_ylabel("canonical correlation")
-    ax.set_ylim(0, 1.02)
+    ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=6.5, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def lead_figure(panels: Sequence[tuple[pd.DataFrame, str, str]], title: str):
+    """Probe minus step-aware prior (and minus base rate) against k, with 95% intervals over splits; one
+    panel per (differences table, metric, panel title)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (diffs, metric, panel_title) in zip(axes[0], panels):
+        part = diffs[diffs["metric"] == metric].sort_values("k")
+        for name, color, label in (("vs_step_prior", "tab:red", "probe − step-aware prior"),
+                                   ("vs_base_rate", "tab:grey", "probe − base rate")):
+            ax.errorbar(part["k"], part[name], yerr=[part[name] - part[f"{name}_low"], part[f"{name}_high"] - part[name]],
+                        color=color, marker="o", capsize=3, label=label)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xlabel("k (hidden state at n, target at n + k)")
+        ax.set_ylabel(f"difference in {metric.upper()}")
+        n = int(part["splits"].min()) if len(part) else 0
+        ax.set_title(f"{panel_title}\n95% CI over {n} by-sample splits", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

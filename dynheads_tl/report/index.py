@@ -46,6 +46,10 @@ PAPER_ITEMS = [
      "03_correlation/table3_hotpot_probe", "03_correlation"),
     ("Table 4", "Dynamic RAG EM / F1", "Llama-3.1-8B Dynamic .456/.5586, Static .398/.5098, w/o RAG .252/.3257",
      "04_dynamic_rag/table4_rag", "04_dynamic_rag"),
+    ("Beyond 3a", "NIAH held-out CCA with step and current token regressed out (mean of splits, 95% CI)",
+     "not in the paper", "03_correlation/fig4_niah_cca_residualised", "03_correlation"),
+    ("Beyond 3b", "Probes k steps ahead minus the step-aware prior (NIAH F1, HotpotQA R²; 95% CI over splits)",
+     "not in the paper (probes at k = 0 only)", "03_correlation/lead_probes", "03_correlation"),
 ]
 
 
@@ -68,15 +72,31 @@ def _headline(stem: Path) -> str:
             metric = "accuracy" if "accuracy" in frame else "f1"
             means = frame.groupby("k")[[metric, "m_s"]].mean()
             return "; ".join(f"k={k}: {row[metric]:.2f}, m_s {row['m_s']:.1f}" for k, row in means.iterrows())
+        if name.endswith("_residualised"):
+            first = lambda control: frame[frame["control"] == control].set_index("k")
+            resid, chance = first("held-out, residualised"), first("held-out, residualised, chance")
+            return "; ".join(f"k={k}: {r['first']:.3f} [{r.first_low:.3f}, {r.first_high:.3f}] vs chance "
+                             f"{chance.loc[k, 'first']:.3f}" for k, r in resid.iterrows() if k in chance.index) + \
+                f" (first canonical correlation, {int(resid['splits'].min())} splits)"
+        if name.startswith("lead_probes"):
+            parts = []
+            for task, metric in (("niah", "f1"), ("hotpot", "r2")):
+                rows = frame[(frame["task"] == task) & (frame["metric"] == metric)]
+                parts.append(f"{task} {metric.upper()}: " + ", ".join(
+                    f"k={r.k} {r.vs_step_prior:+.3f} [{r.vs_step_prior_low:+.3f}, {r.vs_step_prior_high:+.3f}]"
+                    for r in rows.itertuples()))
+            return "; ".join(parts)
         if name.startswith(("fig4", "fig8")):
-            part = frame[frame["control"] == "in-sample"].set_index("k")["leading"]
-            held = frame[frame["control"] == "held-out"].set_index("k")["leading"]
-            shuf = frame[frame["control"] == "shuffled"].set_index("k")["leading"]
+            value = "first" if "first" in frame else "leading"  # the first canonical pair (older runs: the largest)
+            part = frame[frame["control"] == "in-sample"].set_index("k")[value]
+            held = frame[frame["control"] == "held-out"].set_index("k")[value]
+            shuf = frame[frame["control"] == "shuffled"].set_index("k")[value]
             k0, kn = part.index.min(), part.index.max()
-            same = frame[frame["control"] == "shuffled, same step"].set_index("k")["leading"]
+            same = frame[frame["control"] == "shuffled, same step"].set_index("k")[value]
             return (f"in-sample {part[k0]:.3f} → {part[kn]:.3f}; held-out {held.get(k0, float('nan')):.3f} → "
-                    f"{held.get(kn, float('nan')):.3f}; shuffled {shuf.get(k0, float('nan')):.3f}; "
-                    f"shuffled same step {same.get(k0, float('nan')):.3f}")
+                    f"{held.get(kn, float('nan')):.3f}; shuffled {shuf.get(k0, float('nan')):.3f} → "
+                    f"{shuf.get(kn, float('nan')):.3f}; shuffled same step {same.get(k0, float('nan')):.3f} → "
+                    f"{same.get(kn, float('nan')):.3f}")
         if name.startswith("table2"):
             r = frame.set_index("predictor").loc["MLP probe"]
             return f"MLP F1 {r.f1:.4f}, P {r.precision:.4f}, R {r.recall:.4f}, AUPRC {r.auprc:.4f}"
@@ -91,7 +111,7 @@ def _headline(stem: Path) -> str:
 
 
 # Items whose data are HotpotQA questions: the synthetic generator unless the config names a real file.
-HOTPOT_ITEMS = frozenset({"Fig 5", "Fig 6", "Fig 7", "Fig 8", "Table 3", "Table 4"})
+HOTPOT_ITEMS = frozenset({"Fig 5", "Fig 6", "Fig 7", "Fig 8", "Table 3", "Table 4", "Beyond 3b"})
 SYNTHETIC_NOTE = "(synthetic HotpotQA-format data)"
 
 

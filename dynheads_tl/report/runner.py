@@ -59,7 +59,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                                 "progressive_context": 300},
         "03_correlation": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32,
                            "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1], "max_lag": 2,
-                           "probe_epochs": 5, "probe_hidden": [32]},
+                           "probe_epochs": 5, "probe_hidden": [32], "lead_ks": [0, 2], "n_splits": 2},
         "04_dynamic_rag": {"n_samples": 2, "strategies": ["dynamic", "static", "none", "full"], "max_new_tokens": 8,
                            "train_seeds": [0, 1], "n_hotpot_train": 4, "probe_hidden": [32], "probe_epochs": 5},
     },

@@ -1,0 +1,65 @@
+"""Intervals for the report's numbers: every number is stated with its n and a 95% interval.
+
+- :func:`t_interval`: a mean over a few repeated estimates (e.g. the same statistic on 5 by-sample
+  splits), Student t with n - 1 degrees of freedom. It describes how much the estimate moves with the
+  split, not the sampling error of a population of prompts.
+- :func:`bootstrap_interval`: a statistic over samples (percentile bootstrap, resampling samples).
+- :func:`wilson_interval`: a proportion (accuracy) over n independent trials.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+    n: int
+
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}] (n = {self.n})"
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Mean of ``values`` with a Student-t interval; NaNs are dropped; one value gives a point."""
+    data = np.asarray([v for v in values if v == v], dtype=float)
+    if len(data) == 0:
+        raise ValueError("No values to put an interval on.")
+    mean = float(data.mean())
+    if len(data) == 1:
+        return Interval(mean, mean, mean, 1)
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(data) - 1) * data.std(ddof=1) / np.sqrt(len(data)))
+    return Interval(mean, mean - half, mean + half, len(data))
+
+
+def bootstrap_interval(values: Sequence[float] | np.ndarray, statistic: Callable[[np.ndarray], float] = np.mean,
+                       *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Interval:
+    """Percentile bootstrap of ``statistic`` over the first axis of ``values`` (one entry per sample)."""
+    data = np.asarray(values, dtype=float)
+    if len(data) == 0:
+        raise ValueError("No values to put an interval on.")
+    rng = np.random.default_rng(seed)
+    draws = np.array([statistic(data[rng.integers(0, len(data), len(data))]) for _ in range(n_resamples)])
+    alpha = (1 - confidence) / 2
+    return Interval(float(statistic(data)), float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha)),
+                    len(data))
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:
+    """Wilson score interval of a proportion."""
+    if n <= 0:
+        raise ValueError("A proportion needs n >= 1 trials.")
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Interval(p, float(centre - half), float(centre + half), n)
