@@ -52,9 +52,15 @@ def test_dynamism_notebook_runs_with_tiny_parameters(tmp_path):
     for name in ("fig1_niah_heatmap", "fig5_hotpot_heatmap", "long_tail_niah", "long_tail_hotpot"):
         for ext in ("png", "pdf", "csv", "config.json"):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
-    for name in ("table1_niah", "table1_hotpot", "static_size_sweep", "seed_robustness_niah"):
+    for name in ("table1_niah", "table1_hotpot", "static_size_sweep", "seed_robustness_niah", "size_aware_overlap"):
         for ext in ("csv", "md", "config.json"):
             assert (folder / f"{name}.{ext}").exists()
+    size_aware = pd.read_csv(folder / "size_aware_overlap.csv")
+    assert set(size_aware["task"]) == {"niah", "hotpot"}
+    assert {"static_coverage", "jaccard_over_bound", "share_outside_static"} <= set(size_aware["metric"])
+    assert (size_aware["low"] <= size_aware["value"] + 1e-12).all() and (size_aware["value"] <= size_aware["high"] + 1e-12).all()
+    for task in ("niah", "hotpot"):
+        assert (folder / f"size_aware_{task}.png").stat().st_size > 0
     config = json.loads((folder / "table1_niah.config.json").read_text())
     assert config["n_analysis"] == 4 and config["seeds"] == [0, 1]
     for task in ("niah", "hotpot"):

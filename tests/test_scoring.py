@@ -142,3 +142,48 @@ def test_long_tail_helpers():
     sets = torch.tensor([[[True, False, False]], [[True, True, False]]])
     torch.testing.assert_close(activation_frequency([sets]), torch.tensor([[1.0, 0.5, 0.0]]))
     assert distinct_heads_curve([sets, sets]) == [1, 2, 2, 2]
+
+
+# --- size-aware overlap with the static set -------------------------------------------------------
+def test_size_aware_metrics_on_hand_built_sets():
+    from dynheads_tl.analysis.scoring import size_aware_counts, size_aware_metrics
+
+    static = torch.zeros(2, 5, dtype=torch.bool)
+    static[0, :4] = True  # S_4 = L0H0..L0H3
+    sets = torch.zeros(3, 2, 5, dtype=torch.bool)
+    sets[0, 0, :2] = True            # D ⊂ S, |D| = 2: coverage 1, J = 2/4 = its bound
+    sets[1, 0, 0] = True             # D ⊂ S, |D| = 1: coverage 1, J = 1/4 = its bound
+    sets[2, 1, 0] = True             # D outside S: coverage 0, J = 0, bound 1/4
+    counts = size_aware_counts(sets, static)
+    assert counts["steps"] == 3 and counts["activations"] == 4 and counts["inside"] == 3
+    assert counts["coverage_sum"] == pytest.approx(2.0)
+    assert counts["jaccard_sum"] == pytest.approx(0.75) and counts["bound_sum"] == pytest.approx(1.0)
+    assert counts["normalised_sum"] == pytest.approx(2.0)  # 1 + 1 + 0
+    rows = {r["metric"]: r for r in size_aware_metrics([counts, counts])}
+    assert rows["static_coverage"]["value"] == pytest.approx(2 / 3)
+    assert rows["jaccard_over_bound"]["value"] == pytest.approx(2 / 3)
+    assert rows["share_inside_static"]["value"] == pytest.approx(0.75)
+    assert rows["share_outside_static"]["value"] == pytest.approx(0.25)
+    # Two identical samples: the bootstrap has nothing to vary.
+    assert rows["static_coverage"]["low"] == pytest.approx(rows["static_coverage"]["high"])
+
+
+def test_a_subset_of_the_static_set_has_coverage_one_and_jaccard_at_its_bound():
+    from dynheads_tl.analysis.scoring import size_aware_counts, size_aware_metrics
+
+    rng = torch.Generator().manual_seed(0)
+    static = torch.zeros(4, 6, dtype=torch.bool)
+    static.view(-1)[:20] = True
+    samples = []
+    for _ in range(5):
+        sets = torch.zeros(8, 4, 6, dtype=torch.bool)
+        for t in range(8):
+            chosen = torch.randperm(20, generator=rng)[: int(torch.randint(1, 6, (1,), generator=rng))]
+            sets[t].view(-1)[chosen] = True
+        samples.append(size_aware_counts(sets, static))
+    rows = {r["metric"]: r for r in size_aware_metrics(samples)}
+    assert rows["static_coverage"]["value"] == pytest.approx(1.0)
+    assert rows["jaccard_over_bound"]["value"] == pytest.approx(1.0)
+    assert rows["share_outside_static"]["value"] == pytest.approx(0.0)
+    assert rows["jaccard_static"]["value"] == pytest.approx(rows["jaccard_bound"]["value"])
+    assert rows["jaccard_static"]["value"] < 0.3  # low, from set sizes alone

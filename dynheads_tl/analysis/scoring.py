@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from typing import Literal, Sequence
 
 import torch
@@ -147,3 +149,54 @@ def distinct_heads_curve(step_sets: Sequence[Bool[Tensor, "step layer head"]]) -
             seen = sets[t].clone() if seen is None else seen | sets[t]
             curve.append(int(seen.sum()))
     return curve
+
+
+# --- size-aware views of the overlap with the static set (beyond the paper) -----------------------
+def size_aware_counts(sets: Bool[Tensor, "step layer head"], static_mask: Bool[Tensor, "layer head"]) -> dict[str, float]:
+    """Sums over one sample's steps, from which :func:`size_aware_metrics` pools ratios:
+
+    - ``steps``: steps with a non-empty D_t; ``inside`` / ``activations``: Σ |D_t ∩ S| and Σ |D_t|;
+    - ``coverage_sum``: Σ |D_t ∩ S| / |D_t|; ``jaccard_sum``: Σ J(D_t, S); ``bound_sum``: Σ of the largest
+      Jaccard that the set sizes allow, min(|D_t|, k) / max(|D_t|, k); ``normalised_sum``: Σ J / bound;
+    all over steps with a non-empty D_t.
+    """
+    k = int(static_mask.sum())
+    flat, static = sets.flatten(1), static_mask.flatten()
+    sizes = flat.sum(1).double()
+    inside = (flat & static).sum(1).double()
+    union = (flat | static).sum(1).double()
+    active = sizes > 0
+    jaccard_t = inside[active] / union[active]
+    bound_t = torch.minimum(sizes[active], torch.tensor(float(k))) / torch.maximum(sizes[active], torch.tensor(float(k)))
+    return {"steps": float(active.sum()), "inside": float(inside.sum()), "activations": float(sizes.sum()),
+            "coverage_sum": float((inside[active] / sizes[active]).sum()), "jaccard_sum": float(jaccard_t.sum()),
+            "bound_sum": float(bound_t.sum()), "normalised_sum": float((jaccard_t / bound_t).sum())}
+
+
+SIZE_AWARE_METRICS = {
+    "jaccard_static": ("jaccard_sum", "steps"),        # the paper's metric: mean J(D_t, S_k)
+    "jaccard_bound": ("bound_sum", "steps"),           # the mean largest J that |D_t| and k allow
+    "jaccard_over_bound": ("normalised_sum", "steps"),  # mean J / bound: 1 when D_t ⊂ S_k or S_k ⊂ D_t
+    "static_coverage": ("coverage_sum", "steps"),      # mean |D_t ∩ S_k| / |D_t|
+    "share_inside_static": ("inside", "activations"),  # pooled share of all activations that fall in S_k
+}
+
+
+def size_aware_metrics(per_sample: Sequence[dict[str, float]], *, seed: int = 0) -> list[dict[str, float]]:
+    """Each metric of :data:`SIZE_AWARE_METRICS` pooled over samples (a ratio of sums), with a percentile
+    bootstrap 95% interval that resamples samples; ``share_outside_static`` = 1 − ``share_inside_static``."""
+    from dynheads_tl.analysis.statistics import bootstrap_interval
+
+    if not per_sample:
+        raise ValueError("size_aware_metrics needs at least one sample.")
+    rows = []
+    for name, (numerator, denominator) in SIZE_AWARE_METRICS.items():
+        values = np.array([[s[numerator], s[denominator]] for s in per_sample])
+        ratio = lambda v: float(v[:, 0].sum() / v[:, 1].sum()) if v[:, 1].sum() > 0 else float("nan")
+        interval = bootstrap_interval(values, ratio, seed=seed)
+        rows.append({"metric": name, "value": interval.estimate, "low": interval.low, "high": interval.high,
+                     "n_samples": interval.n})
+        if name == "share_inside_static":
+            rows.append({"metric": "share_outside_static", "value": 1 - interval.estimate, "low": 1 - interval.high,
+                         "high": 1 - interval.low, "n_samples": interval.n})
+    return rows

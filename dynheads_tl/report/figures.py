@@ -205,3 +205,27 @@ def lead_figure(panels: Sequence[tuple[pd.DataFrame, str, str]], title: str):
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def size_aware_figure(table: pd.DataFrame, title: str):
+    """The static-size sweep against what set sizes allow: the paper's Jaccard(D_t, S_k) and its size bound
+    min(|D_t|, k) / max(|D_t|, k) against k (left); static coverage and the share of activations outside S_k
+    (right). Error bars: 95% bootstrap intervals over analysis samples."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    def draw(ax, metric, color, label, ls="-"):
+        part = table[table["metric"] == metric].sort_values("static_k")
+        ax.errorbar(part["static_k"], part["value"], yerr=[part["value"] - part["low"], part["high"] - part["value"]],
+                    color=color, ls=ls, marker="o", capsize=3, label=label)
+    draw(left, "jaccard_static", "tab:blue", "Jaccard(D_t, S_k) (paper's metric)")
+    draw(left, "jaccard_bound", "tab:grey", "largest Jaccard the sizes allow", ls="--")
+    draw(left, "jaccard_over_bound", "tab:green", "Jaccard / that bound")
+    draw(right, "static_coverage", "tab:purple", "|D_t ∩ S_k| / |D_t|")
+    draw(right, "share_outside_static", "tab:red", "share of activations outside S_k")
+    for ax in (left, right):
+        ax.set_xlabel("static set size k")
+        ax.set_ylim(-0.02, 1.05)
+        ax.legend(fontsize=7)
+    n = int(table["n_samples"].min()) if len(table) else 0
+    fig.suptitle(f"{title} (95% bootstrap CI over {n} samples)", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -46,6 +46,8 @@ PAPER_ITEMS = [
      "03_correlation/table3_hotpot_probe", "03_correlation"),
     ("Table 4", "Dynamic RAG EM / F1", "Llama-3.1-8B Dynamic .456/.5586, Static .398/.5098, w/o RAG .252/.3257",
      "04_dynamic_rag/table4_rag", "04_dynamic_rag"),
+    ("Beyond 1", "NIAH overlap with the static top-k against what set sizes allow (95% bootstrap CI)",
+     "not in the paper", "01_dynamism/size_aware_overlap", "01_dynamism"),
     ("Beyond 3a", "NIAH held-out CCA with step and current token regressed out (mean of splits, 95% CI)",
      "not in the paper", "03_correlation/fig4_niah_cca_residualised", "03_correlation"),
     ("Beyond 3b", "Probes k steps ahead minus the step-aware prior (NIAH F1, HotpotQA R²; 95% CI over splits)",
@@ -72,6 +74,12 @@ def _headline(stem: Path) -> str:
             metric = "accuracy" if "accuracy" in frame else "f1"
             means = frame.groupby("k")[[metric, "m_s"]].mean()
             return "; ".join(f"k={k}: {row[metric]:.2f}, m_s {row['m_s']:.1f}" for k, row in means.iterrows())
+        if name.startswith("size_aware_overlap"):
+            part = frame[(frame["task"] == "niah") & (frame["static_k"] == 20)].set_index("metric")
+            cell = lambda m: f"{part.loc[m, 'value']:.3f} [{part.loc[m, 'low']:.3f}, {part.loc[m, 'high']:.3f}]"
+            return (f"top-20: outside share {cell('share_outside_static')}, coverage {cell('static_coverage')}, "
+                    f"Jaccard {cell('jaccard_static')} = {cell('jaccard_over_bound')} of its size bound "
+                    f"(n = {int(part.loc['static_coverage', 'n_samples'])} samples)")
         if name.endswith("_residualised"):
             first = lambda control: frame[frame["control"] == control].set_index("k")
             resid, chance = first("held-out, residualised"), first("held-out, residualised, chance")
