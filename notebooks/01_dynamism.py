@@ -142,8 +142,8 @@ for task, label in (("niah", "NIAH"), ("hotpot", hotpot_label(config.hotpot_sour
     fig = figures.size_aware_figure(part, f"{label}: overlap with the static top-k")
     display(Image(filename=str(figures.save_figure(fig, f"size_aware_{task}", out_dir, part, run_config))))
 display(size_aware.round(3))
-size_aware_verdicts = [dynamism.size_aware_verdict(size_aware[size_aware["task"] == task], config.static_k)
-                       for task in ("niah", "hotpot")]
+size_aware_verdicts = [dynamism.size_aware_verdict(size_aware[size_aware["task"] == task], config.static_k, task_label=label)
+                       for task, label in (("niah", "NIAH"), ("hotpot", hotpot_label(config.hotpot_source)))]
 display(Markdown("\n\n".join(f"**{v}**" for v in size_aware_verdicts)))
 
 # %% [markdown]

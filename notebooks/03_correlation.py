@@ -69,10 +69,12 @@ print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} st
 # ## Fig 4 — NIAH: CCA between the hidden state at $n$ and retrieval scores at $n + k$
 # Black crosses: the paper's in-sample leading correlations for Llama-3.1-8B-Instruct.
 
-# Red (ours, not in the paper): held-out CCA after the step index and the current token (one-hot each) are
+# Red (ours, not in the paper): held-out CCA after the step index, the token step $n$ reads and the token
+# step $n + k$ reads (one-hot each; rare tokens pooled, held-out rows with unfamiliar tokens left out) are
 # regressed out of both sides on the training samples, as a mean over `n_splits` by-sample splits with 95%
 # intervals; orange: the same fit scored against another held-out sample's residual scores at the same step
-# (chance). The red curve is the part of the correlation that position and token identity do not explain.
+# (chance). The red curve is the part of the correlation that position and those tokens do not explain.
+# Held-out correlations are signed: a relation that flips on new samples counts as negative.
 
 # %%
 cca_niah = predictability.cca_table(niah_traces, config)
@@ -145,7 +147,8 @@ display(lead.round(3))
 # ## Verdict: is the hidden state predictive beyond position?
 
 # %%
-verdict = predictability.beyond_position_verdict(lead_niah, lead_hotpot, resid_niah_summary, resid_hotpot_summary)
+verdict = predictability.beyond_position_verdict(lead_niah, lead_hotpot, resid_niah_summary, resid_hotpot_summary,
+                                                 n_splits=config.n_splits, hotpot_name=hotpot_label(config.hotpot_source))
 display(Markdown(f"**{verdict}**"))
 
 # %% [markdown]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -217,8 +218,10 @@ def test_k_ahead_pairs_and_covariates_line_up_at_the_ends_of_sequences():
     traces = positional_traces(n_samples=3, steps=4)
     traces[1] = positional_traces(n_samples=1, steps=2, seed=5)[0]  # shorter than k + 1: no pairs
     x, y, groups = lagged_pairs(traces, 2)
-    steps, tokens = pair_covariates(traces, 2)
+    steps, tokens, target_tokens = pair_covariates(traces, 2)
     assert groups.tolist() == [0, 0, 2, 2] and steps.tolist() == [0, 1, 0, 1]
+    # The target step n + 2 reads the token generated at n + 1.
+    assert target_tokens[0] == int(traces[0].tokens[1]) and target_tokens[3] == int(traces[2].tokens[2])
     # Pair (sample 2, n = 1): hidden of step 1 with the scores of step 3, the last step.
     np.testing.assert_allclose(x[3], traces[2].hidden[1].numpy(), rtol=1e-6)
     np.testing.assert_allclose(y[3], traces[2].support_score[3].flatten().numpy(), rtol=1e-6)
@@ -268,5 +271,71 @@ def test_intervals_on_known_cases():
     assert wilson_interval(5, 10).low == pytest.approx(0.2366, abs=1e-4)
     b = bootstrap_interval(np.ones(20))
     assert b.low == b.high == 1.0
-    with pytest.raises(ValueError):
-        t_interval([float("nan")])
+    assert t_interval([float("nan")]).n == 0
+    one = t_interval([0.4, float("nan")])  # one value: no interval, never a zero-width one
+    assert one.estimate == 0.4 and one.n == 1 and one.low != one.low and not one.excludes_zero()
+    ratio = lambda v: v[:, 0].sum() / v[:, 1].sum() if v[:, 1].sum() else float("nan")
+    sparse = bootstrap_interval(np.array([[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]]), ratio)
+    assert sparse.estimate == 0.5 and sparse.low == sparse.high == 0.5  # draws with no denominator left out
+
+
+def leaky_token_traces(n_samples=60, steps=10, vocabulary=200, seed=0):
+    """No hidden-state signal at all: hidden states depend on step and the token read at n, scores on step
+    and the token read at n + 1 (which greedy decoding makes the token generated at n). Many tokens are rare."""
+    rng = np.random.default_rng(seed)
+    token_x = rng.normal(size=(vocabulary, D_MODEL)) * 2
+    token_y = rng.normal(size=(vocabulary, N_LAYERS * N_HEADS)) * 2
+    step_x, step_y = rng.normal(size=(steps, D_MODEL)), rng.normal(size=(steps, N_LAYERS * N_HEADS))
+    probabilities = 1 / np.arange(1, vocabulary + 1)
+    probabilities /= probabilities.sum()
+    traces = []
+    for _ in range(n_samples):
+        tokens = rng.choice(vocabulary, size=steps, p=probabilities)
+        prompt = np.array([1, int(rng.choice(vocabulary, p=probabilities))])
+        inputs = np.concatenate([prompt[-1:], tokens[:-1]])
+        hidden = step_x + token_x[inputs] + rng.normal(size=(steps, D_MODEL))
+        scores = step_y + token_y[tokens] + rng.normal(size=(steps, N_LAYERS * N_HEADS))  # reads the next input
+        traces.append(Trace(
+            tokens=torch.tensor(tokens), argmax_pos=torch.zeros(steps, N_LAYERS, N_HEADS, dtype=torch.long),
+            support_score=torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
+            hidden=torch.tensor(hidden, dtype=torch.float32), prompt_ids=torch.tensor(prompt),
+            evidence_spans=[(0, 1)], task="niah", answers=["x"], response="x"))
+    return traces
+
+
+def test_residualising_also_removes_the_target_steps_token_and_rare_tokens():
+    from dynheads_tl.analysis.correlation import residualised_cca
+
+    # At k = 0 the scores of step n depend on the token read at n + 1 (= generated at n); at k = 1 on the
+    # token read by the target step itself. Both are regressed out, and rare tokens cannot leak through.
+    table = residualised_cca(leaky_token_traces(), [0, 1], [0, 1, 2])
+    resid = table[table["control"] == "held-out, residualised"].groupby("k")["first"].mean()
+    assert resid[1] < 0.35, "the target step's own token leaked through the residualisation"
+    assert (table["test_rows_dropped"] > 0).any()  # held-out rows with unfamiliar tokens are left out
+
+
+def test_held_out_correlations_are_signed():
+    from dynheads_tl.analysis.correlation import held_out_correlations
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 3))
+    y = x[:, :1] + 0.1 * rng.normal(size=(300, 1))
+    flipped = held_out_correlations(x[:200], y[:200], x[200:], -y[200:], y_variance=0.999)
+    assert flipped[0] < -0.9
+
+
+def test_the_verdict_never_counts_a_lag_without_all_splits():
+    from dynheads_tl.claims.predictability import beyond_position_verdict
+
+    def diffs(metric, rows):
+        return pd.DataFrame([{"k": k, "metric": metric, "splits": n, "probe": 0.5, "vs_base_rate": 0.1,
+                              "vs_base_rate_low": 0.05, "vs_base_rate_high": 0.15, "vs_step_prior": d,
+                              "vs_step_prior_low": lo, "vs_step_prior_high": hi} for k, n, d, lo, hi in rows])
+
+    niah = diffs("f1", [(0, 5, 0.05, 0.02, 0.08), (1, 5, 0.01, -0.02, 0.04), (10, 1, 0.09, float("nan"), float("nan"))])
+    hotpot = diffs("r2", [(0, 5, -0.1, -0.2, 0.0), (1, 3, 0.2, 0.1, 0.3)])
+    empty = pd.DataFrame(columns=["k", "control", "first", "first_low", "first_high"])
+    text = beyond_position_verdict(niah, hotpot, empty, empty, n_splits=5, hotpot_name="HotpotQA (synthetic)")
+    assert "NIAH Eq. 1 sets better than the step index alone only concurrently (k = 0)" in text
+    assert "HotpotQA (synthetic) Eq. 2 scores no better than the step index alone at any lag" in text
+    assert "n = 1" in text  # the lag with one split is shown with its n, not counted

@@ -187,3 +187,22 @@ def test_a_subset_of_the_static_set_has_coverage_one_and_jaccard_at_its_bound():
     assert rows["share_outside_static"]["value"] == pytest.approx(0.0)
     assert rows["jaccard_static"]["value"] == pytest.approx(rows["jaccard_bound"]["value"])
     assert rows["jaccard_static"]["value"] < 0.3  # low, from set sizes alone
+
+
+def test_size_aware_verdict_reads_the_interval_of_the_outside_share():
+    import pandas as pd
+
+    from dynheads_tl.claims.dynamism import size_aware_verdict
+
+    def table(value, low, high):
+        rows = [{"task": "niah", "static_k": 20, "metric": m, "value": 0.5, "low": 0.4, "high": 0.6, "n_samples": 60}
+                for m in ("jaccard_static", "jaccard_bound", "jaccard_over_bound", "static_coverage")]
+        rows.append({"task": "niah", "static_k": 20, "metric": "share_outside_static", "value": value, "low": low,
+                     "high": high, "n_samples": 60})
+        return pd.DataFrame(rows)
+
+    assert "stays inside the static top-20" in size_aware_verdict(table(0.03, 0.02, 0.05))
+    assert "substantial share" in size_aware_verdict(table(0.4, 0.3, 0.5))
+    assert "mostly, but not only" in size_aware_verdict(table(0.2, 0.1, 0.3))
+    assert "do not determine" in size_aware_verdict(table(0.6, 0.2, 1.0))
+    assert "undefined" in size_aware_verdict(table(float("nan"), float("nan"), float("nan")))

@@ -110,12 +110,15 @@ class CCAFit:
         return self.cca.transform(self.x_pca.transform(x), self.y_pca.transform(y_scaled))
 
 
-def _canonical_correlations(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _canonical_correlations(u: np.ndarray, v: np.ndarray, *, signed: bool = False) -> np.ndarray:
+    """Correlation of each pair of canonical variates (absolute unless ``signed``: on the fitting rows every
+    pair correlates positively by construction; on held-out rows a negative value means the relation flipped)."""
     corr = []
     for i in range(u.shape[1]):
         a, b = u[:, i] - u[:, i].mean(), v[:, i] - v[:, i].mean()
         denom = np.sqrt((a * a).sum() * (b * b).sum())
-        corr.append(float(abs((a * b).sum()) / denom) if denom > 0 else 0.0)
+        value = float((a * b).sum() / denom) if denom > 0 else 0.0
+        corr.append(value if signed else abs(value))
     return np.array(corr)
 
 
@@ -150,7 +153,7 @@ def cca_in_sample(x, y, **kwargs) -> dict[str, float]:
 def cca_held_out(x, y, groups, train_samples, test_samples, **kwargs) -> dict[str, float]:
     train, test = np.isin(groups, train_samples), np.isin(groups, test_samples)
     fit = fit_cca(x[train], y[train], **kwargs)
-    return cca_summary(_canonical_correlations(*fit.transform(x[test], y[test])))
+    return cca_summary(_canonical_correlations(*fit.transform(x[test], y[test]), signed=True))
 
 
 def step_of(groups: np.ndarray) -> np.ndarray:
@@ -359,6 +362,8 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
     if len(test_s) == 0 or len(val_s) == 0:
         raise ValueError(f"{len(traces)} samples are too few for a 70/20/10 split by sample; use at least 10.")
     parts = [np.isin(groups, s) for s in (train_s, val_s, test_s)]
+    if not all(part.any() for part in parts):
+        raise ValueError(f"At k = {k}, a split of split seed {split_seed} has no pairs (samples too short).")
     (xtr, ytr), (xva, yva), (xte, yte) = [(x[m], y[m]) for m in parts]
     rows = []
     predictors = {"MLP probe": train_probe(xtr, ytr, xva, yva, task=task, config=config)}
@@ -394,10 +399,11 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
 LEAD_KS = (0, 1, 2, 3, 5, 10)
 
 
-def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """For every pair of :func:`lagged_pairs` (same order): the step index n of the hidden state and the
-    token that step reads (its input: the last prompt token at n = 0, else the token generated at n - 1)."""
-    steps, tokens = [], []
+def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every pair of :func:`lagged_pairs` (same order): the step index n of the hidden state, the token
+    that step reads (its input: the last prompt token at n = 0, else the token generated at n - 1), and the
+    token the target's step n + k reads (the same token when k = 0)."""
+    steps, tokens, target_tokens = [], [], []
     for trace in traces:
         n = trace.n_steps - k
         if n <= 0:
@@ -405,24 +411,32 @@ def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.nda
         inputs = torch.cat([trace.prompt_ids[-1:], trace.tokens[:-1]])
         steps.append(np.arange(n))
         tokens.append(inputs[:n].numpy())
+        target_tokens.append(inputs[k:k + n].numpy())
     if not steps:
         raise ValueError(f"No sample is longer than k = {k} steps.")
-    return np.concatenate(steps), np.concatenate(tokens)
+    return np.concatenate(steps), np.concatenate(tokens), np.concatenate(target_tokens)
 
 
-def covariate_design(steps: np.ndarray, tokens: np.ndarray, known_steps: np.ndarray,
-                     known_tokens: np.ndarray) -> np.ndarray:
-    """One-hot columns for the step index and for the current token, over the values seen in training
-    (``known_*``); a step or token never seen in training gets an all-zero block."""
-    step_index = {int(s): i for i, s in enumerate(np.unique(known_steps))}
-    token_index = {int(t): i for i, t in enumerate(np.unique(known_tokens))}
-    design = np.zeros((len(steps), len(step_index) + len(token_index)))
-    for row, (s, t) in enumerate(zip(steps, tokens)):
-        if int(s) in step_index:
-            design[row, step_index[int(s)]] = 1.0
-        if int(t) in token_index:
-            design[row, len(step_index) + token_index[int(t)]] = 1.0
-    return design
+OTHER = -1  # the pooled level of tokens too rare in training to get their own column
+
+
+def frequent_levels(values: np.ndarray, min_count: int) -> set[int]:
+    levels, counts = np.unique(values, return_counts=True)
+    return {int(v) for v, c in zip(levels, counts) if c >= min_count}
+
+
+def covariate_design(columns: Sequence[np.ndarray], levels: Sequence[Sequence[int]]) -> np.ndarray:
+    """One-hot blocks, one per covariate (``columns[i]`` over ``levels[i]``, e.g. the step index and tokens);
+    a value outside its levels gets an all-zero block."""
+    blocks = []
+    for values, known in zip(columns, levels):
+        index = {int(v): i for i, v in enumerate(sorted(known))}
+        block = np.zeros((len(values), len(index)))
+        for row, value in enumerate(values):
+            if int(value) in index:
+                block[row, index[int(value)]] = 1.0
+        blocks.append(block)
+    return np.concatenate(blocks, axis=1)
 
 
 def residualise(train: np.ndarray, test: np.ndarray, design_train: np.ndarray, design_test: np.ndarray,
@@ -436,10 +450,11 @@ def residualise(train: np.ndarray, test: np.ndarray, design_train: np.ndarray, d
 
 
 def held_out_correlations(x_train, y_train, x_test, y_test, **kwargs) -> np.ndarray:
-    """Per canonical pair, in the order CCA fitted them on the training rows, the correlation of the
-    held-out rows' canonical variates. Entry 0 is the held-out first canonical correlation."""
+    """Per canonical pair, in the order CCA fitted them on the training rows, the *signed* correlation of the
+    held-out rows' canonical variates (a pair whose relation flips sign on new samples counts as negative).
+    Entry 0 is the held-out first canonical correlation."""
     fit = fit_cca(x_train, y_train, **kwargs)
-    return _canonical_correlations(*fit.transform(x_test, y_test))
+    return _canonical_correlations(*fit.transform(x_test, y_test), signed=True)
 
 
 def _first_and_top10(correlations: np.ndarray) -> dict[str, float]:
@@ -447,13 +462,16 @@ def _first_and_top10(correlations: np.ndarray) -> dict[str, float]:
 
 
 def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[int], *,
-                     held_out_fraction: float = 0.3, **kwargs) -> pd.DataFrame:
-    """Held-out CCA between hidden[n] and scores[n + k], raw and after removing what the step index and the
-    current token explain, for each lag and by-sample split. One row per (k, split seed, control):
+                     held_out_fraction: float = 0.3, min_token_count: int = 5, **kwargs) -> pd.DataFrame:
+    """Held-out CCA between hidden[n] and scores[n + k], raw and after removing what position and token
+    identity explain, for each lag and by-sample split. One row per (k, split seed, control):
 
-    - ``held-out``: CCA fitted on the training samples, correlations of the held-out samples;
-    - ``held-out, residualised``: both sides first regressed on step (one-hot) and current token
-      (one-hot) on the training samples (:func:`residualise`); CCA on the residuals;
+    - ``held-out``: CCA fitted on the training samples, signed correlations of the held-out samples;
+    - ``held-out, residualised``: both sides first regressed, on the training samples, on the step index,
+      the token step n reads and the token step n + k reads (one-hot each; :func:`residualise`); CCA on
+      the residuals. Tokens seen fewer than ``min_token_count`` times in training are pooled into one level
+      for the fit, and held-out rows whose tokens are not frequent training tokens are left out (their
+      token effect could not be removed); ``test_rows_dropped`` says how many;
     - ``held-out, residualised, chance``: the same fit, scored on held-out residuals whose scores come from
       another held-out sample at the same step (the level of an unrelated pairing).
     Columns ``first`` (first canonical pair) and ``top10_mean`` (mean of the first 10 pairs)."""
@@ -463,28 +481,37 @@ def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Se
             x, y, groups = lagged_pairs(traces, k)
         except ValueError:
             continue
-        steps, tokens = pair_covariates(traces, k)
+        steps, tokens, target_tokens = pair_covariates(traces, k)
         for split_seed in split_seeds:
             train_s, test_s = split_by_sample(len(traces), [1 - held_out_fraction, held_out_fraction], split_seed)
             train, test = np.isin(groups, train_s), np.isin(groups, test_s)
-            if len(np.unique(groups[test])) < 2 or train.sum() < 3:
+            if train.sum() < 3:
                 continue
-            d_train = covariate_design(steps[train], tokens[train], steps[train], tokens[train])
-            d_test = covariate_design(steps[test], tokens[test], steps[train], tokens[train])
-            x_tr, x_te = residualise(x[train], x[test], d_train, d_test)
-            y_tr, y_te = residualise(y[train], y[test], d_train, d_test)
-            y_te_chance = shuffle_across_samples(y_te, groups[test], seed=split_seed + k, same_step=True)
-            base = {"k": k, "split_seed": split_seed, "train_pairs": int(train.sum()), "test_pairs": int(test.sum())}
+            frequent = frequent_levels(tokens[train], min_token_count)
+            frequent_target = frequent_levels(target_tokens[train], min_token_count)
+            pool = lambda values, keep: np.array([v if int(v) in keep else OTHER for v in values])
+            covered = test & np.isin(tokens, list(frequent)) & np.isin(target_tokens, list(frequent_target))
+            if len(np.unique(groups[covered])) < 2:
+                continue
+            levels = [set(steps[train].tolist()), frequent | {OTHER}, frequent_target | {OTHER}]
+            design = lambda rows: covariate_design(
+                [steps[rows], pool(tokens[rows], frequent), pool(target_tokens[rows], frequent_target)], levels)
+            d_train, d_test = design(train), design(covered)
+            x_tr, x_te = residualise(x[train], x[covered], d_train, d_test)
+            y_tr, y_te = residualise(y[train], y[covered], d_train, d_test)
+            y_te_chance = shuffle_across_samples(y_te, groups[covered], seed=split_seed + k, same_step=True)
+            base = {"k": k, "split_seed": split_seed, "train_pairs": int(train.sum()), "test_pairs": int(covered.sum()),
+                    "test_rows_dropped": int(test.sum() - covered.sum())}
             try:
-                raw = held_out_correlations(x[train], y[train], x[test], y[test], **kwargs)
+                raw = held_out_correlations(x[train], y[train], x[covered], y[covered], **kwargs)
                 fit = fit_cca(x_tr, y_tr, **kwargs)
             except ValueError:
                 continue
+            signed = lambda u_v: _canonical_correlations(*u_v, signed=True)
             rows.append({**base, "control": "held-out", **_first_and_top10(raw)})
-            rows.append({**base, "control": "held-out, residualised",
-                         **_first_and_top10(_canonical_correlations(*fit.transform(x_te, y_te)))})
+            rows.append({**base, "control": "held-out, residualised", **_first_and_top10(signed(fit.transform(x_te, y_te)))})
             rows.append({**base, "control": "held-out, residualised, chance",
-                         **_first_and_top10(_canonical_correlations(*fit.transform(x_te, y_te_chance)))})
+                         **_first_and_top10(signed(fit.transform(x_te, y_te_chance)))})
     return pd.DataFrame(rows)
 
 
@@ -512,14 +539,15 @@ def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "r
 
 def lead_differences(table: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per k: the probe's ``metric`` minus the base rate's and minus the step-aware prior's, each as a mean
-    over split seeds with a 95% t-interval (:func:`~dynheads_tl.analysis.statistics.t_interval`)."""
+    over split seeds with a 95% t-interval (:func:`~dynheads_tl.analysis.statistics.t_interval`); ``splits``
+    counts the splits where the metric is defined (fewer than 2: NaN bounds, never a zero-width interval)."""
     from dynheads_tl.analysis.statistics import t_interval
 
     out = []
     for k, part in table.groupby("k"):
         wide = part.pivot(index="split_seed", columns="predictor", values=metric)
-        row = {"k": int(k), "metric": metric, "splits": len(wide),
-               "probe": t_interval(wide["MLP probe"]).estimate}
+        valid = int(wide["MLP probe"].notna().sum())
+        row = {"k": int(k), "metric": metric, "splits": valid, "probe": t_interval(wide["MLP probe"]).estimate}
         for baseline, name in (("static-frequency prior", "vs_base_rate"), ("step-aware prior", "vs_step_prior")):
             interval = t_interval(wide["MLP probe"] - wide[baseline])
             row.update({name: interval.estimate, f"{name}_low": interval.low, f"{name}_high": interval.high})

@@ -30,26 +30,32 @@ class Interval:
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Mean of ``values`` with a Student-t interval; NaNs are dropped; one value gives a point."""
+    """Mean of ``values`` with a Student-t interval; NaNs are dropped. With fewer than two values there is
+    no interval: the bounds are NaN (and no value at all gives a NaN estimate, n = 0)."""
     data = np.asarray([v for v in values if v == v], dtype=float)
     if len(data) == 0:
-        raise ValueError("No values to put an interval on.")
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
     mean = float(data.mean())
     if len(data) == 1:
-        return Interval(mean, mean, mean, 1)
+        return Interval(mean, float("nan"), float("nan"), 1)
     half = float(stats.t.ppf(0.5 + confidence / 2, len(data) - 1) * data.std(ddof=1) / np.sqrt(len(data)))
     return Interval(mean, mean - half, mean + half, len(data))
 
 
 def bootstrap_interval(values: Sequence[float] | np.ndarray, statistic: Callable[[np.ndarray], float] = np.mean,
                        *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Interval:
-    """Percentile bootstrap of ``statistic`` over the first axis of ``values`` (one entry per sample)."""
+    """Percentile bootstrap of ``statistic`` over the first axis of ``values`` (one entry per sample).
+    Resamples on which the statistic is undefined (NaN, e.g. a ratio whose denominator drew only empty
+    samples) are left out of the quantiles; if none is defined the bounds are NaN."""
     data = np.asarray(values, dtype=float)
     if len(data) == 0:
         raise ValueError("No values to put an interval on.")
     rng = np.random.default_rng(seed)
     draws = np.array([statistic(data[rng.integers(0, len(data), len(data))]) for _ in range(n_resamples)])
+    draws = draws[~np.isnan(draws)]
     alpha = (1 - confidence) / 2
+    if len(draws) == 0:
+        return Interval(float(statistic(data)), float("nan"), float("nan"), len(data))
     return Interval(float(statistic(data)), float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha)),
                     len(data))
 

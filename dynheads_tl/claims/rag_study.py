@@ -88,7 +88,9 @@ def train_head_probe(model, config: RagStudyConfig):
     from dynheads_tl.analysis.scoring import static_eq2_scores
 
     # claim 1's HotpotQA splits with its defaults and n_hotpot_train samples, so notebook 01's cached traces are read
-    claim1 = TraceSets(n_hotpot=config.n_hotpot_train, use_cache=config.use_cache)
+    # (the same Eq. 2 window as the RAG loop, so the probe learns the scores the oracle strategy reads)
+    claim1 = TraceSets(n_hotpot=config.n_hotpot_train, use_cache=config.use_cache, sink_tokens=config.sink_tokens,
+                       local_window=config.local_window)
     calibration, traces = [], []
     for seed in config.train_seeds:
         cal, ana = hotpot_traces(model, claim1, seed)

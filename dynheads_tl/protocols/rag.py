@@ -293,15 +293,17 @@ class RagPolicy(StepPolicy):
         """Open the context windows that the chosen heads attend to from the query at ``position``."""
         decoder, config = loop.decoder, self.config
         token_in = int(self.prompt[position]) if position < self.P else tokens[position - self.P]
-        self.state.active = False  # the recorder keeps the generation's own steps only
+        was_active, self.state.active = self.state.active, False  # the recorder keeps the generation's own steps
         self.allowed = torch.ones(self.total, dtype=torch.bool, device=self.device)
         self.rows = [None] * self.n_layers
+        try:
+            decoder.rewind(position)
+            decoder.step(torch.tensor([token_in], device=self.device))
+            rows = torch.stack(self.rows)  # [layer, head, key]
+        finally:
+            self.rows, self.allowed = None, self.visible
+            self.state.active = was_active
         decoder.rewind(position)
-        decoder.step(torch.tensor([token_in], device=self.device))
-        rows = torch.stack(self.rows)  # [layer, head, key]
-        self.rows, self.allowed = None, self.visible
-        decoder.rewind(position)
-        self.state.active = True
         key_len = rows.shape[-1]
         eligible = eligible_positions(torch.zeros(1, dtype=torch.long, device=self.device), key_len, key_len,
                                       config.sink_tokens, config.local_window)

@@ -168,7 +168,7 @@ def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = 
             ax.plot(part["k"], part["top10_mean"], color=color, ls=":", label="in-sample: top-10 mean")
             ax.plot(part["k"], part["top50_mean"], color=color, ls="-.", label="in-sample: top-50 mean")
     if residualised is not None:
-        for control, color, label in (("held-out, residualised", "tab:red", "held-out, step + token regressed out"),
+        for control, color, label in (("held-out, residualised", "tab:red", "held-out, step + tokens of n and n+k regressed out"),
                                       ("held-out, residualised, chance", "tab:orange", "the same, chance pairing")):
             part = residualised[residualised["control"] == control]
             if part.empty:
