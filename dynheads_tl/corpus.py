@@ -16,7 +16,7 @@ from typing import Any
 
 from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.models import model_fingerprint, model_name
-from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_generation
+from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_batch, trace_generation
 from dynheads_tl.progress import progress
 from dynheads_tl.store import cached_traces, traces_path
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
@@ -27,6 +27,8 @@ from dynheads_tl.tasks.hotpot import load_hotpot_records, synthetic_hotpot_recor
 SEED_OFFSETS = {
     "calibration": 1000,           # claims 1/3: static heads (Wu et al. score) and probe training pools
     "analysis": 2000,              # claims 1/3: the dynamic analysis
+    "layout_calibration": 3000,    # claim 1, settings with random depth and haystack offset: static heads
+    "layout_analysis": 4000,       # claim 1, the same settings: soft dynamism
     "ablation_calibration": 5000,  # claim 2: static set and k
     "ablation_grid": 6000,         # claim 2: grid cells
     "distractor_pool": 6000 + 7919,  # claim 2: HotpotQA distractor paragraphs of the grid
@@ -80,19 +82,33 @@ class TraceSets(TraceSettings):
 
 
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
-                   use_cache: bool = True, desc: str = "tracing") -> list[Trace]:
+                   use_cache: bool = True, desc: str = "tracing", batch_size: int = 1) -> list[Trace]:
     """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
     + the model (its name and :func:`~dynheads_tl.engine.models.model_fingerprint`: another model saved under the
-    same name misses), so an interrupted run resumes at the first sample not yet finished."""
-    full_key = {**key, "trace": asdict(trace_config), "model": model_name(model),
+    same name misses), so an interrupted run resumes at the first sample not yet finished.
+
+    ``batch_size`` > 1 decodes that many missing samples together (:func:`~dynheads_tl.engine.tracing.trace_batch`:
+    tokens and sets as unbatched, floats to rounding); each is still cached on its own. Progress counts samples."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    full_key = {**key, "trace": trace_config.key(), "model": model_name(model),
                 "model_fingerprint": model_fingerprint(model)}
     keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
     # Samples read back from the cache first; progress is shown only for the ones that are traced.
     todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
     traces: list[list[Trace]] = [[] for _ in samples]
-    for index in itertools.chain([i for i in range(len(samples)) if i not in todo], progress(todo, desc=desc)):
-        traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
-                                      use_cache=use_cache)
+    for index in range(len(samples)):
+        if index not in todo:
+            traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
+                                          use_cache=use_cache)
+    chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
+    batch_desc = desc if batch_size == 1 else f"{desc} ({len(todo)} samples, {batch_size} per batch)"
+    for chunk in progress(chunks, desc=batch_desc):
+        batch = trace_batch(model, [samples[i] for i in chunk], trace_config) if len(chunk) > 1 else None
+        for position, index in enumerate(chunk):
+            make = ((lambda position=position: [batch[position]]) if batch is not None
+                    else (lambda index=index: [trace_generation(model, samples[index], trace_config)]))
+            traces[index] = cached_traces(keys[index], make, use_cache=use_cache)
     return [trace for per_sample in traces for trace in per_sample]
 
 
@@ -113,6 +129,26 @@ def niah_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], list[
                                     max_new_tokens=config.max_new_tokens, max_tokens=_max_tokens(model))
         splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
                                      desc=f"NIAH {split} (seed {seed})"))
+    return splits[0], splits[1]
+
+
+def layout_traces(model, config: TraceSettings, *, haystack: str, context_tokens: int, n_calibration: int,
+                  n_analysis: int, seed: int, use_cache: bool = True,
+                  batch_size: int = 8) -> tuple[list[Trace], list[Trace]]:
+    """(calibration, analysis) NIAH traces of one (haystack, context length) setting whose samples draw their
+    needle depth and haystack offset at random (``make_niah_samples(random_layout=True)``), traced with the
+    attention on every evidence position (``TraceConfig(evidence_attention=True)``), in batches."""
+    trace_config = TraceConfig(**{**config.trace_config("niah").key(), "evidence_attention": True})
+    splits = []
+    for split, n in (("layout_calibration", n_calibration), ("layout_analysis", n_analysis)):
+        offset = SEED_OFFSETS[split]
+        spec = dict(task="niah", split=split, n=n, context_tokens=context_tokens, haystack=haystack,
+                    seed=offset + seed, layout="random")
+        samples = make_niah_samples(model.tokenizer, n=n, context_tokens=context_tokens, seed=offset + seed,
+                                    haystack=haystack, random_layout=True, max_new_tokens=config.max_new_tokens,
+                                    max_tokens=_max_tokens(model))
+        splits.append(collect_traces(model, samples, trace_config, spec, use_cache=use_cache, batch_size=batch_size,
+                                     desc=f"NIAH {haystack} {context_tokens} {split.split('_')[1]}"))
     return splits[0], splits[1]
 
 

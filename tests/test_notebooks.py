@@ -77,6 +77,14 @@ def test_dynamism_notebook_runs_with_tiny_parameters(tmp_path):
     assert set(robust["n_seeds"]) == {2}
     sweep = pd.read_csv(folder / "static_size_sweep.csv")
     assert sweep["static_k"].tolist() == [20, 50, 100, 20, 50, 100]
+    soft = pd.read_csv(folder / "soft_dynamism.csv")
+    assert set(soft["setting"]) == {"prose 300", "all"} and set(soft["kind"]) == {"eq1", "copy", "evidence"}
+    assert set(soft["n_samples"]) == {3}
+    defined = soft.dropna(subset=["low"])
+    assert (defined["low"] <= defined["value"] + 1e-12).all() and (defined["value"] <= defined["high"] + 1e-12).all()
+    churn = pd.read_csv(folder / "argmax_churn.csv")
+    assert ((churn["share"].isna()) | churn["share"].between(0, 1)).all()
+    assert (folder / "soft_dynamism.png").stat().st_size > 0
 
 
 def _run(notebook, tmp_path, **extra):

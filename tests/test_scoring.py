@@ -206,3 +206,54 @@ def test_size_aware_verdict_reads_the_interval_of_the_outside_share():
     assert "mostly, but not only" in size_aware_verdict(table(0.2, 0.1, 0.3))
     assert "do not determine" in size_aware_verdict(table(0.6, 0.2, 1.0))
     assert "undefined" in size_aware_verdict(table(float("nan"), float("nan"), float("nan")))
+
+
+def test_copy_and_evidence_mass_on_a_hand_built_trace():
+    from dynheads_tl.analysis.scoring import adjacent_counts, copy_mass, evidence_mass, head_churn_counts, soft_sets
+
+    # Needle [3, 6) holds tokens 30, 31, 32. 2 steps, 1 layer, 2 heads; attention on the 3 needle positions.
+    attention = torch.tensor([[[[0.6, 0.1, 0.1], [0.05, 0.05, 0.0]]],   # step 0 (generates 30)
+                              [[[0.3, 0.2, 0.4], [0.0, 0.7, 0.0]]]])    # step 1 (generates 31)
+    trace = hand_trace([[[3, 0]], [[5, 4]]], [30, 31], PROMPT, (3, 6))
+    trace.evidence_attention = attention.half()
+    assert torch.allclose(evidence_mass(trace), torch.tensor([[[0.8, 0.1]], [[0.9, 0.7]]]), atol=1e-3)
+    # Copy mass: only the needle position holding the generated token (30 at step 0, 31 at step 1).
+    assert torch.allclose(copy_mass(trace), torch.tensor([[[0.6, 0.05]], [[0.2, 0.7]]]), atol=1e-3)
+    # Head 0 reads the needle at both steps but its argmax leaves the copied token at step 1 (Eq. 1 churn).
+    assert trace.retrieval_mask.tolist() == [[[True, False]], [[False, True]]]
+    assert soft_sets(trace, "evidence", 0.5).tolist() == [[[True, False]], [[True, True]]]
+    assert soft_sets(trace, "copy", 0.5).tolist() == [[[True, False]], [[False, True]]]
+    churn = head_churn_counts(trace.retrieval_mask, soft_sets(trace, "evidence", 0.5))
+    assert churn == {"drops": 1.0, "drops_still_reading": 1.0}
+    eq1 = adjacent_counts(trace.retrieval_mask)
+    assert eq1["pairs"] == 1 and eq1["jaccard_sum"] == 0.0 and eq1["kept"] == 0 and eq1["ever"] == 2
+    readers = adjacent_counts(soft_sets(trace, "evidence", 0.5))
+    assert readers["jaccard_sum"] == pytest.approx(0.5) and readers["kept"] == 1 and readers["left"] == 1
+    with pytest.raises(ValueError, match="evidence attention"):
+        copy_mass(hand_trace([[[3, 0]]], [30], PROMPT, (3, 6)))
+    with pytest.raises(ValueError, match="threshold"):
+        soft_sets(trace, "copy", 1.5)
+
+
+def _soft_frames(eq1, readers, copy, still):
+    import pandas as pd
+
+    rows = [{"setting": "all", "metric": "jaccard_adjacent", "kind": kind, "threshold": t, "value": v, "low": lo,
+             "high": hi, "n_samples": 40} for kind, t, (v, lo, hi) in
+            (("eq1", None, eq1), ("evidence", 0.3, readers), ("copy", 0.3, copy))]
+    churn = [{"setting": "all", "kind": "evidence", "threshold": 0.3, "drops": 100, "share": still[0],
+              "low": still[1], "high": still[2], "n_samples": 40}]
+    return pd.DataFrame(rows), pd.DataFrame(churn)
+
+
+@pytest.mark.parametrize("readers, expected", [
+    ((0.85, 0.80, 0.90), "mostly only the argmax winner changes"),
+    ((0.60, 0.55, 0.65), "both change"),
+    ((0.42, 0.35, 0.50), "changes as much as the Eq. 1 set"),
+])
+def test_soft_verdict_reads_the_intervals(readers, expected):
+    from dynheads_tl.claims.dynamism import soft_verdict
+
+    table, churn = _soft_frames((0.40, 0.35, 0.45), readers, (0.5, 0.4, 0.6), (0.7, 0.6, 0.8))
+    sentence = soft_verdict(table, churn, 0.3)
+    assert expected in sentence and "0.40 [0.35, 0.45]" in sentence and "40 analysis samples" in sentence

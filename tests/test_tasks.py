@@ -57,7 +57,32 @@ def test_seeded_uuids_are_reproducible_and_distinct(tokenizer):
     assert len({s.answers[0] for s in a + c}) == 6
 
 
-@pytest.mark.parametrize("bad", [{"depth": 1.5}, {"depth": -0.1}, {"context_tokens": 3}, {"needle": "no slot"}])
+def test_random_layout_varies_depth_and_haystack_text_reproducibly(tokenizer):
+    a = make_niah_samples(tokenizer, n=4, context_tokens=300, seed=3, haystack="prose", random_layout=True)
+    b = make_niah_samples(tokenizer, n=4, context_tokens=300, seed=3, haystack="prose", random_layout=True)
+    c = make_niah_samples(tokenizer, n=4, context_tokens=300, seed=4, haystack="prose", random_layout=True)
+    assert [s.prompt_ids for s in a] == [s.prompt_ids for s in b]
+    contexts = lambda samples: {tuple(s.prompt_ids[s.context_span[0]: s.context_span[0] + 20]) for s in samples}
+    assert len(contexts(a) | contexts(c)) == 8, "each sample starts the haystack somewhere else"
+    depths = [s.meta["depth"] for s in a + c]
+    assert all(0 <= d <= 1 for d in depths) and depths[:4] != depths[4:]
+    assert depths[:4] != [(i + 0.5) / 4 for i in range(4)], "not the evenly spread depths of the default layout"
+    assert len(set(depths)) >= 6
+    for sample in a + c:
+        (start, end), = sample.evidence_spans
+        assert tokenizer.decode(sample.prompt_ids[start:end]).strip() == sample.meta["needle_text"]
+        assert abs(sample.meta["context_len"] - 300) <= 30
+        assert 0 <= sample.meta["actual_depth"] <= 1
+    # Offset 0 is the old layout exactly (so cached traces of the default splits keep their keys).
+    plain = build_niah_sample(tokenizer, NiahConfig(context_tokens=300, depth=0.4, seed=9))
+    zero = build_niah_sample(tokenizer, NiahConfig(context_tokens=300, depth=0.4, seed=9, haystack_offset=0))
+    assert plain.prompt_ids == zero.prompt_ids
+    with pytest.raises(ValueError, match="not both"):
+        make_niah_samples(tokenizer, n=1, context_tokens=300, depths=[0.5], random_layout=True)
+
+
+@pytest.mark.parametrize("bad", [{"depth": 1.5}, {"depth": -0.1}, {"context_tokens": 3}, {"needle": "no slot"},
+                                 {"haystack_offset": -1}])
 def test_bad_niah_config_fails_with_a_sentence(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         NiahConfig(**bad)

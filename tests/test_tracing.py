@@ -80,6 +80,28 @@ def test_eq2_matches_eager_transformers(embedded_model, reference_model):
     assert (trace.support_score >= 0).all() and (trace.support_score <= 1 + 1e-6).all()
 
 
+@pytest.mark.slow
+def test_evidence_attention_matches_eager_transformers_batched_and_alone(embedded_model, reference_model):
+    """Each head's recorded weight on each evidence position equals the eager attention row there, for a
+    sample traced alone and for the same sample left-padded in a batch with a longer one."""
+    samples = make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=[300, 420], seed=5,
+                                random_layout=True, max_new_tokens=12)
+    config = TraceConfig(max_new_tokens=12, evidence_attention=True)
+    alone = trace_generation(embedded_model, samples[0], config)
+    batched = dynheads_tl.engine.tracing.trace_batch(embedded_model, samples, config)
+    for trace in (alone, batched[0], batched[1]):
+        rows = independent_rows(reference_model, trace)  # [step, layer, head, key]
+        where = trace.evidence_mask.nonzero().flatten()
+        expected = rows[..., where]
+        assert trace.evidence_attention.shape == expected.shape
+        torch.testing.assert_close(trace.evidence_attention.float(), expected, atol=2e-3, rtol=1e-2)  # float16
+        assert expected.sum(-1).max() > 0.5, "some head should read the needle"
+    assert alone.tokens.tolist() == batched[0].tokens.tolist()
+    # A trace recorded without it has none, and its config key is unchanged by the option's existence.
+    assert trace_generation(embedded_model, samples[0], TraceConfig(max_new_tokens=2)).evidence_attention is None
+    assert "evidence_attention" not in TraceConfig().key() and TraceConfig(evidence_attention=True).key()["evidence_attention"]
+
+
 def test_trace_roundtrip(embedded_model, niah_samples, tmp_path):
     trace = trace_generation(embedded_model, niah_samples[0], TraceConfig(max_new_tokens=6))
     path = trace.save(tmp_path / "t.pt")

@@ -200,3 +200,67 @@ def size_aware_metrics(per_sample: Sequence[dict[str, float]], *, seed: int = 0)
             rows.append({"metric": "share_outside_static", "value": 1 - interval.estimate, "low": 1 - interval.high,
                          "high": 1 - interval.low, "n_samples": interval.n})
     return rows
+
+
+# --- soft retrieval: attention mass instead of the argmax (beyond the paper) -----------------------
+def _evidence_attention(trace: Trace) -> Float[Tensor, "step layer head evidence"]:
+    if trace.evidence_attention is None:
+        raise ValueError("This trace has no evidence attention; trace with TraceConfig(evidence_attention=True).")
+    return trace.evidence_attention.float()
+
+
+def evidence_mass(trace: Trace) -> Float[Tensor, "step layer head"]:
+    """Each head's total attention weight on the evidence positions at every step (sinks and recent tokens
+    included in the denominator, unlike Eq. 2: this is the raw softmax mass)."""
+    return _evidence_attention(trace).sum(-1)
+
+
+def copy_mass(trace: Trace) -> Float[Tensor, "step layer head"]:
+    """The soft counterpart of Eq. 1: each head's attention weight on the evidence positions that hold the
+    token generated at that step. Eq. 1 asks whether the single most-attended position is such a position;
+    the copy mass asks how much of the head's attention goes to them."""
+    attention = _evidence_attention(trace)
+    evidence_ids = trace.prompt_ids[trace.evidence_mask]  # the ids at the evidence positions, in order
+    holds = evidence_ids[None, :] == trace.tokens[:, None]  # [step, evidence]
+    return (attention * holds[:, None, None, :].float()).sum(-1)
+
+
+SoftKind = Literal["eq1", "copy", "evidence"]
+
+
+def soft_sets(trace: Trace, kind: SoftKind, threshold: float = 0.5) -> Bool[Tensor, "step layer head"]:
+    """Per-step head sets from one trace: ``"eq1"`` (the paper's argmax criterion), ``"copy"`` (copy mass
+    above ``threshold``) or ``"evidence"`` (evidence mass above ``threshold``: the heads that read the
+    evidence at all, whatever token they look at)."""
+    if kind == "eq1":
+        return trace.retrieval_mask
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold must lie in (0, 1), got {threshold!r}.")
+    if kind == "copy":
+        return copy_mass(trace) > threshold
+    if kind == "evidence":
+        return evidence_mass(trace) > threshold
+    raise ValueError(f"kind must be 'eq1', 'copy' or 'evidence', got {kind!r}.")
+
+
+def adjacent_counts(sets: Bool[Tensor, "step layer head"]) -> dict[str, float]:
+    """Sums over one sample's consecutive step pairs with a non-empty union, from which per-sample ratios
+    are pooled: ``pairs``, ``jaccard_sum`` (Σ J(D_t, D_{t+1})), ``kept`` (Σ |D_t ∩ D_{t+1}|) and ``left``
+    (Σ |D_t|, over the same pairs: so kept / left is the share of a step's heads still active at the next);
+    ``steps``, ``size_sum``: steps and Σ |D_t|; ``ever``: heads active at least once."""
+    flat = sets.flatten(1)
+    a, b = flat[:-1], flat[1:]
+    union = (a | b).sum(1)
+    inter = (a & b).sum(1)
+    valid = union > 0
+    return {"pairs": float(valid.sum()), "jaccard_sum": float((inter[valid].double() / union[valid].double()).sum()),
+            "kept": float(inter[valid].sum()), "left": float(a[valid].sum()),
+            "steps": float(flat.shape[0]), "size_sum": float(flat.sum()), "ever": float(flat.any(0).sum())}
+
+
+def head_churn_counts(hits: Bool[Tensor, "step layer head"], reads: Bool[Tensor, "step layer head"]) -> dict[str, float]:
+    """Argmax churn: of the times a head drops out of the Eq. 1 set from one step to the next (hit at t, no hit
+    at t + 1), how often it still reads the evidence at t + 1 (``reads``, e.g. evidence mass above a threshold).
+    Returns the counts ``drops`` and ``drops_still_reading``."""
+    drop = hits[:-1] & ~hits[1:]
+    return {"drops": float(drop.sum()), "drops_still_reading": float((drop & reads[1:]).sum())}

@@ -17,9 +17,10 @@ from dynheads_tl.config import NotebookConfig, check_int_list, check_ints, check
 from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import (
-    activation_frequency, dynamic_sets, dynamism_metrics, size_aware_counts, size_aware_metrics,
-    static_eq2_scores, static_retrieval_scores, static_top_k,
+    activation_frequency, adjacent_counts, dynamic_sets, dynamism_metrics, head_churn_counts, size_aware_counts,
+    size_aware_metrics, soft_sets, static_eq2_scores, static_retrieval_scores, static_top_k,
 )
+from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
 from dynheads_tl.engine.equations import head_labels
 from dynheads_tl.engine.tracing import Trace
 from dynheads_tl.tasks import exact_match, load_hotpot_records, niah_accuracy, token_f1
@@ -43,23 +44,46 @@ class DynamismConfig(TraceSets, NotebookConfig):
     static_k: int = 20
     static_sizes: list[int] = field(default_factory=lambda: [20, 50, 100])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    setting_haystacks: list[str] = field(default_factory=lambda: ["filler", "prose"])
+    setting_contexts: list[int] = field(default_factory=lambda: [500, 1000])
+    n_setting: int = 24
+    n_setting_calibration: int = 8
+    copy_thresholds: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5])
+    soft_threshold: float = 0.3
+    trace_batch_size: int = 8
     output_dir: str = "papers_figures"
 
     def __post_init__(self):
         super().__post_init__()
-        check_ints(self, ("static_k",))
+        check_ints(self, ("static_k", "n_setting", "n_setting_calibration", "trace_batch_size"))
         check_open_unit(self, "eq2_threshold")
+        check_open_unit(self, "soft_threshold")
         check_int_list(self, "seeds")
         check_int_list(self, "static_sizes", minimum=1)
+        check_int_list(self, "setting_contexts", minimum=32, allow_empty=True)
+        if not isinstance(self.setting_haystacks, list) or not all(isinstance(h, str) for h in self.setting_haystacks):
+            raise ValueError(f"Parameter 'setting_haystacks' must be a list of haystack specs, got {self.setting_haystacks!r}.")
+        if (not isinstance(self.copy_thresholds, list) or not self.copy_thresholds
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in self.copy_thresholds)):
+            raise ValueError(f"Parameter 'copy_thresholds' must be a non-empty list of values in (0, 1), got {self.copy_thresholds!r}.")
+
+    @property
+    def settings(self) -> list[tuple[str, int]]:
+        """The (haystack, context length) settings of the soft-dynamism section."""
+        return [(haystack, context) for haystack in self.setting_haystacks for context in self.setting_contexts]
 
     def check_inputs(self) -> None:
         """The haystack, the HotpotQA file and the NIAH length against the model's window, before any model work."""
         from dynheads_tl.config import model_context_window
         from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
 
-        check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
-                           name="context_tokens")
+        window = model_context_window(self.model)
+        check_context_fits(self.context_tokens, self.max_new_tokens, window, name="context_tokens")
         check_haystack(self.haystack)
+        for haystack in self.setting_haystacks:
+            check_haystack(haystack)
+        if self.setting_contexts:
+            check_context_fits(self.setting_contexts, self.max_new_tokens, window, name="setting_contexts")
         # A file's calibration split is its first n_hotpot // 2 records and the analysis split the n_hotpot after
         # the first n_hotpot (see _hotpot_records), so 2 * n_hotpot usable records are needed.
         check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
@@ -248,6 +272,195 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
             f"top-{k}; per-step coverage |D_t ∩ S_{k}| / |D_t| is {fmt('static_coverage')}; the Jaccard "
             f"{fmt('jaccard_static')} is {fmt('jaccard_over_bound')} of the largest value the set sizes allow "
             f"({fmt('jaccard_bound')}). So {reading} (95% bootstrap intervals over {n} analysis samples).")
+
+
+# --- soft dynamism over settings with random layouts (beyond the paper) ---------------------------
+@dataclass
+class SettingResult:
+    """One (haystack, context length) setting: its traces (with evidence attention), static scores and accuracy."""
+
+    haystack: str
+    context: int
+    calibration: list[Trace]
+    analysis: list[Trace]
+    static_scores: torch.Tensor | None  # None when no calibration answer passed Wu et al.'s filter
+
+    @property
+    def label(self) -> str:
+        return f"{self.haystack.split(':')[0]} {self.context}"
+
+    def static_mask(self, k: int) -> torch.Tensor | None:
+        if self.static_scores is None:
+            return None
+        return static_top_k(self.static_scores, min(k, self.static_scores.numel()))
+
+
+def run_settings(model, config: DynamismConfig) -> list[SettingResult]:
+    """Trace every (haystack, context) setting of ``config.settings`` with the headline seed."""
+    from dynheads_tl.corpus import layout_traces
+
+    results = []
+    for haystack, context in config.settings:
+        calibration, analysis = layout_traces(
+            model, config, haystack=haystack, context_tokens=context, n_calibration=config.n_setting_calibration,
+            n_analysis=config.n_setting, seed=config.seeds[0], use_cache=config.use_cache,
+            batch_size=config.trace_batch_size)
+        try:
+            scores = static_retrieval_scores(calibration, rouge_filter=0.5)
+        except ValueError:  # no calibration answer reproduced the needle: no static set for this setting
+            logger.warning("Setting %s %s: no calibration sample passed the ROUGE filter; static metrics are NaN.",
+                           haystack, context)
+            scores = None
+        results.append(SettingResult(haystack, context, calibration, analysis, scores))
+    return results
+
+
+def soft_definitions(config: DynamismConfig) -> list[tuple[str, float | None]]:
+    """Eq. 1, then copy mass and evidence mass above each of ``config.copy_thresholds``."""
+    return ([("eq1", None)] + [("copy", t) for t in config.copy_thresholds]
+            + [("evidence", t) for t in config.copy_thresholds])
+
+
+def definition_label(kind: str, threshold: float | None) -> str:
+    return {"eq1": "Eq. 1 (argmax)", "copy": f"copy mass > {threshold:g}",
+            "evidence": f"evidence mass > {threshold:g}"}[kind] if kind != "eq1" else "Eq. 1 (argmax)"
+
+
+def _ratio(numerator: str, denominator: str):
+    def statistic(rows: np.ndarray) -> float:
+        total = rows[:, 1].sum()
+        return float(rows[:, 0].sum() / total) if total > 0 else float("nan")
+    return statistic, (numerator, denominator)
+
+
+# Per-sample sums -> pooled ratios (see scoring.adjacent_counts / size_aware_counts).
+SOFT_METRICS = {
+    "jaccard_adjacent": ("jaccard_sum", "pairs"),   # mean J(D_t, D_t+1)
+    "persistence": ("kept", "left"),                # share of a step's heads still active at the next step
+    "heads_per_step": ("size_sum", "steps"),
+    "ever_active": ("ever", "one"),                  # heads active at least once, per sample
+    "static_coverage": ("coverage_sum", "active_steps"),  # |D_t ∩ S_k| / |D_t|
+    "share_outside_static": ("outside", "activations"),
+}
+
+
+def _sample_counts(trace: Trace, kind: str, threshold: float | None, static: torch.Tensor | None) -> dict[str, float]:
+    sets = soft_sets(trace, kind, threshold if threshold is not None else 0.5)
+    counts = {**adjacent_counts(sets), "one": 1.0}
+    if static is not None:
+        size = size_aware_counts(sets, static)
+        counts.update(coverage_sum=size["coverage_sum"], active_steps=size["steps"],
+                      outside=size["activations"] - size["inside"], activations=size["activations"])
+    else:
+        counts.update(coverage_sum=float("nan"), active_steps=float("nan"), outside=float("nan"),
+                      activations=float("nan"))
+    return counts
+
+
+def _pooled(per_sample: list[dict[str, float]], metric: str, seed: int = 0) -> dict[str, float]:
+    numerator, denominator = SOFT_METRICS[metric]
+    values = np.array([[c[numerator], c[denominator]] for c in per_sample], dtype=float)
+    if np.isnan(values).any():
+        return {"value": float("nan"), "low": float("nan"), "high": float("nan"), "n_samples": len(values)}
+    statistic, _ = _ratio(numerator, denominator)
+    interval = bootstrap_interval(values, statistic, seed=seed)
+    return {"value": interval.estimate, "low": interval.low, "high": interval.high, "n_samples": interval.n}
+
+
+def soft_dynamism_table(settings: list[SettingResult], config: DynamismConfig) -> pd.DataFrame:
+    """Table 1's dynamism metrics for Eq. 1 and for copy / evidence mass above each threshold, per setting and
+    pooled over settings ("all"), each a ratio pooled over analysis samples with a 95% bootstrap interval over
+    samples. Static metrics use each setting's own static top-``static_k``."""
+    rows = []
+    pooled: dict[tuple, list] = {}
+    for setting in settings:
+        static = setting.static_mask(config.static_k)
+        for kind, threshold in soft_definitions(config):
+            per_sample = [_sample_counts(t, kind, threshold, static) for t in setting.analysis]
+            pooled.setdefault((kind, threshold), []).extend(per_sample)
+            for metric in SOFT_METRICS:
+                rows.append({"setting": setting.label, "definition": definition_label(kind, threshold), "kind": kind,
+                             "threshold": threshold, "metric": metric, **_pooled(per_sample, metric)})
+    for (kind, threshold), per_sample in pooled.items():
+        for metric in SOFT_METRICS:
+            rows.append({"setting": "all", "definition": definition_label(kind, threshold), "kind": kind,
+                         "threshold": threshold, "metric": metric, **_pooled(per_sample, metric)})
+    return pd.DataFrame(rows)
+
+
+def setting_accuracy(settings: list[SettingResult]) -> pd.DataFrame:
+    """NIAH accuracy of each setting's analysis split, with a Wilson 95% interval."""
+    rows = []
+    for setting in settings:
+        hits = sum(niah_accuracy(t.response, t.answers[0]) >= 1.0 for t in setting.analysis)
+        interval = wilson_interval(int(hits), len(setting.analysis))
+        rows.append({"setting": setting.label, "haystack": setting.haystack, "context": setting.context,
+                     "accuracy": interval.estimate, "low": interval.low, "high": interval.high, "n": interval.n,
+                     "static_set": setting.static_scores is not None})
+    return pd.DataFrame(rows)
+
+
+def argmax_churn(settings: list[SettingResult], config: DynamismConfig) -> pd.DataFrame:
+    """Of the times a head leaves the Eq. 1 set from step t to t + 1, the share that still puts more than τ of
+    its attention on the needle (evidence mass) or on the token being copied (copy mass) at t + 1, per setting
+    and pooled; 95% bootstrap intervals over samples."""
+    rows = []
+    pooled: dict[tuple, list] = {}
+    for setting in settings:
+        for kind in ("evidence", "copy"):
+            for threshold in config.copy_thresholds:
+                per_sample = []
+                for trace in setting.analysis:
+                    counts = head_churn_counts(trace.retrieval_mask, soft_sets(trace, kind, threshold))
+                    per_sample.append([counts["drops_still_reading"], counts["drops"]])
+                pooled.setdefault((kind, threshold), []).extend(per_sample)
+                rows.append(_churn_row(setting.label, kind, threshold, per_sample))
+    for (kind, threshold), per_sample in pooled.items():
+        rows.append(_churn_row("all", kind, threshold, per_sample))
+    return pd.DataFrame(rows)
+
+
+def _churn_row(label: str, kind: str, threshold: float, per_sample: list[list[float]]) -> dict:
+    values = np.array(per_sample, dtype=float)
+    statistic, _ = _ratio("still", "drops")
+    interval = bootstrap_interval(values, statistic)
+    return {"setting": label, "still_reading": definition_label(kind, threshold), "kind": kind, "threshold": threshold,
+            "drops": int(values[:, 1].sum()), "share": interval.estimate, "low": interval.low, "high": interval.high,
+            "n_samples": interval.n}
+
+
+def soft_verdict(table: pd.DataFrame, churn: pd.DataFrame, threshold: float) -> str:
+    """One computed sentence: does the set of heads that read the needle change from step to step, or only
+    which of them wins the argmax? Pooled over settings.
+
+    Reading: the evidence-mass set (heads with more than ``threshold`` of their attention on the needle) is
+    compared with the Eq. 1 set on adjacent-step Jaccard. If the evidence set's interval lies wholly above the
+    Eq. 1 set's and its adjacent Jaccard is at least 0.5, the readers are stable and mostly the argmax winner
+    changes; if it lies above but below 0.5, both change, the readers less; if the intervals overlap or the
+    evidence set's lies below, the reading set changes as much as the Eq. 1 set."""
+    pooled = table[(table["setting"] == "all") & (table["metric"] == "jaccard_adjacent")]
+    eq1 = pooled[pooled["kind"] == "eq1"]
+    readers = pooled[(pooled["kind"] == "evidence") & np.isclose(pooled["threshold"].astype(float), threshold)]
+    copy = pooled[(pooled["kind"] == "copy") & np.isclose(pooled["threshold"].astype(float), threshold)]
+    still = churn[(churn["setting"] == "all") & (churn["kind"] == "evidence")
+                  & np.isclose(churn["threshold"].astype(float), threshold)]
+    if eq1.empty or readers.empty or copy.empty or still.empty:
+        return f"No soft-dynamism results at threshold {threshold:g}."
+    eq1, readers, copy, still = eq1.iloc[0], readers.iloc[0], copy.iloc[0], still.iloc[0]
+    fmt = lambda r, key="value": f"{r[key]:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+    if any(x != x for x in (eq1["low"], readers["low"], eq1["high"], readers["high"])):
+        return "The adjacent-step Jaccard is undefined in these samples (too few active steps)."
+    if readers["low"] > eq1["high"] and readers["value"] >= 0.7:
+        reading = ("mostly only the argmax winner changes: the heads that read the needle stay largely the same "
+                   "from step to step, while the Eq. 1 set changes")
+    elif readers["low"] > eq1["high"]:
+        reading = "both change: the set of heads reading the needle changes from step to step, but less than the Eq. 1 set"
+    else:
+        reading = "the set of heads that read the needle changes as much as the Eq. 1 set: the dynamism is not an artefact of the argmax"
+    return (f"Pooled over {int(readers['n_samples'])} analysis samples: adjacent-step Jaccard is {fmt(eq1)} for the Eq. 1 "
+            f"set, {fmt(readers)} for the heads with evidence mass > {threshold:g} and {fmt(copy)} for copy mass "
+            f"> {threshold:g}; of {int(still['drops'])} exits from the Eq. 1 set, {fmt(still, 'share')} still had evidence "
+            f"mass > {threshold:g} at the next step. So {reading} (95% bootstrap intervals over samples).")
 
 
 def task_name(table: pd.DataFrame) -> str:

@@ -51,6 +51,11 @@ class TraceConfig:
     ``sink_tokens`` and ``local_window`` define Eq. 2's denominator: attention on the first
     ``sink_tokens`` positions (attention sinks) and on the last ``local_window`` key positions is
     left out. The paper gives no values; 4 and 32 follow a third-party reproduction.
+
+    ``evidence_attention``: also record every head's attention weight on each evidence position at every
+    step (:attr:`Trace.evidence_attention`), for soft retrieval measures such as the copy mass
+    (:func:`dynheads_tl.analysis.scoring.copy_mass`). Off by default: it costs memory in proportion to the
+    evidence length.
     """
 
     max_new_tokens: int = 24
@@ -58,6 +63,7 @@ class TraceConfig:
     local_window: int = 32
     prefill: PrefillMode = "fast"
     stop_at_eos: bool = True
+    evidence_attention: bool = False
 
     def __post_init__(self):
         for name in ("max_new_tokens", "sink_tokens", "local_window"):
@@ -66,6 +72,16 @@ class TraceConfig:
                 raise ValueError(f"{name} must be a non-negative integer (max_new_tokens >= 1), got {value!r}.")
         if self.prefill not in ("fast", "hooked"):
             raise ValueError(f"prefill must be 'fast' or 'hooked', got {self.prefill!r}.")
+        if not isinstance(self.evidence_attention, bool):
+            raise ValueError(f"evidence_attention must be True or False, got {self.evidence_attention!r}.")
+
+    def key(self) -> dict[str, Any]:
+        """The settings as a cache key. ``evidence_attention`` appears only when on, so traces cached
+        before it existed keep their keys (a trace recorded with it also holds everything without it)."""
+        values = asdict(self)
+        if not values["evidence_attention"]:
+            del values["evidence_attention"]
+        return values
 
 
 @dataclass
@@ -83,6 +99,9 @@ class Trace:
     response: str
     config: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    # With TraceConfig(evidence_attention=True): each head's attention weight on each evidence position
+    # (the positions of ``evidence_mask``, in order), at every step; None otherwise.
+    evidence_attention: Float[Tensor, "step layer head evidence"] | None = None
 
     @property
     def n_steps(self) -> int:
@@ -111,7 +130,8 @@ class Trace:
     # --- persistence ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {
-            "tensors": {k: getattr(self, k) for k in ("tokens", "argmax_pos", "support_score", "hidden", "prompt_ids")},
+            "tensors": {k: getattr(self, k) for k in ("tokens", "argmax_pos", "support_score", "hidden", "prompt_ids",
+                                                      "evidence_attention") if getattr(self, k) is not None},
             "info": json.dumps({k: getattr(self, k) for k in ("evidence_spans", "task", "answers", "response", "config", "meta")}),
         }
 
@@ -361,6 +381,11 @@ def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[st
             key_len = rows.shape[-1]
             buffers["support_score"][:, state.step, layer] = eq2_share(
                 rows, masks["evidence"][:, :key_len], masks["eligible"][:, :key_len])
+            if "evidence_attention" in buffers:  # each evidence position's weight (padding slots get 0)
+                index, valid = masks["evidence_index"], masks["evidence_valid"]
+                taken = rows.gather(-1, index[:, None, :].expand(-1, rows.shape[1], -1).clamp_max(key_len - 1))
+                buffers["evidence_attention"][:, state.step, layer] = (taken * valid[:, None, :]).to(
+                    buffers["evidence_attention"].dtype)
             return None
 
         return hook
@@ -406,6 +431,14 @@ class BatchLoop:
             self.ids[b, : len(sample.prompt_ids)] = torch.as_tensor(sample.prompt_ids, device=device)
             padded_evidence[b, offsets[b]:] = self.evidence[b, : longest - offsets[b]]
         masks.update(evidence=padded_evidence, eligible=None, offsets=self.decoder.offsets)
+        # The evidence positions of each row (padded coordinates), for recording evidence attention.
+        positions = [torch.nonzero(padded_evidence[b]).flatten() for b in range(len(samples))]
+        width = max([len(p) for p in positions] + [1])
+        masks["evidence_index"] = torch.zeros(len(samples), width, dtype=torch.long, device=device)
+        masks["evidence_valid"] = torch.zeros(len(samples), width, dtype=torch.float32, device=device)
+        for b, where in enumerate(positions):
+            masks["evidence_index"][b, : len(where)] = where
+            masks["evidence_valid"][b, : len(where)] = 1.0
         self.masks = masks
         self.stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
         self.tokens: list[list[int]] = [[] for _ in samples]
@@ -521,7 +554,8 @@ def decode(
     """
     check_context_length(model, samples, config.max_new_tokens)
     state = state or StepState()
-    buffers = new_buffers(model, config.max_new_tokens, batch=len(samples))
+    buffers = new_buffers(model, config.max_new_tokens, batch=len(samples),
+                          evidence_width=max_evidence(samples) if config.evidence_attention else 0)
     policy.buffers(buffers)
     masks: dict[str, Tensor] = {}
     all_hooks = ((reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else [])
@@ -594,20 +628,34 @@ def trace_generation(
     return trace_batch(model, [sample], config, hooks=hooks, state=state, record=record)[0]
 
 
-def new_buffers(model, max_steps: int, batch: int = 1) -> dict[str, Tensor]:
-    """Per-row, per-step outputs of the reduction hooks, preallocated for ``max_steps`` steps."""
+def max_evidence(samples: Sequence[Sample]) -> int:
+    """The largest number of evidence positions of any sample (the evidence-attention buffer's width)."""
+    return max(int(evidence_positions(s.evidence_spans, len(s.prompt_ids)).sum()) for s in samples)
+
+
+def new_buffers(model, max_steps: int, batch: int = 1, evidence_width: int = 0) -> dict[str, Tensor]:
+    """Per-row, per-step outputs of the reduction hooks, preallocated for ``max_steps`` steps; with
+    ``evidence_width`` > 0 also the attention on up to that many evidence positions (float16)."""
     n_layers, n_heads, d_model = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model
     device = next(model.parameters()).device
-    return {
+    buffers = {
         "argmax_pos": torch.zeros(batch, max_steps, n_layers, n_heads, dtype=torch.long, device=device),
         "support_score": torch.zeros(batch, max_steps, n_layers, n_heads, dtype=torch.float32, device=device),
         "hidden": torch.zeros(batch, max_steps, d_model, dtype=torch.float32, device=device),
     }
+    if evidence_width > 0:
+        buffers["evidence_attention"] = torch.zeros(batch, max_steps, n_layers, n_heads, evidence_width,
+                                                    dtype=torch.float16, device=device)
+    return buffers
 
 
 def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], buffers: dict[str, Tensor],
                 row: int = 0, **extra_config) -> Trace:
     n = len(tokens)
+    evidence_attention = None
+    if "evidence_attention" in buffers:
+        n_evidence = int(evidence_positions(sample.evidence_spans, len(sample.prompt_ids)).sum())
+        evidence_attention = buffers["evidence_attention"][row, :n, ..., :n_evidence].cpu()
     return Trace(
         tokens=torch.tensor(tokens, dtype=torch.long),
         argmax_pos=buffers["argmax_pos"][row, :n].cpu(),
@@ -621,4 +669,5 @@ def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], b
         config={**asdict(config), "model": model_name(model), "model_fingerprint": model_fingerprint(model),
                 **extra_config},
         meta=dict(sample.meta),
+        evidence_attention=evidence_attention,
     )

@@ -229,3 +229,32 @@ def size_aware_figure(table: pd.DataFrame, title: str):
     fig.suptitle(f"{title} (95% bootstrap CI over {n} samples)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def soft_dynamism_figure(table: pd.DataFrame, title: str, metrics: Sequence[str] = ("jaccard_adjacent", "heads_per_step")):
+    """Claim 1, soft dynamism: per setting (and pooled), each set definition's value of ``metrics`` with its 95%
+    interval: Eq. 1's argmax criterion beside copy and evidence mass above each threshold."""
+    settings = list(dict.fromkeys(table["setting"]))
+    definitions = list(dict.fromkeys(table["definition"]))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.2 * len(metrics), 3.8))
+    axes = np.atleast_1d(axes)
+    width = 0.8 / max(len(definitions), 1)
+    colors = plt.get_cmap("tab10")
+    for ax, metric in zip(axes, metrics):
+        part = table[table["metric"] == metric]
+        for d, definition in enumerate(definitions):
+            rows = part[part["definition"] == definition].set_index("setting").reindex(settings)
+            x = np.arange(len(settings)) + (d - (len(definitions) - 1) / 2) * width
+            errors = np.array([rows["value"] - rows["low"], rows["high"] - rows["value"]]).clip(min=0)
+            ax.bar(x, rows["value"], width, yerr=errors, capsize=2, color=colors(d), label=definition)
+        ax.set_xticks(np.arange(len(settings)))
+        ax.set_xticklabels([f"{s}\n(n = {int(part[part['setting'] == s]['n_samples'].iloc[0])})" for s in settings],
+                           fontsize=8)
+        ax.set_ylabel({"jaccard_adjacent": "adjacent-step Jaccard", "heads_per_step": "heads per step",
+                       "persistence": "share of heads kept at next step"}.get(metric, metric))
+        if metric in ("jaccard_adjacent", "persistence"):
+            ax.set_ylim(0, 1.05)
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

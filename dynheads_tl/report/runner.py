@@ -52,7 +52,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         # max_new_tokens 32: the answer must be reproduced for Wu et al.'s ROUGE filter (> 0.5 recall of the
         # UUID, about 25 tokens) to keep any calibration sample, so shorter answers leave no static heads.
         "01_dynamism": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32,
-                        "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1]},
+                        "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1], "setting_haystacks": ["prose"],
+                        "setting_contexts": [300], "n_setting": 3, "n_setting_calibration": 2},
         "02_irreplaceability": {"niah_contexts": [300], "niah_depths": [0.2, 0.8], "hotpot_contexts": [250],
                                 "hotpot_depths": [0.5], "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 32,
                                 "hotpot_max_new_tokens": 8, "progressive_k_max": 10, "n_progressive": 1,
@@ -66,7 +67,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {},
     "paper": {
         "01_dynamism": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
-                        "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2]},
+                        "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
+                        "setting_contexts": [5000, 20000], "n_setting": 100, "n_setting_calibration": 20},
         "02_irreplaceability": {"model": "meta-llama/Llama-3.1-8B-Instruct",
                                 "niah_contexts": [5000, 10000, 20000, 30000, 40000, 50000],
                                 "niah_depths": [0.0, 0.25, 0.5, 0.75, 1.0],

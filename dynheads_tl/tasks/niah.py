@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -45,10 +45,13 @@ class NiahConfig:
     instruction: str = NIAH_INSTRUCTION
     seed: int = 0
     max_new_tokens: int = 24
+    haystack_offset: int = 0  # haystack tokens skipped before the context starts (at the next sentence start)
 
     def __post_init__(self):
         if not isinstance(self.context_tokens, int) or self.context_tokens < 16:
             raise ValueError(f"context_tokens must be an integer >= 16, got {self.context_tokens!r}.")
+        if not isinstance(self.haystack_offset, int) or isinstance(self.haystack_offset, bool) or self.haystack_offset < 0:
+            raise ValueError(f"haystack_offset must be a non-negative integer, got {self.haystack_offset!r}.")
         if not 0.0 <= float(self.depth) <= 1.0:
             raise ValueError(f"depth must be a fraction in [0, 1], got {self.depth!r}.")
         if "{answer}" not in self.needle:
@@ -88,16 +91,29 @@ def _sentence_start_before(text: str, position: int) -> int:
     return 0 if best < 0 else best + 2
 
 
+def _sentence_start_after(text: str, position: int) -> int:
+    """The start of the first sentence that begins at or after ``position`` (``position`` if none)."""
+    if position == 0:
+        return 0
+    found = [text.find(mark, position - 2) for mark in (". ", "! ", "? ", ".\n")]
+    found = [f + 2 for f in found if f >= 0]
+    return min(found) if found else position
+
+
 def build_niah_sample(tokenizer, config: NiahConfig, *, max_tokens: int | None = None) -> Sample:
     rng = random.Random(config.seed)
     answer = str(uuid.UUID(int=rng.getrandbits(128), version=4))
     needle = config.needle.format(answer=answer)
     max_tokens = resolve_max_tokens(tokenizer, max_tokens)
     check_context_cannot_fit(config.context_tokens, config.max_new_tokens, max_tokens, "NIAH")
-    text, offsets = _haystack_for(tokenizer, config.haystack, config.context_tokens)
+    skip = config.haystack_offset
+    # With an offset, room for the sentence boundary the start moves to (a few hundred tokens at most).
+    text, offsets = _haystack_for(tokenizer, config.haystack, config.context_tokens + (skip + 400 if skip else 0))
+    start = _sentence_start_after(text, offsets[skip][0]) if skip else 0
+    first = bisect_left(offsets, start, key=lambda offset: offset[0])  # the first token of the window
     needle_tokens = len(tokenizer(" " + needle, add_special_tokens=False)["input_ids"])
     keep = max(config.context_tokens - needle_tokens, 1)
-    haystack = text[: offsets[keep - 1][1]]
+    haystack = text[start: offsets[first + keep - 1][1]]
     # Cut the haystack at a sentence end so the context never ends mid-word.
     last_end = max(haystack.rfind(". "), haystack.rfind("."))
     if last_end > len(haystack) // 2:
@@ -114,7 +130,7 @@ def build_niah_sample(tokenizer, config: NiahConfig, *, max_tokens: int | None =
     context_char = prompt.index(context)
     [needle_span] = locate_spans(prompt_offsets, [(needle_char, needle_char + len(needle))])
     [context_span] = locate_spans(prompt_offsets, [(context_char, context_char + len(context))])
-    planned = bisect_right(offsets, len(haystack), key=lambda offset: offset[1]) + needle_tokens
+    planned = bisect_right(offsets, start + len(haystack), key=lambda offset: offset[1]) - first + needle_tokens
     _check_context_built(config, context_span[1] - context_span[0], planned)
     return Sample(
         task="niah",
@@ -157,9 +173,15 @@ def make_niah_samples(
     depths: list[float] | None = None,
     seed: int = 0,
     max_tokens: int | None = None,
+    random_layout: bool = False,
+    max_offset: int = 3000,
     **overrides,
 ) -> list[Sample]:
     """``n`` samples with depths spread evenly (or drawn from ``depths``) and one UUID each.
+
+    ``random_layout=True`` draws each sample's depth uniformly from [0, 1] and its haystack offset (tokens
+    skipped at the start of the haystack) uniformly from [0, ``max_offset``), both from the sample's seed, so
+    that samples (and seeds) differ in where the needle sits and in the text around it, not only in the UUID.
 
     Sample ``i`` uses seed ``seed * 100_003 + i``, so two splits with different ``seed`` never
     share a needle. Without ``max_tokens`` the tokenizer's own limit is used when it knows one
@@ -171,12 +193,22 @@ def make_niah_samples(
     max_tokens = resolve_max_tokens(tokenizer, max_tokens)
     lengths = context_tokens if isinstance(context_tokens, list) else [context_tokens]
     samples = []
+    if random_layout and depths:
+        raise ValueError("Give either depths or random_layout=True, not both.")
+    if not isinstance(max_offset, int) or max_offset < 1:
+        raise ValueError(f"max_offset must be a positive integer, got {max_offset!r}.")
     for i in range(n):
         depth = depths[i % len(depths)] if depths else (i + 0.5) / max(n, 1)
+        layout = {}
+        if random_layout:
+            rng = random.Random(f"layout:{seed * 100_003 + i}")
+            depth = round(rng.random(), 4)
+            layout = {"haystack_offset": rng.randrange(max_offset)}
         config = NiahConfig(
             context_tokens=lengths[i % len(lengths)],
             depth=depth,
             seed=seed * 100_003 + i,
+            **layout,
             **overrides,
         )
         samples.append(build_niah_sample(tokenizer, config, max_tokens=max_tokens))
