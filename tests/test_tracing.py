@@ -97,6 +97,10 @@ def test_evidence_attention_matches_eager_transformers_batched_and_alone(embedde
         torch.testing.assert_close(trace.evidence_attention.float(), expected, atol=2e-3, rtol=1e-2)  # float16
         assert expected.sum(-1).max() > 0.5, "some head should read the needle"
     assert alone.tokens.tolist() == batched[0].tokens.tolist()
+    # Each trace of a batch owns its tensors (a view would save the whole batch's buffer with every trace).
+    for name in ("argmax_pos", "support_score", "hidden", "evidence_attention"):
+        tensor = getattr(batched[0], name)
+        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), name
     # A trace recorded without it has none, and its config key is unchanged by the option's existence.
     assert trace_generation(embedded_model, samples[0], TraceConfig(max_new_tokens=2)).evidence_attention is None
     assert "evidence_attention" not in TraceConfig().key() and TraceConfig(evidence_attention=True).key()["evidence_attention"]

@@ -652,15 +652,17 @@ def new_buffers(model, max_steps: int, batch: int = 1, evidence_width: int = 0) 
 def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], buffers: dict[str, Tensor],
                 row: int = 0, **extra_config) -> Trace:
     n = len(tokens)
+    # Copies, not views: a view of the batch's buffer would carry (and save) the whole batch's storage.
+    own = lambda tensor: tensor.detach().to("cpu", copy=True).contiguous()
     evidence_attention = None
     if "evidence_attention" in buffers:
         n_evidence = int(evidence_positions(sample.evidence_spans, len(sample.prompt_ids)).sum())
-        evidence_attention = buffers["evidence_attention"][row, :n, ..., :n_evidence].cpu()
+        evidence_attention = own(buffers["evidence_attention"][row, :n, ..., :n_evidence])
     return Trace(
         tokens=torch.tensor(tokens, dtype=torch.long),
-        argmax_pos=buffers["argmax_pos"][row, :n].cpu(),
-        support_score=buffers["support_score"][row, :n].cpu(),
-        hidden=buffers["hidden"][row, :n].cpu(),
+        argmax_pos=own(buffers["argmax_pos"][row, :n]),
+        support_score=own(buffers["support_score"][row, :n]),
+        hidden=own(buffers["hidden"][row, :n]),
         prompt_ids=torch.as_tensor(sample.prompt_ids, dtype=torch.long),
         evidence_spans=[tuple(s) for s in sample.evidence_spans],
         task=sample.task,
