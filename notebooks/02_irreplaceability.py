@@ -11,26 +11,54 @@
 # Baselines mask the static top-$k$ or $k$ seeded random heads at every step, with $k$ the mean size of
 # $D_t$ on a calibration split. Masking is zero-ablation of each head's output (`hook_z`) by default. By
 # default the KV cache keeps the clean pass of each step, so each step's intervention only changes which
-# token is chosen (see `dynheads_tl.protocols.ablation`). **Compensation**: $E = H' \setminus H$, the heads active
-# after masking that were not before; $m_s$ = max over steps of $|E_t \cap$ static top-20$|$, averaged
-# over samples.
+# token is chosen (see `dynheads_tl.protocols.ablation`). **Compensation**: $E_t$ = the heads active after
+# masking at step $t$ that were not active before and were not themselves masked at $t$ (a masked head's
+# pattern is still computed, so it could otherwise "compensate" for its own removal); $m_s$ = max over steps
+# of $|E_t \cap$ static top-20$|$, averaged over samples.
 #
-# **A size-matched control (ours, not in the paper).** $k$ is a *mean*: at a given step $D_t$ can hold
-# fewer or more heads than $k$, so "dynamic vs static top-$k$" mixes up *which* heads with *how many*. The
-# `static_matched` condition masks, at each step, as many of the top static heads as $D_t$ has heads.
+# **Controls that are not in the paper (ours).** $k$ is a *mean*: at a given step $D_t$ can hold fewer or
+# more heads than $k$, so "dynamic vs static top-$k$" mixes up *which* heads with *how many*. Each of these
+# is decided at each step from that step's $D_t$ ($S_{20}$: the static top-20 of the calibration split):
+#
+# - `static_matched`: the top-$|D_t|$ static heads (dynamic and static masking remove equally many heads);
+# - `random_matched`: $|D_t|$ random heads, from a generator seeded by the sample and the step;
+# - `dynamic_nonstatic`: $D_t \setminus S_{20}$, the part of the dynamic set that a static view misses;
+# - `static_nondynamic`: $S_{20} \setminus D_t$, the static heads that are not retrieving at that step.
+#
+# Every run records the mean number of heads masked per step, so sizes can be compared.
+#
+# **A measure that cannot be derailed (ours).** Free generation turns one early error into a failed
+# answer. So every condition is also run **teacher-forced**: the gold continuation is fed token by token
+# with the same two passes per step (the clean pass gives $D_t$, reading the forced gold token as the
+# generated one in Eq. 1; the masked pass gives the masked logits), and each step records the gold token's
+# log-probability in both passes. The **drop** (clean − masked, nats) is 0 exactly where nothing was masked.
+# The gold continuation is the needle sentence for NIAH ("The magic word is <uuid>.", which is what the
+# model's correct answers reproduce, and whose tokens lie in the needle span), and the gold answer for
+# HotpotQA.
+#
+# **Statistics.** Accuracy and EM carry Wilson 95% intervals; F1 and the log-probability drops carry
+# percentile-bootstrap 95% intervals over samples. A verdict says two conditions differ only when their
+# intervals do not overlap, and needs at least 5 samples per condition.
+#
+# **Grid size.** With 8 conditions, each run both generated and teacher-forced, the default grid is one
+# context × two depths × 5 runs per task (10 samples per condition), so that the whole report fits in 60
+# minutes on a 2-core CPU; the `paper` preset runs the paper's grid. The NIAH runs of one cell share the
+# depth and differ in the UUID and in where the haystack text starts (a seeded offset of up to 3,000 tokens;
+# the default filler haystack repeats a short list of sentences, so the offset mostly shifts their order); the
+# HotpotQA runs are different questions.
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
-niah_contexts = [500, 1000]  # Fig 2 rows: NIAH context lengths in tokens
-niah_depths = [0.1, 0.5, 0.9]  # Fig 2 columns: needle depths
-hotpot_contexts = [250, 750]  # Fig 6 rows: HotpotQA context lengths in tokens
-hotpot_depths = [0.1, 0.5, 0.9]  # Fig 6 columns: depth of the gold paragraphs
-runs_per_cell = 2  # samples per grid cell (the paper uses 5)
+niah_contexts = [500]  # Fig 2 rows: NIAH context lengths in tokens (one: 8 conditions x 2 runs must fit the time budget)
+niah_depths = [0.1, 0.9]  # Fig 2 columns: needle depths (two: 10 samples per condition at 5 runs per cell)
+hotpot_contexts = [750]  # Fig 6 rows: HotpotQA context lengths (750: more unmasked headroom than 250)
+hotpot_depths = [0.1, 0.9]  # Fig 6 columns: depth of the gold paragraphs
+runs_per_cell = 5  # samples per grid cell, each run generated and teacher-forced (the paper uses 5)
 n_calibration = 10  # samples that fix the static set and k
 max_new_tokens = 40  # NIAH decoding steps
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
 progressive_k_max = 30  # Fig 3 / 7: largest number of heads masked per step
-progressive_k_step = 5  # Fig 3 / 7: step between k values
+progressive_k_step = 10  # Fig 3 / 7: step between k values (10 keeps the default within its time budget)
 n_progressive = 5  # samples for progressive masking
 progressive_context = 500  # NIAH context length for progressive masking
 ablation_mode = "zero"  # "zero" or "mean" ablation of hook_z
@@ -39,7 +67,7 @@ eq2_threshold = 0.1  # HotpotQA: Eq. 2 score above which a head is in D_t
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
 seed = 0  # seeds samples and the random baseline
-batch_size = 8  # generations decoded together: the runs of one grid cell, or one sample's k values
+batch_size = 20  # generations decoded together: a grid cell's 40 runs in two batches; progressive samples' k values
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached calibration traces and ablation runs
 
@@ -72,15 +100,29 @@ print(f"k (mean |D_t| on calibration) = {niah.setup.k}; static top-{niah.setup.k
 
 # %% [markdown]
 # ## Fig 2 — NIAH accuracy under each masking condition
-# Accuracy = the response contains the exact UUID. One panel per condition (the paper's three, the
-# unmasked baseline, and the size-matched static control); rows are context lengths, columns needle depths.
+# Accuracy = the response contains the exact UUID. One panel per condition: the unmasked baseline and the
+# paper's three (top row), our four controls (bottom row); rows are context lengths, columns needle depths.
+# Static top-$k$ and random $k$ mask the calibration's fixed $k$ at every step; the others mask a number set
+# by $D_t$ at each step (mean heads per step in each panel's title). `fig2_niah_masking.csv` has one row per
+# run, with the teacher-forced columns (`tf_*`) beside the free-generation ones.
 
 # %%
-fig = figures.condition_heatmaps(niah.grid, "accuracy", f"Fig 2 (NIAH): accuracy, k = {niah.setup.k}")
+fig = figures.condition_heatmaps(niah.grid, "accuracy", "Fig 2 (NIAH): accuracy", k=niah.setup.k)
 display(Image(filename=str(figures.save_figure(fig, "fig2_niah_masking", out_dir, niah.grid, run_config))))
+
+# %% [markdown]
+# ### Every condition with its interval (NIAH)
+# Left: free-generation accuracy (Wilson 95%). Right: the teacher-forced drop of the gold token's
+# log-probability per step (bootstrap 95% over samples). `tf_drop_masked` in the table averages only the
+# steps where something was masked (`n_tf_masked` samples had such a step).
+
+# %%
 summary_niah = irreplaceability.condition_summary(niah)
 figures.save_table(summary_niah, "niah_conditions", out_dir, run_config)
+fig = figures.controls_figure(summary_niah, "accuracy", "NIAH: masking conditions")
+display(Image(filename=str(figures.save_figure(fig, "niah_controls", out_dir, summary_niah, run_config))))
 display(summary_niah.round(3))
+display(Markdown(irreplaceability.matched_controls_verdict(niah)))
 
 # %% [markdown]
 # ## Fig 3 — NIAH progressive masking
@@ -89,15 +131,16 @@ display(summary_niah.round(3))
 
 # %%
 prog_niah = irreplaceability.progressive_summary(niah)
-fig = figures.progressive_figure(prog_niah, "accuracy", "Fig 3 (NIAH): progressive masking")
+fig = figures.progressive_figure(prog_niah, "accuracy", "Fig 3 (NIAH): progressive masking",
+                                 ranking=figures.NIAH_RANKING)
 display(Image(filename=str(figures.save_figure(fig, "fig3_niah_progressive", out_dir, niah.progressive, run_config))))
 display(prog_niah.round(3))
 
 # %% [markdown]
 # ### Protocol checks (NIAH)
-# Progressive masking with $k = 0$ must give exactly the unmasked generation of the same sample, and
-# the three grid conditions must mask different heads (which heads: the `heads_ever_masked` column of
-# `fig2_niah_masking.csv`).
+# Progressive masking with $k = 0$ must give exactly the unmasked generation of the same sample, the
+# three grid conditions must mask different heads (which heads: the `heads_ever_masked` column of
+# `fig2_niah_masking.csv`), and teacher-forced runs with nothing masked must show a drop of exactly 0.
 
 # %%
 checks_niah = irreplaceability.protocol_checks(niah)
@@ -106,7 +149,8 @@ display(checks_niah)
 
 # %% [markdown]
 # ### Which heads take over? (NIAH)
-# Heads that became Eq. 1 retrieval heads only after masking, counted over all progressive runs.
+# Heads that became Eq. 1 retrieval heads only after masking (and were not masked themselves at that step),
+# counted over all progressive runs.
 
 # %%
 figures.save_table(niah.compensation, "niah_compensation", out_dir, run_config)
@@ -115,19 +159,24 @@ display(niah.compensation)
 # %% [markdown]
 # ## HotpotQA: Fig 6 and Fig 7
 # Here $D_t$ is the set of heads whose Eq. 2 share on supporting facts exceeds the threshold; the metric
-# is token F1 (EM and ROUGE-L in the table).
+# is token F1 (EM and ROUGE-L in the table), and progressive masking ranks heads by their Eq. 2 share
+# (Eq. 1 does not apply to a free-form answer). The teacher-forced measure feeds the gold answer string.
 
 # %%
 hotpot = irreplaceability.run_task(lm, config, "hotpot")
-fig = figures.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 ({hotpot_label('synthetic')}): F1, k = {hotpot.setup.k}")
+fig = figures.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 ({hotpot_label('synthetic')}): F1", k=hotpot.setup.k)
 display(Image(filename=str(figures.save_figure(fig, "fig6_hotpot_masking", out_dir, hotpot.grid, run_config))))
 summary_hotpot = irreplaceability.condition_summary(hotpot)
 figures.save_table(summary_hotpot, "hotpot_conditions", out_dir, run_config)
+fig = figures.controls_figure(summary_hotpot, "f1", f"{hotpot_label('synthetic')}: masking conditions")
+display(Image(filename=str(figures.save_figure(fig, "hotpot_controls", out_dir, summary_hotpot, run_config))))
 display(summary_hotpot.round(3))
+display(Markdown(irreplaceability.matched_controls_verdict(hotpot)))
 
 # %%
 prog_hotpot = irreplaceability.progressive_summary(hotpot)
-fig = figures.progressive_figure(prog_hotpot, "f1", f"Fig 7 ({hotpot_label('synthetic')}): progressive masking")
+fig = figures.progressive_figure(prog_hotpot, "f1", f"Fig 7 ({hotpot_label('synthetic')}): progressive masking",
+                                 ranking=figures.HOTPOT_RANKING)
 display(Image(filename=str(figures.save_figure(fig, "fig7_hotpot_progressive", out_dir, hotpot.progressive, run_config))))
 figures.save_table(hotpot.compensation, "hotpot_compensation", out_dir, run_config)
 checks_hotpot = irreplaceability.protocol_checks(hotpot)

@@ -8,9 +8,11 @@ from transformers import AutoModelForCausalLM
 import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
 from dynheads_tl.protocols.ablation import (
-    AblationSetup, compensation, compensation_table, random_heads, run_condition, select_top_ranked,
-    two_pass_generation, StepView,
+    AblationSetup, AblationTrace, Job, compensation, compensation_table, gold_token_ids, make_selector, random_heads,
+    run_condition, run_jobs, select_dynamic_nonstatic, select_fixed, select_random_matched, select_static_nondynamic,
+    select_top_ranked, two_pass_batch, two_pass_generation, StepView,
 )
+from dynheads_tl.engine.tracing import Trace
 from dynheads_tl.tasks import make_niah_samples
 from dynheads_tl.engine.tracing import Decoder
 
@@ -112,7 +114,8 @@ def test_random_heads_are_seeded():
 def test_compensation_counts_new_static_heads(embedded_model, sample, setup):
     result = run_condition(embedded_model, sample, "dynamic", setup, CONFIG)
     comp = compensation(result, setup.static_top20)
-    newly = result.masked.retrieval_mask & ~result.clean.retrieval_mask & result.masked_heads.flatten(1).any(1)[:, None, None]
+    newly = (result.masked.retrieval_mask & ~result.clean.retrieval_mask & ~result.masked_heads
+             & result.masked_heads.flatten(1).any(1)[:, None, None])
     assert torch.equal(comp["new_heads"], newly.sum(0))
     assert comp["m_s"] == int((newly & setup.static_top20).flatten(1).sum(1).max())
     table = compensation_table(comp["new_heads"], setup.static_top20)
@@ -201,3 +204,257 @@ def test_mean_ablation_writes_a_random_mean_into_the_chosen_heads(tiny_llama):
     torch.testing.assert_close(mean_ablated, expected, atol=1e-4, rtol=1e-4)
     assert (mean_ablated - clean).abs().max() > 1e-2, "the patch must bite on this model"
     assert (mean_ablated - zero_ablated).abs().max() > 1e-2, "a nonzero mean is not zero ablation"
+
+
+# --- the size-matched controls on hand-built steps (known answers) ----------------------------------
+def _view(retrieval: torch.Tensor, step: int = 0) -> StepView:
+    return StepView(step, 1, torch.zeros_like(retrieval, dtype=torch.long), torch.zeros(retrieval.shape), retrieval)
+
+
+def _mask(shape, *heads) -> torch.Tensor:
+    mask = torch.zeros(shape, dtype=torch.bool)
+    for layer, head in heads:
+        mask[layer, head] = True
+    return mask
+
+
+def test_random_matched_draws_as_many_heads_as_d_t_seeded_by_sample_and_step():
+    retrieval = _mask((6, 5), (0, 1), (2, 3), (5, 4))
+    select = select_random_matched(seed=11)
+    assert select(_view(torch.zeros(6, 5, dtype=torch.bool))) is None, "nothing to match: nothing masked"
+    first = select(_view(retrieval, step=4))
+    assert int(first.sum()) == 3 and first.shape == (6, 5)
+    assert torch.equal(first, select_random_matched(seed=11)(_view(retrieval, step=4))), "same sample and step"
+    draws = [select(_view(retrieval, step=t)) for t in range(8)]
+    assert len({tuple(d.flatten().tolist()) for d in draws}) > 1, "a fresh draw at each step"
+    other = [select_random_matched(seed=12)(_view(retrieval, step=t)) for t in range(8)]
+    assert any(not torch.equal(a, b) for a, b in zip(draws, other)), "another sample draws other heads"
+    bigger = _mask((6, 5), *[(layer, 0) for layer in range(6)], (1, 1), (1, 2))
+    assert int(select(_view(bigger, step=4)).sum()) == 8
+
+
+def test_dynamic_nonstatic_and_static_nondynamic_are_the_set_differences():
+    static = _mask((3, 4), (0, 0), (1, 1), (2, 2))
+    retrieval = _mask((3, 4), (0, 0), (0, 3), (2, 2), (2, 3))
+    assert select_dynamic_nonstatic(static)(_view(retrieval)).nonzero().tolist() == [[0, 3], [2, 3]]
+    assert select_static_nondynamic(static)(_view(retrieval)).nonzero().tolist() == [[1, 1]]
+    inside = _mask((3, 4), (0, 0), (1, 1))  # D_t inside S: no non-static part
+    assert select_dynamic_nonstatic(static)(_view(inside)) is None
+    assert select_static_nondynamic(static)(_view(inside)).nonzero().tolist() == [[2, 2]]
+    covering = static | _mask((3, 4), (0, 1))  # D_t covers S: no static part left
+    assert select_static_nondynamic(static)(_view(covering)) is None
+    empty = torch.zeros(3, 4, dtype=torch.bool)
+    assert select_dynamic_nonstatic(static)(_view(empty)) is None
+    assert torch.equal(select_static_nondynamic(static)(_view(empty)), static), "empty D_t: all of S_20"
+
+
+def test_make_selector_builds_the_new_conditions():
+    from types import SimpleNamespace
+
+    model = SimpleNamespace(cfg=SimpleNamespace(n_layers=3, n_heads=4))
+    static = _mask((3, 4), (0, 0), (1, 1), (2, 2))
+    setup = AblationSetup(static_mask=static, static_top20=static, k=3, seed=2)
+    retrieval = _mask((3, 4), (0, 0), (0, 3))
+    for condition, expected in (("dynamic_nonstatic", [[0, 3]]), ("static_nondynamic", [[1, 1], [2, 2]])):
+        select, k = make_selector(model, condition, setup)
+        assert k is None and select(_view(retrieval)).nonzero().tolist() == expected
+    select, k = make_selector(model, "random_matched", setup, sample_seed=5)
+    assert k is None and int(select(_view(retrieval, 3)).sum()) == 2
+    assert torch.equal(select(_view(retrieval, 3)), select_random_matched(2 * 1_000_003 + 5)(_view(retrieval, 3)))
+    with pytest.raises(ValueError, match="random_matched"):
+        make_selector(model, "random_unmatched", setup)
+
+
+# --- m_s leaves out the heads masked at the step ----------------------------------------------------
+def _trace(argmax_pos: torch.Tensor, support: torch.Tensor, tokens: list[int]) -> Trace:
+    steps = len(tokens)
+    return Trace(tokens=torch.tensor(tokens), argmax_pos=argmax_pos, support_score=support,
+                 hidden=torch.zeros(steps, 4), prompt_ids=torch.tensor([5, 6, 7, 8]), evidence_spans=[(1, 3)],
+                 task="niah", answers=["x"], response="")
+
+
+def test_m_s_never_counts_a_head_masked_at_that_step():
+    """Prompt [5, 6, 7, 8] with evidence at positions 1-2; the step generates token 6 (position 1). In the
+    masked pass heads (0, 0) and (0, 1) newly point at position 1 (an Eq. 1 hit), but (0, 0) was masked:
+    only (0, 1) compensates. Both are static heads, so m_s = 1 (it was 2 before the fix)."""
+    clean_pos = torch.zeros(1, 2, 2, dtype=torch.long)  # every head on position 0: no Eq. 1 hit
+    masked_pos = clean_pos.clone()
+    masked_pos[0, 0, 0] = masked_pos[0, 0, 1] = 1
+    masked_heads = _mask((2, 2), (0, 0))[None]  # step 0 masks head (0, 0)
+    static = torch.ones(2, 2, dtype=torch.bool)
+    result = AblationTrace(_trace(clean_pos, torch.zeros(1, 2, 2), [6]), _trace(masked_pos, torch.zeros(1, 2, 2), [6]),
+                           masked_heads, "dynamic")
+    assert result.masked.retrieval_mask[0, 0].tolist() == [True, True]
+    comp = compensation(result, static)
+    assert comp["m_s"] == 1
+    assert comp["new_heads"].tolist() == [[0, 1], [0, 0]]
+    # Eq. 2 (HotpotQA): the same with scores above the threshold.
+    support = torch.zeros(1, 2, 2)
+    support[0, 0, 0] = support[0, 0, 1] = support[0, 1, 1] = 0.5
+    result = AblationTrace(_trace(clean_pos, torch.zeros(1, 2, 2), [6]), _trace(clean_pos, support, [6]),
+                           masked_heads, "dynamic")
+    comp = compensation(result, _mask((2, 2), (0, 0), (0, 1)), kind="eq2", threshold=0.1)
+    assert comp["m_s"] == 1 and comp["new_heads"].tolist() == [[0, 1], [0, 1]]
+    # A step where nothing was masked never counts.
+    result.masked_heads[:] = False
+    assert compensation(result, static, kind="eq2", threshold=0.1)["m_s"] == 0
+
+
+# --- the new conditions on the embedded model ------------------------------------------------------
+def test_new_conditions_mask_what_they_say(embedded_model, sample, setup):
+    jobs = [Job(sample, condition, 3) for condition in ("random_matched", "dynamic_nonstatic", "static_nondynamic")]
+    random_matched, nonstatic, nondynamic = run_jobs(embedded_model, jobs, setup, CONFIG)
+    for result in (random_matched, nonstatic, nondynamic):
+        assert result.clean.retrieval_mask.any(), "the model retrieves the needle: D_t is non-empty somewhere"
+    sizes = random_matched.clean.retrieval_mask.flatten(1).sum(1)
+    assert torch.equal(random_matched.masked_heads.flatten(1).sum(1), sizes)
+    assert not torch.equal(random_matched.masked_heads, random_matched.clean.retrieval_mask)
+    assert torch.equal(nonstatic.masked_heads, nonstatic.clean.retrieval_mask & ~setup.static_top20)
+    assert torch.equal(nondynamic.masked_heads, setup.static_top20 & ~nondynamic.clean.retrieval_mask)
+
+
+def test_teacher_forcing_on_the_embedded_model_feeds_the_needle_and_eq1_fires(embedded_model, sample, setup):
+    """The gold continuation is the needle sentence; Eq. 1 reads the forced token, so the dynamic mask is the
+    clean pass's Eq. 1 set on the gold tokens, and it is non-empty (the UUID is copied from the needle)."""
+    gold = gold_token_ids(embedded_model.tokenizer, sample)
+    assert embedded_model.tokenizer.decode(gold) == sample.meta["needle_text"]
+    result = run_jobs(embedded_model, [Job(sample, "dynamic", 0, teacher_forced=True)], setup, CONFIG)[0]
+    assert result.masked.tokens.tolist() == gold
+    assert torch.equal(result.masked_heads, result.clean.retrieval_mask) and result.masked_heads.any()
+    masked_steps = result.masked_heads.flatten(1).any(1)
+    assert (result.logprob_drop[~masked_steps] == 0).all()
+    assert result.logprob_drop[masked_steps].mean() > 0, "masking D_t lowers the gold token's probability"
+
+
+# --- teacher forcing against a plain forward (tiny random Llama) ----------------------------------
+@pytest.fixture(scope="module")
+def tiny_sample(tiny_llama):
+    _, model = tiny_llama
+    return make_niah_samples(model.tokenizer, n=1, context_tokens=120, seed=4, max_new_tokens=48, max_tokens=512)[0]
+
+
+def _reference_logprobs(folder, prompt: list[int], gold: list[int], mask: torch.Tensor | None = None,
+                        step: int | None = None) -> torch.Tensor:
+    """log p(gold[t] | prompt + gold[:t]) from one plain transformers forward over prompt + gold (all t); or,
+    with ``mask`` and ``step``, only step ``step``'s value with the masked heads' outputs zeroed at the last
+    position (what the masked pass computes when the cache keeps the clean history)."""
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+    d_head = reference.config.hidden_size // reference.config.num_attention_heads
+    end = len(prompt) + (len(gold) - 1 if step is None else step)
+    ids = torch.tensor(prompt + gold)[None, :end]
+    handles = []
+    if mask is not None:
+        def patch(layer):
+            def pre_hook(module, args):
+                (z,) = args
+                z = z.clone()
+                for head in mask[layer].nonzero().flatten().tolist():
+                    z[:, -1, head * d_head:(head + 1) * d_head] = 0.0
+                return (z,)
+            return pre_hook
+        handles = [reference.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(patch(layer))
+                   for layer in range(mask.shape[0])]
+    try:
+        with torch.no_grad():
+            logits = reference(ids).logits[0, len(prompt) - 1:].log_softmax(-1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    targets = torch.tensor(gold[: logits.shape[0]])
+    return logits.gather(-1, targets[:, None])[:, 0]
+
+
+def test_teacher_forcing_matches_a_plain_forward_and_rows_stop_with_their_gold(tiny_llama, tiny_sample):
+    folder, model = tiny_llama
+    gold = gold_token_ids(model.tokenizer, tiny_sample)
+    mask = _mask((model.cfg.n_layers, model.cfg.n_heads), (0, 1), (1, 0), (1, 3))
+    none, masked, short = two_pass_batch(
+        model, [(tiny_sample, lambda view: None), (tiny_sample, select_fixed(mask)), (tiny_sample, select_fixed(mask))],
+        TraceConfig(max_new_tokens=4), gold=[gold, gold, gold[:5]], labels=[("none", None), ("static", 3), ("static", 3)])
+    # The forced tokens are the gold tokens, in both passes' records; each row stops when its gold runs out
+    # (max_new_tokens=4 does not cut teacher forcing short).
+    for result, expected in ((none, gold), (masked, gold), (short, gold[:5])):
+        assert result.masked.tokens.tolist() == expected and result.clean.tokens.tolist() == expected
+        assert result.teacher_forced and len(result.clean_logprob) == len(expected)
+    # Nothing masked: the masked pass is the clean pass, and the drop is exactly 0.
+    assert not none.masked_heads.any() and torch.equal(none.logprob_drop, torch.zeros(len(gold)))
+    assert masked.masked_heads.all(0).equal(mask) and masked.masked_heads.flatten(1).any(1).all()
+    # The clean log-probabilities equal one plain forward of prompt + gold, also when every step masks
+    # (keep_cache="clean": the masked passes leave no trace in the history). The batch runs the bridge in
+    # float32 with a SDPA prefill, the reference eager attention: 1e-4 absorbs the op order, not a wrong token.
+    expected = _reference_logprobs(folder, list(tiny_sample.prompt_ids), gold)
+    torch.testing.assert_close(none.clean_logprob, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(masked.clean_logprob, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(short.clean_logprob, expected[:5], atol=1e-4, rtol=1e-4)
+    # The masked log-probability of a step: the same forward with the heads zeroed at the last position.
+    for step in (0, 3):
+        at_step = _reference_logprobs(folder, list(tiny_sample.prompt_ids), gold, mask=mask, step=step)[-1]
+        torch.testing.assert_close(masked.masked_logprob[step], at_step, atol=1e-4, rtol=1e-4)
+    assert (masked.logprob_drop.abs() > 1e-3).any(), "the mask bites on this model"
+
+
+def test_teacher_forcing_validates_its_input(tiny_llama, tiny_sample):
+    _, model = tiny_llama
+    with pytest.raises(ValueError, match="empty"):
+        two_pass_batch(model, [(tiny_sample, lambda view: None)], gold=[[]])
+    with pytest.raises(ValueError, match="gold continuations"):
+        two_pass_batch(model, [(tiny_sample, lambda view: None)], gold=[[1], [2]])
+    static = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.bool)
+    setup = AblationSetup(static_mask=static, static_top20=static, k=1)
+    with pytest.raises(ValueError, match="mix"):
+        run_jobs(model, [Job(tiny_sample, "none"), Job(tiny_sample, "none", teacher_forced=True)], setup, CONFIG)
+    with pytest.raises(ValueError, match="teacher-forced"):
+        _ = run_condition(model, tiny_sample, "none", setup, TraceConfig(max_new_tokens=2)).logprob_drop
+
+
+def test_cached_grid_runs_teacher_forced_jobs_apart_and_joins_their_scores(monkeypatch, tmp_path, tiny_llama,
+                                                                           tiny_sample):
+    import pandas as pd
+
+    from dynheads_tl.protocols import ablation
+
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
+    _, model = tiny_llama
+    static = _mask((model.cfg.n_layers, model.cfg.n_heads), (0, 1), (1, 2))
+    setup = AblationSetup(static_mask=static, static_top20=static, k=2)
+    batches = []
+    original = ablation.run_jobs
+
+    def recording(model, jobs, *args, **kwargs):
+        batches.append([(job.condition, job.teacher_forced) for job in jobs])
+        return original(model, jobs, *args, **kwargs)
+
+    monkeypatch.setattr(ablation, "run_jobs", recording)
+    cells = [({"context": 120, "depth": 0.5, "run": 0}, tiny_sample)]
+    config = TraceConfig(max_new_tokens=3)
+    grid = ablation.grid_experiment(model, cells, setup, config, conditions=["none", "static"], cache_key={"t": 1})
+    assert batches == [[("none", False), ("static", False)], [("none", True), ("static", True)]]
+    gold = gold_token_ids(model.tokenizer, tiny_sample)
+    none, masked = grid.set_index("condition").loc["none"], grid.set_index("condition").loc["static"]
+    assert none["tf_drop"] == 0 and none["tf_masked_steps"] == 0 and pd.isna(none["tf_drop_masked"])
+    assert masked["tf_steps"] == masked["tf_masked_steps"] == len(gold) and masked["tf_heads_masked_per_step"] == 2
+    assert none["heads_masked_per_step"] == 0 and masked["heads_masked_per_step"] == 2  # the free runs' own
+    again = ablation.grid_experiment(model, cells, setup, config, conditions=["none", "static"], cache_key={"t": 1})
+    assert len(batches) == 2, "everything read back from the cache"
+    pd.testing.assert_frame_equal(again, grid)
+
+
+def test_progressive_batches_several_samples_and_k0_is_the_unmasked_run(monkeypatch, tiny_llama):
+    from dynheads_tl.protocols import ablation
+
+    _, model = tiny_llama
+    samples = make_niah_samples(model.tokenizer, n=3, context_tokens=100, seed=6, max_new_tokens=4, max_tokens=512)
+    static = _mask((model.cfg.n_layers, model.cfg.n_heads), (0, 1), (1, 2))
+    setup = AblationSetup(static_mask=static, static_top20=static, k=2)
+    batches = []
+    original = ablation.run_jobs
+    monkeypatch.setattr(ablation, "run_jobs", lambda model, jobs, *a, **kw: batches.append(len(jobs)) or original(model, jobs, *a, **kw))
+    rows, new_heads = ablation.progressive_experiment(model, samples, setup, TraceConfig(max_new_tokens=4), [0, 3],
+                                                      batch_size=6)
+    assert batches == [6, 3], "two samples' three runs share a batch, the third sample runs alone"
+    assert rows["sample"].tolist() == [0, 0, 1, 1, 2, 2] and rows["k"].tolist() == [0, 3] * 3
+    k0 = rows[rows["k"] == 0]
+    assert (k0["response"] == k0["unmasked_response"]).all() and (k0["heads_masked_per_step"] == 0).all()
+    assert (rows[rows["k"] == 3]["heads_masked_per_step"] == 3).all()
+    assert new_heads.shape == static.shape

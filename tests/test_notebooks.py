@@ -52,7 +52,8 @@ def test_dynamism_notebook_runs_with_tiny_parameters(tmp_path):
     for name in ("fig1_niah_heatmap", "fig5_hotpot_heatmap", "long_tail_niah", "long_tail_hotpot"):
         for ext in ("png", "pdf", "csv", "config.json"):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
-    for name in ("table1_niah", "table1_hotpot", "static_size_sweep", "seed_robustness_niah", "size_aware_overlap"):
+    for name in ("table1_niah", "table1_hotpot", "static_size_sweep", "seed_robustness_niah", "size_aware_overlap",
+                 "table1_intervals", "settings_accuracy", "soft_dynamism", "argmax_churn"):
         for ext in ("csv", "md", "config.json"):
             assert (folder / f"{name}.{ext}").exists()
     size_aware = pd.read_csv(folder / "size_aware_overlap.csv")
@@ -106,8 +107,12 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(tmp_path):
         for ext in ("png", "pdf", "csv", "config.json"):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
     grid = pd.read_csv(folder / "fig2_niah_masking.csv", keep_default_na=False)
-    assert set(grid["condition"]) == {"none", "dynamic", "static", "static_matched", "random"}
+    assert set(grid["condition"]) == {"none", "dynamic", "static", "static_matched", "random", "random_matched",
+                                      "dynamic_nonstatic", "static_nondynamic"}
     assert grid["accuracy"].between(0, 1).all()
+    # Every run is also teacher-forced; with nothing masked the drop is exactly 0.
+    assert (grid[grid["condition"] == "none"]["tf_drop"].astype(float) == 0).all() and (grid["tf_steps"].astype(int) > 0).all()
+    assert (folder / "niah_controls.png").stat().st_size > 0
     # The three conditions mask different heads, on every grid run.
     masked = grid.pivot_table(index=["context", "depth", "run"], columns="condition", values="heads_ever_masked",
                               aggfunc="first").fillna("")

@@ -257,3 +257,19 @@ def test_soft_verdict_reads_the_intervals(readers, expected):
     table, churn = _soft_frames((0.40, 0.35, 0.45), readers, (0.5, 0.4, 0.6), (0.7, 0.6, 0.8))
     sentence = soft_verdict(table, churn, 0.3)
     assert expected in sentence and "0.40 [0.35, 0.45]" in sentence and "40 analysis samples" in sentence
+
+
+def test_table1_intervals_reproduce_table1_and_bracket_it():
+    from dynheads_tl.claims.dynamism import TaskResult, table1_intervals
+
+    generator = torch.Generator().manual_seed(0)
+    sets = [torch.rand(7, 3, 4, generator=generator) > 0.7 for _ in range(6)]
+    scores = torch.rand(3, 4, generator=generator)
+    result = TaskResult("niah", 0, [], [], scores, sets, {}, {})
+    table = table1_intervals([result], static_k=5, n_resamples=300).set_index("metric")
+    expected = dynamism_metrics(sets, static_top_k(scores, 5))
+    for name in ("jaccard_static", "jaccard_adjacent", "entropy", "heads_per_step_mean", "heads_per_step_sd", "ever_active"):
+        assert table.loc[name, "value"] == pytest.approx(expected[name]), name
+        assert table.loc[name, "low"] <= table.loc[name, "value"] + 1e-12 <= table.loc[name, "high"] + 2e-12, name
+    assert table.loc["jaccard_adjacent", "high"] > table.loc["jaccard_adjacent", "low"], "six samples vary"
+    assert set(table["n_samples"]) == {6}

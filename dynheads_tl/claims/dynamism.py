@@ -158,6 +158,60 @@ def table1(result: TaskResult, model_label: str, include_paper: bool) -> pd.Data
     return pd.DataFrame(rows)
 
 
+def _table1_sample_stats(sets: torch.Tensor, static: torch.Tensor) -> dict[str, np.ndarray | float]:
+    """One sample's sufficient statistics for Table 1 (sums over its steps; see dynamism_metrics)."""
+    flat, static_flat = sets.flatten(1), static.flatten()
+    sizes = flat.sum(1).double()
+    active = sizes > 0
+    inter = (flat & static_flat).sum(1).double()
+    union = (flat | static_flat).sum(1).double()
+    adjacent = adjacent_counts(sets)
+    return {"static_sum": float((inter[active] / union[active]).sum()), "static_n": float(active.sum()),
+            "adjacent_sum": adjacent["jaccard_sum"], "adjacent_n": adjacent["pairs"],
+            "size_sum": float(sizes.sum()), "size_sq": float((sizes ** 2).sum()), "steps": float(len(sizes)),
+            "counts": flat.double().sum(0).numpy()}
+
+
+def table1_intervals(results: list[TaskResult], static_k: int = 20, *, n_resamples: int = 2000,
+                     seed: int = 0) -> pd.DataFrame:
+    """Table 1's metrics with 95% percentile-bootstrap intervals that resample analysis samples (each metric
+    recomputed from the resampled samples' pooled steps, as Table 1 pools them). ``results`` of several seeds
+    are pooled, each sample against its own seed's static top-``static_k``.
+
+    ``ever_active`` and ``entropy`` count distinct heads, and a resample repeats some samples and drops others,
+    so their bootstrap draws lean low: their intervals show the spread over samples, not an unbiased range."""
+    stats = [_table1_sample_stats(sets, result.static_mask(static_k)) for result in results for sets in result.step_sets]
+    if not stats:
+        raise ValueError("table1_intervals needs at least one analysis sample.")
+    scalar = {name: np.array([s[name] for s in stats]) for name in stats[0] if name != "counts"}
+    counts = np.stack([s["counts"] for s in stats])  # [sample, head]
+
+    def metrics(index: np.ndarray) -> dict[str, float]:
+        total = lambda name: scalar[name][index].sum()
+        ratio = lambda a, b: total(a) / total(b) if total(b) > 0 else float("nan")
+        pooled = counts[index].sum(0)
+        p = pooled[pooled > 0] / pooled.sum() if pooled.sum() > 0 else np.array([])
+        mean = ratio("size_sum", "steps")
+        return {"jaccard_static": ratio("static_sum", "static_n"), "jaccard_adjacent": ratio("adjacent_sum", "adjacent_n"),
+                "entropy": float(-(p * np.log(p)).sum()) if len(p) else 0.0,
+                "heads_per_step_mean": mean,
+                "heads_per_step_sd": float(np.sqrt(max(ratio("size_sq", "steps") - mean ** 2, 0.0))),
+                "ever_active": float((pooled > 0).sum())}
+
+    everything = np.arange(len(stats))
+    estimate = metrics(everything)
+    rng = np.random.default_rng(seed)
+    draws = [metrics(rng.integers(0, len(stats), len(stats))) for _ in range(n_resamples)]
+    rows = []
+    for name, value in estimate.items():
+        values = np.array([d[name] for d in draws])
+        values = values[~np.isnan(values)]
+        low, high = (np.quantile(values, [0.025, 0.975]) if len(values) else (float("nan"), float("nan")))
+        rows.append({"task": results[0].task, "metric": name, "value": value, "low": float(low), "high": float(high),
+                     "n_samples": len(stats), "n_seeds": len(results)})
+    return pd.DataFrame(rows)
+
+
 def static_size_sweep(result: TaskResult, sizes: list[int]) -> pd.DataFrame:
     """Jaccard(D_t, static top-k) for each k (clamped to the number of heads)."""
     rows = []

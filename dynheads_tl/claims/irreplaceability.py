@@ -1,11 +1,18 @@
 """Claim 2 pipeline: calibration -> static set and k -> grids (Fig 2, 6) -> progressive (Fig 3, 7).
 
-The protocol itself (two passes per step, selectors, compensation) lives in :mod:`ablation`.
+The protocol itself (two passes per step, selectors, teacher forcing, compensation) lives in
+:mod:`dynheads_tl.protocols.ablation`. Every grid run is made twice: generated freely (the paper's
+accuracy / F1) and teacher-forced on the gold continuation (the per-step drop of the gold token's
+log-probability, which one early error cannot derail). Summaries carry n and 95% intervals; the
+verdicts are computed from the intervals (:func:`compare`).
 """
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -16,6 +23,7 @@ from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces
 from dynheads_tl.engine.hooks import StepState, z_hook_name
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
+from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, synthetic_hotpot_records
 from dynheads_tl.engine.tracing import TraceConfig, trace_generation
@@ -23,8 +31,17 @@ from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 # The paper's anchors (Fig 3): accuracy 1.0 -> 0.0 by k = 20 dynamic heads; 4.5-7 compensating
 # static-top-20 heads for k >= 5.
 PAPER_FIG3 = {"accuracy_at_k0": 1.0, "accuracy_at_k20": 0.0, "m_s_range_k_ge_5": (4.5, 7.0)}
-# The paper's three conditions and the unmasked baseline, plus a size-matched static baseline of ours.
-GRID_CONDITIONS = ("none", "dynamic", "static", "static_matched", "random")
+# The paper's three conditions and the unmasked baseline, then our controls: the size-matched static and
+# random baselines, and the parts of D_t outside / of S_20 outside D_t (see dynheads_tl.protocols.ablation).
+GRID_CONDITIONS = ("none", "dynamic", "static", "random", "static_matched", "random_matched", "dynamic_nonstatic",
+                   "static_nondynamic")
+# Conditions whose number of heads is set by D_t at each step (the others mask a fixed k, or nothing).
+PER_STEP_SIZED = ("dynamic", "static_matched", "random_matched", "dynamic_nonstatic", "static_nondynamic")
+# A comparison needs at least this many samples per condition (the issue's minimum per grid cell); with fewer,
+# a bootstrap interval is too narrow to trust and the verdict says so instead of comparing.
+MIN_SAMPLES_TO_COMPARE = 5
+# NIAH grid runs start the haystack at a seeded offset below this many tokens.
+GRID_MAX_OFFSET = 3000
 
 
 @dataclass
@@ -32,21 +49,21 @@ class IrreplaceabilityConfig(TraceSettings, NotebookConfig):
     """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
 
     model: str = DEFAULT_MODEL
-    niah_contexts: list[int] = field(default_factory=lambda: [500, 1000])
-    niah_depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
-    hotpot_contexts: list[int] = field(default_factory=lambda: [250, 750])
-    hotpot_depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
-    runs_per_cell: int = 2
+    niah_contexts: list[int] = field(default_factory=lambda: [500])
+    niah_depths: list[float] = field(default_factory=lambda: [0.1, 0.9])
+    hotpot_contexts: list[int] = field(default_factory=lambda: [750])
+    hotpot_depths: list[float] = field(default_factory=lambda: [0.1, 0.9])
+    runs_per_cell: int = 5
     n_calibration: int = 10
     progressive_k_max: int = 30
-    progressive_k_step: int = 5
+    progressive_k_step: int = 10
     n_progressive: int = 5
     progressive_context: int = 500
     ablation_mode: str = "zero"
     keep_cache: str = "clean"
     eq2_threshold: float = 0.1
     seed: int = 0
-    batch_size: int = 8  # generations decoded together (the runs of one grid cell / one progressive sample)
+    batch_size: int = 20  # generations decoded together (the runs of one grid cell; several progressive samples' k)
     output_dir: str = "papers_figures"
     use_cache: bool = True  # reuse cached traces and ablation runs
 
@@ -143,9 +160,12 @@ def grid_cells(model, config: IrreplaceabilityConfig, task: str):
             for run in range(config.runs_per_cell):
                 cell = {"context": context, "depth": depth, "run": run}
                 if task == "niah":
+                    # The runs of a cell share the depth; each starts the haystack at its own seeded offset, so
+                    # they differ in the text around the needle, not only in the UUID.
+                    offset = random.Random(f"grid-offset:{seed}:{i}").randrange(GRID_MAX_OFFSET)
                     sample = build_niah_sample(model.tokenizer, NiahConfig(context_tokens=context, depth=depth,
-                                               seed=seed * 100_003 + i, max_new_tokens=config.max_new_tokens),
-                                               max_tokens=int(model.cfg.n_ctx))
+                                               seed=seed * 100_003 + i, max_new_tokens=config.max_new_tokens,
+                                               haystack_offset=offset), max_tokens=int(model.cfg.n_ctx))
                 else:
                     sample = build_hotpot_sample(model.tokenizer, records[i],
                                                  HotpotConfig(context_tokens=context, depth=depth, seed=seed + i),
@@ -181,18 +201,127 @@ def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
     trace_config = config.trace_config(task)
     cache_key = {"claim": 2, "task": task} if config.use_cache else None
     grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, conditions=GRID_CONDITIONS,
-                           desc=f"{task} grid", cache_key=cache_key, batch_size=config.batch_size)
+                           desc=f"{task} grid", cache_key=cache_key, batch_size=config.batch_size, teacher_forced=True)
     progressive, new_heads = progressive_experiment(model, progressive_samples(model, config, task), setup,
                                                     trace_config, config.progressive_ks, desc=f"{task} progressive",
                                                     cache_key=cache_key, batch_size=config.batch_size)
     return TaskAblation(task, setup, grid, progressive, compensation_table(new_heads, setup.static_top20))
 
 
+def metric_interval(values: pd.Series, metric: str, seed: int = 0) -> Interval:
+    """The 95% interval of a per-sample metric: Wilson for a 0/1 proportion (NIAH accuracy, EM), a
+    percentile bootstrap over samples otherwise (F1, ROUGE-L, log-probability drops). NaNs are left out."""
+    data = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=float)
+    if len(data) == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    if metric in ("accuracy", "em"):
+        return wilson_interval(int(round(data.sum())), len(data))
+    return bootstrap_interval(data, seed=seed)
+
+
 def condition_summary(result: TaskAblation) -> pd.DataFrame:
-    columns = [c for c in ("accuracy", "f1", "em", "rouge_l", "m_s", "heads_masked_per_step") if c in result.grid]
-    summary = result.grid.groupby("condition", sort=False)[columns].mean().reset_index()
-    summary.insert(1, "k_static_random", result.setup.k)
-    return summary
+    """One row per masking condition: n (runs = samples), the metrics with 95% intervals
+    (:func:`metric_interval`; ``*_low`` / ``*_high``), m_s and the mean heads masked per step, in free
+    generation and under teacher forcing (``tf_`` columns: per-step drop of the gold token's log-probability,
+    over all gold steps and over the steps where something was masked, in nats)."""
+    grid = result.grid
+    metrics = [c for c in ("accuracy", "f1", "em", "rouge_l", "tf_drop", "tf_drop_masked") if c in grid]
+    rows = []
+    for condition, part in grid.groupby("condition", sort=False):
+        row = {"condition": condition, "n": len(part), "k_static_random": result.setup.k}
+        for metric in metrics:
+            interval = metric_interval(part[metric], metric)
+            row.update({metric: interval.estimate, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
+            if metric == "tf_drop_masked":
+                row["n_tf_masked"] = interval.n  # samples with at least one masked step
+        for column in ("m_s", "heads_masked_per_step", "tf_heads_masked_per_step", "tf_steps"):
+            if column in part:
+                row[column] = float(part[column].mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+Comparison = str  # "more", "less", "indistinguishable" or "too few"
+
+
+def compare(a: Interval, b: Interval, *, higher_is_worse: bool) -> Comparison:
+    """Does condition a hurt more than condition b? "more" / "less" only when the two 95% intervals do not
+    overlap (a conservative rule: separated intervals imply a difference at well below the 5% level);
+    "indistinguishable" when they overlap; "too few" when either has fewer than
+    :data:`MIN_SAMPLES_TO_COMPARE` samples or no interval. ``higher_is_worse``: True for log-probability
+    drops, False for accuracy and F1."""
+    if min(a.n, b.n) < MIN_SAMPLES_TO_COMPARE or any(math.isnan(v) for v in (a.low, a.high, b.low, b.high)):
+        return "too few"
+    worse_a, better_a = (a.low > b.high, a.high < b.low) if higher_is_worse else (a.high < b.low, a.low > b.high)
+    return "more" if worse_a else "less" if better_a else "indistinguishable"
+
+
+def _interval_text(interval: Interval, digits: int = 2) -> str:
+    return f"{interval.estimate:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
+
+
+def _comparison_text(name_a: str, a: Interval, b: Interval, what: str, sizes: tuple[float, float], *,
+                     higher_is_worse: bool, digits: int = 2) -> str:
+    """"<what> a [low, high] vs b [low, high] (n = ..), <reading>", the reading from :func:`compare` and, when
+    a masks fewer heads than b, what that means for it."""
+    verdict = compare(a, b, higher_is_worse=higher_is_worse)
+    numbers = f"{what} {_interval_text(a, digits)} vs {_interval_text(b, digits)} (n = {a.n} vs {b.n})"
+    fewer = sizes[0] < sizes[1] - 0.05
+    reading = {"more": f"{name_a} hurts more" + (" although it masks fewer heads" if fewer else ""),
+               "less": f"{name_a} hurts less" + (" (it also masks fewer heads)" if fewer else ""),
+               "indistinguishable": "the intervals overlap, so the data cannot distinguish them"
+                                    + (f" ({name_a} masks fewer heads, so this does not show its heads matter less)"
+                                       if fewer else ""),
+               "too few": f"too few samples to compare (at least {MIN_SAMPLES_TO_COMPARE} per condition needed)"}[verdict]
+    return f"{numbers}: {reading}"
+
+
+def _condition_interval(result: TaskAblation, condition: str, metric: str) -> Interval | None:
+    part = result.grid[result.grid["condition"] == condition]
+    if part.empty or metric not in part:
+        return None
+    return metric_interval(part[metric], metric)
+
+
+def _heads(result: TaskAblation, condition: str, column: str = "heads_masked_per_step") -> float:
+    part = result.grid[result.grid["condition"] == condition]
+    return float(part[column].mean()) if column in part and len(part) else float("nan")
+
+
+def matched_controls_verdict(result: TaskAblation) -> str:
+    """The computed answer to the issue's two questions, with the intervals, for one task:
+
+    1. Does masking D_t minus S_20 (``dynamic_nonstatic``) hurt more than masking |D_t| random heads
+       (``random_matched``)? The sizes differ (D_t minus S_20 is a part of D_t), so both are stated; "hurts
+       more" while masking fewer heads is the stronger reading, and no difference says nothing about equal sizes.
+    2. Do dynamic and static masking differ once sizes are matched (``dynamic`` against ``static_matched``,
+       which mask the same number of heads at every step)?
+
+    Each is read on the free-generation metric (NIAH accuracy, Wilson interval; HotpotQA F1, bootstrap
+    interval over samples) and on the teacher-forced per-step drop of the gold token's log-probability
+    (bootstrap over samples), with :func:`compare`'s rule: "hurts more" only when the 95% intervals do not
+    overlap, otherwise "cannot distinguish" with the numbers."""
+    metric = result.metric
+    name = "NIAH" if result.task == "niah" else "HotpotQA (synthetic)"
+    label = "accuracy" if metric == "accuracy" else "F1"
+    pairs = [("dynamic_nonstatic", "random_matched", "masking D_t \\ S_20", "masking |D_t| random heads"),
+             ("dynamic", "static_matched", "masking D_t", "masking the top-|D_t| static heads")]
+    sentences = []
+    for a, b, name_a, name_b in pairs:
+        free_a, free_b = _condition_interval(result, a, metric), _condition_interval(result, b, metric)
+        if free_a is None or free_b is None:
+            continue
+        free_sizes = (_heads(result, a), _heads(result, b))
+        sizes = f"{free_sizes[0]:.1f} vs {free_sizes[1]:.1f} heads masked per step on average"
+        parts = [_comparison_text(name_a, free_a, free_b, f"free-generation {label}", free_sizes, higher_is_worse=False)]
+        tf_a, tf_b = _condition_interval(result, a, "tf_drop"), _condition_interval(result, b, "tf_drop")
+        if tf_a is not None and tf_b is not None:
+            tf_sizes = (_heads(result, a, "tf_heads_masked_per_step"), _heads(result, b, "tf_heads_masked_per_step"))
+            sizes += f"; {tf_sizes[0]:.1f} vs {tf_sizes[1]:.1f} when teacher-forced"
+            parts.append(_comparison_text(name_a, tf_a, tf_b, "teacher-forced drop of the gold token's log-probability "
+                                          "in nats per step", tf_sizes, higher_is_worse=True, digits=3))
+        sentences.append(f"{name}, {name_a} against {name_b} ({sizes}): " + "; ".join(parts) + ".")
+    return " ".join(sentences) if sentences else f"{name}: the matched controls were not run."
 
 
 def protocol_checks(result: TaskAblation) -> pd.DataFrame:
@@ -211,53 +340,79 @@ def protocol_checks(result: TaskAblation) -> pd.DataFrame:
         {"check": "grid runs where dynamic, static and random mask different heads", "passed": f"{differ}/{len(masked)}",
          "ok": differ == len(masked)},
     ]
+    if "tf_drop" in result.grid:
+        unmasked = result.grid[result.grid["condition"] == "none"]["tf_drop"]
+        exact = int((unmasked == 0).sum())
+        rows.append({"check": "teacher-forced, nothing masked: the drop is exactly 0", "passed": f"{exact}/{len(unmasked)}",
+                     "ok": exact == len(unmasked)})
     return pd.DataFrame(rows)
 
 
 def progressive_summary(result: TaskAblation) -> pd.DataFrame:
-    return result.progressive.groupby("k")[[result.metric, "m_s"]].mean().reset_index()
+    """Per k: n (samples), the metric with its 95% interval (:func:`metric_interval`) and mean m_s."""
+    rows = []
+    for k, part in result.progressive.groupby("k"):
+        interval = metric_interval(part[result.metric], result.metric)
+        rows.append({"k": int(k), "n": len(part), result.metric: interval.estimate,
+                     f"{result.metric}_low": interval.low, f"{result.metric}_high": interval.high,
+                     "m_s": float(part["m_s"].mean())})
+    return pd.DataFrame(rows)
+
+
+def _paper_comparison(result: TaskAblation) -> str:
+    """The paper's reading (dynamic hurts more than static top-k and random k), tested with intervals."""
+    metric, k = result.metric, result.setup.k
+    label = "accuracy" if metric == "accuracy" else "F1"
+    dyn = _condition_interval(result, "dynamic", metric)
+    texts = []
+    for other, name in (("static", f"the static top-{k}"), ("random", f"{k} random heads")):
+        base = _condition_interval(result, other, metric)
+        if dyn is None or base is None:
+            continue
+        verdict = compare(dyn, base, higher_is_worse=False)
+        texts.append({"more": f"dynamic masking hurts more than masking {name}",
+                      "less": f"dynamic masking hurts less than masking {name}",
+                      "indistinguishable": f"dynamic masking and masking {name} cannot be told apart",
+                      "too few": f"too few samples to compare dynamic masking with masking {name}"}[verdict])
+    sizes = f"D_t held {_heads(result, 'dynamic'):.1f} heads per step on average against k = {k}"
+    return ("; ".join(texts) + f" ({label}, 95% intervals; {sizes}, so these comparisons are not size-matched).") if texts else ""
 
 
 def summary_markdown(results: dict[str, TaskAblation], model_label: str) -> str:
+    """The notebook's closing summary: every number with n and its 95% interval, every reading computed
+    from the intervals (:func:`compare`, :func:`matched_controls_verdict`)."""
     lines = [f"**Model:** {model_label}. Masking is {results['niah'].setup.mode}-ablation of `hook_z`; "
-             f"the KV cache keeps the {results['niah'].setup.keep_cache} pass of each step."]
+             f"the KV cache keeps the {results['niah'].setup.keep_cache} pass of each step. Intervals are 95% "
+             "(Wilson for accuracy, bootstrap over samples otherwise); a difference is claimed only where they "
+             "do not overlap."]
     for task, result in results.items():
         summary = condition_summary(result).set_index("condition")
         metric = result.metric
-        value = lambda c: float(summary.loc[c, metric])
-        base, dyn, stat, rand = value("none"), value("dynamic"), value("static"), value("random")
-        name = "NIAH accuracy" if task == "niah" else "HotpotQA F1"
-        dyn_heads = float(summary.loc["dynamic", "heads_masked_per_step"])
-        if dyn < min(stat, rand) - 0.1:
-            verdict = "Masking the dynamic heads hurts far more than masking as many static or random heads, as the paper reports."
-        elif dyn < base - 0.1 and stat < base - 0.1 and rand >= base - 0.2:
-            verdict = (f"Masking the dynamic heads breaks it, but so does masking the static top-{result.setup.k}, while random "
-                       "heads barely matter: on this model the static heads are *not* dispensable, unlike in the paper. "
-                       f"Dynamic masking does it with {'fewer' if dyn_heads < result.setup.k else 'more'} heads "
-                       f"({dyn_heads:.1f} heads per step on average, vs {result.setup.k} at every step).")
-        else:
-            verdict = "Masking the dynamic heads does **not** hurt clearly more than the baselines on this model; the paper's claim is not reproduced here."
-        lines.append(f"- **{name}** (grid mean): unmasked {base:.2f}, dynamic {dyn:.2f}, static top-{result.setup.k} "
-                     f"{stat:.2f}, random {result.setup.k} {rand:.2f}. {verdict}")
-        if "static_matched" in summary.index:
-            matched = value("static_matched")
-            matched_heads = float(summary.loc["static_matched", "heads_masked_per_step"])
-            if matched - dyn >= 0.1:
-                reading = ("less damaging than masking D_t itself: at equal numbers per step, the dynamic heads matter "
-                           "more (the paper's claim, in a size-fair form)")
-            elif matched - dyn <= -0.1:
-                reading = "more damaging than masking D_t itself"
-            else:
-                reading = ("about as damaging as masking D_t itself: at equal numbers per step, the top static heads "
-                           "are as necessary as the step's own dynamic heads on this model")
-            lines.append(f"- **Size-matched control ({name}, ours):** masking as many top static heads as D_t has at each "
-                         f"step ({matched_heads:.1f} heads per step) gives {matched:.2f} — {reading}.")
+        name = "NIAH accuracy" if task == "niah" else "HotpotQA (synthetic) F1"
+        cells = ", ".join(
+            f"{condition.replace('_', ' ')} {summary.loc[condition, metric]:.2f} "
+            f"[{summary.loc[condition, f'{metric}_low']:.2f}, {summary.loc[condition, f'{metric}_high']:.2f}]"
+            for condition in summary.index)
+        n = int(summary["n"].min())
+        lines.append(f"- **{name}** (free generation, n = {n} runs per condition): {cells}. "
+                     + _paper_comparison(result))
+        if "tf_drop" in summary:
+            drops = ", ".join(
+                f"{condition.replace('_', ' ')} {summary.loc[condition, 'tf_drop']:.3f} "
+                f"[{summary.loc[condition, 'tf_drop_low']:.3f}, {summary.loc[condition, 'tf_drop_high']:.3f}]"
+                for condition in summary.index)
+            lines.append(f"- **{name.split()[0]} teacher-forced** (per-step drop of the gold token's log-probability, "
+                         f"nats, mean over the gold continuation's steps, n = {n} samples per condition): {drops}.")
+        lines.append(f"- **Matched controls ({name.split()[0]})**: {matched_controls_verdict(result)}")
         prog = progressive_summary(result)
         first, last = prog.iloc[0], prog.iloc[-1]
+        interval = lambda row: f"{float(row[metric]):.2f} [{float(row[f'{metric}_low']):.2f}, {float(row[f'{metric}_high']):.2f}]"
         at20 = prog[prog["k"] == 20]
-        at20_text = f", {float(at20[metric].iloc[0]):.2f} at k = 20" if len(at20) else ""
-        lines.append(f"- **Progressive masking ({name})**: {float(first[metric]):.2f} at k = 0{at20_text}, "
-                     f"{float(last[metric]):.2f} at k = {int(last['k'])}; compensation m_s for k ≥ 5 ranges "
-                     f"{prog[prog['k'] >= 5]['m_s'].min():.1f}–{prog[prog['k'] >= 5]['m_s'].max():.1f} static-top-20 heads"
+        at20_text = f", {interval(at20.iloc[0])} at k = 20" if len(at20) and int(last["k"]) != 20 else ""
+        later = prog[prog["k"] >= 5]
+        m_s_text = (f"; compensation m_s (heads masked at the step left out) for k ≥ 5 ranges "
+                    f"{later['m_s'].min():.1f}–{later['m_s'].max():.1f} static-top-20 heads") if len(later) else ""
+        lines.append(f"- **Progressive masking ({name})** (n = {int(prog['n'].min())} samples per k): "
+                     f"{interval(first)} at k = 0{at20_text}, {interval(last)} at k = {int(last['k'])}{m_s_text}"
                      + (" (paper, NIAH on Llama-3.1-8B: 1.0 → 0.0 by k = 20; 4.5–7 compensating heads)." if task == "niah" else "."))
     return "\n".join(lines)

@@ -19,10 +19,26 @@ Steps where the selector masks nothing skip the second pass (its result would eq
 so k = 0 reproduces the unmasked generation exactly. The protocol's cost floor is two forwards per step.
 
 Baselines mask, at every step, the static top-k heads or k seeded random heads (drawn once per sample),
-with k the mean dynamic-set size of the calibration split. A size-matched baseline (``static_matched``,
-not in the paper) masks at each step as many of the top static heads as D_t has heads, so that dynamic
-and static masking remove the same number of heads at every step. Progressive masking ranks every head at
-step t (Eq. 1 hits first, then by attention share on the evidence) and masks the top k.
+with k the mean dynamic-set size of the calibration split. Progressive masking ranks every head at step t
+(Eq. 1 hits first, then by attention share on the evidence) and masks the top k.
+
+Controls that are not in the paper, each decided at each step from that step's D_t (S_20: the static
+top-20 of the calibration split):
+
+- ``static_matched``: as many of the top static heads as D_t has heads (dynamic and static masking
+  remove the same number of heads at every step);
+- ``random_matched``: |D_t| random heads, drawn from a generator seeded by the sample and the step;
+- ``dynamic_nonstatic``: D_t minus S_20, the part of the dynamic set that a static view misses;
+- ``static_nondynamic``: the heads of S_20 that are not in D_t at that step.
+
+Each masks nothing on a step where its set is empty (``static_nondynamic`` masks all of S_20 on a step
+where D_t is empty).
+
+Teacher forcing (:class:`TeacherForced`, ``gold=`` in :func:`two_pass_batch`): the same two passes per
+step, but the token fed to step t+1 is the gold continuation's token t (:func:`gold_continuation`), not
+an argmax, so one early error cannot derail the rest of the answer. Each step records the gold token's
+log-probability in the clean and in the masked pass; their difference is the step's drop. Eq. 1 at step t
+reads the forced gold token as the generated token.
 
 Batching: :func:`two_pass_batch` runs several (sample, selector) jobs as one left-padded batch (each
 row has its own D_t and its own mask at every step); :func:`two_pass_generation` is a batch of one.
@@ -33,7 +49,7 @@ sets were identical in every test and benchmark (see :class:`dynheads_tl.engine.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Literal
 
 import pandas as pd
@@ -48,7 +64,8 @@ from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig
 from dynheads_tl.tasks.common import Sample, prompt_digest
 from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
 
-Condition = Literal["none", "dynamic", "static", "static_matched", "random", "progressive"]
+Condition = Literal["none", "dynamic", "static", "static_matched", "random", "random_matched", "dynamic_nonstatic",
+                    "static_nondynamic", "progressive"]
 CachePolicy = Literal["clean", "masked"]
 
 
@@ -80,10 +97,24 @@ class AblationTrace:
     masked_heads: Bool[Tensor, "step layer head"]
     condition: str
     k: int | None = None
+    # Teacher-forced runs only: the gold token's log-probability at each step, clean and masked pass.
+    clean_logprob: Float[Tensor, "step"] | None = None
+    masked_logprob: Float[Tensor, "step"] | None = None
 
     @property
     def response(self) -> str:
         return self.masked.response
+
+    @property
+    def teacher_forced(self) -> bool:
+        return self.clean_logprob is not None
+
+    @property
+    def logprob_drop(self) -> Float[Tensor, "step"]:
+        """Per step, how much masking lowered the gold token's log-probability (clean minus masked; nats)."""
+        if self.clean_logprob is None or self.masked_logprob is None:
+            raise ValueError("Only a teacher-forced run (two_pass_batch with gold=...) has log-probability drops.")
+        return self.clean_logprob - self.masked_logprob
 
 
 def eq1_at_step(argmax_pos: Int[Tensor, "layer head"], ids: Int[Tensor, "key"], evidence: Bool[Tensor, "key"],
@@ -103,6 +134,7 @@ def two_pass_batch(
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     keep_cache: CachePolicy = "clean",
     labels: list[tuple[str, int | None]] | None = None,
+    gold: list[list[int]] | None = None,
 ) -> list[AblationTrace]:
     """Greedy generation of every ``(sample, selector)`` job in one batch under the per-step two-pass
     protocol (module docstring). ``labels`` gives each job's ``(condition, k)`` for its record.
@@ -110,6 +142,10 @@ def two_pass_batch(
     Each step runs one clean forward over the batch; if any running row's selector masks something,
     one masked forward follows with each row's own mask (rows with nothing to mask keep their clean
     token, scores and keys/values exactly). Jobs may share a sample: its prompt is prefilled once.
+
+    ``gold`` (one token list per job) teacher-forces the jobs instead (:class:`TeacherForced`): each row
+    is fed its gold tokens and stops when they run out, whatever ``config.max_new_tokens`` and
+    ``config.stop_at_eos`` say; the records carry the gold tokens' clean and masked log-probabilities.
     """
     if keep_cache not in ("clean", "masked"):
         raise ValueError(f"keep_cache must be 'clean' or 'masked', got {keep_cache!r}.")
@@ -122,8 +158,16 @@ def two_pass_batch(
         raise ValueError(f"{len(labels)} labels for {len(jobs)} jobs.")
     config = config or TraceConfig()
     samples, selectors = [job[0] for job in jobs], [job[1] for job in jobs]
-    policy = TwoPass(model, selectors, config, kind=kind, threshold=threshold, mode=mode, mean_z=mean_z,
-                     keep_cache=keep_cache)
+    protocol = dict(kind=kind, threshold=threshold, mode=mode, mean_z=mean_z, keep_cache=keep_cache)
+    if gold is None:
+        policy = TwoPass(model, selectors, config, **protocol)
+    else:
+        if len(gold) != len(jobs):
+            raise ValueError(f"{len(gold)} gold continuations for {len(jobs)} jobs.")
+        if any(len(tokens) == 0 for tokens in gold):
+            raise ValueError("A gold continuation is empty: teacher forcing needs at least one gold token per job.")
+        config = replace(config, max_new_tokens=max(len(tokens) for tokens in gold), stop_at_eos=False)
+        policy = TeacherForced(model, selectors, config, gold, **protocol)
     loop, _ = decode(model, samples, config, policy)
     results = []
     for b, sample in enumerate(samples):
@@ -134,7 +178,11 @@ def two_pass_batch(
                             pass_="clean")
         masked = build_trace(model, sample, config, loop.tokens[b], policy.masked_buffers, row=b, **extra,
                              pass_="masked")
-        results.append(AblationTrace(clean, masked, policy.applied[b, : len(loop.tokens[b])], condition, k))
+        n_steps = len(loop.tokens[b])
+        logprobs = ({} if gold is None else
+                    {"clean_logprob": policy.clean_logprob[b, :n_steps].clone(),
+                     "masked_logprob": policy.masked_logprob[b, :n_steps].clone()})
+        results.append(AblationTrace(clean, masked, policy.applied[b, :n_steps], condition, k, **logprobs))
     return results
 
 
@@ -167,12 +215,22 @@ class TwoPass(StepPolicy):
         self.active = recorded
         recorded.update(self.clean_buffers)
 
+    def tokens(self, logits: Float[Tensor, "batch vocab"], loop: BatchLoop, step: int) -> Int[Tensor, "batch"]:
+        """Each row's token at this step from one pass's logits: the argmax (:class:`TeacherForced`: the gold token)."""
+        return logits.argmax(-1)
+
+    def observe(self, step: int, clean_logits: Float[Tensor, "batch vocab"],
+                masked_logits: Float[Tensor, "batch vocab"] | None, masked_rows: Bool[Tensor, "batch"]) -> None:
+        """Called once per step with both passes' logits (``masked_logits`` is None when no row masked anything)."""
+        return None
+
     def choose(self, loop: BatchLoop, step: int) -> Int[Tensor, "batch"]:
         decoder, clean_buffers, masked_buffers = loop.decoder, self.clean_buffers, self.masked_buffers
         before = decoder.n_cached
         self.active.update(clean_buffers)
         self.ablation["mask"] = None
-        chosen = decoder.step(loop.next_input).argmax(-1)
+        clean_logits = decoder.step(loop.next_input)
+        chosen = self.tokens(clean_logits, loop, step)
         step_masks = torch.zeros(len(self.selectors), *self.applied.shape[2:], dtype=torch.bool, device=decoder.device)
         for b in torch.nonzero(loop.running).flatten().tolist():
             token = int(chosen[b])
@@ -184,19 +242,65 @@ class TwoPass(StepPolicy):
             if mask is not None:
                 step_masks[b] = mask.to(decoder.device).bool()
         masked_rows = step_masks.flatten(1).any(1)
+        masked_logits = None
         if bool(masked_rows.any()):
             saved = decoder.last_position()
             decoder.rewind(before)
             self.active.update(masked_buffers)
             self.ablation["mask"] = step_masks
-            masked_choice = decoder.step(loop.next_input).argmax(-1)
+            masked_logits = decoder.step(loop.next_input)
             self.ablation["mask"] = None
-            chosen = torch.where(masked_rows.to(chosen.device), masked_choice, chosen)
+            chosen = torch.where(masked_rows.to(chosen.device), self.tokens(masked_logits, loop, step), chosen)
             decoder.replace_last_position(saved, None if self.keep_cache == "clean" else ~masked_rows)
         for name in masked_buffers:  # rows with nothing masked keep their clean record exactly
             masked_buffers[name][~masked_rows, step] = clean_buffers[name][~masked_rows, step]
         self.applied[:, step] = step_masks.cpu()
+        self.observe(step, clean_logits, masked_logits, masked_rows)
         return chosen
+
+
+class TeacherForced(TwoPass):
+    """The two-pass protocol with the gold continuation fed in place of the argmax (a derailment-free measure).
+
+    At step t every row is fed its gold token t, whichever pass ran: the clean pass gives D_t (Eq. 1 reads the
+    gold token as the generated one), the masked pass the masked logits, and the gold token's log-probability
+    is recorded in both (``clean_logprob``, ``masked_logprob``: [batch, step], NaN after a row's gold ran out).
+    A row stops when its gold tokens run out. On a step where the row masks nothing the masked value is the
+    clean one, so the drop is exactly 0 there. The KV cache policy is :class:`TwoPass`'s."""
+
+    def __init__(self, model, selectors: list[Selector], config: TraceConfig, gold: list[list[int]], **protocol):
+        super().__init__(model, selectors, config, **protocol)
+        if len(gold) != len(selectors):
+            raise ValueError(f"{len(gold)} gold continuations for {len(selectors)} rows.")
+        self.lengths = torch.tensor([len(tokens) for tokens in gold])
+        if bool((self.lengths > config.max_new_tokens).any()):
+            raise ValueError(f"A gold continuation has {int(self.lengths.max())} tokens, more than the "
+                             f"max_new_tokens={config.max_new_tokens} steps this run has room for.")
+        device = next(model.parameters()).device
+        self.gold = torch.zeros(len(gold), config.max_new_tokens, dtype=torch.long, device=device)
+        for b, tokens in enumerate(gold):
+            self.gold[b, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long, device=device)
+        self.clean_logprob = torch.full((len(gold), config.max_new_tokens), float("nan"))
+        self.masked_logprob = torch.full((len(gold), config.max_new_tokens), float("nan"))
+
+    def tokens(self, logits: Float[Tensor, "batch vocab"], loop: BatchLoop, step: int) -> Int[Tensor, "batch"]:
+        # Rows past their gold continuation have stopped: what they are fed is never kept.
+        return self.gold[:, step].to(logits.device)
+
+    def observe(self, step: int, clean_logits: Float[Tensor, "batch vocab"],
+                masked_logits: Float[Tensor, "batch vocab"] | None, masked_rows: Bool[Tensor, "batch"]) -> None:
+        target = self.gold[:, step, None].to(clean_logits.device)
+        clean = clean_logits.float().log_softmax(-1).gather(-1, target)[:, 0]
+        masked = clean
+        if masked_logits is not None:
+            masked = torch.where(masked_rows.to(clean.device),
+                                 masked_logits.float().log_softmax(-1).gather(-1, target)[:, 0], clean)
+        live = step < self.lengths
+        self.clean_logprob[live, step] = clean.cpu()[live]
+        self.masked_logprob[live, step] = masked.cpu()[live]
+
+    def after_step(self, loop: BatchLoop, step: int) -> None:
+        loop.done |= step + 1 >= self.lengths  # a row whose gold tokens ran out stops
 
 
 def two_pass_generation(model, sample: Sample, select: Selector, config: TraceConfig | None = None, *,
@@ -230,6 +334,40 @@ def select_static_matched(static_order: Int[Tensor, "rank"]) -> Selector:
     return select
 
 
+def select_random_matched(seed: int) -> Selector:
+    """Size-matched random control: at each step, |D_t| heads drawn uniformly from all heads (they may overlap
+    D_t) by a generator seeded with ``seed`` (one per sample) and the step; nothing when D_t is empty."""
+
+    def select(view: StepView):
+        n = int(view.retrieval.sum())
+        if n == 0:
+            return None
+        n_layers, n_heads = view.retrieval.shape
+        return random_heads(n_layers, n_heads, n, seed * 100_003 + view.step).to(view.retrieval.device)
+
+    return select
+
+
+def select_dynamic_nonstatic(static_top20: Bool[Tensor, "layer head"]) -> Selector:
+    """D_t minus the static top-20: the dynamic heads a static view misses; nothing when that is empty."""
+
+    def select(view: StepView):
+        mask = view.retrieval & ~static_top20.to(view.retrieval.device)
+        return mask if bool(mask.any()) else None
+
+    return select
+
+
+def select_static_nondynamic(static_top20: Bool[Tensor, "layer head"]) -> Selector:
+    """The static top-20 heads that are not in D_t at this step; nothing when D_t covers all of them."""
+
+    def select(view: StepView):
+        mask = static_top20.to(view.retrieval.device) & ~view.retrieval
+        return mask if bool(mask.any()) else None
+
+    return select
+
+
 def select_top_ranked(k: int) -> Selector:
     """Progressive masking: D_t first, then by attention share on the evidence; the top k."""
 
@@ -246,6 +384,7 @@ def select_top_ranked(k: int) -> Selector:
 
 
 def random_heads(n_layers: int, n_heads: int, k: int, seed: int) -> Bool[Tensor, "layer head"]:
+    """``k`` heads drawn without replacement from all ``n_layers`` x ``n_heads`` by a generator seeded with ``seed``."""
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(n_layers * n_heads, generator=generator)[:k]
     mask = torch.zeros(n_layers * n_heads, dtype=torch.bool)
@@ -263,9 +402,29 @@ def answer_scores(trace: Trace) -> dict[str, float]:
             "rouge_l": rouge_l(trace.response, gold)}
 
 
+def gold_continuation(sample: Sample) -> str:
+    """The text a correct answer reproduces, which teacher forcing feeds token by token.
+
+    NIAH: the needle sentence itself (``meta["needle_text"]``, "The magic word is <uuid>."). The embedded
+    model's correct answers are that sentence (the unmasked responses of the committed grid read "The magic
+    word is <uuid>."), and its tokens after the first lie in the needle span, so Eq. 1 fires on them as in
+    free generation; the bare UUID would be a continuation the model does not produce. HotpotQA: the gold
+    answer string (Eq. 2 does not read the generated token)."""
+    if sample.task == "niah":
+        return str(sample.meta.get("needle_text", sample.answers[0]))
+    return sample.answers[0]
+
+
+def gold_token_ids(tokenizer, sample: Sample) -> list[int]:
+    """:func:`gold_continuation` as the tokenizer encodes it, without special tokens."""
+    return list(tokenizer(gold_continuation(sample), add_special_tokens=False)["input_ids"])
+
+
 def compensation(result: AblationTrace, static_mask: Bool[Tensor, "layer head"], *, kind: str = "eq1",
                  threshold: float = 0.1) -> dict[str, object]:
-    """E_t = H'_t minus H_t: heads active after masking that were not active in the clean pass.
+    """E_t = H'_t minus H_t minus M_t: heads active after masking that were not active in the clean pass
+    and were not masked themselves at step t (M_t). A masked head's attention pattern is still computed (only
+    its output is ablated), so without the last term it could count as compensating for its own removal.
 
     Returns m_s for this sample (max over masked steps of |E_t ∩ static top-20|) and the per-head
     counts of E over steps (for the compensation table). Only steps where something was masked count.
@@ -275,7 +434,7 @@ def compensation(result: AblationTrace, static_mask: Bool[Tensor, "layer head"],
     else:
         before, after = result.clean.support_score > threshold, result.masked.support_score > threshold
     masked_steps = result.masked_heads.flatten(1).any(1)
-    newly = after & ~before & masked_steps[:, None, None]
+    newly = after & ~before & ~result.masked_heads & masked_steps[:, None, None]
     in_static = (newly & static_mask).flatten(1).sum(1)
     return {"m_s": int(in_static.max()) if len(in_static) else 0,
             "new_heads": newly.sum(0), "steps_masked": int(masked_steps.sum())}
@@ -316,30 +475,43 @@ def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_s
         return select_static_matched(setup.static_order), None
     if condition == "random":
         return select_fixed(random_heads(n_layers, n_heads, setup.k, setup.seed * 1_000_003 + sample_seed)), setup.k
+    if condition == "random_matched":
+        return select_random_matched(setup.seed * 1_000_003 + sample_seed), None
+    if condition == "dynamic_nonstatic":
+        return select_dynamic_nonstatic(setup.static_top20), None
+    if condition == "static_nondynamic":
+        return select_static_nondynamic(setup.static_top20), None
     if condition == "progressive":
         if k is None or k < 0:
             raise ValueError("Progressive masking needs k >= 0.")
         return select_top_ranked(k), k
-    raise ValueError(f"Unknown condition {condition!r}; use none, dynamic, static, static_matched, random or "
-                     "progressive.")
+    raise ValueError(f"Unknown condition {condition!r}; use none, dynamic, static, static_matched, random, "
+                     "random_matched, dynamic_nonstatic, static_nondynamic or progressive.")
 
 
 @dataclass(frozen=True)
 class Job:
-    """One generation of an experiment: a condition on a sample (``sample_seed`` seeds the random baseline)."""
+    """One generation of an experiment: a condition on a sample (``sample_seed`` seeds the random baselines);
+    ``teacher_forced`` feeds the sample's gold continuation (:func:`gold_token_ids`) instead of generating."""
 
     sample: Sample
     condition: str
     sample_seed: int = 0
     k: int | None = None
+    teacher_forced: bool = False
 
 
 def run_jobs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig) -> list[AblationTrace]:
-    """Run ``jobs`` as one batch under ``setup``'s protocol."""
+    """Run ``jobs`` as one batch under ``setup``'s protocol (all generated, or all teacher-forced)."""
+    forced = {job.teacher_forced for job in jobs}
+    if len(forced) > 1:
+        raise ValueError("One batch cannot mix teacher-forced and generated jobs; run them in separate batches.")
+    gold = [gold_token_ids(model.tokenizer, job.sample) for job in jobs] if forced == {True} else None
     selected = [make_selector(model, job.condition, setup, sample_seed=job.sample_seed, k=job.k) for job in jobs]
     return two_pass_batch(model, [(job.sample, select) for job, (select, _) in zip(jobs, selected)], config,
                           kind=setup.kind, threshold=setup.threshold, mode=setup.mode, mean_z=setup.mean_z,
-                          keep_cache=setup.keep_cache, labels=[(job.condition, k) for job, (_, k) in zip(jobs, selected)])
+                          keep_cache=setup.keep_cache, labels=[(job.condition, k) for job, (_, k) in zip(jobs, selected)],
+                          gold=gold)
 
 
 def run_condition(model, sample: Sample, condition: Condition, setup: AblationSetup, config: TraceConfig,
@@ -356,8 +528,26 @@ def _setup_key(setup: AblationSetup) -> dict:
             "order": None if setup.static_order is None else setup.static_order.tolist()}
 
 
+def teacher_forced_scores(result: AblationTrace) -> dict[str, float | int | None]:
+    """One teacher-forced run in numbers (log-probabilities in nats, ``tf_`` for teacher-forced):
+    ``tf_drop`` the mean per-step drop of the gold token's log-probability over all gold steps,
+    ``tf_drop_masked`` the same over the steps where something was masked (None when none was),
+    ``tf_steps`` / ``tf_masked_steps`` how many steps of each, the mean clean and masked log-probabilities,
+    and the mean number of heads masked per step."""
+    drop = result.logprob_drop
+    masked_steps = result.masked_heads.flatten(1).any(1)
+    return {"tf_drop": float(drop.mean()),
+            "tf_drop_masked": float(drop[masked_steps].mean()) if bool(masked_steps.any()) else None,
+            "tf_steps": int(len(drop)), "tf_masked_steps": int(masked_steps.sum()),
+            "tf_clean_logprob": float(result.clean_logprob.mean()),
+            "tf_masked_logprob": float(result.masked_logprob.mean()),
+            "tf_heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean())}
+
+
 def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
     comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
+    if result.teacher_forced:
+        return {"row": teacher_forced_scores(result), "new_heads": comp["new_heads"].tolist()}
     row = {**answer_scores(result.masked), "m_s": comp["m_s"], "response": result.response,
            "heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean()),
            "heads_ever_masked": head_names(result.masked_heads.any(0))}
@@ -365,7 +555,8 @@ def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
 
 
 # Bump when the protocol's outputs change, so cached runs of an older protocol are not reused.
-_PROTOCOL_VERSION = 2
+# 3: m_s leaves out the heads masked at the step; teacher-forced runs.
+_PROTOCOL_VERSION = 3
 
 
 def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
@@ -378,7 +569,8 @@ def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
             {**cache_key, "model": model_name(model), "model_fingerprint": model_fingerprint(model),
              "prompt": prompt_digest(job.sample), "condition": job.condition,
              "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup), "trace": asdict(config),
-             "protocol": _PROTOCOL_VERSION} for job in jobs]
+             "protocol": _PROTOCOL_VERSION, "teacher_forced": job.teacher_forced,
+             "gold": gold_token_ids(model.tokenizer, job.sample) if job.teacher_forced else None} for job in jobs]
 
 
 def count_missing(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *,
@@ -393,16 +585,19 @@ def count_missing(model, jobs: list[Job], setup: AblationSetup, config: TraceCon
 def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *, batch_size: int = 8,
                 cache_key: dict | None = None) -> list[tuple[dict, Tensor]]:
     """Each job -> (scores row, per-head counts of newly active heads). Jobs already in the cache are
-    read from it; the others run in batches of at most ``batch_size`` and are cached one by one."""
+    read from it; the others run in batches of at most ``batch_size`` (generated and teacher-forced jobs
+    apart) and are cached one by one. A teacher-forced job's row is :func:`teacher_forced_scores`."""
     from dynheads_tl.store import load_cached_json, save_cached_json
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     keys = _job_keys(model, jobs, setup, config, cache_key)
     outputs = [None if key is None else load_cached_json(key) for key in keys]
-    todo = [i for i, out in enumerate(outputs) if out is None]
-    for start in range(0, len(todo), batch_size):
-        chunk = todo[start: start + batch_size]
+    missing = [i for i, out in enumerate(outputs) if out is None]
+    chunks = [chunk[start: start + batch_size]
+              for chunk in ([i for i in missing if not jobs[i].teacher_forced], [i for i in missing if jobs[i].teacher_forced])
+              for start in range(0, len(chunk), batch_size)]
+    for chunk in chunks:
         for i, result in zip(chunk, run_jobs(model, [jobs[i] for i in chunk], setup, config)):
             summary = _summarise(result, setup)
             outputs[i] = summary if keys[i] is None else save_cached_json(keys[i], summary)
@@ -411,26 +606,33 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
 
 def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetup, config: TraceConfig,
                     conditions: list[str] = ("none", "dynamic", "static", "random"), desc: str = "grid",
-                    cache_key: dict | None = None, batch_size: int = 8) -> pd.DataFrame:
+                    cache_key: dict | None = None, batch_size: int = 8, teacher_forced: bool = True) -> pd.DataFrame:
     """Fig 2 / Fig 6: every condition on every (cell, sample); one row per run.
 
+    With ``teacher_forced`` each run is also teacher-forced on the sample's gold continuation under the
+    same condition, and its :func:`teacher_forced_scores` (the ``tf_`` columns) join the run's row.
     The runs of one grid cell (every sample and condition at one context length and depth) are
-    batched together, ``batch_size`` rows at a time."""
+    batched together, ``batch_size`` rows at a time (generated and teacher-forced runs apart)."""
     groups: dict[tuple, list[int]] = {}
     for index, (cell, _) in enumerate(cells):
         groups.setdefault((cell.get("context"), cell.get("depth")), []).append(index)
     rows: list[dict | None] = [None] * (len(cells) * len(conditions))
-    group_jobs = [(members, [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions])
-                  for members in groups.values()]
+    group_jobs = []
+    for members in groups.values():
+        jobs = [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions]
+        group_jobs.append((members, jobs + ([replace(job, teacher_forced=True) for job in jobs] if teacher_forced else [])))
     # Cells read back from the cache first; progress is shown only for the cells that run.
     todo = [count_missing(model, jobs, setup, config, cache_key=cache_key) > 0 for _, jobs in group_jobs]
     ready = [group for group, run in zip(group_jobs, todo) if not run]
     running = [group for group, run in zip(group_jobs, todo) if run]
     for members, jobs in itertools.chain(ready, progress(running, desc=f"{desc}: grid cells")):
+        outputs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key)
+        n_runs = len(members) * len(conditions)
         where = [i * len(conditions) + c for i in members for c in range(len(conditions))]
-        for slot, job, (row, _) in zip(where, jobs, cached_runs(model, jobs, setup, config, batch_size=batch_size,
-                                                                cache_key=cache_key)):
-            rows[slot] = {**cells[slot // len(conditions)][0], "condition": job.condition, **row}
+        for position, (slot, job) in enumerate(zip(where, jobs)):
+            forced = outputs[n_runs + position][0] if teacher_forced else {}
+            rows[slot] = {**cells[slot // len(conditions)][0], "condition": job.condition, **outputs[position][0],
+                          **forced}
     return pd.DataFrame(rows)
 
 
@@ -439,18 +641,24 @@ def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, c
                            batch_size: int = 8):
     """Fig 3 / Fig 7: mask the top-k ranked heads at each step, for each k. Returns (rows, new-head counts).
 
-    Each sample's runs (every k, plus its unmasked generation for reference) form one batch; every row
-    carries the unmasked response, so the k = 0 row can be checked against it."""
+    Each sample's runs (every k, plus its unmasked generation for reference) are batched together, and
+    as many samples' runs as fit in ``batch_size`` rows share a batch; every row carries the unmasked
+    response, so the k = 0 row can be checked against it."""
     rows = []
     new_heads = torch.zeros_like(setup.static_top20, dtype=torch.long)
     sample_jobs = [[Job(sample, "none", index)] + [Job(sample, "progressive", index, k) for k in ks]
                    for index, sample in enumerate(samples)]
     todo = [i for i, jobs in enumerate(sample_jobs) if count_missing(model, jobs, setup, config, cache_key=cache_key)]
+    per_group = max(1, batch_size // (len(ks) + 1))
+    groups = [[i] for i in range(len(samples)) if i not in todo] + [todo[start: start + per_group]
+                                                                     for start in range(0, len(todo), per_group)]
     results = {}
-    for index in itertools.chain([i for i in range(len(samples)) if i not in todo],
-                                 progress(todo, desc=f"{desc}: samples")):
-        results[index] = cached_runs(model, sample_jobs[index], setup, config, batch_size=batch_size,
-                                     cache_key=cache_key)
+    ready = [group for group in groups if group[0] not in todo]
+    for group in itertools.chain(ready, progress([g for g in groups if g[0] in todo], desc=f"{desc}: sample groups")):
+        outputs = cached_runs(model, [job for index in group for job in sample_jobs[index]], setup, config,
+                              batch_size=batch_size, cache_key=cache_key)
+        for position, index in enumerate(group):
+            results[index] = outputs[position * (len(ks) + 1): (position + 1) * (len(ks) + 1)]
     for index in range(len(samples)):
         (reference, _), *runs = results[index]
         for k, (row, counts) in zip(ks, runs):

@@ -113,39 +113,114 @@ def long_tail_figure(frequency: pd.DataFrame, curve: Sequence[int], n_heads: int
     return fig
 
 
-CONDITION_TITLES = {"none": "unmasked", "dynamic": "dynamic D_t masked", "static": "static top-k masked",
-                    "static_matched": "static top-|D_t| masked", "random": "random k masked"}
+# The paper's conditions first, then our size-matched controls (see dynheads_tl.protocols.ablation).
+CONDITION_TITLES = {"none": "unmasked", "dynamic": "D_t masked", "static": "static top-k masked",
+                    "random": "random k masked", "static_matched": "static top-|D_t| masked",
+                    "random_matched": "random |D_t| masked", "dynamic_nonstatic": "D_t \\ S_20 masked",
+                    "static_nondynamic": "S_20 \\ D_t masked"}
+# Conditions that mask the calibration's fixed k heads at every step; the other masked ones are sized by D_t.
+FIXED_K_CONDITIONS = ("static", "random")
 
 
-def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str):
-    """Fig 2 / Fig 6: one context x depth heatmap of ``metric`` per masking condition."""
+def _runs_per_cell(grid: pd.DataFrame) -> str:
+    counts = grid.groupby(["condition", "context", "depth"]).size()
+    low, high = int(counts.min()), int(counts.max())
+    return f"n = {low}" if low == high else f"n = {low}–{high}"
+
+
+def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | None = None):
+    """Fig 2 / Fig 6: one context x depth heatmap of ``metric`` per masking condition (4 panels a row).
+
+    Each panel's title gives the mean number of heads masked per step; the figure title gives n (runs per
+    cell and per panel) and, with ``k``, which panels mask the fixed k and which a number set by D_t."""
     conditions = [c for c in CONDITION_TITLES if c in set(grid["condition"])]
-    fig, axes = plt.subplots(1, len(conditions), figsize=(3.4 * len(conditions) + 1, 3.2), sharey=True)
-    axes = np.atleast_1d(axes)
-    for ax, condition in zip(axes, conditions):
-        table = grid[grid["condition"] == condition].pivot_table(index="context", columns="depth", values=metric, aggfunc="mean")
-        sns.heatmap(table, ax=ax, vmin=0, vmax=1, cmap="RdYlGn", annot=True, fmt=".2f", cbar=ax is axes[-1],
-                    cbar_kws={"label": metric} if ax is axes[-1] else None)
-        ax.set_title(CONDITION_TITLES[condition], fontsize=10)
+    columns = min(4, len(conditions))
+    rows = -(-len(conditions) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns + 1, 2.9 * rows + 1.0), sharey=True, squeeze=False)
+    flat = axes.flatten()
+    for ax, condition in zip(flat, conditions):
+        part = grid[grid["condition"] == condition]
+        table = part.pivot_table(index="context", columns="depth", values=metric, aggfunc="mean")
+        last = condition == conditions[-1]
+        sns.heatmap(table, ax=ax, vmin=0, vmax=1, cmap="RdYlGn", annot=True, fmt=".2f", cbar=last,
+                    cbar_kws={"label": f"mean {metric}"} if last else None)
+        heads = (f"\n{part['heads_masked_per_step'].mean():.1f} heads/step"
+                 if "heads_masked_per_step" in part and condition != "none" else "")
+        ax.set_title(CONDITION_TITLES[condition] + heads, fontsize=9)
         ax.set_xlabel("needle / evidence depth")
-        ax.set_ylabel("context tokens" if ax is axes[0] else "")
-    fig.suptitle(title)
+        ax.set_ylabel("context tokens" if ax in axes[:, 0] else "")
+    for ax in flat[len(conditions):]:
+        ax.set_visible(False)
+    per_panel = grid.groupby("condition").size()
+    lines = [title, f"{_runs_per_cell(grid)} runs per cell, {int(per_panel.min())} per panel"]
+    if k is not None:
+        sized = [CONDITION_TITLES[c] for c in conditions if c not in FIXED_K_CONDITIONS + ("none",)]
+        fixed = [CONDITION_TITLES[c] for c in conditions if c in FIXED_K_CONDITIONS]
+        lines.append(f"fixed k = {k} heads at every step: {', '.join(fixed) or 'none'}; "
+                     f"sized by D_t at each step: {', '.join(sized) or 'none'}")
+    fig.suptitle("\n".join(lines), fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def progressive_figure(summary: pd.DataFrame, metric: str, title: str):
-    """Fig 3 / Fig 7: ``metric`` vs k masked heads, and compensation m_s on a second axis."""
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(summary["k"], summary[metric], marker="o", color="tab:blue", label=metric)
-    ax.set_xlabel("k heads masked per step (ranked: Eq. 1 hits first)")
+def _error_bars(table: pd.DataFrame, column: str) -> list[np.ndarray]:
+    """Error bar lengths below and above ``column`` from ``column_low`` / ``column_high``; a bound that equals
+    the estimate up to float rounding (a bootstrap of identical values) gives 0, not a tiny negative length."""
+    value = table[column].to_numpy(dtype=float)
+    return [np.clip(value - table[f"{column}_low"].to_numpy(dtype=float), 0, None),
+            np.clip(table[f"{column}_high"].to_numpy(dtype=float) - value, 0, None)]
+
+
+NIAH_RANKING = "Eq. 1 hits first, then attention share on the needle"
+HOTPOT_RANKING = "Eq. 2 share on the supporting facts (not Eq. 1)"
+
+
+def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: str = NIAH_RANKING):
+    """Fig 3 / Fig 7: ``metric`` vs k masked heads (with its 95% interval when the summary has
+    ``{metric}_low`` / ``_high``), and compensation m_s on a second axis. ``ranking`` names how the k heads
+    of each step are chosen, for the x-axis label (NIAH: Eq. 1; HotpotQA: Eq. 2)."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    if f"{metric}_low" in summary:
+        yerr = _error_bars(summary, metric)
+        ax.errorbar(summary["k"], summary[metric], yerr=yerr, marker="o", color="tab:blue", capsize=3, label=metric)
+    else:
+        ax.plot(summary["k"], summary[metric], marker="o", color="tab:blue", label=metric)
+    ax.set_xlabel(f"k heads masked per step (ranked: {ranking})", fontsize=8)
     ax.set_ylabel(metric, color="tab:blue")
     ax.set_ylim(-0.05, 1.05)
     twin = ax.twinx()
     twin.plot(summary["k"], summary["m_s"], marker="s", color="tab:red", label="m_s")
     twin.set_ylabel("m_s: new static-top-20 heads (max over steps)", color="tab:red")
     twin.set_ylim(bottom=0)
-    ax.set_title(title)
+    n = f" (n = {int(summary['n'].min())} samples per k, 95% CI)" if "n" in summary else ""
+    ax.set_title(title + n, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def controls_figure(summary: pd.DataFrame, metric: str, title: str):
+    """Every masking condition with its 95% interval (from ``irreplaceability.condition_summary``): the
+    free-generation ``metric`` (left) and the teacher-forced drop of the gold token's log-probability per
+    step (right), each condition labelled with the heads it masks per step and its n."""
+    conditions = [c for c in CONDITION_TITLES if c in set(summary["condition"])]
+    table = summary.set_index("condition").loc[conditions]
+    panels = [(metric, f"{metric} (free generation)")]
+    if "tf_drop" in table:
+        panels.append(("tf_drop", "gold log-prob drop per step, nats (teacher-forced)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.42 * len(conditions) + 1.6),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(conditions))[::-1]
+    labels = [f"{CONDITION_TITLES[c]} ({table.loc[c, 'heads_masked_per_step']:.1f}/step)"
+              if "heads_masked_per_step" in table else CONDITION_TITLES[c] for c in conditions]
+    for ax, (column, label) in zip(axes[0], panels):
+        xerr = _error_bars(table, column)
+        ax.errorbar(table[column], y, xerr=xerr, fmt="o", color="tab:blue", capsize=3)
+        ax.set_xlabel(label)
+        ax.axvline(0, color="grey", lw=0.6)
+        ax.set_yticks(y)
+        ax.set_yticklabels(labels, fontsize=8)
+    fig.suptitle(f"{title}\nn = {int(table['n'].min())} runs per condition; 95% CI (Wilson for accuracy / EM, "
+                 "bootstrap over samples otherwise)", fontsize=9)
     fig.tight_layout()
     return fig
 

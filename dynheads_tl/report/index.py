@@ -30,15 +30,19 @@ PAPER_ITEMS = [
      "01_dynamism/table1_niah", "01_dynamism"),
     ("Fig 1", "NIAH heatmap: 10 most variable heads × generated tokens", "qualitative",
      "01_dynamism/fig1_niah_heatmap", "01_dynamism"),
-    ("Fig 2", "NIAH accuracy heatmaps under dynamic / static / random masking", "dynamic masking destroys retrieval; static and random barely matter",
+    ("Fig 2", "NIAH accuracy heatmaps under dynamic / static / random masking (ours beside them: size-matched "
+     "controls and a teacher-forced drop of the gold token's log-probability)",
+     "dynamic masking destroys retrieval; static and random barely matter",
      "02_irreplaceability/fig2_niah_masking", "02_irreplaceability"),
     ("Fig 3", "NIAH progressive masking", "accuracy 1.0 → 0.0 by k = 20; 4.5–7 compensating static heads for k ≥ 5",
      "02_irreplaceability/fig3_niah_progressive", "02_irreplaceability"),
     ("Fig 4", "NIAH CCA vs lag k", "leading correlation .965 (k = 0) → .743 (k = 10)",
      "03_correlation/fig4_niah_cca", "03_correlation"),
     ("Fig 5", "HotpotQA Eq. 2 heatmap", "qualitative", "01_dynamism/fig5_hotpot_heatmap", "01_dynamism"),
-    ("Fig 6", "HotpotQA F1 heatmaps under masking", "as Fig 2", "02_irreplaceability/fig6_hotpot_masking", "02_irreplaceability"),
-    ("Fig 7", "HotpotQA progressive masking", "as Fig 3", "02_irreplaceability/fig7_hotpot_progressive", "02_irreplaceability"),
+    ("Fig 6", "HotpotQA F1 heatmaps under masking (ours beside them: as in Fig 2)", "as Fig 2",
+     "02_irreplaceability/fig6_hotpot_masking", "02_irreplaceability"),
+    ("Fig 7", "HotpotQA progressive masking (heads ranked by Eq. 2)", "as Fig 3",
+     "02_irreplaceability/fig7_hotpot_progressive", "02_irreplaceability"),
     ("Fig 8", "HotpotQA CCA vs lag k", ".856 → .712", "03_correlation/fig8_hotpot_cca", "03_correlation"),
     ("Table 2", "NIAH probe F1 / P / R / AUPRC", "F1 .8038–.8566 (Llama-3.1-8B .8349, AUPRC .9173)",
      "03_correlation/table2_niah_probe", "03_correlation"),
@@ -48,6 +52,9 @@ PAPER_ITEMS = [
      "04_dynamic_rag/table4_rag", "04_dynamic_rag"),
     ("Beyond 1", "NIAH overlap with the static top-k against what set sizes allow (95% bootstrap CI)",
      "not in the paper", "01_dynamism/size_aware_overlap", "01_dynamism"),
+    ("Beyond 1b", "NIAH soft dynamism: adjacent-step Jaccard of Eq. 1 vs heads with attention mass on the needle, "
+     "over haystacks × lengths with random layouts (95% bootstrap CI)",
+     "not in the paper (Eq. 1 only)", "01_dynamism/soft_dynamism", "01_dynamism"),
     ("Beyond 3a", "NIAH held-out CCA with step and current token regressed out (mean of splits, 95% CI)",
      "not in the paper", "03_correlation/fig4_niah_cca_residualised", "03_correlation"),
     ("Beyond 3b", "Probes k steps ahead minus the step-aware prior (NIAH F1, HotpotQA R²; 95% CI over splits)",
@@ -63,9 +70,20 @@ def _headline(stem: Path) -> str:
         name = stem.name
         if name.startswith("table1"):
             r = frame.iloc[0]
-            return (f"Jaccard top-20 {r.jaccard_static:.4f}, adjacent {r.jaccard_adjacent:.4f}, entropy {r.entropy:.4f}; "
+            text = (f"Jaccard top-20 {r.jaccard_static:.4f}, adjacent {r.jaccard_adjacent:.4f}, entropy {r.entropy:.4f}; "
                     f"{r.heads_per_step_mean:.2f} ± {r.heads_per_step_sd:.2f} heads/step, {int(r.ever_active)} of {int(r.n_heads)} ever active")
-        if name.startswith(("fig2", "fig6")):
+            intervals = stem.parent / "table1_intervals.csv"  # all seeds pooled, bootstrap over samples
+            if intervals.exists():
+                ci = _pd.read_csv(intervals)
+                ci = ci[ci["task"] == r.task].set_index("metric")
+                cell = lambda m: f"{ci.loc[m, 'value']:.3f} [{ci.loc[m, 'low']:.3f}, {ci.loc[m, 'high']:.3f}]"
+                text += (f" (first seed); all {int(ci['n_samples'].iloc[0])} samples "
+                         f"of {int(ci['n_seeds'].iloc[0])} seeds: Jaccard top-20 {cell('jaccard_static')}, adjacent "
+                         f"{cell('jaccard_adjacent')}, {cell('heads_per_step_mean')} heads/step")
+            return text
+        if name.startswith(("fig2", "fig6")) and "tf_drop" in frame:
+            return _masking_headline(frame)
+        if name.startswith(("fig2", "fig6")):  # runs made before the matched controls and teacher forcing
             metric = "accuracy" if "accuracy" in frame else "f1"
             means = frame.groupby("condition")[metric].mean()
             return ", ".join(f"{c.replace('_', ' ')} {means[c]:.2f}" for c in ("none", "dynamic", "static", "static_matched",
@@ -80,6 +98,14 @@ def _headline(stem: Path) -> str:
             return (f"top-20: outside share {cell('share_outside_static')}, coverage {cell('static_coverage')}, "
                     f"Jaccard {cell('jaccard_static')} = {cell('jaccard_over_bound')} of its size bound "
                     f"(n = {int(part.loc['static_coverage', 'n_samples'])} samples)")
+        if name.startswith("soft_dynamism"):
+            part = frame[(frame["setting"] == "all") & (frame["metric"] == "jaccard_adjacent")]
+            cell = lambda r: f"{r.value:.2f} [{r.low:.2f}, {r.high:.2f}]"
+            sidecar = stem.parent / f"{stem.name}.config.json"  # the threshold the notebook's verdict reads
+            threshold = _json.loads(sidecar.read_text()).get("soft_threshold", 0.3) if sidecar.exists() else 0.3
+            chosen = [r for r in part.itertuples() if r.kind == "eq1" or abs(r.threshold - threshold) < 1e-9]
+            return ("adjacent Jaccard, all settings: " + "; ".join(f"{r.definition} {cell(r)}" for r in chosen)
+                    + f" (n = {int(part['n_samples'].iloc[0])} samples)")
         if name.endswith("_residualised"):
             first = lambda control: frame[frame["control"] == control].set_index("k")
             resid, chance = first("held-out, residualised"), first("held-out, residualised, chance")
@@ -116,6 +142,33 @@ def _headline(stem: Path) -> str:
     except Exception:  # a file of another shape: link it, do not summarise it
         return "see file"
     return "see figure"
+
+
+def _masking_headline(frame: _pd.DataFrame) -> str:
+    """Fig 2 / Fig 6 with the matched controls: per condition the free-generation metric (Wilson 95% for
+    accuracy, bootstrap 95% over samples for F1) and the teacher-forced drop of the gold token's
+    log-probability (nats per step, bootstrap 95%), with n."""
+    from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+
+    metric = "accuracy" if "accuracy" in frame else "f1"
+    order = ("none", "dynamic", "static", "random", "static_matched", "random_matched", "dynamic_nonstatic",
+             "static_nondynamic")
+    conditions = [c for c in order if c in set(frame["condition"])]
+
+    def interval(values, proportion):
+        data = _pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=float)
+        return wilson_interval(int(round(data.sum())), len(data)) if proportion else bootstrap_interval(data)
+
+    free, drops = [], []
+    for condition in conditions:
+        part = frame[frame["condition"] == condition]
+        a = interval(part[metric], metric == "accuracy")
+        d = interval(part["tf_drop"], False)
+        free.append(f"{condition.replace('_', ' ')} {a.estimate:.2f} [{a.low:.2f}, {a.high:.2f}]")
+        drops.append(f"{condition.replace('_', ' ')} {d.estimate:.2f} [{d.low:.2f}, {d.high:.2f}]")
+    n = int(frame.groupby("condition").size().min())
+    return (f"{metric} ({'Wilson' if metric == 'accuracy' else 'bootstrap'} 95%, n = {n} per condition): "
+            + ", ".join(free) + "; teacher-forced gold log-prob drop, nats/step (bootstrap 95%): " + ", ".join(drops))
 
 
 # Items whose data are HotpotQA questions: the synthetic generator unless the config names a real file.

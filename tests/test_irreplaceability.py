@@ -1,0 +1,151 @@
+"""Claim 2's summaries on hand-built grids with known answers: intervals and n, the computed verdicts, the
+figures' labels and the index headline. No model."""
+from __future__ import annotations
+
+import matplotlib
+import pandas as pd
+import pytest
+import torch
+
+from dynheads_tl.analysis.statistics import Interval
+from dynheads_tl.claims import irreplaceability
+from dynheads_tl.claims.irreplaceability import (GRID_CONDITIONS, TaskAblation, compare, condition_summary,
+                                                 matched_controls_verdict, progressive_summary, protocol_checks,
+                                                 summary_markdown)
+from dynheads_tl.protocols.ablation import AblationSetup
+from dynheads_tl.report import figures
+from dynheads_tl.report.index import _headline
+
+matplotlib.use("Agg")
+
+# Per condition: accuracy (0/1 per run), teacher-forced drop (nats per step), heads masked per step.
+ACCURACY = {"none": 1, "dynamic": 0, "static": 0, "random": 1, "static_matched": 0, "random_matched": 1,
+            "dynamic_nonstatic": 0, "static_nondynamic": 1}
+DROP = {"none": 0.0, "dynamic": 1.5, "static": 1.4, "random": 0.01, "static_matched": 1.5, "random_matched": 0.05,
+        "dynamic_nonstatic": 0.6, "static_nondynamic": 0.05}
+HEADS = {"none": 0.0, "dynamic": 1.6, "static": 5.0, "random": 5.0, "static_matched": 1.6, "random_matched": 1.6,
+         "dynamic_nonstatic": 0.4, "static_nondynamic": 18.8}
+
+
+def _grid(runs_per_cell: int = 5, depths=(0.1, 0.9)) -> pd.DataFrame:
+    rows = []
+    for depth in depths:
+        for run in range(runs_per_cell):
+            for condition in GRID_CONDITIONS:
+                jitter = 0.02 * run  # per-sample spread, so bootstrap intervals have width
+                rows.append({"context": 500, "depth": depth, "run": run, "condition": condition,
+                             "accuracy": float(ACCURACY[condition]), "rouge_l": 0.5, "m_s": 1,
+                             "heads_masked_per_step": HEADS[condition], "heads_ever_masked": f"{condition}-{run}",
+                             "tf_drop": 0.0 if condition == "none" else DROP[condition] + jitter,
+                             "tf_drop_masked": None if condition == "none" else DROP[condition] + 2 * jitter,
+                             "tf_steps": 38, "tf_heads_masked_per_step": HEADS[condition]})
+    return pd.DataFrame(rows)
+
+
+def _result(grid: pd.DataFrame) -> TaskAblation:
+    static = torch.zeros(30, 9, dtype=torch.bool)
+    static[17, :5] = True
+    progressive = pd.DataFrame([{"sample": s, "k": k, "accuracy": float(k == 0), "m_s": 2 if k else 0,
+                                 "response": "r", "unmasked_response": "r"} for s in range(5) for k in (0, 10, 20)])
+    return TaskAblation("niah", AblationSetup(static_mask=static, static_top20=static, k=5), grid, progressive,
+                        pd.DataFrame())
+
+
+def test_compare_claims_a_difference_only_when_intervals_separate():
+    low, high = Interval(0.1, 0.0, 0.2, 10), Interval(0.9, 0.7, 1.0, 10)
+    assert compare(low, high, higher_is_worse=False) == "more"  # lower accuracy: hurts more
+    assert compare(high, low, higher_is_worse=False) == "less"
+    assert compare(high, low, higher_is_worse=True) == "more"  # a larger drop: hurts more
+    assert compare(Interval(0.3, 0.1, 0.5, 10), Interval(0.5, 0.45, 0.6, 10), higher_is_worse=False) == "indistinguishable"
+    assert compare(Interval(0.1, 0.0, 0.2, 4), high, higher_is_worse=False) == "too few"
+    assert compare(Interval(0.1, float("nan"), float("nan"), 10), high, higher_is_worse=False) == "too few"
+
+
+def test_condition_summary_has_n_and_intervals():
+    summary = condition_summary(_result(_grid())).set_index("condition")
+    assert list(summary.index) == list(GRID_CONDITIONS)
+    assert (summary["n"] == 10).all() and (summary["k_static_random"] == 5).all()
+    # Wilson for 10/10 and 0/10 (closed form: n / (n + z^2) with z = 1.96).
+    assert summary.loc["none", "accuracy_low"] == pytest.approx(10 / (10 + 1.959964 ** 2), abs=1e-4)
+    assert summary.loc["dynamic", "accuracy_high"] == pytest.approx(1.959964 ** 2 / (10 + 1.959964 ** 2), abs=1e-4)
+    # Drops: the mean over samples, inside its bootstrap interval; the unmasked drop is 0 with no spread.
+    assert summary.loc["dynamic", "tf_drop"] == pytest.approx(1.5 + 0.02 * 2)
+    assert summary.loc["dynamic", "tf_drop_low"] < summary.loc["dynamic", "tf_drop"] < summary.loc["dynamic", "tf_drop_high"]
+    assert summary.loc["none", ["tf_drop", "tf_drop_low", "tf_drop_high"]].tolist() == [0.0, 0.0, 0.0]
+    assert summary.loc["none", "n_tf_masked"] == 0 and summary.loc["dynamic", "n_tf_masked"] == 10
+    assert summary.loc["dynamic_nonstatic", "heads_masked_per_step"] == pytest.approx(0.4)
+
+
+def test_matched_controls_verdict_reads_the_intervals():
+    text = matched_controls_verdict(_result(_grid()))
+    # D_t \ S_20 (accuracy 0/10) against random |D_t| (10/10): separated; the drops are separated too.
+    first, second = text.split("NIAH, ")[1:]
+    assert "masking D_t \\ S_20 against masking |D_t| random heads (0.4 vs 1.6 heads masked per step" in first
+    assert first.count("masking D_t \\ S_20 hurts more") == 2
+    # D_t against the top-|D_t| static heads: same accuracy and drops that overlap -> no difference claimed.
+    assert "1.6 vs 1.6 heads masked per step" in second
+    assert second.count("the data cannot distinguish them") == 2 and "hurts more" not in second
+    assert "(n = 10 vs 10)" in second
+
+
+def test_verdicts_refuse_to_compare_too_few_samples():
+    text = matched_controls_verdict(_result(_grid(runs_per_cell=1)))
+    assert "too few samples to compare" in text and "hurts more" not in text
+
+
+def test_summary_markdown_states_intervals_and_no_threshold_verdicts():
+    markdown = summary_markdown({"niah": _result(_grid())}, "tiny")
+    assert "n = 10 runs per condition" in markdown and "none 1.00 [0.72, 1.00]" in markdown
+    assert "far more" not in markdown
+    assert "dynamic masking hurts more than masking the static top-5" not in markdown  # 0/10 vs 0/10
+    assert "dynamic masking hurts more than masking 5 random heads" in markdown  # 0/10 vs 10/10
+    assert "teacher-forced" in markdown and "Matched controls" in markdown
+    assert "n = 5 samples per k" in markdown
+
+
+def test_progressive_summary_and_protocol_checks():
+    result = _result(_grid())
+    prog = progressive_summary(result)
+    assert prog["k"].tolist() == [0, 10, 20] and (prog["n"] == 5).all()
+    assert prog.loc[0, "accuracy_low"] == pytest.approx(5 / (5 + 1.959964 ** 2), abs=1e-4)
+    checks = protocol_checks(result)
+    assert checks["ok"].all() and "drop is exactly 0" in checks["check"].iloc[-1]
+    result.grid.loc[result.grid["condition"] == "none", "tf_drop"] = 1e-9
+    assert not protocol_checks(result)["ok"].iloc[-1]
+
+
+def test_figures_show_n_and_which_panels_use_k():
+    grid = _grid()
+    fig = figures.condition_heatmaps(grid, "accuracy", "Fig 2 (NIAH): accuracy", k=5)
+    title = fig._suptitle.get_text()
+    assert "n = 5 runs per cell, 10 per panel" in title
+    assert "fixed k = 5 heads at every step: static top-k masked, random k masked" in title
+    assert "sized by D_t at each step: D_t masked, static top-|D_t| masked" in title
+    panels = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert len(panels) == 8 and "D_t \\ S_20 masked\n0.4 heads/step" in panels
+    prog = progressive_summary(_result(grid))
+    fig = figures.progressive_figure(prog, "f1" if "f1" in prog else "accuracy", "Fig 7", ranking=figures.HOTPOT_RANKING)
+    assert "Eq. 2" in fig.axes[0].get_xlabel() and "Eq. 1 hits" not in fig.axes[0].get_xlabel()
+    assert "n = 5 samples per k" in fig.axes[0].get_title()
+    fig = figures.controls_figure(condition_summary(_result(grid)), "accuracy", "NIAH")
+    assert "n = 10 runs per condition" in fig._suptitle.get_text() and len(fig.axes) == 2
+
+
+def test_index_headline_quotes_intervals_for_new_runs_and_keeps_old_runs_as_they_were(tmp_path):
+    stem = tmp_path / "fig2_niah_masking"
+    _grid().to_csv(stem.with_suffix(".csv"), index=False)
+    text = _headline(stem)
+    assert text.startswith("accuracy (Wilson 95%, n = 10 per condition): none 1.00 [0.72, 1.00], dynamic 0.00 [0.00, 0.28]")
+    assert "teacher-forced gold log-prob drop" in text and "dynamic nonstatic" in text
+    old = _grid().drop(columns=[c for c in _grid().columns if c.startswith("tf_")])
+    old = old[old["condition"].isin(["none", "dynamic", "static", "static_matched", "random"])]
+    old.to_csv(stem.with_suffix(".csv"), index=False)
+    assert _headline(stem) == "none 1.00, dynamic 0.00, static 0.00, static matched 0.00, random 1.00 (accuracy)"
+
+
+def test_defaults_fit_the_budget_and_grid_has_every_condition():
+    config = irreplaceability.IrreplaceabilityConfig()
+    assert config.runs_per_cell >= 5
+    assert set(GRID_CONDITIONS) >= {"random_matched", "dynamic_nonstatic", "static_nondynamic", "static_matched"}
+    for contexts, depths in ((config.niah_contexts, config.niah_depths), (config.hotpot_contexts, config.hotpot_depths)):
+        assert len(contexts) * len(depths) * config.runs_per_cell >= 10, "samples per condition and task"
