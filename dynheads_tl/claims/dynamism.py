@@ -511,10 +511,18 @@ def soft_verdict(table: pd.DataFrame, churn: pd.DataFrame, threshold: float) -> 
         reading = "both change: the set of heads reading the needle changes from step to step, but less than the Eq. 1 set"
     else:
         reading = "the set of heads that read the needle changes as much as the Eq. 1 set: the dynamism is not an artefact of the argmax"
+    sizes = table[(table["setting"] == "all") & (table["metric"] == "heads_per_step")]
+    size = lambda kind: sizes[(sizes["kind"] == kind) & ((kind == "eq1") | np.isclose(sizes["threshold"].astype(float), threshold))]
+    size_text = ""
+    if not size("eq1").empty and not size("evidence").empty:
+        small, large = size("eq1")["value"].iloc[0], size("evidence")["value"].iloc[0]
+        favoured = "the reading set" if large > small else "the Eq. 1 set"
+        size_text = (f" The sets differ in size ({small:.1f} vs {large:.1f} heads per step), and a Jaccard between "
+                     f"larger sets is larger by chance alone, so the comparison favours {favoured}.")
     return (f"Pooled over {int(readers['n_samples'])} analysis samples: adjacent-step Jaccard is {fmt(eq1)} for the Eq. 1 "
             f"set, {fmt(readers)} for the heads with evidence mass > {threshold:g} and {fmt(copy)} for copy mass "
             f"> {threshold:g}; of {int(still['drops'])} exits from the Eq. 1 set, {fmt(still, 'share')} still had evidence "
-            f"mass > {threshold:g} at the next step. So {reading} (95% bootstrap intervals over samples).")
+            f"mass > {threshold:g} at the next step. So {reading} (95% bootstrap intervals over samples).{size_text}")
 
 
 def task_name(table: pd.DataFrame) -> str:
