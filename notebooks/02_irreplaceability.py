@@ -23,7 +23,9 @@
 # - `static_matched`: the top-$|D_t|$ static heads (dynamic and static masking remove equally many heads);
 # - `random_matched`: $|D_t|$ random heads, from a generator seeded by the sample and the step;
 # - `dynamic_nonstatic`: $D_t \setminus S_{20}$, the part of the dynamic set that a static view misses;
-# - `static_nondynamic`: $S_{20} \setminus D_t$, the static heads that are not retrieving at that step.
+# - `static_nondynamic`: $S_{20} \setminus D_t$, the static heads that are not retrieving at that step;
+# - `random_nonstatic` and `random_nondynamic`: their size-matched random controls: as many random heads
+#   from outside $S_{20}$ as $D_t \setminus S_{20}$ has, and as many from outside $D_t$ as $S_{20} \setminus D_t$ has.
 #
 # Every run records the mean number of heads masked per step, so sizes can be compared.
 #
@@ -37,10 +39,11 @@
 # HotpotQA.
 #
 # **Statistics.** Accuracy and EM carry Wilson 95% intervals; F1 and the log-probability drops carry
-# percentile-bootstrap 95% intervals over samples. A verdict says two conditions differ only when their
-# intervals do not overlap, and needs at least 5 samples per condition.
+# percentile-bootstrap 95% intervals over samples. Every condition runs on the same samples, so two conditions
+# are compared through their paired per-sample difference: a verdict says they differ only when the 95%
+# bootstrap interval of that difference excludes 0, and needs at least 5 paired samples.
 #
-# **Grid size.** With 8 conditions, each run both generated and teacher-forced, the default grid is one
+# **Grid size.** With 10 conditions, each run both generated and teacher-forced, the default grid is one
 # context × two depths × 5 runs per task (10 samples per condition), so that the whole report fits in 60
 # minutes on a 2-core CPU; the `paper` preset runs the paper's grid. The NIAH runs of one cell share the
 # depth and differ in the UUID and in where the haystack text starts (a seeded offset of up to 3,000 tokens;
@@ -49,7 +52,7 @@
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
-niah_contexts = [500]  # Fig 2 rows: NIAH context lengths in tokens (one: 8 conditions x 2 runs must fit the time budget)
+niah_contexts = [500]  # Fig 2 rows: NIAH context lengths in tokens (one: 10 conditions x 2 runs must fit the time budget)
 niah_depths = [0.1, 0.9]  # Fig 2 columns: needle depths (two: 10 samples per condition at 5 runs per cell)
 hotpot_contexts = [750]  # Fig 6 rows: HotpotQA context lengths (750: more unmasked headroom than 250)
 hotpot_depths = [0.1, 0.9]  # Fig 6 columns: depth of the gold paragraphs
@@ -67,7 +70,7 @@ eq2_threshold = 0.1  # HotpotQA: Eq. 2 score above which a head is in D_t
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
 seed = 0  # seeds samples and the random baseline
-batch_size = 20  # generations decoded together: a grid cell's 40 runs in two batches; progressive samples' k values
+batch_size = 25  # generations decoded together: a grid cell's 50 runs in two batches; progressive samples' k values
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached calibration traces and ablation runs
 

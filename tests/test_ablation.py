@@ -9,7 +9,8 @@ import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
 from dynheads_tl.protocols.ablation import (
     AblationSetup, AblationTrace, Job, compensation, compensation_table, gold_token_ids, make_selector, random_heads,
-    run_condition, run_jobs, select_dynamic_nonstatic, select_fixed, select_random_matched, select_static_nondynamic,
+    run_condition, run_jobs, select_dynamic_nonstatic, select_fixed, select_random_matched, select_random_nondynamic,
+    select_random_nonstatic, select_static_nondynamic,
     select_top_ranked, two_pass_batch, two_pass_generation, StepView,
 )
 from dynheads_tl.engine.tracing import Trace
@@ -248,6 +249,23 @@ def test_dynamic_nonstatic_and_static_nondynamic_are_the_set_differences():
     assert torch.equal(select_static_nondynamic(static)(_view(empty)), static), "empty D_t: all of S_20"
 
 
+def test_random_nonstatic_and_random_nondynamic_match_the_sizes_and_avoid_their_sets():
+    static = _mask((3, 4), (0, 0), (1, 1), (2, 2))
+    retrieval = _mask((3, 4), (0, 0), (0, 3), (2, 3))  # D_t minus S: 2 heads; S minus D_t: 2 heads
+    for step in range(6):
+        outside_static = select_random_nonstatic(static, seed=7)(_view(retrieval, step))
+        assert int(outside_static.sum()) == 2 and not (outside_static & static).any()
+        outside_dynamic = select_random_nondynamic(static, seed=7)(_view(retrieval, step))
+        assert int(outside_dynamic.sum()) == 2 and not (outside_dynamic & retrieval).any()
+    draws = {tuple(select_random_nonstatic(static, seed=7)(_view(retrieval, t)).flatten().tolist()) for t in range(6)}
+    assert len(draws) > 1, "a fresh draw at each step"
+    assert torch.equal(select_random_nonstatic(static, seed=7)(_view(retrieval, 2)),
+                       select_random_nonstatic(static, seed=7)(_view(retrieval, 2))), "seeded"
+    inside = _mask((3, 4), (0, 0), (1, 1))  # D_t inside S: nothing outside to match
+    assert select_random_nonstatic(static, seed=7)(_view(inside)) is None
+    assert int(select_random_nondynamic(static, seed=7)(_view(inside)).sum()) == 1
+
+
 def test_make_selector_builds_the_new_conditions():
     from types import SimpleNamespace
 
@@ -310,6 +328,7 @@ def test_new_conditions_mask_what_they_say(embedded_model, sample, setup):
     assert torch.equal(random_matched.masked_heads.flatten(1).sum(1), sizes)
     assert not torch.equal(random_matched.masked_heads, random_matched.clean.retrieval_mask)
     assert torch.equal(nonstatic.masked_heads, nonstatic.clean.retrieval_mask & ~setup.static_top20)
+    assert nondynamic.masked_heads.any(), "S_20 minus D_t is never empty on this model (|D_t| is about 5)"
     assert torch.equal(nondynamic.masked_heads, setup.static_top20 & ~nondynamic.clean.retrieval_mask)
 
 

@@ -9,9 +9,9 @@ import torch
 
 from dynheads_tl.analysis.statistics import Interval
 from dynheads_tl.claims import irreplaceability
-from dynheads_tl.claims.irreplaceability import (GRID_CONDITIONS, TaskAblation, compare, condition_summary,
-                                                 matched_controls_verdict, progressive_summary, protocol_checks,
-                                                 summary_markdown)
+from dynheads_tl.claims.irreplaceability import (GRID_CONDITIONS, TaskAblation, condition_summary,
+                                                 matched_controls_verdict, paired_difference, progressive_summary,
+                                                 protocol_checks, summary_markdown)
 from dynheads_tl.protocols.ablation import AblationSetup
 from dynheads_tl.report import figures
 from dynheads_tl.report.index import _headline
@@ -20,11 +20,11 @@ matplotlib.use("Agg")
 
 # Per condition: accuracy (0/1 per run), teacher-forced drop (nats per step), heads masked per step.
 ACCURACY = {"none": 1, "dynamic": 0, "static": 0, "random": 1, "static_matched": 0, "random_matched": 1,
-            "dynamic_nonstatic": 0, "static_nondynamic": 1}
+            "dynamic_nonstatic": 0, "random_nonstatic": 1, "static_nondynamic": 1, "random_nondynamic": 1}
 DROP = {"none": 0.0, "dynamic": 1.5, "static": 1.4, "random": 0.01, "static_matched": 1.5, "random_matched": 0.05,
-        "dynamic_nonstatic": 0.6, "static_nondynamic": 0.05}
+        "dynamic_nonstatic": 0.6, "random_nonstatic": 0.02, "static_nondynamic": 0.05, "random_nondynamic": 0.03}
 HEADS = {"none": 0.0, "dynamic": 1.6, "static": 5.0, "random": 5.0, "static_matched": 1.6, "random_matched": 1.6,
-         "dynamic_nonstatic": 0.4, "static_nondynamic": 18.8}
+         "dynamic_nonstatic": 0.4, "random_nonstatic": 0.4, "static_nondynamic": 18.8, "random_nondynamic": 18.8}
 
 
 def _grid(runs_per_cell: int = 5, depths=(0.1, 0.9)) -> pd.DataFrame:
@@ -51,14 +51,16 @@ def _result(grid: pd.DataFrame) -> TaskAblation:
                         pd.DataFrame())
 
 
-def test_compare_claims_a_difference_only_when_intervals_separate():
-    low, high = Interval(0.1, 0.0, 0.2, 10), Interval(0.9, 0.7, 1.0, 10)
-    assert compare(low, high, higher_is_worse=False) == "more"  # lower accuracy: hurts more
-    assert compare(high, low, higher_is_worse=False) == "less"
-    assert compare(high, low, higher_is_worse=True) == "more"  # a larger drop: hurts more
-    assert compare(Interval(0.3, 0.1, 0.5, 10), Interval(0.5, 0.45, 0.6, 10), higher_is_worse=False) == "indistinguishable"
-    assert compare(Interval(0.1, 0.0, 0.2, 4), high, higher_is_worse=False) == "too few"
-    assert compare(Interval(0.1, float("nan"), float("nan"), 10), high, higher_is_worse=False) == "too few"
+def test_paired_difference_pairs_runs_on_the_same_sample():
+    grid = _grid()
+    difference = paired_difference(_result(grid), "dynamic", "random_matched", "accuracy")
+    assert difference.n == 10 and difference.estimate == -1.0 and difference.high == -1.0
+    # Same per-sample jitter on both sides: the paired difference is exactly constant, the marginal intervals are not.
+    drop = paired_difference(_result(grid), "dynamic", "static", "tf_drop")
+    assert drop.estimate == pytest.approx(0.1) and drop.low == pytest.approx(0.1) and drop.high == pytest.approx(0.1)
+    shuffled = grid.copy()
+    shuffled.loc[shuffled["condition"] == "static", "run"] = (shuffled.loc[shuffled["condition"] == "static", "run"] + 1) % 5
+    assert paired_difference(_result(shuffled), "dynamic", "static", "tf_drop").high > 0.1 + 1e-9, "pairs by sample"
 
 
 def test_condition_summary_has_n_and_intervals():
@@ -78,19 +80,21 @@ def test_condition_summary_has_n_and_intervals():
 
 def test_matched_controls_verdict_reads_the_intervals():
     text = matched_controls_verdict(_result(_grid()))
-    # D_t \ S_20 (accuracy 0/10) against random |D_t| (10/10): separated; the drops are separated too.
-    first, second = text.split("NIAH, ")[1:]
-    assert "masking D_t \\ S_20 against masking |D_t| random heads (0.4 vs 1.6 heads masked per step" in first
-    assert first.count("masking D_t \\ S_20 hurts more") == 2
-    # D_t against the top-|D_t| static heads: same accuracy and drops that overlap -> no difference claimed.
-    assert "1.6 vs 1.6 heads masked per step" in second
-    assert second.count("the data cannot distinguish them") == 2 and "hurts more" not in second
-    assert "(n = 10 vs 10)" in second
+    random_matched, static_matched, nonstatic, nonstatic_vs_all, nondynamic = text.split("NIAH, ")[1:]
+    assert "masking D_t against masking |D_t| random heads (1.6 vs 1.6 heads masked per step" in random_matched
+    assert random_matched.count("masking D_t hurts more") == 2
+    # D_t against the top-|D_t| static heads: equal accuracy and equal drops -> no difference claimed.
+    assert static_matched.count("the data cannot distinguish them") == 2 and "hurts more" not in static_matched
+    assert "(paired over n = 10 samples)" in static_matched
+    assert "(0.4 vs 0.4 heads masked per step" in nonstatic and nonstatic.count("masking D_t \\ S_20 hurts more") == 2
+    assert nonstatic_vs_all.count("hurts more although it masks fewer heads") == 2
+    # S_20 \ D_t against as many random heads: same accuracy; a drop larger by a constant 0.02 nats.
+    assert "cannot distinguish" in nondynamic and "masking S_20 \\ D_t hurts more" in nondynamic
 
 
 def test_verdicts_refuse_to_compare_too_few_samples():
     text = matched_controls_verdict(_result(_grid(runs_per_cell=1)))
-    assert "too few samples to compare" in text and "hurts more" not in text
+    assert "too few paired samples to compare" in text and "hurts more" not in text
 
 
 def test_summary_markdown_states_intervals_and_no_threshold_verdicts():
@@ -122,7 +126,7 @@ def test_figures_show_n_and_which_panels_use_k():
     assert "fixed k = 5 heads at every step: static top-k masked, random k masked" in title
     assert "sized by D_t at each step: D_t masked, static top-|D_t| masked" in title
     panels = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
-    assert len(panels) == 8 and "D_t \\ S_20 masked\n0.4 heads/step" in panels
+    assert len(panels) == 10 and "D_t \\ S_20 masked\n0.4 heads/step" in panels
     prog = progressive_summary(_result(grid))
     fig = figures.progressive_figure(prog, "f1" if "f1" in prog else "accuracy", "Fig 7", ranking=figures.HOTPOT_RANKING)
     assert "Eq. 2" in fig.axes[0].get_xlabel() and "Eq. 1 hits" not in fig.axes[0].get_xlabel()

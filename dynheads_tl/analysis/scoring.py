@@ -243,24 +243,39 @@ def soft_sets(trace: Trace, kind: SoftKind, threshold: float = 0.5) -> Bool[Tens
     raise ValueError(f"kind must be 'eq1', 'copy' or 'evidence', got {kind!r}.")
 
 
-def adjacent_counts(sets: Bool[Tensor, "step layer head"]) -> dict[str, float]:
+def copyable_steps(trace: Trace) -> Bool[Tensor, "step"]:
+    """Steps whose generated token occurs somewhere in the evidence. Elsewhere (a wrong token, the end of the
+    answer) Eq. 1 and the copy mass are empty by definition, whatever the heads attend to, so comparisons of
+    those sets with token-independent ones (evidence mass) are made on these steps only."""
+    evidence_ids = trace.prompt_ids[trace.evidence_mask]
+    return (trace.tokens[:, None] == evidence_ids[None, :]).any(1)
+
+
+def adjacent_counts(sets: Bool[Tensor, "step layer head"], valid: Bool[Tensor, "step"] | None = None) -> dict[str, float]:
     """Sums over one sample's consecutive step pairs with a non-empty union, from which per-sample ratios
     are pooled: ``pairs``, ``jaccard_sum`` (Σ J(D_t, D_{t+1})), ``kept`` (Σ |D_t ∩ D_{t+1}|) and ``left``
     (Σ |D_t|, over the same pairs: so kept / left is the share of a step's heads still active at the next);
-    ``steps``, ``size_sum``: steps and Σ |D_t|; ``ever``: heads active at least once."""
+    ``steps``, ``size_sum``: steps and Σ |D_t|; ``ever``: heads active at least once. With ``valid``, only
+    steps where it is True count, and only pairs of two consecutive valid steps."""
     flat = sets.flatten(1)
+    valid = torch.ones(flat.shape[0], dtype=torch.bool) if valid is None else valid.bool()
     a, b = flat[:-1], flat[1:]
     union = (a | b).sum(1)
     inter = (a & b).sum(1)
-    valid = union > 0
-    return {"pairs": float(valid.sum()), "jaccard_sum": float((inter[valid].double() / union[valid].double()).sum()),
-            "kept": float(inter[valid].sum()), "left": float(a[valid].sum()),
-            "steps": float(flat.shape[0]), "size_sum": float(flat.sum()), "ever": float(flat.any(0).sum())}
+    pair_ok = (union > 0) & valid[:-1] & valid[1:]
+    kept = flat[valid]
+    return {"pairs": float(pair_ok.sum()), "jaccard_sum": float((inter[pair_ok].double() / union[pair_ok].double()).sum()),
+            "kept": float(inter[pair_ok].sum()), "left": float(a[pair_ok].sum()),
+            "steps": float(kept.shape[0]), "size_sum": float(kept.sum()), "ever": float(kept.any(0).sum())}
 
 
-def head_churn_counts(hits: Bool[Tensor, "step layer head"], reads: Bool[Tensor, "step layer head"]) -> dict[str, float]:
+def head_churn_counts(hits: Bool[Tensor, "step layer head"], reads: Bool[Tensor, "step layer head"],
+                      valid: Bool[Tensor, "step"] | None = None) -> dict[str, float]:
     """Argmax churn: of the times a head drops out of the Eq. 1 set from one step to the next (hit at t, no hit
     at t + 1), how often it still reads the evidence at t + 1 (``reads``, e.g. evidence mass above a threshold).
-    Returns the counts ``drops`` and ``drops_still_reading``."""
+    With ``valid``, only drops into a valid step t + 1 count (see :func:`copyable_steps`: at a step whose token is
+    not in the evidence every head drops out of Eq. 1). Returns the counts ``drops`` and ``drops_still_reading``."""
     drop = hits[:-1] & ~hits[1:]
+    if valid is not None:
+        drop = drop & valid[1:].bool()[:, None, None]
     return {"drops": float(drop.sum()), "drops_still_reading": float((drop & reads[1:]).sum())}

@@ -17,7 +17,7 @@ from dynheads_tl.config import NotebookConfig, check_int_list, check_ints, check
 from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import (
-    activation_frequency, adjacent_counts, dynamic_sets, dynamism_metrics, head_churn_counts, size_aware_counts,
+    activation_frequency, adjacent_counts, copyable_steps, dynamic_sets, dynamism_metrics, head_churn_counts, size_aware_counts,
     size_aware_metrics, soft_sets, static_eq2_scores, static_retrieval_scores, static_top_k,
 )
 from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
@@ -60,12 +60,16 @@ class DynamismConfig(TraceSets, NotebookConfig):
         check_open_unit(self, "soft_threshold")
         check_int_list(self, "seeds")
         check_int_list(self, "static_sizes", minimum=1)
-        check_int_list(self, "setting_contexts", minimum=32, allow_empty=True)
-        if not isinstance(self.setting_haystacks, list) or not all(isinstance(h, str) for h in self.setting_haystacks):
-            raise ValueError(f"Parameter 'setting_haystacks' must be a list of haystack specs, got {self.setting_haystacks!r}.")
+        check_int_list(self, "setting_contexts", minimum=32)
+        if (not isinstance(self.setting_haystacks, list) or not self.setting_haystacks
+                or not all(isinstance(h, str) for h in self.setting_haystacks)):
+            raise ValueError(f"Parameter 'setting_haystacks' must be a non-empty list of haystack specs, got {self.setting_haystacks!r}.")
         if (not isinstance(self.copy_thresholds, list) or not self.copy_thresholds
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in self.copy_thresholds)):
             raise ValueError(f"Parameter 'copy_thresholds' must be a non-empty list of values in (0, 1), got {self.copy_thresholds!r}.")
+        if not any(abs(float(self.soft_threshold) - float(t)) < 1e-12 for t in self.copy_thresholds):
+            raise ValueError(f"Parameter 'soft_threshold' ({self.soft_threshold!r}) must be one of copy_thresholds "
+                             f"{self.copy_thresholds!r}: the verdict reads the table at that threshold.")
 
     @property
     def settings(self) -> list[tuple[str, int]]:
@@ -82,8 +86,7 @@ class DynamismConfig(TraceSets, NotebookConfig):
         check_haystack(self.haystack)
         for haystack in self.setting_haystacks:
             check_haystack(haystack)
-        if self.setting_contexts:
-            check_context_fits(self.setting_contexts, self.max_new_tokens, window, name="setting_contexts")
+        check_context_fits(self.setting_contexts, self.max_new_tokens, window, name="setting_contexts")
         # A file's calibration split is its first n_hotpot // 2 records and the analysis split the n_hotpot after
         # the first n_hotpot (see _hotpot_records), so 2 * n_hotpot usable records are needed.
         check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
@@ -341,7 +344,10 @@ class SettingResult:
 
     @property
     def label(self) -> str:
-        return f"{self.haystack.split(':')[0]} {self.context}"
+        from pathlib import Path
+
+        name = self.haystack if not self.haystack.startswith("folder:") else f"folder:{Path(self.haystack[7:]).name}"
+        return f"{name} {self.context}"
 
     def static_mask(self, k: int) -> torch.Tensor | None:
         if self.static_scores is None:
@@ -392,17 +398,20 @@ SOFT_METRICS = {
     "jaccard_adjacent": ("jaccard_sum", "pairs"),   # mean J(D_t, D_t+1)
     "persistence": ("kept", "left"),                # share of a step's heads still active at the next step
     "heads_per_step": ("size_sum", "steps"),
-    "ever_active": ("ever", "one"),                  # heads active at least once, per sample
+    "ever_active_per_sample": ("ever", "one"),       # heads active at least once in a sample, mean over samples
     "static_coverage": ("coverage_sum", "active_steps"),  # |D_t ∩ S_k| / |D_t|
     "share_outside_static": ("outside", "activations"),
 }
 
 
 def _sample_counts(trace: Trace, kind: str, threshold: float | None, static: torch.Tensor | None) -> dict[str, float]:
+    """One sample's sums for :data:`SOFT_METRICS`, over the steps whose token occurs in the needle
+    (:func:`~dynheads_tl.analysis.scoring.copyable_steps`; pairs: two such steps in a row)."""
     sets = soft_sets(trace, kind, threshold if threshold is not None else 0.5)
-    counts = {**adjacent_counts(sets), "one": 1.0}
+    valid = copyable_steps(trace)
+    counts = {**adjacent_counts(sets, valid), "one": 1.0}
     if static is not None:
-        size = size_aware_counts(sets, static)
+        size = size_aware_counts(sets[valid], static)
         counts.update(coverage_sum=size["coverage_sum"], active_steps=size["steps"],
                       outside=size["activations"] - size["inside"], activations=size["activations"])
     else:
@@ -412,10 +421,13 @@ def _sample_counts(trace: Trace, kind: str, threshold: float | None, static: tor
 
 
 def _pooled(per_sample: list[dict[str, float]], metric: str, seed: int = 0) -> dict[str, float]:
+    """A ratio of sums pooled over samples, with a bootstrap interval over samples; samples without the metric
+    (no static set in their setting) are left out, and n counts the samples used."""
     numerator, denominator = SOFT_METRICS[metric]
     values = np.array([[c[numerator], c[denominator]] for c in per_sample], dtype=float)
-    if np.isnan(values).any():
-        return {"value": float("nan"), "low": float("nan"), "high": float("nan"), "n_samples": len(values)}
+    values = values[~np.isnan(values).any(1)]
+    if len(values) == 0:
+        return {"value": float("nan"), "low": float("nan"), "high": float("nan"), "n_samples": 0}
     statistic, _ = _ratio(numerator, denominator)
     interval = bootstrap_interval(values, statistic, seed=seed)
     return {"value": interval.estimate, "low": interval.low, "high": interval.high, "n_samples": interval.n}
@@ -424,7 +436,9 @@ def _pooled(per_sample: list[dict[str, float]], metric: str, seed: int = 0) -> d
 def soft_dynamism_table(settings: list[SettingResult], config: DynamismConfig) -> pd.DataFrame:
     """Table 1's dynamism metrics for Eq. 1 and for copy / evidence mass above each threshold, per setting and
     pooled over settings ("all"), each a ratio pooled over analysis samples with a 95% bootstrap interval over
-    samples. Static metrics use each setting's own static top-``static_k``."""
+    samples. Only steps whose generated token occurs in the needle count (elsewhere Eq. 1 and copy mass are
+    empty by definition). Static metrics use each setting's own static top-``static_k``; settings without one
+    are left out of the pooled static metrics (``n_samples`` says how many samples each number uses)."""
     rows = []
     pooled: dict[tuple, list] = {}
     for setting in settings:
@@ -448,16 +462,18 @@ def setting_accuracy(settings: list[SettingResult]) -> pd.DataFrame:
     for setting in settings:
         hits = sum(niah_accuracy(t.response, t.answers[0]) >= 1.0 for t in setting.analysis)
         interval = wilson_interval(int(hits), len(setting.analysis))
+        steps = torch.cat([copyable_steps(t) for t in setting.analysis]).float()
         rows.append({"setting": setting.label, "haystack": setting.haystack, "context": setting.context,
                      "accuracy": interval.estimate, "low": interval.low, "high": interval.high, "n": interval.n,
-                     "static_set": setting.static_scores is not None})
+                     "static_set": setting.static_scores is not None,
+                     "copyable_step_share": float(steps.mean()) if len(steps) else float("nan")})
     return pd.DataFrame(rows)
 
 
 def argmax_churn(settings: list[SettingResult], config: DynamismConfig) -> pd.DataFrame:
-    """Of the times a head leaves the Eq. 1 set from step t to t + 1, the share that still puts more than τ of
-    its attention on the needle (evidence mass) or on the token being copied (copy mass) at t + 1, per setting
-    and pooled; 95% bootstrap intervals over samples."""
+    """Of the times a head leaves the Eq. 1 set from step t to t + 1 (t + 1 generating a token that occurs in the
+    needle), the share that still puts more than τ of its attention on the needle (evidence mass) or on the token
+    being copied (copy mass) at t + 1, per setting and pooled; 95% bootstrap intervals over samples."""
     rows = []
     pooled: dict[tuple, list] = {}
     for setting in settings:
@@ -465,7 +481,8 @@ def argmax_churn(settings: list[SettingResult], config: DynamismConfig) -> pd.Da
             for threshold in config.copy_thresholds:
                 per_sample = []
                 for trace in setting.analysis:
-                    counts = head_churn_counts(trace.retrieval_mask, soft_sets(trace, kind, threshold))
+                    counts = head_churn_counts(trace.retrieval_mask, soft_sets(trace, kind, threshold),
+                                               copyable_steps(trace))
                     per_sample.append([counts["drops_still_reading"], counts["drops"]])
                 pooled.setdefault((kind, threshold), []).extend(per_sample)
                 rows.append(_churn_row(setting.label, kind, threshold, per_sample))
@@ -483,46 +500,70 @@ def _churn_row(label: str, kind: str, threshold: float, per_sample: list[list[fl
             "n_samples": interval.n}
 
 
+def _soft_reading(eq1: pd.Series, readers: pd.Series) -> str:
+    """Which reading the adjacent-step Jaccard intervals of the Eq. 1 set and the reading set support."""
+    if any(x != x for x in (eq1["low"], readers["low"], eq1["high"], readers["high"])):
+        return "undefined"
+    if readers["low"] > eq1["high"]:
+        return "argmax" if readers["low"] >= 0.7 else "both"
+    if readers["high"] < eq1["low"]:
+        return "readers"
+    return "undetermined"
+
+
+SOFT_READINGS = {
+    "argmax": ("mostly only the argmax winner changes: the heads that read the needle stay largely the same from "
+               "step to step (the reading set's interval lies above 0.7), while the Eq. 1 set changes"),
+    "both": "both change: the set of heads reading the needle changes from step to step, but less than the Eq. 1 set",
+    "readers": "the set of heads reading the needle changes more from step to step than the Eq. 1 set",
+    "undetermined": "these samples cannot tell whether the set of heads reading the needle changes less than the Eq. 1 set",
+    "undefined": "the adjacent-step Jaccard is undefined in these samples",
+}
+
+
 def soft_verdict(table: pd.DataFrame, churn: pd.DataFrame, threshold: float) -> str:
     """One computed sentence: does the set of heads that read the needle change from step to step, or only
-    which of them wins the argmax? Pooled over settings.
+    which of them wins the argmax? Pooled over settings ("all").
 
-    Reading: the evidence-mass set (heads with more than ``threshold`` of their attention on the needle) is
-    compared with the Eq. 1 set on adjacent-step Jaccard. If the evidence set's interval lies wholly above the
-    Eq. 1 set's and its adjacent Jaccard is at least 0.5, the readers are stable and mostly the argmax winner
-    changes; if it lies above but below 0.5, both change, the readers less; if the intervals overlap or the
-    evidence set's lies below, the reading set changes as much as the Eq. 1 set."""
+    The reading set (heads with evidence mass above ``threshold``) and the Eq. 1 set are compared on the 95%
+    bootstrap intervals of their adjacent-step Jaccard: the reading set's interval wholly above the Eq. 1 set's,
+    with its lower bound at least 0.7 → the readers are stable and mostly the argmax winner changes; wholly above
+    but lower → both change, the readers less; wholly below → the readers change more; overlapping → not
+    determined. The same reading is computed at every evidence-mass threshold in the table, and the sentence says
+    whether it holds at all of them. Set sizes are stated, since a Jaccard between larger sets is larger by chance."""
     pooled = table[(table["setting"] == "all") & (table["metric"] == "jaccard_adjacent")]
-    eq1 = pooled[pooled["kind"] == "eq1"]
-    readers = pooled[(pooled["kind"] == "evidence") & np.isclose(pooled["threshold"].astype(float), threshold)]
-    copy = pooled[(pooled["kind"] == "copy") & np.isclose(pooled["threshold"].astype(float), threshold)]
-    still = churn[(churn["setting"] == "all") & (churn["kind"] == "evidence")
-                  & np.isclose(churn["threshold"].astype(float), threshold)]
-    if eq1.empty or readers.empty or copy.empty or still.empty:
+    at = lambda part, kind, t: part[(part["kind"] == kind) & np.isclose(part["threshold"].astype(float), t)]
+    eq1_rows = pooled[pooled["kind"] == "eq1"]
+    readers, copy = at(pooled, "evidence", threshold), at(pooled, "copy", threshold)
+    still = at(churn[churn["setting"] == "all"], "evidence", threshold) if not churn.empty else churn
+    if eq1_rows.empty or readers.empty or copy.empty or still.empty:
         return f"No soft-dynamism results at threshold {threshold:g}."
-    eq1, readers, copy, still = eq1.iloc[0], readers.iloc[0], copy.iloc[0], still.iloc[0]
+    eq1, readers, copy, still = eq1_rows.iloc[0], readers.iloc[0], copy.iloc[0], still.iloc[0]
     fmt = lambda r, key="value": f"{r[key]:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
-    if any(x != x for x in (eq1["low"], readers["low"], eq1["high"], readers["high"])):
-        return "The adjacent-step Jaccard is undefined in these samples (too few active steps)."
-    if readers["low"] > eq1["high"] and readers["value"] >= 0.7:
-        reading = ("mostly only the argmax winner changes: the heads that read the needle stay largely the same "
-                   "from step to step, while the Eq. 1 set changes")
-    elif readers["low"] > eq1["high"]:
-        reading = "both change: the set of heads reading the needle changes from step to step, but less than the Eq. 1 set"
-    else:
-        reading = "the set of heads that read the needle changes as much as the Eq. 1 set: the dynamism is not an artefact of the argmax"
+    reading = _soft_reading(eq1, readers)
+    if reading == "undefined":
+        return "The adjacent-step Jaccard is undefined in these samples (too few steps whose token is in the needle)."
+    others = {}
+    for row in pooled[pooled["kind"] == "evidence"].itertuples():
+        others[float(row.threshold)] = _soft_reading(eq1, pd.Series(row._asdict()))
+    agree = all(r == reading for r in others.values())
+    thresholds = ", ".join(f"{t:g}" for t in sorted(others))
+    robustness = (f" The same reading holds at every evidence-mass threshold tested ({thresholds})." if agree else
+                  " At other thresholds the reading differs: " + "; ".join(
+                      f"> {t:g}: {SOFT_READINGS[r].split(':')[0]}" for t, r in sorted(others.items()) if r != reading) + ".")
     sizes = table[(table["setting"] == "all") & (table["metric"] == "heads_per_step")]
-    size = lambda kind: sizes[(sizes["kind"] == kind) & ((kind == "eq1") | np.isclose(sizes["threshold"].astype(float), threshold))]
+    small, large = at(sizes, "evidence", threshold), sizes[sizes["kind"] == "eq1"]
     size_text = ""
-    if not size("eq1").empty and not size("evidence").empty:
-        small, large = size("eq1")["value"].iloc[0], size("evidence")["value"].iloc[0]
-        favoured = "the reading set" if large > small else "the Eq. 1 set"
-        size_text = (f" The sets differ in size ({small:.1f} vs {large:.1f} heads per step), and a Jaccard between "
-                     f"larger sets is larger by chance alone, so the comparison favours {favoured}.")
-    return (f"Pooled over {int(readers['n_samples'])} analysis samples: adjacent-step Jaccard is {fmt(eq1)} for the Eq. 1 "
-            f"set, {fmt(readers)} for the heads with evidence mass > {threshold:g} and {fmt(copy)} for copy mass "
-            f"> {threshold:g}; of {int(still['drops'])} exits from the Eq. 1 set, {fmt(still, 'share')} still had evidence "
-            f"mass > {threshold:g} at the next step. So {reading} (95% bootstrap intervals over samples).{size_text}")
+    if not small.empty and not large.empty:
+        eq1_size, reader_size = large["value"].iloc[0], small["value"].iloc[0]
+        favoured = "the reading set" if reader_size > eq1_size else "the Eq. 1 set"
+        size_text = (f" The sets differ in size ({eq1_size:.1f} vs {reader_size:.1f} heads per step), and a Jaccard "
+                     f"between larger sets is larger by chance alone, so the comparison favours {favoured}.")
+    return (f"Pooled over {int(readers['n_samples'])} analysis samples, on steps whose token occurs in the needle: "
+            f"adjacent-step Jaccard is {fmt(eq1)} for the Eq. 1 set, {fmt(readers)} for the heads with evidence mass "
+            f"> {threshold:g} and {fmt(copy)} for copy mass > {threshold:g}; of {int(still['drops'])} exits from the "
+            f"Eq. 1 set, {fmt(still, 'share')} still had evidence mass > {threshold:g} at the next step. So "
+            f"{SOFT_READINGS[reading]} (95% bootstrap intervals over samples).{robustness}{size_text}")
 
 
 def task_name(table: pd.DataFrame) -> str:

@@ -34,9 +34,10 @@ PAPER_FIG3 = {"accuracy_at_k0": 1.0, "accuracy_at_k20": 0.0, "m_s_range_k_ge_5":
 # The paper's three conditions and the unmasked baseline, then our controls: the size-matched static and
 # random baselines, and the parts of D_t outside / of S_20 outside D_t (see dynheads_tl.protocols.ablation).
 GRID_CONDITIONS = ("none", "dynamic", "static", "random", "static_matched", "random_matched", "dynamic_nonstatic",
-                   "static_nondynamic")
+                   "random_nonstatic", "static_nondynamic", "random_nondynamic")
 # Conditions whose number of heads is set by D_t at each step (the others mask a fixed k, or nothing).
-PER_STEP_SIZED = ("dynamic", "static_matched", "random_matched", "dynamic_nonstatic", "static_nondynamic")
+PER_STEP_SIZED = ("dynamic", "static_matched", "random_matched", "dynamic_nonstatic", "random_nonstatic",
+                  "static_nondynamic", "random_nondynamic")
 # A comparison needs at least this many samples per condition (the issue's minimum per grid cell); with fewer,
 # a bootstrap interval is too narrow to trust and the verdict says so instead of comparing.
 MIN_SAMPLES_TO_COMPARE = 5
@@ -63,7 +64,7 @@ class IrreplaceabilityConfig(TraceSettings, NotebookConfig):
     keep_cache: str = "clean"
     eq2_threshold: float = 0.1
     seed: int = 0
-    batch_size: int = 20  # generations decoded together (the runs of one grid cell; several progressive samples' k)
+    batch_size: int = 25  # generations decoded together (the runs of one grid cell; several progressive samples' k)
     output_dir: str = "papers_figures"
     use_cache: bool = True  # reuse cached traces and ablation runs
 
@@ -237,42 +238,51 @@ def condition_summary(result: TaskAblation) -> pd.DataFrame:
         for column in ("m_s", "heads_masked_per_step", "tf_heads_masked_per_step", "tf_steps"):
             if column in part:
                 row[column] = float(part[column].mean())
+        for column in ("m_s", "heads_masked_per_step"):  # bootstrap 95% over samples
+            if column in part and len(part.dropna(subset=[column])):
+                interval = bootstrap_interval(part[column].dropna().to_numpy(dtype=float))
+                row.update({f"{column}_low": interval.low, f"{column}_high": interval.high})
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-Comparison = str  # "more", "less", "indistinguishable" or "too few"
-
-
-def compare(a: Interval, b: Interval, *, higher_is_worse: bool) -> Comparison:
-    """Does condition a hurt more than condition b? "more" / "less" only when the two 95% intervals do not
-    overlap (a conservative rule: separated intervals imply a difference at well below the 5% level);
-    "indistinguishable" when they overlap; "too few" when either has fewer than
-    :data:`MIN_SAMPLES_TO_COMPARE` samples or no interval. ``higher_is_worse``: True for log-probability
-    drops, False for accuracy and F1."""
-    if min(a.n, b.n) < MIN_SAMPLES_TO_COMPARE or any(math.isnan(v) for v in (a.low, a.high, b.low, b.high)):
-        return "too few"
-    worse_a, better_a = (a.low > b.high, a.high < b.low) if higher_is_worse else (a.high < b.low, a.low > b.high)
-    return "more" if worse_a else "less" if better_a else "indistinguishable"
 
 
 def _interval_text(interval: Interval, digits: int = 2) -> str:
     return f"{interval.estimate:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
 
 
-def _comparison_text(name_a: str, a: Interval, b: Interval, what: str, sizes: tuple[float, float], *,
-                     higher_is_worse: bool, digits: int = 2) -> str:
-    """"<what> a [low, high] vs b [low, high] (n = ..), <reading>", the reading from :func:`compare` and, when
-    a masks fewer heads than b, what that means for it."""
-    verdict = compare(a, b, higher_is_worse=higher_is_worse)
-    numbers = f"{what} {_interval_text(a, digits)} vs {_interval_text(b, digits)} (n = {a.n} vs {b.n})"
+def paired_difference(result: "TaskAblation", a: str, b: str, metric: str, seed: int = 0) -> Interval | None:
+    """Mean over samples of (condition a − condition b) on ``metric``, pairing the two conditions' runs on the same
+    sample (grid cell and run), with a percentile-bootstrap 95% interval that resamples samples. Every condition
+    runs on the same samples, so this interval is much narrower than the two conditions' own intervals suggest."""
+    keys = [c for c in ("context", "depth", "run") if c in result.grid]
+    if metric not in result.grid:
+        return None
+    side = lambda c: result.grid[result.grid["condition"] == c].set_index(keys)[metric].astype(float)
+    joined = pd.concat([side(a).rename("a"), side(b).rename("b")], axis=1, join="inner").dropna()
+    if joined.empty:
+        return None
+    return bootstrap_interval((joined["a"] - joined["b"]).to_numpy(), seed=seed)
+
+
+def _comparison_text(name_a: str, a: Interval, b: Interval, difference: Interval | None, what: str,
+                     sizes: tuple[float, float], *, higher_is_worse: bool, digits: int = 2) -> str:
+    """"<what> a [low, high] vs b [low, high], difference d [low, high] (paired, n = ..): <reading>". The reading
+    comes from the paired difference's 95% interval: a hurts more only when it excludes 0 on the worse side; with
+    fewer than :data:`MIN_SAMPLES_TO_COMPARE` pairs, no reading. When a masks fewer heads than b, it says so."""
+    numbers = f"{what} {_interval_text(a, digits)} vs {_interval_text(b, digits)}"
+    if difference is None or difference.n < MIN_SAMPLES_TO_COMPARE or math.isnan(difference.low):
+        return f"{numbers}: too few paired samples to compare (at least {MIN_SAMPLES_TO_COMPARE} needed)"
+    numbers += f", difference {_interval_text(difference, digits)} (paired over n = {difference.n} samples)"
+    worse = difference.low > 0 if higher_is_worse else difference.high < 0
+    better = difference.high < 0 if higher_is_worse else difference.low > 0
     fewer = sizes[0] < sizes[1] - 0.05
-    reading = {"more": f"{name_a} hurts more" + (" although it masks fewer heads" if fewer else ""),
-               "less": f"{name_a} hurts less" + (" (it also masks fewer heads)" if fewer else ""),
-               "indistinguishable": "the intervals overlap, so the data cannot distinguish them"
-                                    + (f" ({name_a} masks fewer heads, so this does not show its heads matter less)"
-                                       if fewer else ""),
-               "too few": f"too few samples to compare (at least {MIN_SAMPLES_TO_COMPARE} per condition needed)"}[verdict]
+    if worse:
+        reading = f"{name_a} hurts more" + (" although it masks fewer heads" if fewer else "")
+    elif better:
+        reading = f"{name_a} hurts less" + (" (it also masks fewer heads)" if fewer else "")
+    else:
+        reading = ("the interval of the difference contains 0, so the data cannot distinguish them"
+                   + (f" ({name_a} masks fewer heads, so this does not show its heads matter less)" if fewer else ""))
     return f"{numbers}: {reading}"
 
 
@@ -291,21 +301,28 @@ def _heads(result: TaskAblation, condition: str, column: str = "heads_masked_per
 def matched_controls_verdict(result: TaskAblation) -> str:
     """The computed answer to the issue's two questions, with the intervals, for one task:
 
-    1. Does masking D_t minus S_20 (``dynamic_nonstatic``) hurt more than masking |D_t| random heads
-       (``random_matched``)? The sizes differ (D_t minus S_20 is a part of D_t), so both are stated; "hurts
-       more" while masking fewer heads is the stronger reading, and no difference says nothing about equal sizes.
-    2. Do dynamic and static masking differ once sizes are matched (``dynamic`` against ``static_matched``,
-       which mask the same number of heads at every step)?
+    1. Does masking D_t hurt more than masking as many random heads (``random_matched``), and do dynamic and
+       static masking differ once sizes are matched (``dynamic`` against ``static_matched``)?
+    2. Does masking D_t minus S_20 (``dynamic_nonstatic``) hurt more than masking as many random heads from
+       outside S_20 (``random_nonstatic``, size-matched), and than |D_t| random heads (``random_matched``, the
+       issue's comparison, which masks more heads)? And S_20 minus D_t against as many random heads from
+       outside D_t (``random_nondynamic``)?
 
     Each is read on the free-generation metric (NIAH accuracy, Wilson interval; HotpotQA F1, bootstrap
     interval over samples) and on the teacher-forced per-step drop of the gold token's log-probability
-    (bootstrap over samples), with :func:`compare`'s rule: "hurts more" only when the 95% intervals do not
-    overlap, otherwise "cannot distinguish" with the numbers."""
+    (bootstrap over samples), each condition with its own 95% interval, and the reading from the paired
+    difference (:func:`paired_difference`): "hurts more" only when its 95% interval excludes 0, otherwise "cannot
+    distinguish", with the numbers."""
     metric = result.metric
     name = "NIAH" if result.task == "niah" else "HotpotQA (synthetic)"
     label = "accuracy" if metric == "accuracy" else "F1"
-    pairs = [("dynamic_nonstatic", "random_matched", "masking D_t \\ S_20", "masking |D_t| random heads"),
-             ("dynamic", "static_matched", "masking D_t", "masking the top-|D_t| static heads")]
+    pairs = [("dynamic", "random_matched", "masking D_t", "masking |D_t| random heads"),
+             ("dynamic", "static_matched", "masking D_t", "masking the top-|D_t| static heads"),
+             ("dynamic_nonstatic", "random_nonstatic", "masking D_t \\ S_20",
+              "masking as many random heads from outside S_20"),
+             ("dynamic_nonstatic", "random_matched", "masking D_t \\ S_20", "masking |D_t| random heads"),
+             ("static_nondynamic", "random_nondynamic", "masking S_20 \\ D_t",
+              "masking as many random heads from outside D_t")]
     sentences = []
     for a, b, name_a, name_b in pairs:
         free_a, free_b = _condition_interval(result, a, metric), _condition_interval(result, b, metric)
@@ -313,13 +330,15 @@ def matched_controls_verdict(result: TaskAblation) -> str:
             continue
         free_sizes = (_heads(result, a), _heads(result, b))
         sizes = f"{free_sizes[0]:.1f} vs {free_sizes[1]:.1f} heads masked per step on average"
-        parts = [_comparison_text(name_a, free_a, free_b, f"free-generation {label}", free_sizes, higher_is_worse=False)]
+        parts = [_comparison_text(name_a, free_a, free_b, paired_difference(result, a, b, metric),
+                                  f"free-generation {label}", free_sizes, higher_is_worse=False)]
         tf_a, tf_b = _condition_interval(result, a, "tf_drop"), _condition_interval(result, b, "tf_drop")
         if tf_a is not None and tf_b is not None:
             tf_sizes = (_heads(result, a, "tf_heads_masked_per_step"), _heads(result, b, "tf_heads_masked_per_step"))
             sizes += f"; {tf_sizes[0]:.1f} vs {tf_sizes[1]:.1f} when teacher-forced"
-            parts.append(_comparison_text(name_a, tf_a, tf_b, "teacher-forced drop of the gold token's log-probability "
-                                          "in nats per step", tf_sizes, higher_is_worse=True, digits=3))
+            parts.append(_comparison_text(name_a, tf_a, tf_b, paired_difference(result, a, b, "tf_drop"),
+                                          "teacher-forced drop of the gold token's log-probability in nats per step",
+                                          tf_sizes, higher_is_worse=True, digits=3))
         sentences.append(f"{name}, {name_a} against {name_b} ({sizes}): " + "; ".join(parts) + ".")
     return " ".join(sentences) if sentences else f"{name}: the matched controls were not run."
 
@@ -363,28 +382,32 @@ def _paper_comparison(result: TaskAblation) -> str:
     """The paper's reading (dynamic hurts more than static top-k and random k), tested with intervals."""
     metric, k = result.metric, result.setup.k
     label = "accuracy" if metric == "accuracy" else "F1"
-    dyn = _condition_interval(result, "dynamic", metric)
     texts = []
     for other, name in (("static", f"the static top-{k}"), ("random", f"{k} random heads")):
-        base = _condition_interval(result, other, metric)
-        if dyn is None or base is None:
+        difference = paired_difference(result, "dynamic", other, metric)
+        if difference is None:
             continue
-        verdict = compare(dyn, base, higher_is_worse=False)
-        texts.append({"more": f"dynamic masking hurts more than masking {name}",
-                      "less": f"dynamic masking hurts less than masking {name}",
-                      "indistinguishable": f"dynamic masking and masking {name} cannot be told apart",
-                      "too few": f"too few samples to compare dynamic masking with masking {name}"}[verdict])
+        numbers = f"dynamic − {other} {_interval_text(difference)}"
+        if difference.n < MIN_SAMPLES_TO_COMPARE or math.isnan(difference.low):
+            texts.append(f"too few samples to compare dynamic masking with masking {name}")
+        elif difference.high < 0:
+            texts.append(f"dynamic masking hurts more than masking {name} ({numbers})")
+        elif difference.low > 0:
+            texts.append(f"dynamic masking hurts less than masking {name} ({numbers})")
+        else:
+            texts.append(f"dynamic masking and masking {name} cannot be told apart ({numbers})")
     sizes = f"D_t held {_heads(result, 'dynamic'):.1f} heads per step on average against k = {k}"
-    return ("; ".join(texts) + f" ({label}, 95% intervals; {sizes}, so these comparisons are not size-matched).") if texts else ""
+    return ("; ".join(texts) + f" ({label}; paired differences over the same samples with 95% bootstrap intervals; "
+            f"{sizes}, so these comparisons are not size-matched).") if texts else ""
 
 
 def summary_markdown(results: dict[str, TaskAblation], model_label: str) -> str:
     """The notebook's closing summary: every number with n and its 95% interval, every reading computed
-    from the intervals (:func:`compare`, :func:`matched_controls_verdict`)."""
+    from the paired differences (:func:`paired_difference`, :func:`matched_controls_verdict`)."""
     lines = [f"**Model:** {model_label}. Masking is {results['niah'].setup.mode}-ablation of `hook_z`; "
              f"the KV cache keeps the {results['niah'].setup.keep_cache} pass of each step. Intervals are 95% "
-             "(Wilson for accuracy, bootstrap over samples otherwise); a difference is claimed only where they "
-             "do not overlap."]
+             "(Wilson for accuracy, bootstrap over samples otherwise); a difference between two conditions is "
+             "claimed only where the 95% bootstrap interval of their paired difference (same samples) excludes 0."]
     for task, result in results.items():
         summary = condition_summary(result).set_index("condition")
         metric = result.metric

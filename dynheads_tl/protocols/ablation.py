@@ -29,7 +29,11 @@ top-20 of the calibration split):
   remove the same number of heads at every step);
 - ``random_matched``: |D_t| random heads, drawn from a generator seeded by the sample and the step;
 - ``dynamic_nonstatic``: D_t minus S_20, the part of the dynamic set that a static view misses;
-- ``static_nondynamic``: the heads of S_20 that are not in D_t at that step.
+- ``static_nondynamic``: the heads of S_20 that are not in D_t at that step;
+- ``random_nonstatic``: as many random heads from outside S_20 as D_t minus S_20 has (the size-matched
+  control of ``dynamic_nonstatic``);
+- ``random_nondynamic``: as many random heads from outside D_t as S_20 minus D_t has (the size-matched
+  control of ``static_nondynamic``).
 
 Each masks nothing on a step where its set is empty (``static_nondynamic`` masks all of S_20 on a step
 where D_t is empty).
@@ -65,7 +69,7 @@ from dynheads_tl.tasks.common import Sample, prompt_digest
 from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
 
 Condition = Literal["none", "dynamic", "static", "static_matched", "random", "random_matched", "dynamic_nonstatic",
-                    "static_nondynamic", "progressive"]
+                    "static_nondynamic", "random_nonstatic", "random_nondynamic", "progressive"]
 CachePolicy = Literal["clean", "masked"]
 
 
@@ -212,6 +216,9 @@ class TwoPass(StepPolicy):
         return ablate_heads(lambda: self.ablation["mask"], n_layers=self.n_layers, mode=self.mode, mean_z=self.mean_z)
 
     def buffers(self, recorded: dict[str, Tensor]) -> None:
+        if "evidence_attention" in recorded:
+            raise ValueError("The two-pass protocol does not record evidence attention; trace with "
+                             "TraceConfig(evidence_attention=False).")
         self.active = recorded
         recorded.update(self.clean_buffers)
 
@@ -368,6 +375,43 @@ def select_static_nondynamic(static_top20: Bool[Tensor, "layer head"]) -> Select
     return select
 
 
+def random_heads_from(pool: Bool[Tensor, "layer head"], n: int, seed: int) -> Bool[Tensor, "layer head"]:
+    """``n`` heads drawn uniformly from the heads of ``pool`` (at most all of them), seeded by ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    candidates = torch.nonzero(pool.flatten().cpu()).flatten()
+    chosen = candidates[torch.randperm(len(candidates), generator=generator)[: min(n, len(candidates))]]
+    mask = torch.zeros(pool.numel(), dtype=torch.bool)
+    mask[chosen] = True
+    return mask.reshape(pool.shape)
+
+
+def select_random_sized(seed: int, size: Callable[[StepView], int], pool: Callable[[StepView], Tensor]) -> Selector:
+    """A random control sized per step: ``size(view)`` heads drawn from ``pool(view)`` with a generator seeded by
+    ``seed`` (one per sample) and the step; nothing when the size is 0."""
+
+    def select(view: StepView):
+        n = size(view)
+        if n == 0:
+            return None
+        return random_heads_from(pool(view), n, seed * 100_003 + view.step).to(view.retrieval.device)
+
+    return select
+
+
+def select_random_nonstatic(static_top20: Bool[Tensor, "layer head"], seed: int) -> Selector:
+    """The size-matched control of ``dynamic_nonstatic``: |D_t minus S_20| random heads from outside S_20."""
+    static = static_top20.bool()
+    return select_random_sized(seed, lambda view: int((view.retrieval & ~static.to(view.retrieval.device)).sum()),
+                               lambda view: ~static)
+
+
+def select_random_nondynamic(static_top20: Bool[Tensor, "layer head"], seed: int) -> Selector:
+    """The size-matched control of ``static_nondynamic``: |S_20 minus D_t| random heads from outside D_t."""
+    static = static_top20.bool()
+    return select_random_sized(seed, lambda view: int((static.to(view.retrieval.device) & ~view.retrieval).sum()),
+                               lambda view: ~view.retrieval.cpu())
+
+
 def select_top_ranked(k: int) -> Selector:
     """Progressive masking: D_t first, then by attention share on the evidence; the top k."""
 
@@ -481,12 +525,17 @@ def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_s
         return select_dynamic_nonstatic(setup.static_top20), None
     if condition == "static_nondynamic":
         return select_static_nondynamic(setup.static_top20), None
+    if condition == "random_nonstatic":
+        return select_random_nonstatic(setup.static_top20, setup.seed * 1_000_003 + sample_seed), None
+    if condition == "random_nondynamic":
+        return select_random_nondynamic(setup.static_top20, setup.seed * 1_000_003 + sample_seed), None
     if condition == "progressive":
         if k is None or k < 0:
             raise ValueError("Progressive masking needs k >= 0.")
         return select_top_ranked(k), k
     raise ValueError(f"Unknown condition {condition!r}; use none, dynamic, static, static_matched, random, "
-                     "random_matched, dynamic_nonstatic, static_nondynamic or progressive.")
+                     "random_matched, dynamic_nonstatic, static_nondynamic, random_nonstatic, random_nondynamic or "
+                     "progressive.")
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,9 @@ def long_tail_figure(frequency: pd.DataFrame, curve: Sequence[int], n_heads: int
 CONDITION_TITLES = {"none": "unmasked", "dynamic": "D_t masked", "static": "static top-k masked",
                     "random": "random k masked", "static_matched": "static top-|D_t| masked",
                     "random_matched": "random |D_t| masked", "dynamic_nonstatic": "D_t \\ S_20 masked",
-                    "static_nondynamic": "S_20 \\ D_t masked"}
+                    "random_nonstatic": "random |D_t \\ S_20| (outside S_20)",
+                    "static_nondynamic": "S_20 \\ D_t masked",
+                    "random_nondynamic": "random |S_20 \\ D_t| (outside D_t)"}
 # Conditions that mask the calibration's fixed k heads at every step; the other masked ones are sized by D_t.
 FIXED_K_CONDITIONS = ("static", "random")
 

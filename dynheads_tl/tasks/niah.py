@@ -95,7 +95,7 @@ def _sentence_start_after(text: str, position: int) -> int:
     """The start of the first sentence that begins at or after ``position`` (``position`` if none)."""
     if position == 0:
         return 0
-    found = [text.find(mark, position - 2) for mark in (". ", "! ", "? ", ".\n")]
+    found = [text.find(mark, max(position - 2, 0)) for mark in (". ", "! ", "? ", ".\n")]
     found = [f + 2 for f in found if f >= 0]
     return min(found) if found else position
 
