@@ -90,7 +90,9 @@ def test_killed_run_resumes_without_recomputing_and_matches(tmp_path):
     process = _run(folder, resumed, delay=1.0)
     traces_dir = resumed / "traces"
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(traces_dir.glob("*.pt"))) < 2:
+    # Kill once two samples are complete (trace and sidecar written), i.e. inside the next sample's 1 s of work,
+    # not in the middle of a write (a kill there leaves a stray .tmp, by design never under a final name).
+    while time.time() < deadline and len(list(traces_dir.glob("*.json"))) < 2:
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()

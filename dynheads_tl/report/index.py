@@ -89,9 +89,18 @@ def _headline(stem: Path) -> str:
             return ", ".join(f"{c.replace('_', ' ')} {means[c]:.2f}" for c in ("none", "dynamic", "static", "static_matched",
                              "random") if c in means) + f" ({metric})"
         if name.startswith(("fig3", "fig7")):
+            from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+
             metric = "accuracy" if "accuracy" in frame else "f1"
-            means = frame.groupby("k")[[metric, "m_s"]].mean()
-            return "; ".join(f"k={k}: {row[metric]:.2f}, m_s {row['m_s']:.1f}" for k, row in means.iterrows())
+            parts = []
+            for k, part in frame.groupby("k"):
+                values = part[metric].astype(float).to_numpy()
+                ci = (wilson_interval(int(round(values.sum())), len(values)) if metric == "accuracy"
+                      else bootstrap_interval(values))
+                parts.append(f"k={k}: {ci.estimate:.2f} [{ci.low:.2f}, {ci.high:.2f}], m_s {part['m_s'].mean():.1f}")
+            n = int(frame.groupby("k").size().min())
+            interval = "Wilson" if metric == "accuracy" else "bootstrap"
+            return "; ".join(parts) + f" ({metric}, {interval} 95%, n = {n} samples per k)"
         if name.startswith("size_aware_overlap"):
             part = frame[(frame["task"] == "niah") & (frame["static_k"] == 20)].set_index("metric")
             cell = lambda m: f"{part.loc[m, 'value']:.3f} [{part.loc[m, 'low']:.3f}, {part.loc[m, 'high']:.3f}]"
@@ -152,7 +161,7 @@ def _masking_headline(frame: _pd.DataFrame) -> str:
 
     metric = "accuracy" if "accuracy" in frame else "f1"
     order = ("none", "dynamic", "static", "random", "static_matched", "random_matched", "dynamic_nonstatic",
-             "static_nondynamic")
+             "random_nonstatic", "static_nondynamic", "random_nondynamic")
     conditions = [c for c in order if c in set(frame["condition"])]
 
     def interval(values, proportion):
