@@ -31,10 +31,12 @@ def timings(model, length: int, steps: int, repeats: int, bridge_generate: bool)
     sample = _sample(model, length)
     ids = torch.tensor([sample.prompt_ids])
     config = TraceConfig(max_new_tokens=steps, stop_at_eos=False)
+    evidence_config = TraceConfig(max_new_tokens=steps, stop_at_eos=False, evidence_attention=True)
     twin = fast_twin(model)
     runs = {
         "transformers_generate_sdpa": lambda: twin.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False),
         "traced": lambda: trace_generation(model, sample, config),
+        "traced_evidence_attention": lambda: trace_generation(model, sample, evidence_config),
         "untraced_same_path": lambda: trace_generation(model, sample, config, record=False),
     }
     if bridge_generate:
@@ -51,6 +53,7 @@ def timings(model, length: int, steps: int, repeats: int, bridge_generate: bool)
     best["prompt_tokens"] = len(sample.prompt_ids)
     best["traced_over_generate"] = round(best["traced"] / best["transformers_generate_sdpa"], 2)
     best["traced_over_untraced"] = round(best["traced"] / best["untraced_same_path"], 2)
+    best["evidence_attention_over_traced"] = round(best["traced_evidence_attention"] / best["traced"], 2)
     return best
 
 
@@ -103,13 +106,15 @@ def main() -> None:
 def speed_table(args) -> None:
     model = dynheads_tl.load_model()
     print("| context | prompt tokens | transformers generate (SDPA) s | traced s | untraced (same path) s | "
-          "bridge.generate s | traced / generate | traced / untraced |")
-    print("|---|---|---|---|---|---|---|---|")
+          "bridge.generate s | traced / generate | traced / untraced | traced with evidence attention s | "
+          "evidence attention / traced |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for length in args.lengths:
         t = timings(model, length, args.steps, args.repeats, bridge_generate=(length == 2000))
         print(f"| {length} | {t['prompt_tokens']} | {t['transformers_generate_sdpa']} | {t['traced']} | "
               f"{t['untraced_same_path']} | {t.get('bridge_generate_untraced', '–')} | "
-              f"{t['traced_over_generate']} | {t['traced_over_untraced']} |", flush=True)
+              f"{t['traced_over_generate']} | {t['traced_over_untraced']} | {t['traced_evidence_attention']} | "
+              f"{t['evidence_attention_over_traced']} |", flush=True)
 
 
 if __name__ == "__main__":
