@@ -88,7 +88,9 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     same name misses), so an interrupted run resumes at the first sample not yet finished.
 
     ``batch_size`` > 1 decodes that many missing samples together (:func:`~dynheads_tl.engine.tracing.trace_batch`:
-    tokens and sets as unbatched, floats to rounding); each is still cached on its own. Progress counts samples."""
+    tokens and sets as unbatched, floats to rounding); each is still cached on its own, and the cache key leaves
+    the batch size out (a cached trace may come from a batch of another size, equal to rounding). Progress
+    counts batches."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     full_key = {**key, "trace": trace_config.key(), "model": model_name(model),
