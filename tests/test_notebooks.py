@@ -108,7 +108,8 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(tmp_path):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
     grid = pd.read_csv(folder / "fig2_niah_masking.csv", keep_default_na=False)
     assert set(grid["condition"]) == {"none", "dynamic", "static", "static_matched", "random", "random_matched",
-                                      "dynamic_nonstatic", "static_nondynamic"}
+                                      "dynamic_nonstatic", "random_nonstatic", "static_nondynamic",
+                                      "random_nondynamic"}
     assert grid["accuracy"].between(0, 1).all()
     # Every run is also teacher-forced; with nothing masked the drop is exactly 0.
     assert (grid[grid["condition"] == "none"]["tf_drop"].astype(float) == 0).all() and (grid["tf_steps"].astype(int) > 0).all()
