@@ -185,15 +185,14 @@ SIZE_AWARE_METRICS = {
 def size_aware_metrics(per_sample: Sequence[dict[str, float]], *, seed: int = 0) -> list[dict[str, float]]:
     """Each metric of :data:`SIZE_AWARE_METRICS` pooled over samples (a ratio of sums), with a percentile
     bootstrap 95% interval that resamples samples; ``share_outside_static`` = 1 − ``share_inside_static``."""
-    from dynheads_tl.analysis.statistics import bootstrap_interval
+    from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums
 
     if not per_sample:
         raise ValueError("size_aware_metrics needs at least one sample.")
     rows = []
     for name, (numerator, denominator) in SIZE_AWARE_METRICS.items():
         values = np.array([[s[numerator], s[denominator]] for s in per_sample])
-        ratio = lambda v: float(v[:, 0].sum() / v[:, 1].sum()) if v[:, 1].sum() > 0 else float("nan")
-        interval = bootstrap_interval(values, ratio, seed=seed)
+        interval = bootstrap_interval(values, ratio_of_sums, seed=seed)
         rows.append({"metric": name, "value": interval.estimate, "low": interval.low, "high": interval.high,
                      "n_samples": interval.n})
         if name == "share_inside_static":

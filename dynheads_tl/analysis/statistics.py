@@ -60,6 +60,13 @@ def bootstrap_interval(values: Sequence[float] | np.ndarray, statistic: Callable
                     len(data))
 
 
+def ratio_of_sums(rows: np.ndarray) -> float:
+    """Σ numerator / Σ denominator over rows of [numerator, denominator] (one row per sample): a pooled ratio,
+    the statistic :func:`bootstrap_interval` resamples for pooled metrics. NaN when the denominators sum to 0."""
+    total = rows[:, 1].sum()
+    return float(rows[:, 0].sum() / total) if total > 0 else float("nan")
+
+
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:
     """Wilson score interval of a proportion."""
     if n <= 0:

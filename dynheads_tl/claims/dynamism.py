@@ -20,7 +20,7 @@ from dynheads_tl.analysis.scoring import (
     activation_frequency, adjacent_counts, copyable_steps, dynamic_sets, dynamism_metrics, head_churn_counts, size_aware_counts,
     size_aware_metrics, soft_sets, static_eq2_scores, static_retrieval_scores, static_top_k,
 )
-from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums, wilson_interval
 from dynheads_tl.engine.equations import head_labels
 from dynheads_tl.engine.tracing import Trace
 from dynheads_tl.tasks import exact_match, load_hotpot_records, niah_accuracy, token_f1
@@ -382,15 +382,7 @@ def soft_definitions(config: DynamismConfig) -> list[tuple[str, float | None]]:
 
 
 def definition_label(kind: str, threshold: float | None) -> str:
-    return {"eq1": "Eq. 1 (argmax)", "copy": f"copy mass > {threshold:g}",
-            "evidence": f"evidence mass > {threshold:g}"}[kind] if kind != "eq1" else "Eq. 1 (argmax)"
-
-
-def _ratio(numerator: str, denominator: str):
-    def statistic(rows: np.ndarray) -> float:
-        total = rows[:, 1].sum()
-        return float(rows[:, 0].sum() / total) if total > 0 else float("nan")
-    return statistic, (numerator, denominator)
+    return "Eq. 1 (argmax)" if kind == "eq1" else f"{kind} mass > {threshold:g}"
 
 
 # Per-sample sums -> pooled ratios (see scoring.adjacent_counts / size_aware_counts).
@@ -428,8 +420,7 @@ def _pooled(per_sample: list[dict[str, float]], metric: str, seed: int = 0) -> d
     values = values[~np.isnan(values).any(1)]
     if len(values) == 0:
         return {"value": float("nan"), "low": float("nan"), "high": float("nan"), "n_samples": 0}
-    statistic, _ = _ratio(numerator, denominator)
-    interval = bootstrap_interval(values, statistic, seed=seed)
+    interval = bootstrap_interval(values, ratio_of_sums, seed=seed)
     return {"value": interval.estimate, "low": interval.low, "high": interval.high, "n_samples": interval.n}
 
 
@@ -493,8 +484,7 @@ def argmax_churn(settings: list[SettingResult], config: DynamismConfig) -> pd.Da
 
 def _churn_row(label: str, kind: str, threshold: float, per_sample: list[list[float]]) -> dict:
     values = np.array(per_sample, dtype=float)
-    statistic, _ = _ratio("still", "drops")
-    interval = bootstrap_interval(values, statistic)
+    interval = bootstrap_interval(values, ratio_of_sums)
     return {"setting": label, "still_reading": definition_label(kind, threshold), "kind": kind, "threshold": threshold,
             "drops": int(values[:, 1].sum()), "share": interval.estimate, "low": interval.low, "high": interval.high,
             "n_samples": interval.n}

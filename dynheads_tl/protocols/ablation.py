@@ -344,15 +344,8 @@ def select_static_matched(static_order: Int[Tensor, "rank"]) -> Selector:
 def select_random_matched(seed: int) -> Selector:
     """Size-matched random control: at each step, |D_t| heads drawn uniformly from all heads (they may overlap
     D_t) by a generator seeded with ``seed`` (one per sample) and the step; nothing when D_t is empty."""
-
-    def select(view: StepView):
-        n = int(view.retrieval.sum())
-        if n == 0:
-            return None
-        n_layers, n_heads = view.retrieval.shape
-        return random_heads(n_layers, n_heads, n, seed * 100_003 + view.step).to(view.retrieval.device)
-
-    return select
+    return select_random_sized(seed, lambda view: int(view.retrieval.sum()),
+                               lambda view: torch.ones(view.retrieval.shape, dtype=torch.bool))
 
 
 def select_dynamic_nonstatic(static_top20: Bool[Tensor, "layer head"]) -> Selector:
@@ -429,11 +422,7 @@ def select_top_ranked(k: int) -> Selector:
 
 def random_heads(n_layers: int, n_heads: int, k: int, seed: int) -> Bool[Tensor, "layer head"]:
     """``k`` heads drawn without replacement from all ``n_layers`` x ``n_heads`` by a generator seeded with ``seed``."""
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(n_layers * n_heads, generator=generator)[:k]
-    mask = torch.zeros(n_layers * n_heads, dtype=torch.bool)
-    mask[order] = True
-    return mask.reshape(n_layers, n_heads)
+    return random_heads_from(torch.ones(n_layers, n_heads, dtype=torch.bool), k, seed)
 
 
 # --- metrics -------------------------------------------------------------------------------------

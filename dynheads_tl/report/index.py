@@ -89,14 +89,12 @@ def _headline(stem: Path) -> str:
             return ", ".join(f"{c.replace('_', ' ')} {means[c]:.2f}" for c in ("none", "dynamic", "static", "static_matched",
                              "random") if c in means) + f" ({metric})"
         if name.startswith(("fig3", "fig7")):
-            from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+            from dynheads_tl.claims.irreplaceability import metric_interval
 
             metric = "accuracy" if "accuracy" in frame else "f1"
             parts = []
             for k, part in frame.groupby("k"):
-                values = part[metric].astype(float).to_numpy()
-                ci = (wilson_interval(int(round(values.sum())), len(values)) if metric == "accuracy"
-                      else bootstrap_interval(values))
+                ci = metric_interval(part[metric], metric)
                 parts.append(f"k={k}: {ci.estimate:.2f} [{ci.low:.2f}, {ci.high:.2f}], m_s {part['m_s'].mean():.1f}")
             n = int(frame.groupby("k").size().min())
             interval = "Wilson" if metric == "accuracy" else "bootstrap"
@@ -157,22 +155,18 @@ def _masking_headline(frame: _pd.DataFrame) -> str:
     """Fig 2 / Fig 6 with the matched controls: per condition the free-generation metric (Wilson 95% for
     accuracy, bootstrap 95% over samples for F1) and the teacher-forced drop of the gold token's
     log-probability (nats per step, bootstrap 95%), with n."""
-    from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+    from dynheads_tl.claims.irreplaceability import metric_interval
 
     metric = "accuracy" if "accuracy" in frame else "f1"
     order = ("none", "dynamic", "static", "random", "static_matched", "random_matched", "dynamic_nonstatic",
              "random_nonstatic", "static_nondynamic", "random_nondynamic")
     conditions = [c for c in order if c in set(frame["condition"])]
 
-    def interval(values, proportion):
-        data = _pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=float)
-        return wilson_interval(int(round(data.sum())), len(data)) if proportion else bootstrap_interval(data)
-
     free, drops = [], []
     for condition in conditions:
         part = frame[frame["condition"] == condition]
-        a = interval(part[metric], metric == "accuracy")
-        d = interval(part["tf_drop"], False)
+        a = metric_interval(part[metric], metric)
+        d = metric_interval(part["tf_drop"], "tf_drop")
         free.append(f"{condition.replace('_', ' ')} {a.estimate:.2f} [{a.low:.2f}, {a.high:.2f}]")
         drops.append(f"{condition.replace('_', ' ')} {d.estimate:.2f} [{d.low:.2f}, {d.high:.2f}]")
     n = int(frame.groupby("condition").size().min())
