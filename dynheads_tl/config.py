@@ -67,6 +67,26 @@ class Eq2Settings:
 
 
 @dataclass
+class Eq2Selection:
+    """Shared part: which heads Eq. 2 marks as retrieving (claims 1 and 2).
+
+    ``eq2_rule="chance"`` (default): a head counts when its share exceeds c x chance, the evidence's share of the
+    eligible positions; c is calibrated on the HotpotQA calibration split so that heads reading placebo spans
+    (the evidence moved to random context positions of the same sizes) are marked on ``eq2_false_rate`` of
+    head-steps. ``eq2_rule="fixed"``: share > ``eq2_threshold`` (the paper's form; 0.1 follows a third party)."""
+
+    eq2_rule: str = "chance"
+    eq2_threshold: float = 0.1
+    eq2_false_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        check_choice(self, "eq2_rule", ("chance", "fixed"))
+        check_open_unit(self, "eq2_threshold")
+        check_open_unit(self, "eq2_false_rate")
+        chain_post_init(self, Eq2Selection)
+
+
+@dataclass
 class ProbeSettings:
     """Shared part: the MLP probe's size and training length (claims 3 and the RAG case study)."""
 

@@ -20,7 +20,8 @@ from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_batch, trace_ge
 from dynheads_tl.progress import progress
 from dynheads_tl.store import cached_traces, traces_path
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
-from dynheads_tl.tasks.common import prompt_digest
+from dynheads_tl.engine.equations import Eq2Rule
+from dynheads_tl.tasks.common import placebo_sample, prompt_digest
 from dynheads_tl.tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
 
 # Seed offsets of the sample splits (added to a run's seed); each names what its samples are for.
@@ -34,6 +35,9 @@ SEED_OFFSETS = {
     "distractor_pool": 6000 + 7919,  # claim 2: HotpotQA distractor paragraphs of the grid
     "progressive": 7000,           # claim 2: progressive-masking samples
     "rag_evaluation": 9000,        # case study: evaluation questions
+    "rag_calibration": 9500,       # case study: questions that set the RIND threshold
+    "rag_train": 9700,             # case study, headroom setting: static heads and probe training
+    "placebo": 11000,              # HotpotQA placebo evidence spans (Eq. 2 calibration)
 }
 
 
@@ -162,17 +166,58 @@ def _hotpot_records(config: TraceSets, n: int, seed: int, offset: int):
     return records[start: start + n]
 
 
+def _hotpot_split(model, config: TraceSets, seed: int, split: str):
+    """The samples of one HotpotQA split and their cache spec."""
+    n = max(config.n_hotpot // 2, 1) if split == "calibration" else config.n_hotpot
+    offset = SEED_OFFSETS[split]
+    records = _hotpot_records(config, n, seed, offset)
+    samples = make_hotpot_samples(model.tokenizer, n=n, records=records, seed=offset + seed,
+                                  max_tokens=_max_tokens(model))
+    spec = dict(task="hotpot", split=split, n=n, source=config.hotpot_source, seed=offset + seed,
+                ids=[s.meta.get("id") for s in samples])
+    return samples, spec
+
+
 def hotpot_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], list[Trace]]:
     trace_config = config.trace_config("hotpot")
-    n_cal = max(config.n_hotpot // 2, 1)
     splits = []
-    for split, n in (("calibration", n_cal), ("analysis", config.n_hotpot)):
-        offset = SEED_OFFSETS[split]
-        records = _hotpot_records(config, n, seed, offset)
-        samples = make_hotpot_samples(model.tokenizer, n=n, records=records, seed=offset + seed,
-                                      max_tokens=_max_tokens(model))
-        spec = dict(task="hotpot", split=split, n=n, source=config.hotpot_source, seed=offset + seed,
-                    ids=[s.meta.get("id") for s in samples])
+    for split in ("calibration", "analysis"):
+        samples, spec = _hotpot_split(model, config, seed, split)
         splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
                                      desc=f"HotpotQA {split} (seed {seed})"))
     return splits[0], splits[1]
+
+
+def placebo_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *, seed: int,
+                   use_cache: bool = True, desc: str = "placebo") -> list[Trace]:
+    """``samples`` traced with their evidence moved to random context positions of the same sizes
+    (:func:`~dynheads_tl.tasks.common.placebo_sample`, seeded per sample from ``seed``): the generations are the
+    real ones, the Eq. 2 shares those of spans no head has reason to read. Cached under ``key`` + placebo."""
+    placebo = [placebo_sample(sample, SEED_OFFSETS["placebo"] + seed * 1000 + i) for i, sample in enumerate(samples)]
+    return collect_traces(model, placebo, trace_config, {**key, "placebo": seed}, use_cache=use_cache, desc=desc)
+
+
+def hotpot_placebo_traces(model, config: TraceSets, seed: int) -> list[Trace]:
+    """The HotpotQA calibration split of ``seed`` as :func:`placebo_traces`."""
+    samples, spec = _hotpot_split(model, config, seed, "calibration")
+    return placebo_traces(model, samples, config.trace_config("hotpot"), spec, seed=seed, use_cache=config.use_cache,
+                          desc=f"HotpotQA placebo calibration (seed {seed})")
+
+
+def calibrated_eq2_rule(model, config: TraceSets, seeds: list[int], *, rule: str = "chance", threshold: float = 0.1,
+                        false_rate: float = 0.01) -> tuple[Eq2Rule, list[Trace], list[Trace]]:
+    """Eq. 2's selection rule for ``rule="chance"``, its factor calibrated on the HotpotQA calibration splits of
+    ``seeds`` (:func:`~dynheads_tl.analysis.scoring.calibrate_chance_factor` at ``false_rate``); or the fixed
+    ``threshold`` for ``rule="fixed"``. Returns the rule with the real and placebo calibration traces it read
+    (empty for the fixed rule)."""
+    from dynheads_tl.analysis.scoring import calibrate_chance_factor
+
+    if rule == "fixed":
+        return Eq2Rule("fixed", threshold), [], []
+    if rule != "chance":
+        raise ValueError(f"The Eq. 2 rule must be 'chance' or 'fixed', got {rule!r}.")
+    real, placebo = [], []
+    for seed in seeds:
+        real += hotpot_traces(model, config, seed)[0]
+        placebo += hotpot_placebo_traces(model, config, seed)
+    return Eq2Rule("chance", calibrate_chance_factor(placebo, false_rate)), real, placebo

@@ -477,3 +477,24 @@ def test_progressive_batches_several_samples_and_k0_is_the_unmasked_run(monkeypa
     assert (k0["response"] == k0["unmasked_response"]).all() and (k0["heads_masked_per_step"] == 0).all()
     assert (rows[rows["k"] == 3]["heads_masked_per_step"] == 3).all()
     assert new_heads.shape == static.shape
+
+
+def test_online_chance_rule_marks_what_the_trace_marks_offline(tiny_llama):
+    """The two-pass protocol's Eq. 2 set under the chance rule (chance read from the loop's padded masks) equals
+    the offline set of the clean trace (chance from the trace alone), in a batch of two prompts of different
+    lengths (left padding)."""
+    from dynheads_tl.analysis.scoring import dynamic_sets
+    from dynheads_tl.engine.equations import Eq2Rule
+    from dynheads_tl.protocols.ablation import select_dynamic
+    from dynheads_tl.tasks import make_hotpot_samples
+
+    _, model = tiny_llama
+    samples = make_hotpot_samples(model.tokenizer, n=2, seed=3, max_tokens=2048)
+    assert samples[0].prompt_len != samples[1].prompt_len
+    rule = Eq2Rule("chance", 1.5)
+    config = TraceConfig(max_new_tokens=6, sink_tokens=4, local_window=8, stop_at_eos=False)
+    results = two_pass_batch(model, [(s, select_dynamic) for s in samples], config, kind="eq2", threshold=rule)
+    for result in results:
+        offline = dynamic_sets(result.clean, "eq2", rule)
+        assert torch.equal(result.masked_heads[: len(offline)], offline)
+        assert bool(offline.any())  # the check is not vacuous

@@ -7,32 +7,51 @@ from torch import Tensor
 
 from dynheads_tl.claims.rag_study import table4
 from dynheads_tl.protocols.rag import (
-    HeadSelector, RagConfig, is_content_word, rag_generate, rind_scores, segment_attention, sentence_start,
-    run_strategies, windows_from_positions,
+    HeadSelector, RagConfig, calibrate_rind_threshold, is_content_word, rag_generate, rind_scores, segment_attention,
+    sentence_start, run_strategies, windows_from_positions, word_starts,
 )
 from dynheads_tl.tasks import make_hotpot_samples
 
 
-def test_rind_on_a_hand_built_case():
-    # 2 heads, 3 tokens. Token 0 is attended by row 1 (0.6 / 0.2) and row 2 (0.3 / 0.8).
-    attention = torch.zeros(2, 3, 3)
-    attention[0, 1, 0], attention[1, 1, 0] = 0.6, 0.2
-    attention[0, 2, 0], attention[1, 2, 0] = 0.3, 0.8
-    attention[0, 2, 1], attention[1, 2, 1] = 0.5, 0.1
-    attention[:, 0, 0] = 1.0  # a row attending to its own token is not a *later* row: ignored
-    entropy = torch.tensor([2.0, 1.0, 5.0])
-    content = torch.tensor([True, True, True])
-    scores = rind_scores(attention, entropy, content)
-    # token 0: max over rows per head = (0.6, 0.8) -> mean 0.7 -> x 2.0 = 1.4
-    # token 1: (0.5, 0.1) -> 0.3 -> x 1.0 = 0.3; token 2 has no later row -> 0
-    torch.testing.assert_close(scores, torch.tensor([1.4, 0.3, 0.0]))
-    stop = rind_scores(attention, entropy, torch.tensor([False, True, True]))
-    assert float(stop[0]) == 0.0
+def test_rind_on_a_worked_example():
+    # A sentence of 4 tokens in 3 words: "Paris" | " Dor" "vaka" | " the" (a stopword).
+    texts = ["Paris", " Dor", "vaka", " the"]
+    starts = word_starts(texts)
+    assert starts.tolist() == [True, True, False, True]
+    attention = torch.zeros(2, 4, 4)  # [head, query, key], causal: a query sees keys up to itself
+    attention[0, 0, 0], attention[0, 3, 0] = 0.6, 0.1  # head 0: column maxima 0.6, 0.4, 0.2, 0.1
+    attention[0, 1, 1], attention[0, 2, 2], attention[0, 3, 3] = 0.4, 0.2, 0.1
+    attention[1, 2, 0], attention[1, 3, 1] = 0.2, 0.2  # head 1: column maxima 0.2, 0.2, 0.4, 0.3
+    attention[1, 2, 2], attention[1, 3, 3] = 0.4, 0.3
+    entropies = torch.tensor([1.5, 2.0, 1.0, 3.0])
+    content = torch.tensor([True, True, False])
+    scores = rind_scores(attention, entropies, starts, content)
+    # token influence (mean over heads of the column maxima): 0.4, 0.3, 0.3, 0.2
+    # words: attention 0.4, 0.6, 0.2 (sum 1.2) -> normalised 1/3, 1/2, 1/6; entropy 1.5, mean(2, 1) = 1.5, 3.0
+    # value = normalised x entropy x 3 words: 1.5, 2.25, (1.5 for the stopword, zeroed)
+    torch.testing.assert_close(scores, torch.tensor([1.5, 2.25, 0.0]))
+    with pytest.raises(ValueError, match="content flags"):
+        rind_scores(attention, entropies, starts, torch.tensor([True, True]))
+
+
+def test_word_starts_follow_spaces_and_newlines():
+    assert word_starts(["The", " Dor", "vaka", ".\n", "It"]).tolist() == [True, True, False, False, True]
+
+
+def test_rind_threshold_maximises_youden_j():
+    assert calibrate_rind_threshold([0.5, 1.0, 2.0, 3.0], [False, False, True, True]) == pytest.approx(1.5)
+    # overlapping classes: 1.25 (J = 1 - 1/2) and 2.75 (J = 1/2 - 0) tie; the higher threshold wins
+    assert calibrate_rind_threshold([0.5, 2.5, 2.0, 3.0], [False, False, True, True]) == pytest.approx(2.75)
+    # no right answer: fire on every wrong one
+    assert calibrate_rind_threshold([1.0, 2.0], [True, True]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="one label per score"):
+        calibrate_rind_threshold([1.0], [True, False])
 
 
 def test_content_words_use_sklearn_stopwords():
-    assert is_content_word(" Paris") and is_content_word("born")
+    assert is_content_word(" Paris") and is_content_word("born") and is_content_word(" Dorvaka.")
     assert not is_content_word(" the") and not is_content_word("which") and not is_content_word(" 1987")
+    assert not is_content_word("\n")
 
 
 def test_windows_cluster_and_merge():
@@ -93,17 +112,49 @@ def test_a_retrieval_opens_windows_inside_the_context(embedded_model, samples):
     assert summary["f1"].between(0, 1).all()
 
 
-def test_evaluation_samples_read_an_official_format_file(embedded_model, tmp_path):
+def _official_records(n: int) -> list[dict]:
+    """Records in the official distractor-setting schema: two gold paragraphs among four, facts as [title, index]."""
+    records = []
+    for i in range(n):
+        records.append({
+            "_id": f"official-{i}", "type": "bridge", "level": "hard",
+            "question": f"Where was the author of Book {i} born?", "answer": f"Town {i}",
+            "context": [[f"Other {i}", ["An unrelated sentence.", "Another one."]],
+                        [f"Book {i}", [f"Book {i} is a novel.", f"It was written by Author {i}."]],
+                        [f"Filler {i}", ["Nothing to see here."]],
+                        [f"Author {i}", [f"Author {i} is a writer.", f"Author {i} was born in Town {i}."]]],
+            "supporting_facts": [[f"Book {i}", 1], [f"Author {i}", 1]],
+        })
+    return records
+
+
+@pytest.mark.parametrize("setting, paragraphs", [("multihop", 4), ("headroom", 2)])
+def test_an_official_format_file_feeds_every_split(embedded_model, tmp_path, setting, paragraphs):
     import json
 
-    from dynheads_tl.claims.rag_study import RagStudyConfig, evaluation_samples
-    from dynheads_tl.tasks import synthetic_hotpot_records
+    from dynheads_tl.claims.rag_study import RagStudyConfig, split_samples
 
-    records = synthetic_hotpot_records(3, seed=77)
+    records = _official_records(7)
     path = tmp_path / "dev_distractor.json"
     path.write_text(json.dumps(records))
-    samples = evaluation_samples(embedded_model, RagStudyConfig(n_samples=2, hotpot_source=str(path)))
-    assert [s.answers[0] for s in samples] == [r["answer"] for r in records[:2]]
+    config = RagStudyConfig(n_samples=2, n_rind_calibration=2, n_hotpot_train=1, train_seeds=[0, 1],
+                            hotpot_source=str(path), rag_setting=setting)
+    config.check_inputs()  # 2 + 2 (+ 2 x 1 for the headroom probe) records fit in 7
+    tokenizer = embedded_model.tokenizer
+    evaluation, rind = split_samples(embedded_model, config, "evaluation"), split_samples(embedded_model, config, "rind")
+    assert [s.answers[0] for s in evaluation + rind] == [r["answer"] for r in records[:4]]
+    if setting == "headroom":
+        train = split_samples(embedded_model, config, "train", 1)
+        assert [s.meta["id"] for s in train] == ["official-5"]
+    for sample, record in zip(evaluation, records):
+        context = tokenizer.decode(sample.prompt_ids[slice(*sample.context_span)])
+        assert sum(f"{title}:" in context for title, _ in record["context"]) == paragraphs
+        decoded = [tokenizer.decode(sample.prompt_ids[s:e]).strip() for s, e in sample.evidence_spans]
+        assert decoded == [f"It was written by Author {record['_id'][-1]}.", f"Author {record['_id'][-1]} was born in "
+                                                                            f"Town {record['_id'][-1]}."]
+    too_many = RagStudyConfig(n_samples=6, n_rind_calibration=2, hotpot_source=str(path), rag_setting=setting)
+    with pytest.raises(ValueError, match="usable records"):
+        too_many.check_inputs()
 
 
 # --- what the loop's queries actually see, and which heads the oracle picks -----------------------

@@ -8,9 +8,10 @@ import torch
 
 from dynheads_tl import Trace
 from dynheads_tl.analysis.scoring import (
-    activation_frequency, distinct_heads_curve, dynamic_sets, dynamism_metrics, jaccard,
-    static_retrieval_scores, static_top_k,
+    activation_frequency, calibrate_chance_factor, distinct_heads_curve, dynamic_sets, dynamism_metrics, eq2_rule_curve,
+    jaccard, static_retrieval_scores, static_top_k,
 )
+from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.tasks.metrics import rouge1_recall, rouge_l
 
 
@@ -51,6 +52,41 @@ def test_eq2_threshold():
     assert dynamic_sets(trace, "eq2", threshold=0.1).tolist() == [[[False, True]], [[True, False]]]
     with pytest.raises(ValueError, match="kind"):
         dynamic_sets(trace, "eq3")
+
+
+def _eq2_trace(scores):
+    # sink 1, window 2: step 0 sees 8 keys, eligible [1, 6) = 5 positions, 3 of them evidence -> chance 0.6;
+    # step 1 sees 9 keys, eligible [1, 7) = 6 positions -> chance 0.5.
+    trace = hand_trace([[[0, 0]], [[0, 0]]], [1, 2], PROMPT, (3, 6), scores=scores)
+    trace.config = {"sink_tokens": 1, "local_window": 2}
+    return trace
+
+
+def test_eq2_chance_rule_on_hand_built_scores():
+    trace = _eq2_trace([[[0.65, 0.9]], [[0.55, 0.7]]])
+    torch.testing.assert_close(trace.eq2_chance, torch.tensor([0.6, 0.5]))
+    # c = 1.2: cutoffs 0.72 and 0.60
+    assert dynamic_sets(trace, "eq2", Eq2Rule("chance", 1.2)).tolist() == [[[False, True]], [[False, True]]]
+    # c = 1.0: cutoffs 0.60 and 0.50
+    assert dynamic_sets(trace, "eq2", Eq2Rule("chance", 1.0)).tolist() == [[[True, True]], [[True, True]]]
+    # the fixed rule ignores chance: 0.6 everywhere
+    assert dynamic_sets(trace, "eq2", Eq2Rule("fixed", 0.6)).tolist() == [[[True, True]], [[False, True]]]
+    with pytest.raises(ValueError, match="kind"):
+        Eq2Rule("median", 1.0)
+
+
+def test_chance_factor_is_the_placebo_quantile():
+    placebo = _eq2_trace([[[0.65, 0.9]], [[0.55, 0.7]]])
+    # share / chance: 0.65/0.6, 0.9/0.6 = 1.5, 0.55/0.5 = 1.1, 0.7/0.5 = 1.4 -> median (linear) 1.25
+    assert calibrate_chance_factor([placebo], false_rate=0.5) == pytest.approx(1.25)
+    assert calibrate_chance_factor([placebo], false_rate=0.01) == pytest.approx(1.5, abs=0.01)
+    with pytest.raises(ValueError, match="strictly between"):
+        calibrate_chance_factor([placebo], false_rate=0.0)
+    real = _eq2_trace([[[0.9, 0.9]], [[0.9, 0.1]]])
+    curve = eq2_rule_curve([real], [placebo], [1.0, 1.25])
+    # factor 1.25: real ratios 1.5, 1.5, 1.8, 0.2 -> 3 of 4 marked; placebo 1.5 and 1.4 -> 2 of 4
+    assert curve.loc[1, "real_rate"] == pytest.approx(0.75) and curve.loc[1, "placebo_rate"] == pytest.approx(0.5)
+    assert curve.loc[1, "heads_per_step"] == pytest.approx(1.5) and curve.loc[1, "heads_ever_active"] == 2
 
 
 def test_wu_static_score_known_answer():

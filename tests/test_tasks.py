@@ -158,3 +158,56 @@ def test_squad_metrics_known_values():
     assert rouge_l("x y z w", "x z w") == pytest.approx(2 * (3 / 4) * 1 / (3 / 4 + 1))
     assert niah_accuracy("The magic word is 1234-ab.", "1234-ab") == 1.0
     assert niah_accuracy("The magic word is 1234-a", "1234-ab") == 0.0
+
+
+def test_headroom_setting_is_seeded_single_hop_with_exact_spans(tokenizer):
+    from dynheads_tl.tasks import HEADROOM
+    from dynheads_tl.tasks.hotpot import HOTPOT_DEMONSTRATIONS
+
+    records = HEADROOM.records(8, seed=3)
+    assert records == HEADROOM.records(8, seed=3) and records != HEADROOM.records(8, seed=4)
+    assert {r["type"] for r in records} == {"single_birthplace", "single_director"}
+    samples = HEADROOM.samples(tokenizer, 8, seed=3)
+    for record, sample in zip(records, samples):
+        assert len(record["context"]) == 2 and len(record["supporting_facts"]) == 1
+        [(title, index)] = record["supporting_facts"]
+        sentence = dict((t, s) for t, s in record["context"])[title][index]
+        assert record["answer"] in sentence  # single hop: the one supporting sentence holds the answer
+        [(start, end)] = sample.evidence_spans
+        assert tokenizer.decode(sample.prompt_ids[start:end]).strip() == sentence
+        prompt = tokenizer.decode(sample.prompt_ids)
+        assert all(demo_answer in prompt for _, _, demo_answer in HOTPOT_DEMONSTRATIONS)
+        # the evidence lies inside the real context, never in a demonstration's
+        c0, c1 = sample.context_span
+        assert c0 <= start < end <= c1 and prompt.index(HOTPOT_DEMONSTRATIONS[-1][2]) < len(tokenizer.decode(sample.prompt_ids[:c0]))
+
+
+def test_fewer_distractors_keeps_every_gold_paragraph():
+    from dynheads_tl.tasks.hotpot import with_fewer_distractors
+
+    record = synthetic_hotpot_records(1, seed=2)[0]  # a bridge question: two gold paragraphs of ten
+    cut = with_fewer_distractors(record, 3)
+    gold = {t for t, _ in record["supporting_facts"]}
+    assert len(cut["context"]) == 3 and gold <= {t for t, _ in cut["context"]}
+    assert [p for p in cut["context"]] == [p for p in record["context"] if p in cut["context"]]  # order kept
+    assert len(with_fewer_distractors(record, 1)["context"]) == 2  # gold paragraphs are never dropped
+
+
+def test_placebo_sample_moves_the_evidence_into_free_context():
+    from dynheads_tl.tasks.common import Sample, placebo_sample
+
+    sample = Sample("hotpot", list(range(40)), [(10, 14), (20, 22)], ["x"], "q?", (5, 35))
+    placebo = placebo_sample(sample, seed=1)
+    assert placebo.prompt_ids == sample.prompt_ids and placebo.context_span == sample.context_span
+    assert sorted(e - s for s, e in placebo.evidence_spans) == [2, 4]
+    taken = set()
+    for start, end in placebo.evidence_spans:
+        assert 5 <= start < end <= 35
+        positions = set(range(start, end))
+        assert not positions & (set(range(10, 14)) | set(range(20, 22))) and not positions & taken
+        taken |= positions
+    assert placebo_sample(sample, seed=1).evidence_spans == placebo.evidence_spans
+    assert len({tuple(placebo_sample(sample, seed=s).evidence_spans) for s in range(10)}) > 1
+    crowded = Sample("hotpot", list(range(12)), [(2, 8)], ["x"], "q?", (2, 10))
+    with pytest.raises(ValueError, match="no free room"):
+        placebo_sample(crowded, seed=0)

@@ -17,17 +17,23 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from dynheads_tl.tasks.metrics import rouge1_recall
+from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.tracing import Trace
 
 DynamicKind = Literal["eq1", "eq2"]
 
 
-def dynamic_sets(trace: Trace, kind: DynamicKind = "eq1", threshold: float = 0.1) -> Bool[Tensor, "step layer head"]:
-    """D_t for every step: Eq. 1's retrieval mask, or Eq. 2's score above ``threshold``."""
+def dynamic_sets(trace: Trace, kind: DynamicKind = "eq1", threshold: "float | Eq2Rule" = 0.1
+                 ) -> Bool[Tensor, "step layer head"]:
+    """D_t for every step: Eq. 1's retrieval mask, or the heads Eq. 2 marks under ``threshold`` (an
+    :class:`~dynheads_tl.engine.equations.Eq2Rule`, or a number: the fixed threshold)."""
     if kind == "eq1":
         return trace.retrieval_mask
     if kind == "eq2":
-        return trace.support_score > threshold
+        rule = Eq2Rule.of(threshold)
+        if rule.kind == "fixed":
+            return trace.support_score > rule.value
+        return rule.select(trace.support_score, trace.eq2_chance)
     raise ValueError(f"kind must be 'eq1' or 'eq2', got {kind!r}.")
 
 
@@ -56,6 +62,48 @@ def static_retrieval_scores(
             "never reproduced the answer. Use easier samples or rouge_filter=None."
         )
     return torch.stack(kept).mean(0)
+
+
+def chance_ratios(traces: Sequence[Trace]) -> Float[Tensor, "n"]:
+    """Every head-step's Eq. 2 share divided by that step's chance share (steps with a chance of 0 left out)."""
+    ratios = []
+    for trace in traces:
+        chance = trace.eq2_chance
+        keep = chance > 0
+        ratios.append((trace.support_score[keep] / chance[keep, None, None]).flatten())
+    return torch.cat(ratios) if ratios else torch.zeros(0)
+
+
+def calibrate_chance_factor(placebo: Sequence[Trace], false_rate: float = 0.01) -> float:
+    """The factor c of :class:`~dynheads_tl.engine.equations.Eq2Rule` ``("chance", c)`` at which heads reading
+    placebo spans (:func:`~dynheads_tl.tasks.common.placebo_sample`: the evidence moved to random context
+    positions) are marked on a ``false_rate`` share of head-steps: the (1 - ``false_rate``) quantile of their
+    share / chance ratios. A head then counts on real evidence only when it reads it more than all but
+    ``false_rate`` of heads read arbitrary context of the same size."""
+    if not 0 < false_rate < 1:
+        raise ValueError(f"false_rate must lie strictly between 0 and 1, got {false_rate!r}.")
+    ratios = chance_ratios(placebo)
+    if not len(ratios):
+        raise ValueError("calibrate_chance_factor needs placebo traces with at least one step.")
+    return float(torch.quantile(ratios.double(), 1 - false_rate))
+
+
+def eq2_rule_curve(real: Sequence[Trace], placebo: Sequence[Trace], factors: Sequence[float]) -> "pd.DataFrame":
+    """For each factor c: the share of head-steps marked on the real evidence and on placebo spans under
+    share > c x chance, the mean |D_t| and the heads ever active on the real evidence (the figure that justifies
+    the calibrated factor)."""
+    import pandas as pd
+
+    real_ratio, placebo_ratio = chance_ratios(real), chance_ratios(placebo)
+    rows = []
+    for factor in factors:
+        rule = Eq2Rule("chance", float(factor))
+        sets = [dynamic_sets(t, "eq2", rule) for t in real]
+        rows.append({"factor": float(factor), "real_rate": float((real_ratio > factor).float().mean()),
+                     "placebo_rate": float((placebo_ratio > factor).float().mean()),
+                     "heads_per_step": float(torch.cat([s.flatten(1).sum(1) for s in sets]).float().mean()),
+                     "heads_ever_active": int(torch.stack([s.any(0) for s in sets]).any(0).sum())})
+    return pd.DataFrame(rows)
 
 
 def static_eq2_scores(traces: Sequence[Trace]) -> Float[Tensor, "layer head"]:

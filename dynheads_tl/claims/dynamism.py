@@ -2,7 +2,8 @@
 
 Static heads come from a calibration split; the dynamic analysis uses different samples. NIAH uses
 Eq. 1 (D_t = heads whose top-1 source is the needle token being generated); HotpotQA uses Eq. 2
-thresholded (D_t = heads whose share of attention on supporting facts exceeds the threshold).
+(D_t = heads whose share of attention on supporting facts exceeds a cutoff: by default c x chance, c calibrated
+on placebo spans of the calibration split (:func:`eq2_calibration`); the paper's fixed threshold as an option).
 """
 from __future__ import annotations
 
@@ -13,15 +14,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.config import NotebookConfig, check_int_list, check_ints, check_open_unit
-from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
+from dynheads_tl.config import Eq2Selection, NotebookConfig, check_int_list, check_ints, check_open_unit
+from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_traces
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import (
-    activation_frequency, adjacent_counts, copyable_steps, dynamic_sets, dynamism_metrics, head_churn_counts, size_aware_counts,
+    activation_frequency, adjacent_counts, copyable_steps, dynamic_sets, dynamism_metrics, eq2_rule_curve, head_churn_counts,
+    size_aware_counts,
     size_aware_metrics, soft_sets, static_eq2_scores, static_retrieval_scores, static_top_k,
 )
 from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums, wilson_interval
-from dynheads_tl.engine.equations import head_labels
+from dynheads_tl.engine.equations import Eq2Rule, head_labels
 from dynheads_tl.engine.tracing import Trace
 from dynheads_tl.tasks import exact_match, load_hotpot_records, niah_accuracy, token_f1
 
@@ -35,12 +37,11 @@ PAPER_TABLE1_LLAMA31_8B = {
 
 
 @dataclass
-class DynamismConfig(TraceSets, NotebookConfig):
+class DynamismConfig(Eq2Selection, TraceSets, NotebookConfig):
     """The claim 1 notebook's parameters, validated: the shared trace sets (:class:`~dynheads_tl.corpus.TraceSets`)
     plus claim 1's own. Field comments are in the notebook."""
 
     model: str = DEFAULT_MODEL
-    eq2_threshold: float = 0.1
     static_k: int = 20
     static_sizes: list[int] = field(default_factory=lambda: [20, 50, 100])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -56,7 +57,6 @@ class DynamismConfig(TraceSets, NotebookConfig):
     def __post_init__(self):
         super().__post_init__()
         check_ints(self, ("static_k", "n_setting", "n_setting_calibration", "trace_batch_size"))
-        check_open_unit(self, "eq2_threshold")
         check_open_unit(self, "soft_threshold")
         check_int_list(self, "seeds")
         check_int_list(self, "static_sizes", minimum=1)
@@ -104,35 +104,83 @@ class TaskResult:
     step_sets: list[torch.Tensor]
     metrics: dict[str, float]
     quality: dict[str, float]
+    eq2_rule: Eq2Rule | None = None  # HotpotQA: the rule that marked D_t
 
     def static_mask(self, k: int) -> torch.Tensor:
         return static_top_k(self.static_scores, min(k, self.static_scores.numel()))
 
 
 def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], config: DynamismConfig,
-                 seed: int) -> TaskResult:
+                 seed: int, eq2_rule: Eq2Rule | None = None) -> TaskResult:
+    """One task of one seed. HotpotQA's D_t are marked by ``eq2_rule`` (default: the config's fixed threshold)."""
+    eq2_rule = eq2_rule or Eq2Rule("fixed", config.eq2_threshold)
     if task == "niah":
         scores = static_retrieval_scores(calibration, rouge_filter=0.5)
         sets = [dynamic_sets(t, "eq1") for t in analysis]
         quality = {"accuracy": float(np.mean([niah_accuracy(t.response, t.answers[0]) for t in analysis]))}
     else:
         scores = static_eq2_scores(calibration)
-        sets = [dynamic_sets(t, "eq2", config.eq2_threshold) for t in analysis]
+        sets = [dynamic_sets(t, "eq2", eq2_rule) for t in analysis]
         quality = {"em": float(np.mean([exact_match(t.response, t.answers[0]) for t in analysis])),
                    "f1": float(np.mean([token_f1(t.response, t.answers[0]) for t in analysis]))}
     static = static_top_k(scores, min(config.static_k, scores.numel()))
     metrics = dynamism_metrics(sets, static)
-    return TaskResult(task, seed, calibration, analysis, scores, sets, metrics, quality)
+    return TaskResult(task, seed, calibration, analysis, scores, sets, metrics, quality,
+                      eq2_rule if task == "hotpot" else None)
 
 
-def run_claim1(model, config: DynamismConfig) -> dict[str, list[TaskResult]]:
-    """Every seed, both tasks. Returns {"niah": [per seed], "hotpot": [per seed]}."""
+def eq2_calibration(model, config: DynamismConfig) -> tuple[Eq2Rule, pd.DataFrame]:
+    """Eq. 2's selection rule for this config (:func:`~dynheads_tl.corpus.calibrated_eq2_rule` over the seeds'
+    HotpotQA calibration splits) and, for the chance rule, the curve that justifies its factor
+    (:func:`~dynheads_tl.analysis.scoring.eq2_rule_curve`: marked rates on real and placebo evidence, |D_t| and
+    heads ever active, per factor; empty for the fixed rule)."""
+    rule, real, placebo = calibrated_eq2_rule(model, TraceSets.of(config), config.seeds, rule=config.eq2_rule,
+                                              threshold=config.eq2_threshold, false_rate=config.eq2_false_rate)
+    if rule.kind == "fixed":
+        return rule, pd.DataFrame()
+    factors = sorted({*np.round(np.geomspace(1.0, 64.0, 25), 3).tolist(), round(rule.value, 3)})
+    curve = eq2_rule_curve(real, placebo, factors)
+    curve["chosen"] = np.isclose(curve["factor"], round(rule.value, 3))
+    fixed = dynamism_fixed_threshold_row(real, config.eq2_threshold)
+    curve.attrs.update(rule=rule, false_rate=config.eq2_false_rate, fixed=fixed, fixed_threshold=config.eq2_threshold,
+                       n_samples=len(real), n_steps=sum(t.n_steps for t in real))
+    return rule, curve
+
+
+def eq2_rule_sentence(rule: Eq2Rule, curve: pd.DataFrame) -> str:
+    """The Eq. 2 selection rule in computed sentences: the factor, what it marks on real and placebo evidence, and
+    the fixed threshold beside it."""
+    if rule.kind == "fixed" or curve.empty:
+        return f"Eq. 2 marks a head when its share exceeds the fixed threshold {rule.value:g} (not calibrated)."
+    chosen = curve[curve["chosen"]].iloc[0]
+    fixed, attrs = curve.attrs["fixed"], curve.attrs
+    return (f"Eq. 2 marks a head when its share of attention on the supporting facts exceeds {rule.value:.2f} x chance "
+            f"(chance: the facts' share of the eligible positions). The factor is the one at which heads reading "
+            f"placebo spans (the facts moved to random context positions of the same sizes) are marked on "
+            f"{100 * attrs['false_rate']:g}% of head-steps, over n = {attrs['n_samples']} calibration samples "
+            f"({attrs['n_steps']} steps). On the real facts the rule marks {100 * chosen['real_rate']:.1f}% of "
+            f"head-steps: {chosen['heads_per_step']:.1f} heads per step, {int(chosen['heads_ever_active'])} heads ever "
+            f"active. The fixed threshold {attrs['fixed_threshold']:g} marks {fixed['heads_per_step']:.1f} heads per "
+            f"step and {fixed['heads_ever_active']} ever active on the same samples.")
+
+
+def dynamism_fixed_threshold_row(traces: list[Trace], threshold: float) -> dict[str, float]:
+    """Mean |D_t| and heads ever active under the fixed threshold, for comparison beside the calibrated rule."""
+    sets = [dynamic_sets(t, "eq2", threshold) for t in traces]
+    return {"heads_per_step": float(torch.cat([s.flatten(1).sum(1) for s in sets]).float().mean()),
+            "heads_ever_active": int(torch.stack([s.any(0) for s in sets]).any(0).sum())}
+
+
+def run_claim1(model, config: DynamismConfig, eq2_rule: Eq2Rule | None = None) -> dict[str, list[TaskResult]]:
+    """Every seed, both tasks. Returns {"niah": [per seed], "hotpot": [per seed]}. HotpotQA's D_t use
+    ``eq2_rule`` (default: :func:`eq2_calibration`'s)."""
+    eq2_rule = eq2_rule or eq2_calibration(model, config)[0]
     results: dict[str, list[TaskResult]] = {"niah": [], "hotpot": []}
     for seed in config.seeds:
         cal, ana = niah_traces(model, TraceSets.of(config), seed)
         results["niah"].append(analyse_task("niah", cal, ana, config, seed))
         cal, ana = hotpot_traces(model, TraceSets.of(config), seed)
-        results["hotpot"].append(analyse_task("hotpot", cal, ana, config, seed))
+        results["hotpot"].append(analyse_task("hotpot", cal, ana, config, seed, eq2_rule))
     if config.hotpot_source != "synthetic":  # a file or "hf": say how many incomplete records were left out
         skipped = records_skipped(config.hotpot_source, config.hotpot_skip_incomplete)
         for result in results["hotpot"]:

@@ -17,12 +17,13 @@ import pandas as pd
 import torch
 
 from dynheads_tl.protocols.ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
-from dynheads_tl.config import (NotebookConfig, check_choice, check_fraction_list, check_int_list, check_ints,
-                     check_open_unit)
-from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces
+from dynheads_tl.config import (Eq2Selection, NotebookConfig, check_choice, check_fraction_list, check_int_list,
+                                check_ints)
+from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces, placebo_traces
+from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import StepState, z_hook_name
 from dynheads_tl.engine.models import DEFAULT_MODEL
-from dynheads_tl.analysis.scoring import dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
+from dynheads_tl.analysis.scoring import calibrate_chance_factor, dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
 from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, synthetic_hotpot_records
@@ -46,7 +47,7 @@ GRID_MAX_OFFSET = 3000
 
 
 @dataclass
-class IrreplaceabilityConfig(TraceSettings, NotebookConfig):
+class IrreplaceabilityConfig(Eq2Selection, TraceSettings, NotebookConfig):
     """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
 
     model: str = DEFAULT_MODEL
@@ -62,7 +63,6 @@ class IrreplaceabilityConfig(TraceSettings, NotebookConfig):
     progressive_context: int = 500
     ablation_mode: str = "zero"
     keep_cache: str = "clean"
-    eq2_threshold: float = 0.1
     seed: int = 0
     batch_size: int = 25  # generations decoded together (the runs of one grid cell; several progressive samples' k)
     output_dir: str = "papers_figures"
@@ -79,7 +79,6 @@ class IrreplaceabilityConfig(TraceSettings, NotebookConfig):
         check_fraction_list(self, "hotpot_depths")
         check_choice(self, "ablation_mode", ("zero", "mean"))
         check_choice(self, "keep_cache", ("clean", "masked"))
-        check_open_unit(self, "eq2_threshold")
 
     def check_inputs(self) -> None:
         """Every NIAH and HotpotQA length against the model's context window, before any model work."""
@@ -133,17 +132,22 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
         samples = make_hotpot_samples(model.tokenizer, n=config.n_calibration, seed=seed, max_tokens=int(model.cfg.n_ctx))
         spec = dict(task="hotpot", split="calibration", n=config.n_calibration, seed=seed)
     traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache, desc=f"{task} calibration")
+    rule = Eq2Rule("fixed", config.eq2_threshold)
     if task == "niah":
         scores = static_retrieval_scores(traces, rouge_filter=0.5)
         sets = [dynamic_sets(t, "eq1") for t in traces]
     else:
         scores = static_eq2_scores(traces)
-        sets = [dynamic_sets(t, "eq2", config.eq2_threshold) for t in traces]
+        if config.eq2_rule == "chance":  # the factor from this split's own placebo spans
+            placebo = placebo_traces(model, samples, trace_config, spec, seed=seed, use_cache=config.use_cache,
+                                     desc="hotpot placebo calibration")
+            rule = Eq2Rule("chance", calibrate_chance_factor(placebo, config.eq2_false_rate))
+        sets = [dynamic_sets(t, "eq2", rule) for t in traces]
     sizes = torch.cat([s.flatten(1).sum(1) for s in sets]).float()
     k = max(int(round(float(sizes.mean()))), 1)
     mean_z = mean_head_outputs(model, samples, trace_config) if config.ablation_mode == "mean" else None
     return AblationSetup(static_mask=static_top_k(scores, k), static_top20=static_top_k(scores, min(20, scores.numel())),
-                         k=k, kind="eq1" if task == "niah" else "eq2", threshold=config.eq2_threshold,
+                         k=k, kind="eq1" if task == "niah" else "eq2", threshold=rule,
                          mode=config.ablation_mode, keep_cache=config.keep_cache, mean_z=mean_z, seed=config.seed,
                          static_order=torch.argsort(scores.flatten(), descending=True, stable=True))
 

@@ -7,10 +7,14 @@ used by tracing, the ablation protocol, the RAG loop and the analyses alike.
   eligible key positions, i.e. all but the first ``sink`` positions and the last ``window`` ones
   (:func:`eq2_share`, :func:`eligible_positions`). Numerator and denominator are restricted alike, so the
   share lies in [0, 1].
+- **Which heads Eq. 2 marks** (:class:`Eq2Rule`): the paper's fixed threshold on the share, or a threshold
+  relative to chance, the share the evidence would get from attention spread evenly over the eligible
+  positions (:func:`eq2_chance`).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Literal
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -53,6 +57,65 @@ def eq2_share(rows: Float[Tensor, "batch head key"], evidence: Bool[Tensor, "bat
     numerator = torch.einsum("bhk,bk->bh", rows, (evidence & eligible).float())
     denominator = torch.einsum("bhk,bk->bh", rows, eligible.float())
     return torch.where(denominator > 0, numerator / denominator.clamp_min(1e-30), torch.zeros_like(numerator))
+
+
+def eq2_chance(evidence: Bool[Tensor, "*batch key"], eligible: Bool[Tensor, "*batch key"]) -> Float[Tensor, "*batch"]:
+    """The Eq. 2 share of a head that spreads its attention evenly over the eligible positions: the evidence's
+    share of them (0 where no position is eligible)."""
+    total = eligible.sum(-1).float()
+    return (evidence & eligible).sum(-1).float() / total.clamp_min(1.0)
+
+
+def eq2_chance_per_step(evidence: Bool[Tensor, "pos"], prompt_len: int, n_steps: int, sink: int,
+                        window: int) -> Float[Tensor, "step"]:
+    """:func:`eq2_chance` at every decoding step of one unpadded sequence: step t's query sees ``prompt_len + t``
+    keys, of which all but the first ``sink`` and the last ``window`` are eligible (``evidence`` covers the
+    prompt; generated positions are never evidence)."""
+    out = torch.zeros(n_steps)
+    for step in range(n_steps):
+        key_len = prompt_len + step
+        eligible = eligible_positions(torch.zeros(1, dtype=torch.long), key_len, key_len, sink, window)[0]
+        visible = torch.zeros(key_len, dtype=torch.bool)
+        visible[: len(evidence)] = evidence[:key_len]
+        out[step] = eq2_chance(visible, eligible)
+    return out
+
+
+@dataclass(frozen=True)
+class Eq2Rule:
+    """Which heads Eq. 2 marks as retrieving at a step.
+
+    - ``kind="fixed"``: share > ``value`` (the paper's form; a third party used 0.1).
+    - ``kind="chance"``: share > ``value`` x chance, where chance is the evidence's share of the eligible
+      positions at that step (:func:`eq2_chance`): a head counts when it reads the evidence ``value`` times more
+      than attention spread evenly would. The factor is calibrated from data
+      (:func:`~dynheads_tl.analysis.scoring.calibrate_chance_factor`).
+    """
+
+    kind: Literal["fixed", "chance"] = "fixed"
+    value: float = 0.1
+
+    def __post_init__(self):
+        if self.kind not in ("fixed", "chance"):
+            raise ValueError(f"Eq2Rule kind must be 'fixed' or 'chance', got {self.kind!r}.")
+        if not isinstance(self.value, (int, float)) or isinstance(self.value, bool) or not self.value >= 0:
+            raise ValueError(f"Eq2Rule value must be a number >= 0, got {self.value!r}.")
+
+    @classmethod
+    def of(cls, rule: "Eq2Rule | float") -> "Eq2Rule":
+        """A rule as given, or a bare number as the fixed threshold it has always meant."""
+        return rule if isinstance(rule, Eq2Rule) else cls("fixed", float(rule))
+
+    def cutoff(self, chance: Tensor) -> Tensor:
+        """The share a head must exceed, given the chance share (any shape)."""
+        return torch.full_like(chance, float(self.value)) if self.kind == "fixed" else self.value * chance
+
+    def select(self, share: Float[Tensor, "*step layer head"], chance: Float[Tensor, "*step"]) -> Bool[Tensor, "*step layer head"]:
+        """The marked heads: ``share`` above :meth:`cutoff` of each step's ``chance``."""
+        return share > self.cutoff(chance.to(share.device))[..., None, None]
+
+    def label(self) -> str:
+        return f"Eq. 2 share > {self.value:g}" if self.kind == "fixed" else f"Eq. 2 share > {self.value:.3g} x chance"
 
 
 def head_label(layer: int, head: int) -> str:

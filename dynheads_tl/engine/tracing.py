@@ -36,7 +36,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from dynheads_tl.engine.equations import eligible_positions, eq1_mask, eq2_share, evidence_positions
+from dynheads_tl.engine.equations import eligible_positions, eq1_mask, eq2_chance_per_step, eq2_share, evidence_positions
 from dynheads_tl.engine.hooks import HookList, StepState, pattern_hook_name
 from dynheads_tl.engine.models import fast_twin, model_fingerprint, model_name
 from dynheads_tl.tasks.common import Sample
@@ -118,6 +118,13 @@ class Trace:
     @property
     def evidence_mask(self) -> Bool[Tensor, "pos"]:
         return evidence_positions(self.evidence_spans, len(self.prompt_ids))
+
+    @property
+    def eq2_chance(self) -> Float[Tensor, "step"]:
+        """Each step's chance Eq. 2 share (:func:`~dynheads_tl.engine.equations.eq2_chance_per_step`), with the
+        trace's own sink and window."""
+        return eq2_chance_per_step(self.evidence_mask, len(self.prompt_ids), self.n_steps,
+                                   int(self.config.get("sink_tokens", 4)), int(self.config.get("local_window", 32)))
 
     @property
     def retrieval_mask(self) -> Bool[Tensor, "step layer head"]:

@@ -61,7 +61,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from dynheads_tl.engine.equations import eq1_mask, head_label, head_names
+from dynheads_tl.engine.equations import Eq2Rule, eq1_mask, eq2_chance, head_label, head_names
 from dynheads_tl.engine.hooks import AblationMode, HookList, StepState, ablate_heads
 from dynheads_tl.progress import progress
 from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, new_buffers
@@ -133,7 +133,7 @@ def two_pass_batch(
     config: TraceConfig | None = None,
     *,
     kind: Literal["eq1", "eq2"] = "eq1",
-    threshold: float = 0.1,
+    threshold: "float | Eq2Rule" = 0.1,
     mode: AblationMode = "zero",
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     keep_cache: CachePolicy = "clean",
@@ -176,8 +176,9 @@ def two_pass_batch(
     results = []
     for b, sample in enumerate(samples):
         condition, k = labels[b]
+        rule = Eq2Rule.of(threshold)
         extra = {"condition": condition, "k": k, "mode": mode, "keep_cache": keep_cache, "kind": kind,
-                 "threshold": threshold}
+                 "threshold": rule.value, "eq2_rule": rule.kind}
         clean = build_trace(model, sample, config, policy.clean_tokens[b], policy.clean_buffers, row=b, **extra,
                             pass_="clean")
         masked = build_trace(model, sample, config, loop.tokens[b], policy.masked_buffers, row=b, **extra,
@@ -201,9 +202,10 @@ class TwoPass(StepPolicy):
     Rows with nothing to mask keep their clean token, scores and keys/values exactly."""
 
     def __init__(self, model, selectors: list[Selector], config: TraceConfig, *, kind: Literal["eq1", "eq2"],
-                 threshold: float, mode: AblationMode, mean_z: Tensor | None, keep_cache: CachePolicy):
+                 threshold: "float | Eq2Rule", mode: AblationMode, mean_z: Tensor | None, keep_cache: CachePolicy):
         batch, n_layers, n_heads = len(selectors), model.cfg.n_layers, model.cfg.n_heads
-        self.selectors, self.kind, self.threshold, self.keep_cache = selectors, kind, threshold, keep_cache
+        self.selectors, self.kind, self.keep_cache = selectors, kind, keep_cache
+        self.rule = Eq2Rule.of(threshold)
         self.n_layers, self.mode, self.mean_z = n_layers, mode, mean_z
         self.clean_buffers = new_buffers(model, config.max_new_tokens, batch)
         self.masked_buffers = new_buffers(model, config.max_new_tokens, batch)
@@ -244,7 +246,7 @@ class TwoPass(StepPolicy):
             self.clean_tokens[b].append(token)
             argmax_row, support_row = clean_buffers["argmax_pos"][b, step], clean_buffers["support_score"][b, step]
             retrieval = (eq1_at_step(argmax_row, loop.ids[b], loop.evidence[b], token) if self.kind == "eq1"
-                         else support_row > self.threshold)
+                         else self._eq2_set(loop, b, support_row))
             mask = self.selectors[b](StepView(step, token, argmax_row, support_row, retrieval))
             if mask is not None:
                 step_masks[b] = mask.to(decoder.device).bool()
@@ -264,6 +266,15 @@ class TwoPass(StepPolicy):
         self.applied[:, step] = step_masks.cpu()
         self.observe(step, clean_logits, masked_logits, masked_rows)
         return chosen
+
+
+    def _eq2_set(self, loop: BatchLoop, b: int, support_row: Tensor) -> Tensor:
+        """Row ``b``'s Eq. 2 set at this step under the rule (the chance share read from the loop's own masks)."""
+        if self.rule.kind == "fixed":
+            return support_row > self.rule.value
+        key_len = loop.state.key_len
+        chance = eq2_chance(loop.masks["evidence"][b, :key_len], loop.masks["eligible"][b, :key_len])
+        return self.rule.select(support_row, chance.cpu())
 
 
 class TeacherForced(TwoPass):
@@ -454,7 +465,7 @@ def gold_token_ids(tokenizer, sample: Sample) -> list[int]:
 
 
 def compensation(result: AblationTrace, static_mask: Bool[Tensor, "layer head"], *, kind: str = "eq1",
-                 threshold: float = 0.1) -> dict[str, object]:
+                 threshold: "float | Eq2Rule" = 0.1) -> dict[str, object]:
     """E_t = H'_t minus H_t minus M_t: heads active after masking that were not active in the clean pass
     and were not masked themselves at step t (M_t). A masked head's attention pattern is still computed (only
     its output is ablated), so without the last term it could count as compensating for its own removal.
@@ -465,7 +476,8 @@ def compensation(result: AblationTrace, static_mask: Bool[Tensor, "layer head"],
     if kind == "eq1":
         before, after = result.clean.retrieval_mask, result.masked.retrieval_mask
     else:
-        before, after = result.clean.support_score > threshold, result.masked.support_score > threshold
+        rule = Eq2Rule.of(threshold)
+        before, after = (rule.select(trace.support_score, trace.eq2_chance) for trace in (result.clean, result.masked))
     masked_steps = result.masked_heads.flatten(1).any(1)
     newly = after & ~before & ~result.masked_heads & masked_steps[:, None, None]
     in_static = (newly & static_mask).flatten(1).sum(1)
@@ -484,7 +496,7 @@ class AblationSetup:
     static_top20: Bool[Tensor, "layer head"]
     k: int
     kind: Literal["eq1", "eq2"] = "eq1"
-    threshold: float = 0.1
+    threshold: "float | Eq2Rule" = 0.1  # Eq. 2's selection rule (a number: the fixed threshold)
     mode: AblationMode = "zero"
     keep_cache: CachePolicy = "clean"
     mean_z: Tensor | None = None
@@ -558,10 +570,17 @@ def run_condition(model, sample: Sample, condition: Condition, setup: AblationSe
     return run_jobs(model, [Job(sample, condition, sample_seed, k)], setup, config)[0]
 
 
+def rule_key(threshold: "float | Eq2Rule"):
+    """Eq. 2's rule in a cache key: a fixed threshold as the bare number it always was (older keys still match),
+    a chance rule as ``["chance", factor]``."""
+    rule = Eq2Rule.of(threshold)
+    return rule.value if rule.kind == "fixed" else [rule.kind, rule.value]
+
+
 def _setup_key(setup: AblationSetup) -> dict:
     mean_z = None if setup.mean_z is None else float(setup.mean_z.double().sum())
     return {"static": setup.static_mask.nonzero().tolist(), "top20": setup.static_top20.nonzero().tolist(),
-            "k": setup.k, "kind": setup.kind, "threshold": setup.threshold, "mode": setup.mode,
+            "k": setup.k, "kind": setup.kind, "threshold": rule_key(setup.threshold), "mode": setup.mode,
             "keep_cache": setup.keep_cache, "seed": setup.seed, "mean_z": mean_z,
             "order": None if setup.static_order is None else setup.static_order.tolist()}
 

@@ -6,11 +6,16 @@ The whole HotpotQA context stays in the prompt; *visibility* is controlled by at
 - The context tokens are prefilled normally (causal attention among themselves), but every query
   after the context -- the question, the instruction and all generated text -- sees no context position
   unless it has been opened by a retrieval.
-- **Trigger (RIND, as in DRAGIN).** After each generated sentence, every content-word token j of the
-  sentence gets s_j = (mean over heads of the max over later query rows of last-layer attention to j)
-  x (entropy of the distribution that produced j). Stopwords (scikit-learn's list) and non-alphabetic
-  tokens score 0. If max_j s_j exceeds ``rind_threshold``, generation retracts to the start of that
-  sentence and a retrieval runs.
+- **Trigger (RIND, as DRAGIN publishes it; :func:`rind_scores`).** After each generated sentence, each token's
+  influence is the maximum over the sentence's query rows of its last-layer attention, averaged over heads;
+  tokens merge into words (summed attention, mean entropy); the words' attention is normalised to sum 1 over
+  the sentence; a word's value is normalised attention x entropy x the sentence's word count. Stopwords
+  (scikit-learn's list), numbers and punctuation score 0. If some word's value exceeds ``rind_threshold``,
+  generation retracts to the start of that sentence and a retrieval runs. Every evaluated sentence's largest
+  value is kept (``RagResult.rind_values``), which is what the study calibrates the threshold on
+  (:func:`calibrate_rind_threshold`). One difference from DRAGIN: it re-runs the generated text alone, so a
+  sentence's last token also gets its own row; here the rows are the generation's own, and the last token of a
+  sentence has none yet (usually the full stop, which scores 0 anyway).
 - **Retrieval.** One extra pass of the retraction point's query row with the full context visible gives
   every head's attention over the context and the final-norm hidden state. A strategy picks 5 heads;
   their attention rows are averaged, the top-k context positions taken, positions closer than
@@ -31,6 +36,7 @@ without the context; opened windows are seen by the generated text only.
 """
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass, field, fields
 from typing import Callable, Literal
 
@@ -59,7 +65,9 @@ class RagConfig(Eq2Settings):
     top_k_positions: int = 8
     cluster_gap: int = 8
     window: int = 24
-    rind_threshold: float = 0.5
+    # 1.0 is the value of a word with the sentence's average attention and 1 nat of entropy. None: the study
+    # calibrates it (rag_study.calibrate_rind); the loop itself needs a number.
+    rind_threshold: float | None = 1.0
     max_retrievals: int = 2
     max_new_tokens: int = 16
     seed: int = 0
@@ -67,30 +75,76 @@ class RagConfig(Eq2Settings):
     def __post_init__(self):
         check_ints(self, ("n_heads", "top_k_positions", "window", "max_new_tokens"))
         check_ints(self, ("cluster_gap", "max_retrievals", "seed"), minimum=0)
-        if not isinstance(self.rind_threshold, (int, float)) or isinstance(self.rind_threshold, bool) or self.rind_threshold < 0:
-            raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0, got {self.rind_threshold!r}.")
+        if self.rind_threshold is not None and (not isinstance(self.rind_threshold, (int, float))
+                                                or isinstance(self.rind_threshold, bool) or self.rind_threshold < 0):
+            raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0 (or None: calibrated), got {self.rind_threshold!r}.")
         chain_post_init(self, RagConfig)
 
 
 # --- pieces with known answers (unit-tested) ------------------------------------------------------
 def is_content_word(text: str) -> bool:
-    word = text.strip().lower()
+    """A word that RIND may flag: alphabetic once surrounding punctuation is stripped, and not in scikit-learn's
+    English stopword list."""
+    word = text.strip().strip(string.punctuation).lower()
     return word.isalpha() and word not in ENGLISH_STOP_WORDS
 
 
-def rind_scores(attention: Float[Tensor, "head query key"], entropies: Float[Tensor, "key"],
-                content: Bool[Tensor, "key"]) -> Float[Tensor, "key"]:
-    """DRAGIN's RIND for the tokens of one new segment.
+def word_starts(texts: list[str]) -> Bool[Tensor, "token"]:
+    """Which tokens begin a word, as DRAGIN merges tokens: the first token, and every token whose text begins
+    with whitespace (its space marker) or follows a newline."""
+    starts = [i == 0 or text[:1].isspace() or texts[i - 1].endswith("\n") for i, text in enumerate(texts)]
+    return torch.tensor(starts, dtype=torch.bool)
 
-    ``attention[h, i, j]``: last-layer attention of segment row i to segment token j (causal: zero for
-    j > i). s_j = mean_h max_{i > j} attention[h, i, j] x entropy_j, zero for non-content tokens.
-    The last token has no later row and scores 0.
+
+def rind_scores(attention: Float[Tensor, "head query key"], entropies: Float[Tensor, "key"],
+                starts: Bool[Tensor, "key"], content: Bool[Tensor, "word"]) -> Float[Tensor, "word"]:
+    """DRAGIN's RIND (Su et al. 2024, ``AttnWeightRAG``) for the words of one generated sentence.
+
+    - ``attention[h, q, j]``: last-layer attention of the sentence's query token q to its token j (zero where q
+      cannot see j). Each token's influence is the maximum over query rows, averaged over heads.
+    - Tokens merge into words at ``starts`` (:func:`word_starts`): a word's attention is the sum over its tokens,
+      its entropy the mean of their ``entropies``.
+    - The words' attention is normalised to sum 1 over the sentence, and each word's value is
+      normalised attention x entropy x the number of words in the sentence.
+    - Words that are not ``content`` (stopwords, punctuation, numbers: :func:`is_content_word`) score 0.
+
+    A retrieval fires when some word's value exceeds the threshold. Returns one value per word.
     """
-    n = attention.shape[-1]
-    later = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1).T  # [query i, key j]: i > j
-    masked = attention.masked_fill(~later, 0.0)
-    influence = masked.max(dim=1).values.mean(0)  # max over query rows, mean over heads -> [key]
-    return influence * entropies * content.float()
+    influence = attention.max(dim=1).values.mean(0)  # [key]
+    word_of = torch.cumsum(starts.long(), 0) - 1
+    n_words = int(word_of[-1]) + 1 if len(word_of) else 0
+    if len(content) != n_words:
+        raise ValueError(f"{len(content)} content flags for {n_words} words.")
+    attn = torch.zeros(n_words).index_add_(0, word_of, influence.float())
+    entropy = torch.zeros(n_words).index_add_(0, word_of, entropies.float())
+    entropy = entropy / torch.bincount(word_of, minlength=n_words).clamp_min(1)
+    total = attn.sum()
+    normalised = attn / total if float(total) > 0 else attn
+    return normalised * entropy * n_words * content.float()
+
+
+def calibrate_rind_threshold(scores: list[float], wrong: list[bool]) -> float:
+    """The RIND threshold that best separates answers that need retrieval from those that do not.
+
+    ``scores``: each calibration answer's largest RIND value, generated without retrieval (the context hidden,
+    as every strategy generates before its first retrieval); ``wrong``: whether that answer is wrong. The
+    threshold maximises Youden's J (firing rate on wrong answers minus firing rate on right ones) over the
+    midpoints between observed scores; among equal J the highest threshold (fewest retrievals) wins. With no
+    right answer, J is the firing rate on wrong answers, so the threshold fires on all of them."""
+    if len(scores) != len(wrong) or not scores:
+        raise ValueError(f"calibrate_rind_threshold needs one label per score and at least one, got "
+                         f"{len(scores)} scores and {len(wrong)} labels.")
+    values = sorted(set(float(v) for v in scores))
+    candidates = [values[0] / 2] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 1.0]
+    n_wrong, n_right = sum(wrong), len(wrong) - sum(wrong)
+    best, best_j = candidates[-1], -float("inf")
+    for threshold in candidates:
+        fire_wrong = sum(v > threshold for v, w in zip(scores, wrong) if w) / max(n_wrong, 1)
+        fire_right = sum(v > threshold for v, w in zip(scores, wrong) if not w) / n_right if n_right else 0.0
+        j = fire_wrong - fire_right
+        if j >= best_j - 1e-12:
+            best, best_j = threshold, j
+    return float(best)
 
 
 def windows_from_positions(positions: list[int], *, cluster_gap: int, window: int, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -139,6 +193,7 @@ class RagResult:
     heads_used: list[list[tuple[int, int]]] = field(default_factory=list)
     evidence_recall: float = 0.0  # share of supporting-fact tokens made visible
     trace: Trace | None = None  # the generation as the loop recorded it
+    rind_values: list[float] = field(default_factory=list)  # each evaluated sentence's largest RIND value
 
 
 class HeadSelector:
@@ -209,6 +264,8 @@ class RagPolicy(StepPolicy):
     """
 
     def __init__(self, model, sample: Sample, selector: HeadSelector, config: RagConfig):
+        if config.rind_threshold is None:
+            raise ValueError("RagConfig.rind_threshold is None: the RAG loop needs a number (calibrate it first).")
         self.model, self.sample, self.selector, self.config = model, sample, selector, config
         self.strategy = selector.strategy
         self.device = next(model.parameters()).device
@@ -231,6 +288,7 @@ class RagPolicy(StepPolicy):
         self.opened: list[tuple[int, int]] = []
         self.heads_used: list[list[tuple[int, int]]] = []
         self.retrievals = 0
+        self.rind_values: list[float] = []  # each evaluated sentence's largest RIND value, in order
         self.segment_start = 0
         self.state: StepState | None = None
 
@@ -274,14 +332,21 @@ class RagPolicy(StepPolicy):
         finished = token in self.stop_ids or len(tokens) >= config.max_new_tokens
         if not (finished or text.rstrip().endswith((".", "!", "?")) or "\n" in text):
             return
-        if self.strategy not in ("none", "full") and self.retrievals < config.max_retrievals:
-            segment = range(self.segment_start, len(tokens))
+        segment = range(self.segment_start, len(tokens))
+        if self.strategy != "full" and len(segment):
             texts = [self.model.tokenizer.decode([t]) for t in tokens]
-            content = torch.tensor([is_content_word(texts[j]) and tokens[j] not in self.stop_ids for j in segment])
+            # an end-of-sequence token stands alone as a non-word (whitespace), never joined to the word before it
+            words_text = ["\n" if tokens[j] in self.stop_ids else texts[j] for j in segment]
+            starts = word_starts(words_text)
+            first = torch.nonzero(starts).flatten().tolist()
+            words = ["".join(words_text[a:b]) for a, b in zip(first, first[1:] + [len(segment)])]
+            content = torch.tensor([is_content_word(word) for word in words], dtype=torch.bool)
             scores = rind_scores(segment_attention(self.step_rows, self.segment_start, len(tokens), self.P),
-                                 torch.tensor([self.entropies[j] for j in segment]), content)
-            if len(scores) and float(scores.max()) > config.rind_threshold:
-                cut = sentence_start(texts, self.segment_start + int(scores.argmax()))
+                                 torch.tensor([self.entropies[j] for j in segment]), starts, content)
+            self.rind_values.append(float(scores.max()) if len(scores) else 0.0)
+            if (self.strategy != "none" and self.retrievals < config.max_retrievals and len(scores)
+                    and float(scores.max()) > config.rind_threshold):
+                cut = sentence_start(texts, self.segment_start + first[int(scores.argmax())])
                 self.retrieve(loop, self.P - 1 + cut, tokens)
                 loop.retract(cut)
                 del self.entropies[cut:], self.step_rows[cut:]
@@ -334,7 +399,7 @@ def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfi
     P, visible, evidence = policy.P, policy.visible, policy.evidence
     evidence_recall = float((visible[:P] & evidence[:P]).sum()) / max(int(evidence[:P].sum()), 1)
     return RagResult(trace.response, policy.strategy, policy.retrievals, int(visible[policy.c0:policy.c1].sum()),
-                     policy.opened, policy.heads_used, evidence_recall, trace)
+                     policy.opened, policy.heads_used, evidence_recall, trace, policy.rind_values)
 
 
 def run_strategies(model, samples: list[Sample], strategies: list[str], config: RagConfig, *,

@@ -335,3 +335,71 @@ def soft_dynamism_figure(table: pd.DataFrame, title: str, metrics: Sequence[str]
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def rind_calibration_figure(table: pd.DataFrame, threshold: float):
+    """Each calibration answer's largest RIND value (answered without retrieval), wrong and right apart, with the
+    chosen threshold."""
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for wrong, colour, label in ((True, "tab:red", "wrong (F1 < 0.5)"), (False, "tab:green", "right")):
+        values = table.loc[table["wrong"] == wrong, "rind_max"].to_numpy(float)
+        if len(values):
+            ax.scatter(values, np.full(len(values), 0.0 if wrong else 1.0) + np.linspace(-0.15, 0.15, len(values)),
+                       color=colour, label=f"{label} (n = {len(values)})", s=18)
+    ax.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold:.2f}")
+    ax.set_yticks([0, 1], ["wrong", "right"])
+    ax.set_xlabel("largest RIND value of the answer (no retrieval)")
+    ax.set_title("RIND threshold calibration")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def rag_strategies_figure(table: pd.DataFrame, title: str):
+    """Table 4 as a picture: F1 per strategy with its 95% interval, and the evidence recall per share of context
+    opened (1 = chance) for the strategies that retrieve."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax = axes[0]
+    ax.bar(table["method"], table["f1"], yerr=_error_bars(table, "f1"), color="tab:blue", capsize=3)
+    ax.set_ylabel("F1 (bootstrap 95%)")
+    ax.set_ylim(0, 1)
+    ax.tick_params(axis="x", rotation=35, labelsize=7)
+    opened = table[~table["strategy"].isin(["none", "full"])]
+    ax = axes[1]
+    if len(opened):
+        ax.bar(opened["method"], opened["recall_per_visible"], yerr=_error_bars(opened, "recall_per_visible"),
+               color="tab:orange", capsize=3)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="chance")
+    ax.set_ylabel("evidence recall / share opened")
+    ax.tick_params(axis="x", rotation=35, labelsize=7)
+    ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def eq2_calibration_figure(curve: pd.DataFrame, title: str):
+    """Why Eq. 2's factor: the share of head-steps marked on the real supporting facts and on placebo spans, and
+    the mean |D_t| on the real facts, as the factor over chance grows; the chosen factor dashed."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax = axes[0]
+    ax.plot(curve["factor"], curve["real_rate"], marker="o", markersize=3, label="real supporting facts")
+    ax.plot(curve["factor"], curve["placebo_rate"], marker="o", markersize=3, label="placebo spans")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("factor c (share > c x chance)")
+    ax.set_ylabel("share of head-steps marked")
+    ax = axes[1]
+    ax.plot(curve["factor"], curve["heads_per_step"], marker="o", markersize=3, color="tab:green")
+    ax.set_xscale("log")
+    ax.set_xlabel("factor c (share > c x chance)")
+    ax.set_ylabel("mean |D_t| on the real facts")
+    for ax in axes:
+        chosen = curve[curve["chosen"]]
+        if len(chosen):
+            ax.axvline(float(chosen["factor"].iloc[0]), color="black", linestyle="--", linewidth=1,
+                       label=f"chosen c = {float(chosen['factor'].iloc[0]):.2f}")
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

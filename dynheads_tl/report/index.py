@@ -50,6 +50,8 @@ PAPER_ITEMS = [
      "03_correlation/table3_hotpot_probe", "03_correlation"),
     ("Table 4", "Dynamic RAG EM / F1", "Llama-3.1-8B Dynamic .456/.5586, Static .398/.5098, w/o RAG .252/.3257",
      "04_dynamic_rag/table4_rag", "04_dynamic_rag"),
+    ("Beyond 0", "Eq. 2's cutoff calibrated against placebo spans (the paper gives no threshold)",
+     "not in the paper (a third party used 0.1)", "01_dynamism/eq2_calibration", "01_dynamism"),
     ("Beyond 1", "NIAH overlap with the static top-k against what set sizes allow (95% bootstrap CI)",
      "not in the paper", "01_dynamism/size_aware_overlap", "01_dynamism"),
     ("Beyond 1b", "NIAH soft dynamism: adjacent-step Jaccard of Eq. 1 vs heads with attention mass on the needle, "
@@ -129,15 +131,17 @@ def _headline(stem: Path) -> str:
             return "; ".join(parts)
         if name.startswith(("fig4", "fig8")):
             value = "first" if "first" in frame else "leading"  # the first canonical pair (older runs: the largest)
-            part = frame[frame["control"] == "in-sample"].set_index("k")[value]
+            parts = []
+            for control in ("in-sample", "held-out", "shuffled", "shuffled, same step"):
+                series = frame[frame["control"] == control].set_index("k")[value]
+                if len(series):
+                    parts.append(f"{control} " + " ".join(f"{v:.3f}" for v in series.sort_index()))
             held = frame[frame["control"] == "held-out"].set_index("k")[value]
-            shuf = frame[frame["control"] == "shuffled"].set_index("k")[value]
-            k0, kn = part.index.min(), part.index.max()
             same = frame[frame["control"] == "shuffled, same step"].set_index("k")[value]
-            return (f"in-sample {part[k0]:.3f} → {part[kn]:.3f}; held-out {held.get(k0, float('nan')):.3f} → "
-                    f"{held.get(kn, float('nan')):.3f}; shuffled {shuf.get(k0, float('nan')):.3f} → "
-                    f"{shuf.get(kn, float('nan')):.3f}; shuffled same step {same.get(k0, float('nan')):.3f} → "
-                    f"{same.get(kn, float('nan')):.3f}")
+            beaten = [int(k) for k in held.index if k in same.index and same[k] >= held[k]]
+            return (f"first canonical correlation at k = {int(frame['k'].min())}..{int(frame['k'].max())}: "
+                    + "; ".join(parts)
+                    + (f"; the same-step shuffle reaches held-out at k = {', '.join(map(str, beaten))}" if beaten else ""))
         if name.startswith("table2"):
             r = frame.set_index("predictor").loc["MLP probe"]
             return f"MLP F1 {r.f1:.4f}, P {r.precision:.4f}, R {r.recall:.4f}, AUPRC {r.auprc:.4f}"
@@ -145,7 +149,19 @@ def _headline(stem: Path) -> str:
             r = frame.set_index("predictor").loc["MLP probe"]
             return f"MLP MSE {r.mse:.4f}, MAE {r.mae:.4f}, R² {r.r2:.4f}"
         if name.startswith("table4"):
-            return "; ".join(f"{r.strategy} {r.em:.3f}/{r.f1:.3f}" for r in frame.itertuples())
+            if "f1_low" not in frame:  # runs made before the intervals
+                return "; ".join(f"{r.strategy} {r.em:.3f}/{r.f1:.3f}" for r in frame.itertuples())
+            parts = [f"{r.strategy} EM {r.em:.2f} [{r.em_low:.2f}, {r.em_high:.2f}], F1 {r.f1:.2f} [{r.f1_low:.2f}, "
+                     f"{r.f1_high:.2f}]" + ("" if r.strategy in ("none", "full") else
+                                            f", recall/opened {r.recall_per_visible:.2f}") for r in frame.itertuples()]
+            sidecar = stem.parent / f"{stem.name}.config.json"
+            setting = _json.loads(sidecar.read_text()).get("rag_setting", "multihop") if sidecar.exists() else "multihop"
+            return (f"{setting} setting, n = {int(frame['n'].min())} questions: " + "; ".join(parts)
+                    + " (EM Wilson, F1 bootstrap 95%; recall/opened: chance = 1)")
+        if name.startswith("eq2_calibration"):
+            chosen = frame[frame["chosen"]].iloc[0]
+            return (f"share > {chosen.factor:.2f} x chance (placebo spans marked on {100 * chosen.placebo_rate:.1f}% of "
+                    f"head-steps): {chosen.heads_per_step:.1f} heads per step, {int(chosen.heads_ever_active)} ever active")
     except Exception:  # a file of another shape: link it, do not summarise it
         return "see file"
     return "see figure"
@@ -175,7 +191,7 @@ def _masking_headline(frame: _pd.DataFrame) -> str:
 
 
 # Items whose data are HotpotQA questions: the synthetic generator unless the config names a real file.
-HOTPOT_ITEMS = frozenset({"Fig 5", "Fig 6", "Fig 7", "Fig 8", "Table 3", "Table 4", "Beyond 3b"})
+HOTPOT_ITEMS = frozenset({"Fig 5", "Fig 6", "Fig 7", "Fig 8", "Table 3", "Table 4", "Beyond 0", "Beyond 3b"})
 SYNTHETIC_NOTE = "(synthetic HotpotQA-format data)"
 
 

@@ -9,7 +9,11 @@ from .common import (
 )
 from .haystacks import check_haystack, filler_haystack, folder_haystack, load_haystack, prose_haystack
 from .hotpot import (
+    HEADROOM,
+    HOTPOT_SETTINGS,
+    MULTIHOP,
     HotpotConfig,
+    HotpotSetting,
     HotpotRecords,
     build_hotpot_sample,
     check_hotpot_source,
@@ -27,6 +31,6 @@ __all__ = [
     "NiahConfig", "build_niah_sample", "make_niah_samples",
     "HotpotConfig", "HotpotRecords", "build_hotpot_sample", "load_hotpot_records", "make_hotpot_samples",
     "check_hotpot_source",
-    "synthetic_hotpot_records",
+    "synthetic_hotpot_records", "HotpotSetting", "HEADROOM", "MULTIHOP", "HOTPOT_SETTINGS",
     "exact_match", "token_f1", "normalize_answer", "rouge_l", "niah_accuracy",
 ]

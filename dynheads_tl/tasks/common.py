@@ -41,17 +41,24 @@ class Sample:
         return sum(end - start for start, end in self.evidence_spans)
 
 
-def build_chat_prompt(tokenizer, context: str, question: str, instruction: str) -> str:
-    """The paper's prompt (App. A.1) rendered with the model's own chat template."""
+def build_chat_prompt(tokenizer, context: str, question: str, instruction: str,
+                      demonstrations: Sequence[tuple[str, str, str]] = ()) -> str:
+    """The paper's prompt (App. A.1) rendered with the model's own chat template. ``demonstrations``
+    ((context, question, answer) triples) come first as earlier user / assistant turns in the same format."""
+    turns = []
+    for demo_context, demo_question, demo_answer in demonstrations:
+        turns.append((USER_TEMPLATE.format(context=demo_context, question=demo_question, instruction=instruction),
+                      demo_answer))
     user = USER_TEMPLATE.format(context=context, question=question, instruction=instruction)
-    messages = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": user},
-    ]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for demo_user, demo_answer in turns:
+        messages += [{"role": "user", "content": demo_user}, {"role": "assistant", "content": demo_answer}]
+    messages.append({"role": "user", "content": user})
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     # Base models without a template: a plain rendering that keeps the same text.
-    return f"{SYSTEM_PROMPT}\n\n{user}\n\nAnswer:"
+    shown = "".join(f"{demo_user}\n\nAnswer: {demo_answer}\n\n" for demo_user, demo_answer in turns)
+    return f"{SYSTEM_PROMPT}\n\n{shown}{user}\n\nAnswer:"
 
 
 def tokenize_with_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
@@ -249,3 +256,31 @@ def read_utf8(path: Path, label: str, *, advice: str = "re-save it as UTF-8") ->
             f"{label} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset {error.start} "
             f"(line {line}); {advice}."
         ) from None
+
+
+def placebo_sample(sample: Sample, seed: int) -> Sample:
+    """``sample`` with its evidence moved to random context positions: one span of the same length for each
+    evidence span, inside ``context_span``, overlapping neither the real evidence nor each other (seeded).
+
+    The prompt is unchanged, so a generation traced on it is the real one; only the positions that Eq. 2 counts
+    as evidence change. A head's share on such a span is what the "evidence" would get from a head that does
+    not read it: the null against which Eq. 2's selection is calibrated."""
+    import random
+
+    rng = random.Random(seed)
+    c0, c1 = sample.context_span
+    taken = [False] * len(sample.prompt_ids)
+    for start, end in sample.evidence_spans:
+        taken[start:end] = [True] * (end - start)
+    spans = []
+    for start, end in sample.evidence_spans:
+        length = end - start
+        starts = [s for s in range(c0, c1 - length + 1) if not any(taken[s: s + length])]
+        if not starts:
+            raise ValueError(f"The context {sample.context_span} has no free room for a placebo span of {length} "
+                             "tokens beside the evidence.")
+        chosen = rng.choice(starts)
+        taken[chosen: chosen + length] = [True] * length
+        spans.append((chosen, chosen + length))
+    return Sample(sample.task, list(sample.prompt_ids), sorted(spans), list(sample.answers), sample.question,
+                  sample.context_span, {**sample.meta, "placebo_seed": seed})

@@ -289,10 +289,10 @@ def _town_paragraph(rng, town):
             f"The town is known for its {rng.choice(['bridges', 'markets', 'mills', 'gardens'])}."]
 
 
-def _person_paragraph(rng, person, town, year):
+def _person_paragraph(rng, person, town, year, *, full_name: bool = False):
     job = rng.choice(_JOBS)
     return [f"{person} (born {year}) is a {job}.",
-            f"{person.split()[0]} was born in {town}.",
+            f"{person if full_name else person.split()[0]} was born in {town}.",
             f"Critics have praised the {job}'s early work."]
 
 
@@ -302,31 +302,65 @@ def _film_paragraph(rng, film, director, year):
             f"The film premiered at a regional festival."]
 
 
-def synthetic_hotpot_records(n: int, *, seed: int = 0, n_paragraphs: int = 10) -> list[dict[str, Any]]:
-    """``n`` seeded multi-hop records in the official schema, alternating bridge and comparison."""
+QUESTION_KINDS = ("bridge", "comparison", "single_birthplace", "single_director")
+"""Question kinds of the synthetic generator: the paper's two multi-hop kinds (HotpotQA's own ``bridge`` and
+``comparison``), and two single-hop kinds whose answer is one fictional name stated in one supporting sentence
+(the headroom setting, :data:`HEADROOM`)."""
+
+
+def synthetic_hotpot_records(n: int, *, seed: int = 0, n_paragraphs: int = 10,
+                             kinds: Iterable[str] = ("bridge", "comparison")) -> list[dict[str, Any]]:
+    """``n`` seeded records in the official schema, cycling through ``kinds`` (:data:`QUESTION_KINDS`):
+
+    - ``bridge``: "In which town was the director of <film> born?" (facts: the film's director sentence and the
+      director's birthplace sentence);
+    - ``comparison``: "Who was born first, <A> or <B>?" (facts: both birth sentences; the answer also appears in
+      the question);
+    - ``single_birthplace``: "In which town was <person> born?" (one fact);
+    - ``single_director``: "Who directed <film>?" (one fact).
+
+    Every answer is a fictional name (or, for ``comparison``, one of the two names in the question), so it can
+    only come from the context. Each record has ``n_paragraphs`` paragraphs: the gold ones plus distractors (no
+    distractor when the gold paragraphs already reach ``n_paragraphs``).
+    """
+    kinds = list(kinds)
+    unknown = [kind for kind in kinds if kind not in QUESTION_KINDS]
+    if not kinds or unknown:
+        raise ValueError(f"kinds must be a non-empty list drawn from {list(QUESTION_KINDS)}, got {kinds!r}.")
+    if not isinstance(n_paragraphs, int) or isinstance(n_paragraphs, bool) or n_paragraphs < 1:
+        raise ValueError(f"n_paragraphs must be a positive integer, got {n_paragraphs!r}.")
     rng = random.Random(seed)
     records = []
     for i in range(n):
+        kind = kinds[i % len(kinds)]
         people = [_person(rng) for _ in range(4)]
         towns = [_name(rng, 3) for _ in range(4)]
         years = rng.sample(range(1931, 1990), 4)
         paragraphs: dict[str, list[str]] = {}
-        if i % 2 == 0:  # bridge: film -> director -> birthplace
+        single = kind.startswith("single")  # single-hop: every birth sentence names the person in full
+        if kind in ("bridge", "single_director"):  # film -> director (-> birthplace)
             film = f"The {_name(rng)} {rng.choice(['Affair', 'Letters', 'Harbour', 'Winter'])}"
             paragraphs[film] = _film_paragraph(rng, film, people[0], rng.randint(1960, 2015))
-            paragraphs[people[0]] = _person_paragraph(rng, people[0], towns[0], years[0])
-            question = f"In which town was the director of {film} born?"
-            answer, facts, kind = towns[0], [[film, 1], [people[0], 1]], "bridge"
+            if kind == "bridge":
+                paragraphs[people[0]] = _person_paragraph(rng, people[0], towns[0], years[0])
+                question = f"In which town was the director of {film} born?"
+                answer, facts = towns[0], [[film, 1], [people[0], 1]]
+            else:
+                question, answer, facts = f"Who directed {film}?", people[0], [[film, 1]]
+        elif kind == "single_birthplace":
+            paragraphs[people[0]] = _person_paragraph(rng, people[0], towns[0], years[0], full_name=True)
+            question, answer, facts = f"In which town was {people[0]} born?", towns[0], [[people[0], 1]]
         else:  # comparison: who was born first
             paragraphs[people[0]] = _person_paragraph(rng, people[0], towns[0], years[0])
             paragraphs[people[1]] = _person_paragraph(rng, people[1], towns[1], years[1])
             question = f"Who was born first, {people[0]} or {people[1]}?"
             answer = people[0] if years[0] < years[1] else people[1]
-            facts, kind = [[people[0], 0], [people[1], 0]], "comparison"
+            facts = [[people[0], 0], [people[1], 0]]
         while len(paragraphs) < n_paragraphs:
             if rng.random() < 0.5:
                 extra = _person(rng)
-                paragraphs[extra] = _person_paragraph(rng, extra, rng.choice(towns[2:]), rng.randint(1931, 1990))
+                paragraphs[extra] = _person_paragraph(rng, extra, rng.choice(towns[2:]), rng.randint(1931, 1990),
+                                                      full_name=single)
             else:
                 town = _name(rng, 3)
                 paragraphs[town] = _town_paragraph(rng, town)
@@ -340,16 +374,48 @@ def synthetic_hotpot_records(n: int, *, seed: int = 0, n_paragraphs: int = 10) -
     return records
 
 
+def with_fewer_distractors(record: dict[str, Any], n_paragraphs: int) -> dict[str, Any]:
+    """``record`` with its gold paragraphs and only its first distractors, ``n_paragraphs`` paragraphs in all (in
+    the record's own order). How the headroom setting shortens an official distractor-setting record."""
+    if not isinstance(n_paragraphs, int) or isinstance(n_paragraphs, bool) or n_paragraphs < 1:
+        raise ValueError(f"n_paragraphs must be a positive integer, got {n_paragraphs!r}.")
+    gold = {title for title, _ in record["supporting_facts"]}
+    room = max(n_paragraphs - sum(title in gold for title, _ in record["context"]), 0)
+    kept, distractors = [], 0
+    for title, sentences in record["context"]:
+        if title in gold:
+            kept.append([title, sentences])
+        elif distractors < room:
+            kept.append([title, sentences])
+            distractors += 1
+    return {**record, "context": kept}
+
+
 # --- records -> samples ----------------------------------------------------------------------
+# Two worked examples shown before the question in the headroom setting (fictional, like the generator's records,
+# and in its format): the embedded model answers with a short name after them, and with a copy of the context's
+# first paragraph without them.
+HOTPOT_DEMONSTRATIONS = (
+    ("Mira Olsen: Mira Olsen (born 1950) is a poet. Mira Olsen was born in Tarvik.\n"
+     "Brenna Hall: Brenna Hall is a small town on the banks of the Lune.",
+     "In which town was Mira Olsen born?", "Tarvik"),
+    ("The Quiet Pier: The Quiet Pier is a 1971 drama film. It was directed by Oskar Belmonte.\n"
+     "David Ruhl: David Ruhl (born 1944) is a chemist.",
+     "Who directed The Quiet Pier?", "Oskar Belmonte"),
+)
+
+
 @dataclass
 class HotpotConfig:
-    """How a record becomes a prompt. ``context_tokens=None`` keeps the record's own paragraphs."""
+    """How a record becomes a prompt. ``context_tokens=None`` keeps the record's own paragraphs;
+    ``demonstrations`` puts :data:`HOTPOT_DEMONSTRATIONS` before the question as earlier chat turns."""
 
     context_tokens: int | None = None
     depth: float | None = None
     seed: int = 0
     instruction: str = HOTPOT_INSTRUCTION
     max_new_tokens: int = 16
+    demonstrations: bool = False
 
     def __post_init__(self):
         if self.context_tokens is not None and self.context_tokens < 32:
@@ -404,7 +470,8 @@ def build_hotpot_sample(tokenizer, record: dict[str, Any], config: HotpotConfig 
     paragraphs = _arrange(record, config, tokenizer, list(distractor_pool))
     texts = [_paragraph_text(t, s) for t, s in paragraphs]
     context = "\n".join(texts)
-    prompt = build_chat_prompt(tokenizer, context, record["question"], config.instruction)
+    prompt = build_chat_prompt(tokenizer, context, record["question"], config.instruction,
+                               HOTPOT_DEMONSTRATIONS if config.demonstrations else ())
     ids, offsets = tokenize_with_offsets(tokenizer, prompt)
     check_fits(len(ids), max_tokens, config.max_new_tokens, "HotpotQA")
     context_char = find_unique(prompt, context, "context")
@@ -439,11 +506,11 @@ def build_hotpot_sample(tokenizer, record: dict[str, Any], config: HotpotConfig 
 
 def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | None = None,
                         seed: int = 0, context_tokens: int | None = None, depth: float | None = None,
-                        max_tokens: int | None = None) -> list[Sample]:
+                        max_tokens: int | None = None, demonstrations: bool = False) -> list[Sample]:
     """``n`` samples from ``records`` (default: synthetic records seeded by ``seed``).
 
     Fewer records than ``n`` is an error rather than fewer samples, which would shrink a split
-    without a word. Without ``max_tokens`` the tokenizer's own limit is used when it knows one.
+    without a word. ``demonstrations``: see :class:`HotpotConfig`. Without ``max_tokens`` the tokenizer's own limit is used when it knows one.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be an integer >= 0, got {n!r}.")
@@ -460,7 +527,41 @@ def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | No
     if context_tokens:
         pool += [tuple(p) for r in synthetic_hotpot_records(64, seed=seed + 7919) for p in r["context"]]
     return [
-        build_hotpot_sample(tokenizer, record, HotpotConfig(context_tokens, depth, seed=seed * 1000 + i),
+        build_hotpot_sample(tokenizer, record, HotpotConfig(context_tokens, depth, seed=seed * 1000 + i,
+                                                            demonstrations=demonstrations),
                             max_tokens=max_tokens, distractor_pool=pool)
         for i, record in enumerate(records[:n])
     ]
+
+
+# --- the headroom setting --------------------------------------------------------------------
+@dataclass(frozen=True)
+class HotpotSetting:
+    """Which HotpotQA-format questions a study asks and how: the question kinds and paragraph count of the
+    synthetic generator (a file's records keep their questions and are cut to ``n_paragraphs`` paragraphs,
+    :func:`with_fewer_distractors`), and whether the prompt shows :data:`HOTPOT_DEMONSTRATIONS`."""
+
+    name: str
+    kinds: tuple[str, ...]
+    n_paragraphs: int
+    demonstrations: bool
+
+    def records(self, n: int, seed: int, source_records: list | None = None) -> list[dict[str, Any]]:
+        if source_records is None:
+            return synthetic_hotpot_records(n, seed=seed, n_paragraphs=self.n_paragraphs, kinds=self.kinds)
+        return [with_fewer_distractors(record, self.n_paragraphs) for record in source_records[:n]]
+
+    def samples(self, tokenizer, n: int, seed: int, *, source_records: list | None = None,
+                max_tokens: int | None = None) -> list[Sample]:
+        return make_hotpot_samples(tokenizer, n=n, records=self.records(n, seed, source_records), seed=seed,
+                                   max_tokens=max_tokens, demonstrations=self.demonstrations)
+
+
+# The paper's setting: multi-hop questions (bridge, comparison) among 10 paragraphs, no demonstrations.
+MULTIHOP = HotpotSetting("multihop", ("bridge", "comparison"), 10, False)
+# A setting where the embedded model has headroom: single-hop questions whose answer is one fictional name, the
+# gold paragraph and one distractor, two worked examples first. Measured on 32 questions before choosing it
+# (SmolLM2-135M-Instruct, full context): F1 0.73 with no distractor, 0.51 with one, 0.32 with two, 0.24 with four;
+# without the context 0.00. Without the demonstrations F1 is at most 0.20 at any of these paragraph counts.
+HEADROOM = HotpotSetting("headroom", ("single_birthplace", "single_director"), 2, True)
+HOTPOT_SETTINGS = {setting.name: setting for setting in (MULTIHOP, HEADROOM)}
