@@ -61,4 +61,7 @@ def test_the_shared_parts_are_shared():
     assert issubclass(PredictabilityConfig, ProbeSettings) and issubclass(RagStudyConfig, ProbeSettings)
     # The part taken out of a claim config carries the claim's values (claims 1 and 3 then share a cache key).
     assert TraceSets.of(PredictabilityConfig(n_hotpot=7, sink_tokens=2)) == TraceSets.of(DynamismConfig(n_hotpot=7, sink_tokens=2))
-    assert RagStudyConfig(window=9, local_window=5).rag_config() == RagConfig(window=9, local_window=5)
+    assert RagStudyConfig(window=9, local_window=5).rag_config(rind_threshold=1.5) == \
+        RagConfig(window=9, local_window=5, rind_threshold=1.5)
+    with pytest.raises(ValueError, match="calibrate it first"):
+        RagStudyConfig().rag_config()

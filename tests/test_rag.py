@@ -184,7 +184,7 @@ class RecordingSelector(HeadSelector):
         return chosen
 
 
-RECORD_CONFIG = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=10)  # retrieve on the first sentence
+RECORD_CONFIG = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=10, top_k_positions=8, window=24)  # retrieve on the first sentence
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +314,7 @@ def test_rag_loop_on_decode_reproduces_the_recorded_pre_move_outputs(embedded_mo
     reference = json.loads((Path(__file__).parent / "data" / "rag_reference.json").read_text())
     samples = make_hotpot_samples(embedded_model.tokenizer, n=3, seed=11, context_tokens=300)
     scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads, generator=torch.Generator().manual_seed(3))
-    config = RagConfig(rind_threshold=0.0, max_retrievals=2, max_new_tokens=20)
+    config = RagConfig(rind_threshold=0.0, max_retrievals=2, max_new_tokens=20, top_k_positions=8, window=24)
     assert any(run["retrievals"] for run in reference["runs"])
     for run in reference["runs"]:
         selector = HeadSelector(run["strategy"], embedded_model, config, static_scores=scores)

@@ -154,12 +154,13 @@ def eq2_rule_sentence(rule: Eq2Rule, curve: pd.DataFrame) -> str:
         return f"Eq. 2 marks a head when its share exceeds the fixed threshold {rule.value:g} (not calibrated)."
     chosen = curve[curve["chosen"]].iloc[0]
     fixed, attrs = curve.attrs["fixed"], curve.attrs
+    ratio = chosen["real_rate"] / chosen["placebo_rate"] if chosen["placebo_rate"] > 0 else float("nan")
     return (f"Eq. 2 marks a head when its share of attention on the supporting facts exceeds {rule.value:.2f} x chance "
             f"(chance: the facts' share of the eligible positions). The factor is the one at which heads reading "
             f"placebo spans (the facts moved to random context positions of the same sizes) are marked on "
             f"{100 * attrs['false_rate']:g}% of head-steps, over n = {attrs['n_samples']} calibration samples "
             f"({attrs['n_steps']} steps). On the real facts the rule marks {100 * chosen['real_rate']:.1f}% of "
-            f"head-steps: {chosen['heads_per_step']:.1f} heads per step, {int(chosen['heads_ever_active'])} heads ever "
+            f"head-steps, {ratio:.1f} times its rate on placebo spans: {chosen['heads_per_step']:.1f} heads per step, {int(chosen['heads_ever_active'])} heads ever "
             f"active. The fixed threshold {attrs['fixed_threshold']:g} marks {fixed['heads_per_step']:.1f} heads per "
             f"step and {fixed['heads_ever_active']} ever active on the same samples.")
 

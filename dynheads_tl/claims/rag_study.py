@@ -144,8 +144,8 @@ class RagStudyConfig(RagConfig, ProbeSettings, NotebookConfig):
 
     model: str = "smollm2-135m-instruct"
     rag_setting: str = "headroom"
-    n_samples: int = 40
-    n_rind_calibration: int = 24
+    n_samples: int = 30
+    n_rind_calibration: int = 16
     hotpot_source: str = "synthetic"
     hotpot_skip_incomplete: bool = False
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
@@ -154,7 +154,6 @@ class RagStudyConfig(RagConfig, ProbeSettings, NotebookConfig):
     output_dir: str = "papers_figures"
     use_cache: bool = True
     rind_threshold: float | None = None
-    max_new_tokens: int = 24
 
     def __post_init__(self):
         super().__post_init__()

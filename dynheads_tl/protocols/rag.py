@@ -62,14 +62,14 @@ class RagConfig(Eq2Settings):
     """Knobs of the case study (defaults documented in the module docstring)."""
 
     n_heads: int = 5
-    top_k_positions: int = 8
+    top_k_positions: int = 4
     cluster_gap: int = 8
-    window: int = 24
+    window: int = 12
     # 1.0 is the value of a word with the sentence's average attention and 1 nat of entropy. None: the study
     # calibrates it (rag_study.calibrate_rind); the loop itself needs a number.
     rind_threshold: float | None = 1.0
-    max_retrievals: int = 2
-    max_new_tokens: int = 16
+    max_retrievals: int = 1
+    max_new_tokens: int = 24
     seed: int = 0
 
     def __post_init__(self):
