@@ -30,8 +30,8 @@ hotpot_source = "synthetic"  # "synthetic", a distractor .json/.jsonl path, or "
 hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
 eq2_rule = "chance"  # Eq. 2 selection: "chance" (share > c x chance, c calibrated on placebo spans) or "fixed"
-eq2_threshold = 0.1  # Eq. 2 share above which a head counts with eq2_rule="fixed"
-eq2_false_rate = 0.01  # eq2_rule="chance": share of placebo head-steps the calibrated factor lets through
+eq2_threshold = 0.1  # the Eq. 2 share above which a head counts, under the fixed rule
+eq2_false_rate = 0.01  # chance rule: the share of placebo head-steps the calibrated factor lets through
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out of the denominator
 local_window = 32  # Eq. 2: most recent positions left out of the denominator
 static_k = 20  # size of the static retrieval set

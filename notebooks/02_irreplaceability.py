@@ -67,8 +67,8 @@ progressive_context = 500  # NIAH context length for progressive masking
 ablation_mode = "zero"  # "zero" or "mean" ablation of hook_z
 keep_cache = "clean"  # which pass's keys/values step t leaves in the cache: "clean" or "masked"
 eq2_rule = "chance"  # HotpotQA D_t: "chance" (share > c x chance, c calibrated on placebo spans) or "fixed"
-eq2_threshold = 0.1  # HotpotQA D_t with eq2_rule="fixed": Eq. 2 share above which a head counts
-eq2_false_rate = 0.01  # eq2_rule="chance": share of placebo head-steps the calibrated factor lets through
+eq2_threshold = 0.1  # HotpotQA D_t under the fixed rule: the Eq. 2 share above which a head counts
+eq2_false_rate = 0.01  # chance rule: the share of placebo head-steps the calibrated factor lets through
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
 seed = 0  # seeds samples and the random baseline

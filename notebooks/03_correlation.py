@@ -15,7 +15,10 @@
 #   static-frequency prior (each head's base rate) and a step-aware prior (each head's rate at that step
 #   index: what the position in the answer alone predicts; ours, not in the paper).
 #
-# The traces are those of the claim 1 notebook (same parameters -> read from its cache).
+# The traces are those of the claim 1 notebook (same parameters -> read from its cache). The HotpotQA questions
+# are **synthetic** (the seeded generator of fictional people, films and towns) unless `hotpot_source` names a
+# file. Both HotpotQA analyses read the Eq. 2 *shares*, not thresholded sets, so the cutoff that notebook 01
+# calibrates does not enter them.
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id

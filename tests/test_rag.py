@@ -96,6 +96,8 @@ def test_without_rag_the_context_stays_invisible(embedded_model, samples):
     result = rag_generate(embedded_model, sample, HeadSelector("none", embedded_model, RagConfig()), RagConfig())
     assert result.retrievals == 0 and result.visible_context_tokens == 0 and result.evidence_recall == 0.0
     full = rag_generate(embedded_model, sample, HeadSelector("full", embedded_model, RagConfig()), RagConfig())
+    with pytest.raises(ValueError, match="needs a number"):  # a strategy that retrieves needs RIND's threshold
+        rag_generate(embedded_model, sample, HeadSelector("fixed_random", embedded_model, RagConfig()), RagConfig())
     assert full.visible_context_tokens == sample.context_span[1] - sample.context_span[0]
 
 

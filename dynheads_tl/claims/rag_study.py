@@ -153,7 +153,6 @@ class RagStudyConfig(RagConfig, ProbeSettings, NotebookConfig):
     n_hotpot_train: int = 20
     output_dir: str = "papers_figures"
     use_cache: bool = True
-    rind_threshold: float | None = None
 
     def __post_init__(self):
         super().__post_init__()

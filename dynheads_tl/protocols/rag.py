@@ -65,9 +65,9 @@ class RagConfig(Eq2Settings):
     top_k_positions: int = 4
     cluster_gap: int = 8
     window: int = 12
-    # 1.0 is the value of a word with the sentence's average attention and 1 nat of entropy. None: the study
-    # calibrates it (rag_study.calibrate_rind); the loop itself needs a number.
-    rind_threshold: float | None = 1.0
+    # None: the study calibrates it (rag_study.calibrate_rind); a strategy that retrieves needs a number (1.0 is
+    # the value of a word with its sentence's average attention and 1 nat of entropy).
+    rind_threshold: float | None = None
     max_retrievals: int = 1
     max_new_tokens: int = 24
     seed: int = 0
@@ -264,8 +264,9 @@ class RagPolicy(StepPolicy):
     """
 
     def __init__(self, model, sample: Sample, selector: HeadSelector, config: RagConfig):
-        if config.rind_threshold is None:
-            raise ValueError("RagConfig.rind_threshold is None: the RAG loop needs a number (calibrate it first).")
+        if config.rind_threshold is None and selector.strategy not in ("none", "full"):
+            raise ValueError(f"RagConfig.rind_threshold is None: the {selector.strategy!r} strategy retrieves when RIND "
+                             "exceeds it, so it needs a number (rag_study.calibrate_rind calibrates one).")
         self.model, self.sample, self.selector, self.config = model, sample, selector, config
         self.strategy = selector.strategy
         self.device = next(model.parameters()).device
