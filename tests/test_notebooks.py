@@ -196,3 +196,9 @@ def test_rag_notebook_runs_with_tiny_parameters(tmp_path):
     assert none["visible_context_share"] == 0 and none["retrievals"] == 0
     assert full["visible_context_share"] == 1
     assert "paper EM/F1 Llama-3.1-8B-Instruct" in table.columns
+    assert (table["n"] == 2).all() and (table["f1_low"] <= table["f1"]).all() and (table["f1"] <= table["f1_high"]).all()
+    assert (table["em_low"] <= table["em"]).all() and "recall_per_visible" in table
+    comparisons = pd.read_csv(folder / "table4_comparisons.csv")
+    assert {("full", "none"), ("dynamic", "static")} <= set(zip(comparisons["a"], comparisons["b"]))
+    rind = pd.read_csv(folder / "rind_calibration.csv")  # the threshold was calibrated on 3 questions
+    assert len(rind) == 3 and {"rind_max", "wrong"} <= set(rind.columns)

@@ -648,8 +648,10 @@ def summary_markdown(results: dict[str, list[TaskResult]], sweep: pd.DataFrame, 
            "expected from set sizes alone (see the size bound in the size-aware section)." if decreasing else
            ". Unlike the paper, widening the static set does not monotonically lower the overlap here."))
     hot = results["hotpot"][0]
+    rule = (hot.eq2_rule or Eq2Rule()).label()
+    synthetic = all(str(t.meta.get("id", "")).startswith("synthetic-") for t in hot.analysis)
     lines.append(
-        f"- **HotpotQA (Eq. 2 > threshold)**: Jaccard with static top-20 {_fmt(hot.metrics['jaccard_static'])}, "
+        f"- **{'Synthetic ' if synthetic else ''}HotpotQA ({rule}; first seed, intervals in the interval table)**: Jaccard with static top-20 {_fmt(hot.metrics['jaccard_static'])}, "
         f"adjacent {_fmt(hot.metrics['jaccard_adjacent'])}, entropy {_fmt(hot.metrics['entropy'])}, "
         f"{_fmt(hot.metrics['heads_per_step_mean'], 2)} heads/step, F1 {_fmt(hot.quality['f1'], 2)}. "
         "The paper reports no HotpotQA Table 1 numbers to compare against.")

@@ -61,7 +61,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "03_correlation": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32,
                            "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1], "max_lag": 2,
                            "probe_epochs": 5, "probe_hidden": [32], "lead_ks": [0, 2], "n_splits": 2},
-        "04_dynamic_rag": {"n_samples": 2, "strategies": ["dynamic", "static", "none", "full"], "max_new_tokens": 8,
+        "04_dynamic_rag": {"n_samples": 2, "n_rind_calibration": 3, "strategies": ["dynamic", "static", "none", "full"],
+                           "max_new_tokens": 8,
                            "train_seeds": [0, 1], "n_hotpot_train": 4, "probe_hidden": [32], "probe_epochs": 5},
     },
     "default": {},
@@ -81,7 +82,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "03_correlation": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
                            "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                            "probe_preset": "paper"},
-        "04_dynamic_rag": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_samples": 500, "n_hotpot_train": 100,
+        # the paper's multi-hop setting, with windows sized for 10-paragraph contexts
+        "04_dynamic_rag": {"model": "meta-llama/Llama-3.1-8B-Instruct", "rag_setting": "multihop", "n_samples": 500,
+                           "n_rind_calibration": 100, "n_hotpot_train": 100, "window": 24, "top_k_positions": 8,
+                           "max_retrievals": 2,
                            "max_new_tokens": 64, "probe_hidden": [8192, 4096, 4096], "probe_epochs": 100},
     },
 }
