@@ -13,9 +13,11 @@ The whole HotpotQA context stays in the prompt; *visibility* is controlled by at
   (scikit-learn's list), numbers and punctuation score 0. If some word's value exceeds ``rind_threshold``,
   generation retracts to the start of that sentence and a retrieval runs. Every evaluated sentence's largest
   value is kept (``RagResult.rind_values``), which is what the study calibrates the threshold on
-  (:func:`calibrate_rind_threshold`). One difference from DRAGIN: it re-runs the generated text alone, so a
-  sentence's last token also gets its own row; here the rows are the generation's own, and the last token of a
-  sentence has none yet (usually the full stop, which scores 0 anyway).
+  (:func:`calibrate_rind_threshold`). Two differences from DRAGIN, which scores a whole generated chunk after
+  re-running it alone: its maximum runs over every query row of the chunk (here: the sentence's rows, since the
+  decision is taken when the sentence ends), and a sentence's last token gets its own row (here it has none yet;
+  it is usually the full stop, which scores 0 anyway). The rows here are the generation's own, with the
+  question and instruction in view.
 - **Retrieval.** One extra pass of the retraction point's query row with the full context visible gives
   every head's attention over the context and the final-norm hidden state. A strategy picks 5 heads;
   their attention rows are averaged, the top-k context positions taken, positions closer than
