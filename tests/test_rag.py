@@ -48,6 +48,47 @@ def test_rind_threshold_maximises_youden_j():
         calibrate_rind_threshold([1.0], [True, False])
 
 
+def _rows(f1_a, f1_b, a="dynamic", b="static"):
+    import pandas as pd
+
+    return pd.DataFrame([{"sample": i, "strategy": s, "f1": f} for s, values in ((a, f1_a), (b, f1_b))
+                         for i, f in enumerate(values)])
+
+
+def test_holm_adjustment_on_a_known_case():
+    from dynheads_tl.claims.rag_study import holm_adjust
+
+    # sorted 0.01, 0.02, 0.04 -> 3 x 0.01 = 0.03, max(0.03, 2 x 0.02) = 0.04, max(0.04, 0.04) = 0.04
+    assert holm_adjust([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+
+
+def test_a_few_wins_among_ties_are_not_called_a_difference():
+    from dynheads_tl.claims.rag_study import comparison_table
+
+    # 30 questions, 26 tied, 4 won by a: the bootstrap interval excludes 0 but a sign test gives p = 0.125
+    table = comparison_table(_rows([1.0] * 4 + [0.5] * 26, [0.0] * 4 + [0.5] * 26)).set_index("a")
+    row = table.loc["dynamic"]
+    assert row["low"] > 0 and row["a_better"] == 4 and row["b_better"] == 0
+    assert row["sign_p"] == pytest.approx(0.125) and not row["separated"]
+    # 20 wins and no loss separate
+    clear = comparison_table(_rows([1.0] * 20 + [0.5] * 10, [0.0] * 20 + [0.5] * 10)).set_index("a")
+    assert bool(clear.loc["dynamic", "separated"])
+
+
+def test_the_verdict_ranks_nothing_without_headroom():
+    import pandas as pd
+
+    from dynheads_tl.claims.rag_study import comparison_table, rag_verdict, table4
+
+    rows = pd.concat([_rows([1.0] * 20 + [0.5] * 10, [0.0] * 20 + [0.5] * 10),
+                      _rows([0.3] * 30, [0.2] * 30, a="full", b="none")], ignore_index=True)
+    for column, value in (("em", 0.0), ("retrievals", 1), ("visible_context_tokens", 10), ("context_tokens", 40),
+                          ("evidence_recall", 0.5)):
+        rows[column] = value
+    verdict = rag_verdict(table4(rows), comparison_table(rows))
+    assert "no strategy is ranked" in verdict and "beats" not in verdict and "for the record" in verdict
+
+
 def test_content_words_use_sklearn_stopwords():
     assert is_content_word(" Paris") and is_content_word("born") and is_content_word(" Dorvaka.")
     assert not is_content_word(" the") and not is_content_word("which") and not is_content_word(" 1987")
@@ -141,10 +182,13 @@ def test_an_official_format_file_feeds_every_split(embedded_model, tmp_path, set
     path.write_text(json.dumps(records))
     config = RagStudyConfig(n_samples=2, n_rind_calibration=2, n_hotpot_train=1, train_seeds=[0, 1],
                             hotpot_source=str(path), rag_setting=setting)
-    config.check_inputs()  # 2 + 2 (+ 2 x 1 for the headroom probe) records fit in 7
+    config.check_inputs()  # 2 + 2 (+ 2 x 1 for the headroom probe, or claim 1's 2 x 1 before them) fit in 7
     tokenizer = embedded_model.tokenizer
     evaluation, rind = split_samples(embedded_model, config, "evaluation"), split_samples(embedded_model, config, "rind")
-    assert [s.answers[0] for s in evaluation + rind] == [r["answer"] for r in records[:4]]
+    # multihop: claim 1's splits (records [0, 1) and [1, 2)) train its probe, so evaluation starts at record 2
+    offset = 2 if setting == "multihop" else 0
+    assert [s.answers[0] for s in evaluation + rind] == [r["answer"] for r in records[offset: offset + 4]]
+    records = records[offset:]
     if setting == "headroom":
         train = split_samples(embedded_model, config, "train", 1)
         assert [s.meta["id"] for s in train] == ["official-5"]

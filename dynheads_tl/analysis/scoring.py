@@ -85,7 +85,7 @@ def calibrate_chance_factor(placebo: Sequence[Trace], false_rate: float = 0.01) 
     ratios = chance_ratios(placebo)
     if not len(ratios):
         raise ValueError("calibrate_chance_factor needs placebo traces with at least one step.")
-    return float(torch.quantile(ratios.double(), 1 - false_rate))
+    return float(np.quantile(ratios.double().numpy(), 1 - false_rate))  # torch.quantile stops at 2**24 values
 
 
 def eq2_rule_curve(real: Sequence[Trace], placebo: Sequence[Trace], factors: Sequence[float]) -> "pd.DataFrame":

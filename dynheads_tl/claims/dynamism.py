@@ -112,7 +112,10 @@ class TaskResult:
 
 def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], config: DynamismConfig,
                  seed: int, eq2_rule: Eq2Rule | None = None) -> TaskResult:
-    """One task of one seed. HotpotQA's D_t are marked by ``eq2_rule`` (default: the config's fixed threshold)."""
+    """One task of one seed. HotpotQA's D_t are marked by ``eq2_rule`` (which the chance rule must pass: its factor
+    is calibrated by :func:`eq2_calibration`; the fixed rule defaults to the config's threshold)."""
+    if task == "hotpot" and eq2_rule is None and config.eq2_rule == "chance":
+        raise ValueError("eq2_rule='chance' needs the calibrated rule: pass eq2_calibration(model, config)[0].")
     eq2_rule = eq2_rule or Eq2Rule("fixed", config.eq2_threshold)
     if task == "niah":
         scores = static_retrieval_scores(calibration, rouge_filter=0.5)
@@ -138,9 +141,9 @@ def eq2_calibration(model, config: DynamismConfig) -> tuple[Eq2Rule, pd.DataFram
                                               threshold=config.eq2_threshold, false_rate=config.eq2_false_rate)
     if rule.kind == "fixed":
         return rule, pd.DataFrame()
-    factors = sorted({*np.round(np.geomspace(1.0, 64.0, 25), 3).tolist(), round(rule.value, 3)})
+    factors = sorted({*np.round(np.geomspace(1.0, 64.0, 25), 3).tolist(), float(rule.value)})
     curve = eq2_rule_curve(real, placebo, factors)
-    curve["chosen"] = np.isclose(curve["factor"], round(rule.value, 3))
+    curve["chosen"] = curve["factor"] == float(rule.value)
     fixed = dynamism_fixed_threshold_row(real, config.eq2_threshold)
     curve.attrs.update(rule=rule, false_rate=config.eq2_false_rate, fixed=fixed, fixed_threshold=config.eq2_threshold,
                        n_samples=len(real), n_steps=sum(t.n_steps for t in real))

@@ -13,11 +13,13 @@ The whole HotpotQA context stays in the prompt; *visibility* is controlled by at
   (scikit-learn's list), numbers and punctuation score 0. If some word's value exceeds ``rind_threshold``,
   generation retracts to the start of that sentence and a retrieval runs. Every evaluated sentence's largest
   value is kept (``RagResult.rind_values``), which is what the study calibrates the threshold on
-  (:func:`calibrate_rind_threshold`). Two differences from DRAGIN, which scores a whole generated chunk after
-  re-running it alone: its maximum runs over every query row of the chunk (here: the sentence's rows, since the
-  decision is taken when the sentence ends), and a sentence's last token gets its own row (here it has none yet;
-  it is usually the full stop, which scores 0 anyway). The rows here are the generation's own, with the
-  question and instruction in view.
+  (:func:`calibrate_rind_threshold`). Differences from DRAGIN, which scores a whole generated chunk after
+  re-running it alone: (1) its maximum runs over every query row of the chunk (here: the sentence's rows, since
+  the decision is taken when the sentence ends); (2) a sentence's last token gets its own row there (here it has
+  none yet; it is usually the full stop, which scores 0 anyway); (3) DRAGIN's optional word filter keeps the
+  words spaCy tags NOUN, ADJ, VERB, PROPN or NUM, while this one drops stopwords, numbers and words with inner
+  punctuation ("Jean-Luc"). The rows here are the generation's own, with the question and instruction in view;
+  end-of-sequence and whitespace-only tokens are left out of the sentence's words.
 - **Retrieval.** One extra pass of the retraction point's query row with the full context visible gives
   every head's attention over the context and the final-norm hidden state. A strategy picks 5 heads;
   their attention rows are averaged, the top-k context positions taken, positions closer than
@@ -338,18 +340,21 @@ class RagPolicy(StepPolicy):
         segment = range(self.segment_start, len(tokens))
         if self.strategy != "full" and len(segment):
             texts = [self.model.tokenizer.decode([t]) for t in tokens]
-            # an end-of-sequence token stands alone as a non-word (whitespace), never joined to the word before it
-            words_text = ["\n" if tokens[j] in self.stop_ids else texts[j] for j in segment]
-            starts = word_starts(words_text)
+            # the sentence's words: end-of-sequence and whitespace-only tokens are no part of any word (DRAGIN
+            # scores the generated text, which holds neither)
+            kept = [j for j in segment if tokens[j] not in self.stop_ids and texts[j].strip()]
+            starts = word_starts([texts[j] for j in kept])
             first = torch.nonzero(starts).flatten().tolist()
-            words = ["".join(words_text[a:b]) for a, b in zip(first, first[1:] + [len(segment)])]
+            words = ["".join(texts[kept[j]] for j in range(a, b)) for a, b in zip(first, first[1:] + [len(kept)])]
             content = torch.tensor([is_content_word(word) for word in words], dtype=torch.bool)
-            scores = rind_scores(segment_attention(self.step_rows, self.segment_start, len(tokens), self.P),
-                                 torch.tensor([self.entropies[j] for j in segment]), starts, content)
+            local = [j - self.segment_start for j in kept]
+            attention = segment_attention(self.step_rows, self.segment_start, len(tokens), self.P)[:, local][:, :, local]
+            scores = (rind_scores(attention, torch.tensor([self.entropies[j] for j in kept]), starts, content)
+                      if kept else torch.zeros(0))
             self.rind_values.append(float(scores.max()) if len(scores) else 0.0)
             if (self.strategy != "none" and self.retrievals < config.max_retrievals and len(scores)
                     and float(scores.max()) > config.rind_threshold):
-                cut = sentence_start(texts, self.segment_start + first[int(scores.argmax())])
+                cut = sentence_start(texts, kept[first[int(scores.argmax())]])
                 self.retrieve(loop, self.P - 1 + cut, tokens)
                 loop.retract(cut)
                 del self.entropies[cut:], self.step_rows[cut:]

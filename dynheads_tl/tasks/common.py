@@ -263,8 +263,10 @@ def placebo_sample(sample: Sample, seed: int) -> Sample:
     evidence span, inside ``context_span``, overlapping neither the real evidence nor each other (seeded).
 
     The prompt is unchanged, so a generation traced on it is the real one; only the positions that Eq. 2 counts
-    as evidence change. A head's share on such a span is what the "evidence" would get from a head that does
-    not read it: the null against which Eq. 2's selection is calibrated."""
+    as evidence change. A head's share on such a span is the share that context of the same size gets: the
+    null against which Eq. 2's selection is calibrated. The spans may fall in a gold paragraph beside the
+    evidence (in short contexts, often), where heads have some reason to look, which makes the null
+    conservative: the calibrated factor can only come out higher, not lower."""
     import random
 
     rng = random.Random(seed)
