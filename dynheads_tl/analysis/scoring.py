@@ -30,10 +30,7 @@ def dynamic_sets(trace: Trace, kind: DynamicKind = "eq1", threshold: "float | Eq
     if kind == "eq1":
         return trace.retrieval_mask
     if kind == "eq2":
-        rule = Eq2Rule.of(threshold)
-        if rule.kind == "fixed":
-            return trace.support_score > rule.value
-        return rule.select(trace.support_score, trace.eq2_chance)
+        return trace.eq2_sets(threshold)
     raise ValueError(f"kind must be 'eq1' or 'eq2', got {kind!r}.")
 
 
@@ -95,10 +92,11 @@ def eq2_rule_curve(real: Sequence[Trace], placebo: Sequence[Trace], factors: Seq
     import pandas as pd
 
     real_ratio, placebo_ratio = chance_ratios(real), chance_ratios(placebo)
+    chances = [t.eq2_chance for t in real]  # once per trace, not once per factor
     rows = []
     for factor in factors:
         rule = Eq2Rule("chance", float(factor))
-        sets = [dynamic_sets(t, "eq2", rule) for t in real]
+        sets = [rule.select(t.support_score, chance) for t, chance in zip(real, chances)]
         rows.append({"factor": float(factor), "real_rate": float((real_ratio > factor).float().mean()),
                      "placebo_rate": float((placebo_ratio > factor).float().mean()),
                      "heads_per_step": float(torch.cat([s.flatten(1).sum(1) for s in sets]).float().mean()),

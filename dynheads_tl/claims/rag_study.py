@@ -69,13 +69,20 @@ def table4(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     return summary
 
 
-def paired_f1_difference(rows: pd.DataFrame, a: str, b: str, seed: int = 0) -> Interval | None:
-    """Mean over questions of F1(a) − F1(b), paired on the question, with a bootstrap 95% interval."""
-    side = lambda s: rows[rows["strategy"] == s].set_index("sample")["f1"].astype(float)
+def _paired_f1(rows: pd.DataFrame, a: str, b: str) -> pd.DataFrame | None:
+    """Strategies a and b's F1 on the questions both answered (columns ``a``, ``b``, one row per question); None
+    when either strategy is missing or they share no question."""
     if a not in set(rows["strategy"]) or b not in set(rows["strategy"]):
         return None
+    side = lambda s: rows[rows["strategy"] == s].set_index("sample")["f1"].astype(float)
     joined = pd.concat([side(a).rename("a"), side(b).rename("b")], axis=1, join="inner").dropna()
-    return bootstrap_interval((joined["a"] - joined["b"]).to_numpy(), seed=seed) if len(joined) else None
+    return joined if len(joined) else None
+
+
+def paired_f1_difference(rows: pd.DataFrame, a: str, b: str, seed: int = 0) -> Interval | None:
+    """Mean over questions of F1(a) − F1(b), paired on the question, with a bootstrap 95% interval."""
+    joined = _paired_f1(rows, a, b)
+    return None if joined is None else bootstrap_interval((joined["a"] - joined["b"]).to_numpy(), seed=seed)
 
 
 # Pairs the verdict compares on F1: the probe against each baseline, and the oracle against the static heads.
@@ -103,11 +110,10 @@ def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> 
 
     out = []
     for a, b in (("full", "none"),) + COMPARISONS:
-        diff = paired_f1_difference(rows, a, b, seed)
-        if diff is None:
+        joined = _paired_f1(rows, a, b)
+        if joined is None:
             continue
-        side = lambda s: rows[rows["strategy"] == s].set_index("sample")["f1"].astype(float)
-        joined = pd.concat([side(a).rename("a"), side(b).rename("b")], axis=1, join="inner").dropna()
+        diff = bootstrap_interval((joined["a"] - joined["b"]).to_numpy(), seed=seed)
         wins, losses = int((joined["a"] > joined["b"]).sum()), int((joined["a"] < joined["b"]).sum())
         p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
         out.append({"a": a, "b": b, "f1_difference": diff.estimate, "low": diff.low, "high": diff.high, "n": diff.n,

@@ -36,7 +36,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from dynheads_tl.engine.equations import eligible_positions, eq1_mask, eq2_chance_per_step, eq2_share, evidence_positions
+from dynheads_tl.engine.equations import (Eq2Rule, eligible_positions, eq1_mask, eq2_chance_per_step, eq2_share,
+                                         evidence_positions)
 from dynheads_tl.engine.hooks import HookList, StepState, pattern_hook_name
 from dynheads_tl.engine.models import fast_twin, model_fingerprint, model_name
 from dynheads_tl.tasks.common import Sample
@@ -125,6 +126,14 @@ class Trace:
         trace's own sink and window."""
         return eq2_chance_per_step(self.evidence_mask, len(self.prompt_ids), self.n_steps,
                                    int(self.config.get("sink_tokens", 4)), int(self.config.get("local_window", 32)))
+
+    def eq2_sets(self, rule: "Eq2Rule | float") -> Bool[Tensor, "step layer head"]:
+        """The heads Eq. 2 marks at every step under ``rule`` (a bare number: the fixed threshold); the chance
+        shares are computed only for the chance rule."""
+        rule = Eq2Rule.of(rule)
+        if rule.kind == "fixed":
+            return self.support_score > rule.value
+        return rule.select(self.support_score, self.eq2_chance)
 
     @property
     def retrieval_mask(self) -> Bool[Tensor, "step layer head"]:

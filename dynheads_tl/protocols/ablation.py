@@ -476,8 +476,7 @@ def compensation(result: AblationTrace, static_mask: Bool[Tensor, "layer head"],
     if kind == "eq1":
         before, after = result.clean.retrieval_mask, result.masked.retrieval_mask
     else:
-        rule = Eq2Rule.of(threshold)
-        before, after = (rule.select(trace.support_score, trace.eq2_chance) for trace in (result.clean, result.masked))
+        before, after = result.clean.eq2_sets(threshold), result.masked.eq2_sets(threshold)
     masked_steps = result.masked_heads.flatten(1).any(1)
     newly = after & ~before & ~result.masked_heads & masked_steps[:, None, None]
     in_static = (newly & static_mask).flatten(1).sum(1)
