@@ -228,3 +228,33 @@ def test_fast_until_runs_the_prompt_tail_through_the_hooked_bridge(embedded_mode
     assert all(q == 1 for q in queries[1:])
     assert torch.equal(split.tokens, plain.tokens)
     torch.testing.assert_close(split.support_score, plain.support_score, rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_signals_match_eager_transformers_batched_and_alone(embedded_model, reference_model):
+    """TraceConfig(signals=True): each head's mass on the evidence, the context span and the generated tokens,
+    and the kept token's log-probability and entropy, equal an eager forward, alone and left-padded in a batch;
+    the tokens are those of a trace without signals."""
+    samples = make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=[300, 420], seed=7,
+                                random_layout=True, max_new_tokens=10)
+    config = TraceConfig(max_new_tokens=10, signals=True)
+    alone = trace_generation(embedded_model, samples[0], config)
+    batched = dynheads_tl.engine.tracing.trace_batch(embedded_model, samples, config)
+    plain = trace_generation(embedded_model, samples[0], TraceConfig(max_new_tokens=10))
+    assert alone.tokens.tolist() == plain.tokens.tolist() == batched[0].tokens.tolist()
+    assert plain.context_mass is None and "signals" not in TraceConfig().key()
+    for trace, sample in ((alone, samples[0]), (batched[0], samples[0]), (batched[1], samples[1])):
+        rows = independent_rows(reference_model, trace)  # [step, layer, head, key]
+        n_prompt = len(trace.prompt_ids)
+        context = torch.zeros(rows.shape[-1], dtype=torch.bool)
+        context[sample.context_span[0]: sample.context_span[1]] = True
+        torch.testing.assert_close(trace.evidence_mass, rows[..., trace.evidence_mask.nonzero().flatten()].sum(-1),
+                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(trace.context_mass, rows[..., context].sum(-1), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(trace.generated_mass, rows[..., n_prompt:].sum(-1), atol=1e-4, rtol=1e-4)
+        assert (trace.generated_mass[0] == 0).all()  # step 0 reads the prompt only
+        logits = reference_model(torch.cat([trace.prompt_ids, trace.tokens[:-1]])[None]).logits[0, n_prompt - 1:]
+        log_p = torch.log_softmax(logits, -1)
+        torch.testing.assert_close(trace.token_logprob, log_p.gather(-1, trace.tokens[:, None])[:, 0],
+                                   atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(trace.token_entropy, -(log_p.exp() * log_p).sum(-1), atol=1e-3, rtol=1e-3)

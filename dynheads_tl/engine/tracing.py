@@ -43,6 +43,9 @@ from dynheads_tl.engine.models import fast_twin, model_fingerprint, model_name
 from dynheads_tl.tasks.common import Sample
 
 PrefillMode = Literal["fast", "hooked"]
+# The per-step fields TraceConfig(signals=True) adds to a Trace: per head, then per step.
+HEAD_SIGNALS = ("evidence_mass", "context_mass", "generated_mass")
+SIGNALS = HEAD_SIGNALS + ("token_logprob", "token_entropy")
 
 
 @dataclass
@@ -57,6 +60,11 @@ class TraceConfig:
     step (:attr:`Trace.evidence_attention`), for soft retrieval measures such as the copy mass
     (:func:`dynheads_tl.analysis.scoring.copy_mass`). Off by default: it costs memory in proportion to the
     evidence length.
+
+    ``signals``: also record, at every step, each head's raw attention mass on the evidence, on the whole
+    context (``Sample.context_span``) and on the tokens generated so far, and the log-probability and the
+    entropy of the next-token distribution the kept token came from (:attr:`Trace.evidence_mass` and the
+    others): the inputs of answer-level error signals such as the Lookback Lens ratio, from the same pass.
     """
 
     max_new_tokens: int = 24
@@ -65,6 +73,7 @@ class TraceConfig:
     prefill: PrefillMode = "fast"
     stop_at_eos: bool = True
     evidence_attention: bool = False
+    signals: bool = False
 
     def __post_init__(self):
         for name in ("max_new_tokens", "sink_tokens", "local_window"):
@@ -73,15 +82,17 @@ class TraceConfig:
                 raise ValueError(f"{name} must be a non-negative integer (max_new_tokens >= 1), got {value!r}.")
         if self.prefill not in ("fast", "hooked"):
             raise ValueError(f"prefill must be 'fast' or 'hooked', got {self.prefill!r}.")
-        if not isinstance(self.evidence_attention, bool):
-            raise ValueError(f"evidence_attention must be True or False, got {self.evidence_attention!r}.")
+        for name in ("evidence_attention", "signals"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
 
     def key(self) -> dict[str, Any]:
-        """The settings as a cache key. ``evidence_attention`` appears only when on, so traces cached
-        before it existed keep their keys (a trace recorded with it also holds everything without it)."""
+        """The settings as a cache key. ``evidence_attention`` and ``signals`` appear only when on, so traces
+        cached before they existed keep their keys (a trace recorded with them also holds everything without)."""
         values = asdict(self)
-        if not values["evidence_attention"]:
-            del values["evidence_attention"]
+        for name in ("evidence_attention", "signals"):
+            if not values[name]:
+                del values[name]
         return values
 
 
@@ -103,6 +114,14 @@ class Trace:
     # With TraceConfig(evidence_attention=True): each head's attention weight on each evidence position
     # (the positions of ``evidence_mask``, in order), at every step; None otherwise.
     evidence_attention: Float[Tensor, "step layer head evidence"] | None = None
+    # With TraceConfig(signals=True): each head's attention mass on the evidence, on the context span and on the
+    # generated tokens so far (the query's own token included), and the kept token's log-probability and the
+    # entropy (nats) of its next-token distribution, at every step; None otherwise.
+    evidence_mass: Float[Tensor, "step layer head"] | None = None
+    context_mass: Float[Tensor, "step layer head"] | None = None
+    generated_mass: Float[Tensor, "step layer head"] | None = None
+    token_logprob: Float[Tensor, "step"] | None = None
+    token_entropy: Float[Tensor, "step"] | None = None
 
     @property
     def n_steps(self) -> int:
@@ -147,7 +166,7 @@ class Trace:
     def to_dict(self) -> dict[str, Any]:
         return {
             "tensors": {k: getattr(self, k) for k in ("tokens", "argmax_pos", "support_score", "hidden", "prompt_ids",
-                                                      "evidence_attention") if getattr(self, k) is not None},
+                                                      "evidence_attention", *SIGNALS) if getattr(self, k) is not None},
             "info": json.dumps({k: getattr(self, k) for k in ("evidence_spans", "task", "answers", "response", "config", "meta")}),
         }
 
@@ -347,7 +366,8 @@ class BatchDecoder:
             logits, self.cache = self.model(tokens.reshape(self.batch, 1), return_type="logits_and_cache",
                                             past_key_values=self.cache, **kwargs)
         self.n_cached += 1
-        return logits[:, -1]
+        self.last_logits = logits[:, -1]
+        return self.last_logits
 
     def rewind(self, n_cached: int) -> None:
         """Drop cached positions from ``n_cached`` on (to redo a step, e.g. a second pass)."""
@@ -402,6 +422,10 @@ def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[st
                 taken = rows.gather(-1, index[:, None, :].expand(-1, rows.shape[1], -1).clamp_max(key_len - 1))
                 buffers["evidence_attention"][:, state.step, layer] = (taken * valid[:, None, :]).to(
                     buffers["evidence_attention"].dtype)
+            if "context_mass" in buffers:
+                buffers["evidence_mass"][:, state.step, layer] = (rows * masks["evidence"][:, None, :key_len]).sum(-1)
+                buffers["context_mass"][:, state.step, layer] = (rows * masks["context"][:, None, :key_len]).sum(-1)
+                buffers["generated_mass"][:, state.step, layer] = rows[..., masks["first_generated"]:].sum(-1)
             return None
 
         return hook
@@ -455,6 +479,12 @@ class BatchLoop:
         for b, where in enumerate(positions):
             masks["evidence_index"][b, : len(where)] = where
             masks["evidence_valid"][b, : len(where)] = 1.0
+        if config.signals:  # the context span and the first generated position, in padded coordinates
+            masks["context"] = torch.zeros(len(samples), longest, dtype=torch.float32, device=device)
+            for b, sample in enumerate(samples):
+                start, end = sample.context_span
+                masks["context"][b, offsets[b] + start: offsets[b] + end] = 1.0
+            masks["first_generated"] = self.width
         self.masks = masks
         self.stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
         self.tokens: list[list[int]] = [[] for _ in samples]
@@ -571,7 +601,8 @@ def decode(
     check_context_length(model, samples, config.max_new_tokens)
     state = state or StepState()
     buffers = new_buffers(model, config.max_new_tokens, batch=len(samples),
-                          evidence_width=max_evidence(samples) if config.evidence_attention else 0)
+                          evidence_width=max_evidence(samples) if config.evidence_attention else 0,
+                          signals=config.signals and record)
     policy.buffers(buffers)
     masks: dict[str, Tensor] = {}
     all_hooks = ((reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else [])
@@ -581,7 +612,10 @@ def decode(
         while loop.step < config.max_new_tokens:
             step = loop.step
             loop.prepare(step)
-            loop.commit(step, policy.choose(loop, step))
+            chosen = policy.choose(loop, step)
+            if "token_logprob" in buffers:  # the distribution of the decoder's last forward, the kept token's
+                record_token_signals(buffers, step, loop.decoder.last_logits, chosen)
+            loop.commit(step, chosen)
             policy.after_step(loop, step)
             if loop.finished:
                 break
@@ -649,9 +683,19 @@ def max_evidence(samples: Sequence[Sample]) -> int:
     return max(int(evidence_positions(s.evidence_spans, len(s.prompt_ids)).sum()) for s in samples)
 
 
-def new_buffers(model, max_steps: int, batch: int = 1, evidence_width: int = 0) -> dict[str, Tensor]:
+def record_token_signals(buffers: dict[str, Tensor], step: int, logits: Float[Tensor, "batch vocab"],
+                         chosen: Int[Tensor, "batch"]) -> None:
+    """Step ``step``'s kept-token log-probability and next-token entropy (nats) from ``logits``."""
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    buffers["token_logprob"][:, step] = log_p.gather(-1, chosen.reshape(-1, 1).to(log_p.device))[:, 0]
+    buffers["token_entropy"][:, step] = -(log_p.exp() * log_p).sum(-1)
+
+
+def new_buffers(model, max_steps: int, batch: int = 1, evidence_width: int = 0,
+                signals: bool = False) -> dict[str, Tensor]:
     """Per-row, per-step outputs of the reduction hooks, preallocated for ``max_steps`` steps; with
-    ``evidence_width`` > 0 also the attention on up to that many evidence positions (float16)."""
+    ``evidence_width`` > 0 also the attention on up to that many evidence positions (float16); with ``signals``
+    the fields of :data:`SIGNALS`."""
     n_layers, n_heads, d_model = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model
     device = next(model.parameters()).device
     buffers = {
@@ -662,6 +706,11 @@ def new_buffers(model, max_steps: int, batch: int = 1, evidence_width: int = 0) 
     if evidence_width > 0:
         buffers["evidence_attention"] = torch.zeros(batch, max_steps, n_layers, n_heads, evidence_width,
                                                     dtype=torch.float16, device=device)
+    if signals:
+        for name in HEAD_SIGNALS:
+            buffers[name] = torch.zeros(batch, max_steps, n_layers, n_heads, dtype=torch.float32, device=device)
+        for name in SIGNALS[len(HEAD_SIGNALS):]:
+            buffers[name] = torch.zeros(batch, max_steps, dtype=torch.float32, device=device)
     return buffers
 
 
@@ -688,4 +737,5 @@ def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], b
                 **extra_config},
         meta=dict(sample.meta),
         evidence_attention=evidence_attention,
+        **{name: own(buffers[name][row, :n]) for name in SIGNALS if name in buffers},
     )

@@ -394,13 +394,16 @@ def with_fewer_distractors(record: dict[str, Any], n_paragraphs: int) -> dict[st
 # --- records -> samples ----------------------------------------------------------------------
 # Two worked examples shown before the question in the headroom setting (fictional, like the generator's records,
 # and in its format): the embedded model answers with a short name after them, and with a copy of the context's
-# first paragraph without them.
+# first paragraph without them. The gold paragraph comes first in one and second in the other, so the examples do
+# not teach "the answer is in the first paragraph". Measured on 40 selection questions (seed 30000, never used
+# again; full context through the RAG loop): F1 0.60 with these, 0.53 with the gold paragraph first in both, and
+# 0.39-0.42 with longer examples in the generator's three-sentence format (which the model then copies).
 HOTPOT_DEMONSTRATIONS = (
     ("Mira Olsen: Mira Olsen (born 1950) is a poet. Mira Olsen was born in Tarvik.\n"
      "Brenna Hall: Brenna Hall is a small town on the banks of the Lune.",
      "In which town was Mira Olsen born?", "Tarvik"),
-    ("The Quiet Pier: The Quiet Pier is a 1971 drama film. It was directed by Oskar Belmonte.\n"
-     "David Ruhl: David Ruhl (born 1944) is a chemist.",
+    ("David Ruhl: David Ruhl (born 1944) is a chemist.\n"
+     "The Quiet Pier: The Quiet Pier is a 1971 drama film. It was directed by Oskar Belmonte.",
      "Who directed The Quiet Pier?", "Oskar Belmonte"),
 )
 
@@ -561,7 +564,8 @@ class HotpotSetting:
 MULTIHOP = HotpotSetting("multihop", ("bridge", "comparison"), 10, False)
 # A setting where the embedded model has headroom: single-hop questions whose answer is one fictional name, the
 # gold paragraph and one distractor, two worked examples first. Measured on 32 questions before choosing it
-# (SmolLM2-135M-Instruct, full context): F1 0.73 with no distractor, 0.51 with one, 0.32 with two, 0.24 with four;
-# without the context 0.00. Without the demonstrations F1 is at most 0.20 at any of these paragraph counts.
+# (SmolLM2-135M-Instruct, full context, both examples' gold paragraph first): F1 0.73 with no distractor, 0.51 with
+# one, 0.32 with two, 0.24 with four; without the context 0.00. Without the demonstrations F1 is at most 0.20 at
+# any of these paragraph counts. The examples were then reordered (see HOTPOT_DEMONSTRATIONS).
 HEADROOM = HotpotSetting("headroom", ("single_birthplace", "single_director"), 2, True)
 HOTPOT_SETTINGS = {setting.name: setting for setting in (MULTIHOP, HEADROOM)}
