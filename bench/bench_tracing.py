@@ -32,11 +32,13 @@ def timings(model, length: int, steps: int, repeats: int, bridge_generate: bool)
     ids = torch.tensor([sample.prompt_ids])
     config = TraceConfig(max_new_tokens=steps, stop_at_eos=False)
     evidence_config = TraceConfig(max_new_tokens=steps, stop_at_eos=False, evidence_attention=True)
+    signals_config = TraceConfig(max_new_tokens=steps, stop_at_eos=False, signals=True)
     twin = fast_twin(model)
     runs = {
         "transformers_generate_sdpa": lambda: twin.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False),
         "traced": lambda: trace_generation(model, sample, config),
         "traced_evidence_attention": lambda: trace_generation(model, sample, evidence_config),
+        "traced_signals": lambda: trace_generation(model, sample, signals_config),
         "untraced_same_path": lambda: trace_generation(model, sample, config, record=False),
     }
     if bridge_generate:
@@ -54,6 +56,7 @@ def timings(model, length: int, steps: int, repeats: int, bridge_generate: bool)
     best["traced_over_generate"] = round(best["traced"] / best["transformers_generate_sdpa"], 2)
     best["traced_over_untraced"] = round(best["traced"] / best["untraced_same_path"], 2)
     best["evidence_attention_over_traced"] = round(best["traced_evidence_attention"] / best["traced"], 2)
+    best["signals_over_traced"] = round(best["traced_signals"] / best["traced"], 2)  # notebook 05's features
     return best
 
 

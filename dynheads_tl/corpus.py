@@ -38,6 +38,8 @@ SEED_OFFSETS = {
     "rag_calibration": 9500,       # case study: questions that set the RIND threshold
     "rag_train": 9700,             # case study, headroom setting: static heads and probe training
     "placebo": 11000,              # HotpotQA placebo evidence spans (Eq. 2 calibration)
+    "error_signal": 12000,         # notebook 05: HotpotQA-format answers, right and wrong
+    "retention": 13000,            # notebook 06: NIAH answers under per-step KV retention
 }
 
 
@@ -143,8 +145,9 @@ def layout_traces(model, config: TraceSettings, *, haystack: str, context_tokens
                   batch_size: int = 8) -> tuple[list[Trace], list[Trace]]:
     """(calibration, analysis) NIAH traces of one (haystack, context length) setting whose samples draw their
     needle depth and haystack offset at random (``make_niah_samples(random_layout=True)``), traced with the
-    attention on every evidence position (``TraceConfig(evidence_attention=True)``), in batches."""
-    trace_config = TraceConfig(**{**config.trace_config("niah").key(), "evidence_attention": True})
+    attention on every evidence position and the per-step signals (``TraceConfig(evidence_attention=True,
+    signals=True)``), in batches. Claim 1's soft dynamism and notebook 05's error signals read the same traces."""
+    trace_config = TraceConfig(**{**config.trace_config("niah").key(), "evidence_attention": True, "signals": True})
     splits = []
     for split, n in (("layout_calibration", n_calibration), ("layout_analysis", n_analysis)):
         offset = SEED_OFFSETS[split]

@@ -202,3 +202,35 @@ def test_rag_notebook_runs_with_tiny_parameters(tmp_path):
     assert {("full", "none"), ("dynamic", "static")} <= set(zip(comparisons["a"], comparisons["b"]))
     rind = pd.read_csv(folder / "rind_calibration.csv")  # the threshold was calibrated on 3 questions
     assert len(rind) == 3 and {"rind_max", "wrong"} <= set(rind.columns)
+
+
+@pytest.mark.notebook
+def test_error_signal_notebook_runs_with_tiny_parameters(tmp_path):
+    folder = _run("05_error_signal", tmp_path, use_cache=False)
+    answers = pd.read_csv(folder / "answers.csv")
+    assert list(answers["n"]) == [5, 8] and (answers["low"] <= answers["error_rate"]).all()
+    table = pd.read_csv(folder / "auroc.csv")
+    assert list(table["group"]) == ["dynamic", "lookback", "logit", "dynamic+logit"]
+    assert (table["n"] == 13).all() and table["auroc"].between(0, 1).all()
+    assert (table["low"] <= table["auroc"] + 1e-12).all() and (table["auroc"] <= table["high"] + 1e-12).all()
+    assert table["dynamic_minus"].notna().sum() == 3
+    assert (folder / "roc_transfer.png").stat().st_size > 0 and (folder / "transfer.csv").exists()
+    executed = (tmp_path / "05_error_signal.ipynb").read_text()
+    assert "Verdict." in executed and "Lookback Lens (in-domain) 0.85-0.91" in executed
+
+
+@pytest.mark.notebook
+def test_kv_retention_notebook_runs_with_tiny_parameters(tmp_path):
+    folder = _run("06_kv_retention", tmp_path, use_cache=False)
+    table = pd.read_csv(folder / "retention.csv")
+    assert list(table["strategy"][:2]) == ["full", "streaming"] and (table["n"] == 2).all()
+    assert set(table["strategy"]) == {"full", "streaming", "static", "predicted", "oracle", "random"}
+    assert set(table["budget"]) == {0.0, 0.05, 0.25, 1.0}
+    assert (table["accuracy_low"] <= table["accuracy"]).all() and (table["accuracy"] <= table["accuracy_high"]).all()
+    full = table.set_index("strategy").loc["full"]
+    assert full["vs_full"] == 0 and full["heads_kept"] == 270 and full["kv_heads_kept"] == 90
+    assert (table.set_index("strategy").loc["streaming", "heads_kept"] == 0)
+    memory = pd.read_csv(folder / "kv_memory_computed.csv")
+    assert set(memory["model"]) == {"smollm2-135m-instruct", "Llama-3.1-8B"} and "GiB_at_128k" in memory
+    assert (folder / "retention.png").stat().st_size > 0
+    assert "Verdict." in (tmp_path / "06_kv_retention.ipynb").read_text()

@@ -258,3 +258,47 @@ def test_signals_match_eager_transformers_batched_and_alone(embedded_model, refe
         torch.testing.assert_close(trace.token_logprob, log_p.gather(-1, trace.tokens[:, None])[:, 0],
                                    atol=1e-3, rtol=1e-3)
         torch.testing.assert_close(trace.token_entropy, -(log_p.exp() * log_p).sum(-1), atol=1e-3, rtol=1e-3)
+
+
+def test_retained_heads_read_everything_and_the_others_only_sinks_and_window(embedded_model, niah_samples):
+    """retain_heads: a head outside the retained set gets exactly zero attention outside the sinks and the local
+    window while the retained heads' rows are untouched; retaining every head is the full cache exactly, and
+    retaining none is the streaming restriction of every head exactly."""
+    from dynheads_tl.engine.hooks import retain_heads
+
+    sample = niah_samples[0]
+    n_layers, n_heads = embedded_model.cfg.n_layers, embedded_model.cfg.n_heads
+    n_keys = len(sample.prompt_ids) + 4
+    streaming = torch.zeros(n_keys, dtype=torch.bool)
+    streaming[:4] = True
+    streaming[len(sample.prompt_ids) - 16:] = True  # the last 16 prompt positions and the generated ones
+    keep = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    keep[:5] = True  # layers 0-4 whole, so layer 5's step-0 input is the full cache's
+    keep[5, 2] = keep[12, 0] = True
+
+    def run(retained, extra=()):
+        rows = []
+        grab = lambda pattern, hook: rows.append(pattern[0, :, -1, :].clone())
+        hooks = list(extra) + [("blocks.5.attn.hook_pattern", grab)]
+        if retained is not None:
+            hooks = retain_heads(lambda: retained, lambda: streaming, n_layers=n_layers) + hooks
+        with embedded_model.hooks(fwd_hooks=hooks):
+            decoder = Decoder(embedded_model, sample.prompt_ids)
+            logits = [decoder.step()]
+            logits.append(decoder.step(int(logits[0].argmax())))
+        return torch.stack(logits), rows
+
+    full_logits, full_rows = run(None)
+    logits, rows = run(keep)
+    for row, full in zip(rows, full_rows):
+        outside = ~streaming[: row.shape[-1]]
+        others = [h for h in range(n_heads) if h != 2]
+        assert float(row[others][:, outside].abs().max()) == 0.0  # layer 5's other heads are restricted
+        assert float(row[2, outside].sum()) > 0.01  # the retained head still reads the context
+        torch.testing.assert_close(row.sum(-1), torch.ones(n_heads), atol=1e-5, rtol=0)
+    assert torch.equal(rows[0][2], full_rows[0][2])  # step 0: a retained head's row is the full cache's
+    every = torch.ones(n_layers, n_heads, dtype=torch.bool)
+    assert torch.equal(run(every)[0], full_logits)
+    none_logits, _ = run(torch.zeros(n_layers, n_heads, dtype=torch.bool))
+    streaming_only, _ = run(None, restrict_attention(streaming, n_layers=n_layers))
+    torch.testing.assert_close(none_logits, streaming_only, atol=0, rtol=0)

@@ -553,3 +553,32 @@ def lead_differences(table: pd.DataFrame, metric: str) -> pd.DataFrame:
             row.update({name: interval.estimate, f"{name}_low": interval.low, f"{name}_high": interval.high})
         out.append(row)
     return pd.DataFrame(out)
+
+
+@dataclass
+class SetProbe:
+    """A ridge regression from the hidden state at step t - 1 to each head's Eq. 1 indicator at step t, fitted on
+    training answers: the next step's heads ranked from what the model had before that step (notebook 05's probe
+    gap, notebook 06's predicted retention). Standardised inputs, alpha 10, not tuned."""
+
+    model: object
+
+    @classmethod
+    def fit(cls, traces: list[Trace], alpha: float = 10.0) -> "SetProbe | None":
+        from sklearn.linear_model import Ridge
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        x = [t.hidden[:-1].numpy() for t in traces if t.n_steps > 1]
+        y = [t.retrieval_mask[1:].flatten(1).float().numpy() for t in traces if t.n_steps > 1]
+        if not x:
+            return None
+        return cls(make_pipeline(StandardScaler(), Ridge(alpha=alpha)).fit(np.concatenate(x), np.concatenate(y)))
+
+    def scores(self, trace: Trace) -> np.ndarray:
+        """[step - 1, layer * head] predicted scores for steps 1.."""
+        return self.model.predict(trace.hidden[:-1].numpy())
+
+    def predict(self, hidden: torch.Tensor) -> np.ndarray:
+        """[layer * head] scores for the step after the one whose hidden state [d_model] is given."""
+        return self.model.predict(hidden.float().cpu().numpy()[None])[0]

@@ -135,3 +135,40 @@ def restrict_attention(
 
     chosen = range(n_layers) if layers is None else layers
     return [(scores_hook_name(layer), hook) for layer in chosen]
+
+
+def retain_heads(
+    retained: Callable[[], Tensor | None],
+    streaming: Callable[[], Tensor],
+    *,
+    n_layers: int,
+) -> HookList:
+    """Per-head KV retention at the newest query row: heads in ``retained()`` ([batch, layer, head] or
+    [layer, head] bool; None: every head, nothing restricted now) attend to every key; every other head sees
+    only the keys of ``streaming()`` ([batch, key] or [key] bool, e.g. the attention sinks and the local window),
+    with exactly zero attention elsewhere (-inf in ``hook_attn_scores`` before the softmax). Keys past the end of
+    ``streaming()`` count as visible. Earlier query rows (a prefill run through the hooks) are left alone."""
+
+    def make(layer: int):
+        def hook(scores: Float[Tensor, "batch head query key"], hook):
+            keep = retained()
+            if keep is None:
+                return scores
+            heads = (keep[layer] if keep.dim() == 2 else keep[:, layer]).to(scores.device).bool()
+            if bool(heads.all()):
+                return scores
+            heads = heads.expand(scores.shape[0], -1) if heads.dim() == 1 else heads  # [batch, head]
+            key_len = scores.shape[-1]
+            visible = streaming().to(scores.device).bool()
+            visible = visible.expand(scores.shape[0], -1) if visible.dim() == 1 else visible
+            if visible.shape[-1] < key_len:
+                pad = torch.ones(visible.shape[0], key_len - visible.shape[-1], dtype=torch.bool, device=scores.device)
+                visible = torch.cat([visible, pad], dim=-1)
+            block = (~heads)[:, :, None] & ~visible[:, None, :key_len]  # [batch, head, key]
+            scores = scores.clone()
+            scores[:, :, -1, :] = scores[:, :, -1, :].masked_fill(block, float("-inf"))
+            return scores
+
+        return hook
+
+    return [(scores_hook_name(layer), make(layer)) for layer in range(n_layers)]

@@ -735,7 +735,8 @@ def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], b
         response=model.tokenizer.decode(tokens, skip_special_tokens=True),
         config={**asdict(config), "model": model_name(model), "model_fingerprint": model_fingerprint(model),
                 **extra_config},
-        meta=dict(sample.meta),
+        # With signals, the context span the context mass was taken over (its length normalises it).
+        meta={**sample.meta, **({"context_span": list(sample.context_span)} if "context_mass" in buffers else {})},
         evidence_attention=evidence_attention,
         **{name: own(buffers[name][row, :n]) for name in SIGNALS if name in buffers},
     )

@@ -62,7 +62,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from dynheads_tl.engine.equations import Eq2Rule, eq1_mask, eq2_chance, head_label, head_names
-from dynheads_tl.engine.hooks import AblationMode, HookList, StepState, ablate_heads
+from dynheads_tl.engine.hooks import AblationMode, HookList, StepState, ablate_heads, retain_heads
 from dynheads_tl.progress import progress
 from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, new_buffers
 from dynheads_tl.tasks.common import Sample, prompt_digest
@@ -71,6 +71,10 @@ from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token
 Condition = Literal["none", "dynamic", "static", "static_matched", "random", "random_matched", "dynamic_nonstatic",
                     "static_nondynamic", "random_nonstatic", "random_nondynamic", "progressive"]
 CachePolicy = Literal["clean", "masked"]
+# What the second pass does with a selector's heads: "ablate" zeroes (or means) their outputs; "retain" lets
+# only them attend to every key, every other head seeing the attention sinks and the local window alone
+# (:func:`~dynheads_tl.engine.hooks.retain_heads`, the KV-retention protocol of notebook 06).
+Intervention = Literal["ablate", "retain"]
 
 
 @dataclass
@@ -82,6 +86,9 @@ class StepView:
     argmax_pos: Int[Tensor, "layer head"]
     support_score: Float[Tensor, "layer head"]
     retrieval: Bool[Tensor, "layer head"]  # D_t
+    # The final-norm hidden state of the previous step's kept pass (None at step 0): what a predictor that must
+    # not look at the current step may read (the KV-retention protocol's probe).
+    previous_hidden: Float[Tensor, "d_model"] | None = None
 
 
 Selector = Callable[[StepView], Bool[Tensor, "layer head"] | None]
@@ -139,6 +146,7 @@ def two_pass_batch(
     keep_cache: CachePolicy = "clean",
     labels: list[tuple[str, int | None]] | None = None,
     gold: list[list[int]] | None = None,
+    intervention: Intervention = "ablate",
 ) -> list[AblationTrace]:
     """Greedy generation of every ``(sample, selector)`` job in one batch under the per-step two-pass
     protocol (module docstring). ``labels`` gives each job's ``(condition, k)`` for its record.
@@ -150,6 +158,9 @@ def two_pass_batch(
     ``gold`` (one token list per job) teacher-forces the jobs instead (:class:`TeacherForced`): each row
     is fed its gold tokens and stops when they run out, whatever ``config.max_new_tokens`` and
     ``config.stop_at_eos`` say; the records carry the gold tokens' clean and masked log-probabilities.
+
+    ``intervention="retain"`` (:class:`TwoPass`): selectors return the heads that keep the full context; the
+    record's ``masked_heads`` then holds each step's retained set.
     """
     if keep_cache not in ("clean", "masked"):
         raise ValueError(f"keep_cache must be 'clean' or 'masked', got {keep_cache!r}.")
@@ -162,7 +173,8 @@ def two_pass_batch(
         raise ValueError(f"{len(labels)} labels for {len(jobs)} jobs.")
     config = config or TraceConfig()
     samples, selectors = [job[0] for job in jobs], [job[1] for job in jobs]
-    protocol = dict(kind=kind, threshold=threshold, mode=mode, mean_z=mean_z, keep_cache=keep_cache)
+    protocol = dict(kind=kind, threshold=threshold, mode=mode, mean_z=mean_z, keep_cache=keep_cache,
+                    intervention=intervention)
     if gold is None:
         policy = TwoPass(model, selectors, config, **protocol)
     else:
@@ -177,8 +189,8 @@ def two_pass_batch(
     for b, sample in enumerate(samples):
         condition, k = labels[b]
         rule = Eq2Rule.of(threshold)
-        extra = {"condition": condition, "k": k, "mode": mode, "keep_cache": keep_cache, "kind": kind,
-                 "threshold": rule.value, "eq2_rule": rule.kind}
+        extra = {"condition": condition, "k": k, "intervention": intervention, "mode": mode,
+                 "keep_cache": keep_cache, "kind": kind, "threshold": rule.value, "eq2_rule": rule.kind}
         clean = build_trace(model, sample, config, policy.clean_tokens[b], policy.clean_buffers, row=b, **extra,
                             pass_="clean")
         masked = build_trace(model, sample, config, loop.tokens[b], policy.masked_buffers, row=b, **extra,
@@ -199,11 +211,19 @@ class TwoPass(StepPolicy):
     If any row masks something, the step is rewound and one masked forward follows with each row's own
     mask, recorded into ``masked_buffers``; masked rows keep its token, and the clean keys and values are
     restored (``keep_cache="clean"``) or the masked ones kept (``"masked"``, for the masked rows only).
-    Rows with nothing to mask keep their clean token, scores and keys/values exactly."""
+    Rows with nothing to mask keep their clean token, scores and keys/values exactly.
+
+    ``intervention="retain"``: a selector returns the heads that keep the full context (R_t; None: every head);
+    the second pass restricts every other head to the Eq. 2 sinks and local window of ``config``
+    (``sink_tokens``, ``local_window``), and runs for the rows whose R_t leaves some head out."""
 
     def __init__(self, model, selectors: list[Selector], config: TraceConfig, *, kind: Literal["eq1", "eq2"],
-                 threshold: "float | Eq2Rule", mode: AblationMode, mean_z: Tensor | None, keep_cache: CachePolicy):
+                 threshold: "float | Eq2Rule", mode: AblationMode, mean_z: Tensor | None, keep_cache: CachePolicy,
+                 intervention: Intervention = "ablate"):
         batch, n_layers, n_heads = len(selectors), model.cfg.n_layers, model.cfg.n_heads
+        if intervention not in ("ablate", "retain"):
+            raise ValueError(f"intervention must be 'ablate' or 'retain', got {intervention!r}.")
+        self.intervention, self.streaming = intervention, None
         self.selectors, self.kind, self.keep_cache = selectors, kind, keep_cache
         self.rule = Eq2Rule.of(threshold)
         self.n_layers, self.mode, self.mean_z = n_layers, mode, mean_z
@@ -215,6 +235,8 @@ class TwoPass(StepPolicy):
         self.clean_tokens: list[list[int]] = [[] for _ in selectors]
 
     def hooks(self, state: StepState) -> HookList:
+        if self.intervention == "retain":
+            return retain_heads(lambda: self.ablation["mask"], lambda: self.streaming, n_layers=self.n_layers)
         return ablate_heads(lambda: self.ablation["mask"], n_layers=self.n_layers, mode=self.mode, mean_z=self.mean_z)
 
     def buffers(self, recorded: dict[str, Tensor]) -> None:
@@ -240,17 +262,22 @@ class TwoPass(StepPolicy):
         self.ablation["mask"] = None
         clean_logits = decoder.step(loop.next_input)
         chosen = self.tokens(clean_logits, loop, step)
-        step_masks = torch.zeros(len(self.selectors), *self.applied.shape[2:], dtype=torch.bool, device=decoder.device)
+        retain = self.intervention == "retain"
+        step_masks = torch.full((len(self.selectors), *self.applied.shape[2:]), retain, dtype=torch.bool,
+                                device=decoder.device)
         for b in torch.nonzero(loop.running).flatten().tolist():
             token = int(chosen[b])
             self.clean_tokens[b].append(token)
             argmax_row, support_row = clean_buffers["argmax_pos"][b, step], clean_buffers["support_score"][b, step]
             retrieval = (eq1_at_step(argmax_row, loop.ids[b], loop.evidence[b], token) if self.kind == "eq1"
                          else self._eq2_set(loop, b, support_row))
-            mask = self.selectors[b](StepView(step, token, argmax_row, support_row, retrieval))
+            previous = masked_buffers["hidden"][b, step - 1] if step > 0 else None
+            mask = self.selectors[b](StepView(step, token, argmax_row, support_row, retrieval, previous))
             if mask is not None:
                 step_masks[b] = mask.to(decoder.device).bool()
-        masked_rows = step_masks.flatten(1).any(1)
+        masked_rows = ~step_masks.flatten(1).all(1) if retain else step_masks.flatten(1).any(1)
+        if retain:  # the keys a restricted head sees at this step: sinks and local window (padding is masked anyway)
+            self.streaming = ~loop.masks["eligible"]
         masked_logits = None
         if bool(masked_rows.any()):
             saved = decoder.last_position()

@@ -403,3 +403,67 @@ def eq2_calibration_figure(curve: pd.DataFrame, title: str):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def error_signal_figure(roc: pd.DataFrame, table: pd.DataFrame, transfer: pd.DataFrame, title: str):
+    """Notebook 05: the out-of-fold ROC curve of every feature group (AUROC and its interval in the legend), and
+    the transfer AUROC of every group per (train -> test) pair with 95% intervals; 0.5 is chance."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.4]})
+    ax = axes[0]
+    names = dict(zip(table["group"], table["method"]))
+    for row in table.itertuples():
+        part = roc[roc["group"] == row.group]
+        ax.plot(part["fpr"], part["tpr"], label=f"{names[row.group]}: {row.auroc:.2f} [{row.low:.2f}, {row.high:.2f}]")
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("false positive rate (right answers flagged)")
+    ax.set_ylabel("true positive rate (wrong answers flagged)")
+    ax.set_title(f"pooled, out-of-fold (n = {int(table['n'].iloc[0])}, {int(table['wrong'].iloc[0])} wrong)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax = axes[1]
+    if len(transfer):
+        pairs = list(dict.fromkeys(f"{a} -> {b}" for a, b in zip(transfer["train"], transfer["test"])))
+        groups = list(dict.fromkeys(transfer["group"]))
+        width = 0.8 / len(groups)
+        pair_of = transfer["train"] + " -> " + transfer["test"]
+        for i, group in enumerate(groups):
+            part = transfer[transfer["group"] == group].set_index(pair_of[transfer["group"] == group]).reindex(pairs)
+            bars = part.rename(columns={"auroc": "v", "low": "v_low", "high": "v_high"})
+            x = np.arange(len(pairs)) + (i - (len(groups) - 1) / 2) * width
+            ax.bar(x, bars["v"], width, yerr=_error_bars(bars, "v"), capsize=2, label=names.get(group, group))
+        ax.set_xticks(np.arange(len(pairs)), pairs, rotation=25, ha="right", fontsize=7)
+        ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("AUROC on the test setting")
+        ax.set_title("transfer: train on one setting, test on another", fontsize=9)
+        ax.legend(fontsize=7)
+    else:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def retention_figure(table: pd.DataFrame, title: str):
+    """Notebook 06: NIAH accuracy (Wilson 95%) and the teacher-forced gold log-probability's gap to the full cache
+    (bootstrap 95%) against the share of heads kept whole, per strategy; the full cache and streaming as lines."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    bounds = table[table["strategy"].isin(["full", "streaming"])].set_index("strategy")
+    per_step = table[~table["strategy"].isin(["full", "streaming"])]
+    for ax, column, label in ((axes[0], "accuracy", "NIAH accuracy (free generation)"),
+                              (axes[1], "vs_full", "gold log-prob minus full cache (nats/token)")):
+        for (strategy, granularity), part in per_step.groupby(["strategy", "granularity"], sort=False):
+            part = part.sort_values("budget")
+            name = strategy if granularity == "query" else f"{strategy} (KV heads)"
+            ax.errorbar(part["budget"] * 100, part[column], yerr=_error_bars(part, column), marker="o", markersize=3,
+                        capsize=2, linestyle="-" if granularity == "query" else "--", label=name)
+        for strategy, style in (("full", ":"), ("streaming", "-.")):
+            if strategy in bounds.index:
+                ax.axhline(float(bounds.loc[strategy, column]), color="grey", linestyle=style, linewidth=1,
+                           label=f"{strategy} cache")
+        ax.set_xscale("log")
+        ax.set_xlabel("heads kept whole at each step (% of query or KV heads)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

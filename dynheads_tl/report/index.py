@@ -61,6 +61,14 @@ PAPER_ITEMS = [
      "not in the paper", "03_correlation/fig4_niah_cca_residualised", "03_correlation"),
     ("Beyond 3b", "Probes k steps ahead minus the step-aware prior (NIAH F1, HotpotQA R²; 95% CI over splits)",
      "not in the paper (probes at k = 0 only)", "03_correlation/lead_probes", "03_correlation"),
+    ("Beyond 5", "Is the answer wrong? Dynamic-head features against a Lookback-style ratio and the logits "
+     "(out-of-fold AUROC, 95% bootstrap CI)",
+     "not in the paper; for scale, on other models and data: Lookback Lens AUROC .85–.91 in-domain, .82–.85 "
+     "across tasks; ReDeEP .75–.82", "05_error_signal/auroc", "05_error_signal"),
+    ("Beyond 6", "Per-step KV retention: NIAH accuracy when only R_t keeps the full cache, static vs predicted vs "
+     "oracle vs random at equal budgets (Wilson 95%)",
+     "not in the paper; for scale, on other models: DuoAttention keeps NIAH with 25% (MHA) / 50% (GQA) of heads "
+     "whole; HeadKV 97% of full-cache quality with 1.5% of the cache", "06_kv_retention/retention", "06_kv_retention"),
 ]
 
 
@@ -158,6 +166,23 @@ def _headline(stem: Path) -> str:
             setting = _json.loads(sidecar.read_text()).get("rag_setting", "multihop") if sidecar.exists() else "multihop"
             return (f"{setting} setting, n = {int(frame['n'].min())} questions: " + "; ".join(parts)
                     + " (EM Wilson, F1 bootstrap 95%; recall/opened: chance = 1)")
+        if name == "auroc" and "dynamic_minus" in frame:
+            parts = [f"{r.method} {r.auroc:.2f} [{r.low:.2f}, {r.high:.2f}]" for r in frame.itertuples()]
+            diffs = [f"vs {r.group} {r.dynamic_minus:+.2f} [{r.dynamic_minus_low:+.2f}, {r.dynamic_minus_high:+.2f}]"
+                     for r in frame.itertuples() if r.group in ("lookback", "logit")]
+            return (f"n = {int(frame['n'].iloc[0])} answers ({int(frame['wrong'].iloc[0])} wrong): " + "; ".join(parts)
+                    + "; dynamic-head features " + ", ".join(diffs) + " (paired)")
+        if name == "retention" and "vs_full" in frame:
+            bounds = frame.set_index("strategy")
+            head = (f"full cache {bounds.loc['full', 'accuracy']:.2f} [{bounds.loc['full', 'accuracy_low']:.2f}, "
+                    f"{bounds.loc['full', 'accuracy_high']:.2f}], streaming {bounds.loc['streaming', 'accuracy']:.2f} "
+                    f"[{bounds.loc['streaming', 'accuracy_low']:.2f}, {bounds.loc['streaming', 'accuracy_high']:.2f}]")
+            parts = []
+            for budget, part in frame[~frame["strategy"].isin(["full", "streaming"])].groupby("budget"):
+                parts.append(f"{budget:.0%}: " + ", ".join(
+                    f"{r.strategy}{'' if r.granularity == 'query' else ' (KV)'} {r.accuracy:.2f} [{r.accuracy_low:.2f}, "
+                    f"{r.accuracy_high:.2f}]" for r in part.itertuples()))
+            return f"n = {int(frame['n'].min())} samples; {head}; " + "; ".join(parts)
         if name.startswith("eq2_calibration"):
             chosen = frame[frame["chosen"]].iloc[0]
             return (f"share > {chosen.factor:.2f} x chance (placebo spans marked on {100 * chosen.placebo_rate:.1f}% of "

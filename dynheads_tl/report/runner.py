@@ -44,6 +44,8 @@ NOTEBOOK_CONFIGS: dict[str, str] = {
     "02_irreplaceability": "dynheads_tl.claims.irreplaceability:IrreplaceabilityConfig",
     "03_correlation": "dynheads_tl.claims.predictability:PredictabilityConfig",
     "04_dynamic_rag": "dynheads_tl.claims.rag_study:RagStudyConfig",
+    "05_error_signal": "dynheads_tl.claims.error_signal:ErrorSignalConfig",
+    "06_kv_retention": "dynheads_tl.claims.kv_retention:RetentionConfig",
 }
 
 # Per-notebook parameter presets. "default" is each notebook's own parameters cell.
@@ -64,6 +66,12 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "04_dynamic_rag": {"n_samples": 2, "n_rind_calibration": 3, "strategies": ["dynamic", "static", "none", "full"],
                            "max_new_tokens": 8,
                            "train_seeds": [0, 1], "n_hotpot_train": 4, "probe_hidden": [32], "probe_epochs": 5},
+        # the same NIAH setting as 01's smoke run (its cache), short answers; 2 folds need 2 wrong answers
+        "05_error_signal": {"niah_settings": ["prose:300"], "n_setting": 3, "n_setting_calibration": 2,
+                            "max_new_tokens": 32, "n_hotpot": 8, "hotpot_max_new_tokens": 8, "n_folds": 2},
+        # 01's smoke setting (prose 300), two samples, two budgets, every strategy
+        "06_kv_retention": {"haystack": "prose", "context_tokens": 300, "n_setting": 3, "n_setting_calibration": 2,
+                            "max_new_tokens": 32, "n_samples": 2, "budgets": [0.05, 0.25]},
     },
     "default": {},
     "paper": {
@@ -87,6 +95,13 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                            "n_rind_calibration": 100, "n_hotpot_train": 100, "window": 24, "top_k_positions": 8,
                            "max_retrievals": 2,
                            "max_new_tokens": 64, "probe_hidden": [8192, 4096, 4096], "probe_epochs": 100},
+        "05_error_signal": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_settings": ["prose:5000", "prose:20000"],
+                            "n_setting": 100, "n_setting_calibration": 20, "max_new_tokens": 64, "n_hotpot": 200,
+                            "hotpot_setting": "multihop"},
+        "06_kv_retention": {"model": "meta-llama/Llama-3.1-8B-Instruct", "context_tokens": 20000, "n_setting": 100,
+                            "n_setting_calibration": 20, "n_samples": 100, "max_new_tokens": 64,
+                            "budgets": [0.01, 0.02, 0.05, 0.1, 0.25, 0.5], "granularities": ["query", "kv"],
+                            "batch_size": 4},
     },
 }
 

@@ -1,0 +1,406 @@
+"""Beyond the paper (notebook 05): retrieval-head behaviour as a signal that an answer is wrong.
+
+If an answer is copied from the context through retrieval heads, the heads' behaviour while it is generated
+should tell answers read from the context apart from answers the model made up. Published anchors (other
+models and data, so for scale only): the Lookback Lens (a per-head ratio of attention on the context against
+attention on the generated text, fed to a linear classifier) reaches AUROC 0.85-0.91 in-domain and 0.82-0.85
+across tasks; ReDeEP (copying heads plus an FFN score) 0.75-0.82 on RAGTruth.
+
+Everything here comes from ONE traced greedy generation per answer (``TraceConfig(signals=True)``: no second
+pass). Per answer (means over its decoding steps):
+
+- **dynamic-head features** (:data:`DYNAMIC_FEATURES`): the size of the Eq. 1 set D_t and the share of steps
+  where it is non-empty; the evidence attention mass of the heads in D_t and of the static heads (top
+  ``static_k`` by Eq. 1 rate on the training answers); the entropy of the active set (how the answer's Eq. 1
+  hits spread over heads); the largest and the mean top-10 Eq. 2 share; and the gap between the set a probe
+  predicts from the *previous* step's hidden state and the set that appears;
+- **Lookback-Lens-style ratio** per head (:func:`lookback_ratios`): mean attention per context token over mean
+  attention per context token plus mean attention per generated token;
+- **logit baseline**: the kept tokens' mean and minimum log-probability and mean and maximum entropy.
+
+Each feature group feeds a standardised logistic regression (scikit-learn, L2, C = 1, not tuned). Answers are
+split by sample into stratified folds; static heads and the probe are fitted on each fold's training answers
+only. AUROC of the out-of-fold scores with a bootstrap interval over answers; differences between groups are
+paired (the same resampled answers). Transfer trains on one setting and tests on another.
+
+Labels: an answer is wrong when the UUID is not reproduced exactly (NIAH) or its token F1 is below 0.5
+(HotpotQA format). Per-token labels are not defined here.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dynheads_tl.analysis.correlation import SetProbe
+from dynheads_tl.analysis.statistics import Interval, wilson_interval
+from dynheads_tl.config import NotebookConfig, check_choice, check_ints
+from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces, layout_traces
+from dynheads_tl.engine.tracing import Trace, TraceConfig
+from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
+
+logger = logging.getLogger(__name__)
+
+DYNAMIC_FEATURES = ("dt_size", "dt_active_share", "dt_evidence_mass", "static_evidence_mass", "active_set_entropy",
+                    "eq2_max", "eq2_top10", "probe_gap")
+LOGIT_FEATURES = ("logprob_mean", "logprob_min", "entropy_mean", "entropy_max")
+GROUPS = ("dynamic", "lookback", "logit", "dynamic+logit")
+GROUP_NAMES = {"dynamic": "Dynamic-head features", "lookback": "Lookback ratio (per head)",
+               "logit": "Logit (probability, entropy)", "dynamic+logit": "Dynamic-head + logit"}
+ANCHORS = {"Lookback Lens (in-domain)": (0.85, 0.91), "Lookback Lens (across tasks)": (0.82, 0.85),
+           "ReDeEP (RAGTruth, 7B-13B)": (0.75, 0.82)}
+
+
+# --- features ----------------------------------------------------------------------------------------
+def _require_signals(trace: Trace) -> None:
+    if trace.evidence_mass is None or trace.token_logprob is None:
+        raise ValueError("This trace was recorded without signals; trace with TraceConfig(signals=True).")
+
+
+def lookback_ratios(trace: Trace) -> np.ndarray:
+    """Per head [layer * head], the mean over steps 1.. of A_ctx / (A_ctx + A_new): A_ctx is the head's mean
+    attention per context token, A_new its mean attention per generated token so far (step t reads t of them).
+    Step 0 has no generated token and is left out; a one-step answer gives 1 (all context)."""
+    _require_signals(trace)
+    start, end = trace.meta["context_span"]  # recorded with the signals
+    n_context = max(int(end) - int(start), 1)
+    steps = torch.arange(trace.n_steps, dtype=torch.float32)
+    ctx = trace.context_mass / n_context
+    new = trace.generated_mass / steps.clamp_min(1)[:, None, None]
+    ratio = ctx / (ctx + new).clamp_min(1e-12)
+    if trace.n_steps < 2:
+        return np.ones(trace.n_layers * trace.n_heads)
+    return ratio[1:].mean(0).flatten().numpy().astype(float)
+
+
+def static_heads(traces: list[Trace], k: int) -> torch.Tensor:
+    """Flat indices of the ``k`` heads with the highest Eq. 1 rate over every step of ``traces``."""
+    hits = torch.cat([t.retrieval_mask.flatten(1).float() for t in traces])
+    return torch.topk(hits.mean(0), min(k, hits.shape[1])).indices
+
+
+def probe_gap(trace: Trace, probe: SetProbe | None) -> float:
+    """Mean over steps t >= 1 with a non-empty D_t of 1 - |P_t ∩ D_t| / |D_t|, where P_t holds the |D_t| heads the
+    probe ranks highest from the hidden state at t - 1 (size-matched, so a set's size does not enter). 1 when no
+    such step exists (nothing to predict, counted as a full miss) or there is no probe."""
+    if probe is None or trace.n_steps < 2:
+        return 1.0
+    actual = trace.retrieval_mask[1:].flatten(1).numpy()
+    predicted = probe.scores(trace)
+    gaps = []
+    for row, scores in zip(actual, predicted):
+        size = int(row.sum())
+        if size == 0:
+            continue
+        top = np.argsort(-scores, kind="stable")[:size]
+        gaps.append(1.0 - row[top].sum() / size)
+    return float(np.mean(gaps)) if gaps else 1.0
+
+
+def answer_features(trace: Trace, static: torch.Tensor, probe: SetProbe | None) -> dict[str, float]:
+    """The dynamic-head and logit features of one answer (module docstring); ``static``: flat head indices."""
+    _require_signals(trace)
+    hits = trace.retrieval_mask.flatten(1)  # [step, heads]
+    mass = trace.evidence_mass.flatten(1)
+    sizes = hits.sum(1).float()
+    active = sizes > 0
+    dt_mass = ((mass * hits).sum(1)[active] / sizes[active]).mean() if active.any() else torch.tensor(0.0)
+    per_head = hits.sum(0).float()
+    p = per_head[per_head > 0] / per_head.sum() if per_head.sum() > 0 else torch.ones(1)
+    shares = trace.support_score.flatten(1)
+    top10 = torch.topk(shares, min(10, shares.shape[1]), dim=1).values
+    return {
+        "dt_size": float(sizes.mean()),
+        "dt_active_share": float(active.float().mean()),
+        "dt_evidence_mass": float(dt_mass),
+        "static_evidence_mass": float(mass[:, static].mean()),
+        "active_set_entropy": float(-(p * p.log()).sum()),
+        "eq2_max": float(shares.max(1).values.mean()),
+        "eq2_top10": float(top10.mean()),
+        "probe_gap": probe_gap(trace, probe),
+        "logprob_mean": float(trace.token_logprob.mean()),
+        "logprob_min": float(trace.token_logprob.min()),
+        "entropy_mean": float(trace.token_entropy.mean()),
+        "entropy_max": float(trace.token_entropy.max()),
+    }
+
+
+def feature_matrices(traces: list[Trace], fit_traces: list[Trace], static_k: int) -> dict[str, np.ndarray]:
+    """Each group's [answer, feature] matrix for ``traces``, with static heads and the probe fitted on
+    ``fit_traces`` only (the training answers)."""
+    static = static_heads(fit_traces, static_k)
+    probe = SetProbe.fit(fit_traces)
+    rows = [answer_features(t, static, probe) for t in traces]
+    dynamic = np.array([[r[name] for name in DYNAMIC_FEATURES] for r in rows])
+    logit = np.array([[r[name] for name in LOGIT_FEATURES] for r in rows])
+    return {"dynamic": dynamic, "lookback": np.stack([lookback_ratios(t) for t in traces]), "logit": logit,
+            "dynamic+logit": np.concatenate([dynamic, logit], axis=1)}
+
+
+# --- evaluation -------------------------------------------------------------------------------------
+def _classifier():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000))
+
+
+def fit_predict(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray) -> np.ndarray:
+    """Probability of "wrong" for ``x_test`` from a logistic regression fitted on the training answers (a
+    constant 0.5 when the training answers hold one class only)."""
+    if len(set(y_train.tolist())) < 2:
+        return np.full(len(x_test), 0.5)
+    return _classifier().fit(x_train, y_train).predict_proba(x_test)[:, 1]
+
+
+def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve (ties count half), as the Mann-Whitney statistic of the wrong answers' score
+    ranks (equal to scikit-learn's ``roc_auc_score``, tested, without its per-call overhead in the bootstrap);
+    NaN when only one class is present."""
+    from scipy.stats import rankdata
+
+    labels = np.asarray(labels).astype(bool)
+    n_pos = int(labels.sum())
+    n_neg = len(labels) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(np.asarray(scores, dtype=float))
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def folds(labels: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Stratified (train, test) index splits over answers; fewer folds when a class has fewer members."""
+    from sklearn.model_selection import StratifiedKFold
+
+    smallest = int(min(labels.sum(), len(labels) - labels.sum()))
+    if smallest < 2:
+        raise ValueError(f"Cross-validation needs at least 2 right and 2 wrong answers; got {int(labels.sum())} "
+                         f"wrong of {len(labels)}. Use settings where the model fails more often (or less).")
+    splitter = StratifiedKFold(n_splits=min(n_folds, smallest), shuffle=True, random_state=seed)
+    return list(splitter.split(np.zeros(len(labels)), labels))
+
+
+def out_of_fold_scores(traces: list[Trace], labels: np.ndarray, static_k: int, n_folds: int,
+                       seed: int) -> dict[str, np.ndarray]:
+    """Each group's out-of-fold probability of "wrong" per answer (features refitted inside every fold)."""
+    scores = {group: np.zeros(len(traces)) for group in GROUPS}
+    for train, test in folds(labels, n_folds, seed):
+        fit = [traces[i] for i in train]
+        x_train = feature_matrices(fit, fit, static_k)
+        x_test = feature_matrices([traces[i] for i in test], fit, static_k)
+        for group in GROUPS:
+            scores[group][test] = fit_predict(x_train[group], labels[train], x_test[group])
+    return scores
+
+
+def auroc_intervals(labels: np.ndarray, scores: dict[str, np.ndarray], *, seed: int = 0, n_resamples: int = 2000,
+                    reference: str = "dynamic") -> pd.DataFrame:
+    """AUROC of every group with a percentile bootstrap interval over answers, and its paired difference from
+    ``reference`` (the same resampled answers for both; resamples with one class only are skipped)."""
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[float]] = {group: [] for group in scores}
+    for _ in range(n_resamples):
+        index = rng.integers(0, len(labels), len(labels))
+        if not 0 < labels[index].sum() < len(index):
+            continue
+        for group, s in scores.items():
+            draws[group].append(auroc(labels[index], s[index]))
+    rows = []
+    for group, s in scores.items():
+        estimate = auroc(labels, s)
+        values = np.array(draws[group])
+        row = {"group": group, "method": GROUP_NAMES.get(group, group), "n": len(labels), "wrong": int(labels.sum()),
+               "auroc": estimate, "low": _q(values, 0.025), "high": _q(values, 0.975)}
+        if reference in scores and group != reference:
+            diff = np.array(draws[reference]) - values
+            row.update({f"{reference}_minus": auroc(labels, scores[reference]) - estimate,
+                        f"{reference}_minus_low": _q(diff, 0.025), f"{reference}_minus_high": _q(diff, 0.975)})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _q(values: np.ndarray, q: float) -> float:
+    return float(np.quantile(values, q)) if len(values) else float("nan")
+
+
+def roc_points(labels: np.ndarray, scores: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The ROC curve of every group (false and true positive rates), for the figure."""
+    from sklearn.metrics import roc_curve
+
+    frames = []
+    for group, s in scores.items():
+        fpr, tpr, _ = roc_curve(labels, s)
+        frames.append(pd.DataFrame({"group": group, "fpr": fpr, "tpr": tpr}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: int, *, seed: int = 0,
+                   n_resamples: int = 1000) -> pd.DataFrame:
+    """AUROC of every group trained on all answers of one setting and tested on another's, with a bootstrap
+    interval over the test answers; pairs whose test or training setting holds one class only are left out."""
+    rows = []
+    for train_name, (train_traces, train_labels) in sets.items():
+        for test_name, (test_traces, test_labels) in sets.items():
+            if train_name == test_name or len(set(train_labels.tolist())) < 2 or len(set(test_labels.tolist())) < 2:
+                continue
+            x_train = feature_matrices(train_traces, train_traces, static_k)
+            x_test = feature_matrices(test_traces, train_traces, static_k)
+            scores = {g: fit_predict(x_train[g], train_labels, x_test[g]) for g in GROUPS}
+            table = auroc_intervals(test_labels, scores, seed=seed, n_resamples=n_resamples)
+            rows.append(table.assign(train=train_name, test=test_name))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def _fmt(estimate: float, low: float, high: float, signed: bool = False) -> str:
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(estimate)} [{f.format(low)}, {f.format(high)}]"
+
+
+def verdict(table: pd.DataFrame, reference: str = "dynamic") -> str:
+    """Computed sentences: every group's AUROC with its interval, and whether the dynamic-head features beat,
+    fall below or cannot be told apart from each baseline (only where the paired interval excludes 0)."""
+    t = table.set_index("group")
+    ref = t.loc[reference]
+    lines = [f"On n = {int(ref['n'])} answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
+             + "; ".join(f"{r['method']} {_fmt(r['auroc'], r['low'], r['high'])}" for _, r in t.iterrows()) + "."]
+    for group in ("lookback", "logit"):
+        if group not in t.index:
+            continue
+        r = t.loc[group]
+        d = (r[f"{reference}_minus"], r[f"{reference}_minus_low"], r[f"{reference}_minus_high"])
+        if d[1] > 0:
+            word = "beat"
+        elif d[2] < 0:
+            word = "fall below"
+        else:
+            word = "cannot be told apart from"
+        lines.append(f"The dynamic-head features {word} the {r['method'].lower()} (paired difference {_fmt(*d, signed=True)}).")
+    if "dynamic+logit" in t.index and "logit" in t.index:
+        a, b = t.loc["dynamic+logit"], t.loc["logit"]
+        lines.append(f"Added to the logit features, they give {_fmt(a['auroc'], a['low'], a['high'])} against "
+                     f"{_fmt(b['auroc'], b['low'], b['high'])} for the logit features alone.")
+    lines.append("For scale only (other models and data): " + "; ".join(
+        f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + ".")
+    return " ".join(lines)
+
+
+# --- the notebook's pipeline ------------------------------------------------------------------------
+@dataclass
+class ErrorSignalConfig(TraceSettings, NotebookConfig):
+    """Notebook 05's parameters. NIAH settings are ``"haystack:context_tokens"`` strings; each is traced as
+    notebook 01's soft-dynamism settings are (random depth and haystack offset, ``n_setting_calibration`` +
+    ``n_setting`` samples, both pooled here), so a setting that notebook 01 ran is read from its cache.
+    ``n_hotpot``: HotpotQA-format answers of the headroom setting (0 leaves them out)."""
+
+    model: str = "smollm2-135m-instruct"
+    niah_settings: list[str] = field(default_factory=lambda: ["prose:1000", "filler:1000"])
+    n_setting: int = 24
+    n_setting_calibration: int = 8
+    n_hotpot: int = 40
+    hotpot_setting: str = "headroom"
+    static_k: int = 20
+    n_folds: int = 5
+    seed: int = 0
+    trace_batch_size: int = 8
+    output_dir: str = "papers_figures"
+    use_cache: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_ints(self, ("n_setting", "n_setting_calibration", "static_k", "trace_batch_size"))
+        check_ints(self, ("n_hotpot", "seed"), minimum=0)
+        check_ints(self, ("n_folds",), minimum=2)
+        from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+
+        check_choice(self, "hotpot_setting", list(HOTPOT_SETTINGS))
+        if not isinstance(self.niah_settings, list) or not all(isinstance(s, str) for s in self.niah_settings):
+            raise ValueError(f"Parameter 'niah_settings' must be a list of 'haystack:tokens' strings, got {self.niah_settings!r}.")
+        if not self.niah_settings and self.n_hotpot == 0:
+            raise ValueError("No data: give at least one NIAH setting or n_hotpot > 0.")
+        for spec in self.niah_settings:
+            self.parse_setting(spec)
+
+    @staticmethod
+    def parse_setting(spec: str) -> tuple[str, int]:
+        haystack, sep, tokens = spec.rpartition(":")
+        if not sep or not haystack or not tokens.isdigit() or int(tokens) < 16:
+            raise ValueError(f"NIAH setting {spec!r} must read 'haystack:context_tokens' (e.g. 'prose:2000').")
+        return haystack, int(tokens)
+
+    def check_inputs(self) -> None:
+        from dynheads_tl.config import model_context_window
+        from dynheads_tl.tasks.haystacks import check_haystack
+
+        window = model_context_window(self.model)
+        for spec in self.niah_settings:
+            haystack, tokens = self.parse_setting(spec)
+            check_haystack(haystack)
+            if tokens + 200 + self.max_new_tokens > window:
+                raise ValueError(f"NIAH setting {spec!r} does not fit the model's context of {window} tokens.")
+
+
+def setting_name(spec: str) -> str:
+    haystack, tokens = ErrorSignalConfig.parse_setting(spec)
+    return f"NIAH {haystack.split(':')[0]} {tokens}"
+
+
+def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.ndarray]]:
+    """Per setting, its traces (with signals) and labels (1 = wrong)."""
+    from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+
+    sets = {}
+    for spec in config.niah_settings:
+        haystack, tokens = config.parse_setting(spec)
+        calibration, analysis = layout_traces(model, config, haystack=haystack, context_tokens=tokens,
+                                              n_calibration=config.n_setting_calibration, n_analysis=config.n_setting,
+                                              seed=config.seed, use_cache=config.use_cache,
+                                              batch_size=config.trace_batch_size)
+        traces = calibration + analysis
+        sets[setting_name(spec)] = (traces, np.array([1 - niah_accuracy(t.response, t.answers[0]) for t in traces]))
+    if config.n_hotpot:
+        setting = HOTPOT_SETTINGS[config.hotpot_setting]
+        seed = SEED_OFFSETS["error_signal"] + config.seed
+        samples = setting.samples(model.tokenizer, config.n_hotpot, seed, max_tokens=int(model.cfg.n_ctx))
+        trace_config = TraceConfig(max_new_tokens=config.hotpot_max_new_tokens, sink_tokens=config.sink_tokens,
+                                   local_window=config.local_window, signals=True)
+        spec = dict(task="hotpot", split="error_signal", setting=config.hotpot_setting, n=config.n_hotpot, seed=seed)
+        traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                                batch_size=config.trace_batch_size, desc=f"HotpotQA {config.hotpot_setting} answers")
+        sets[f"HotpotQA {config.hotpot_setting} (synthetic)"] = (
+            traces, np.array([float(token_f1(t.response, t.answers[0]) < 0.5) for t in traces]))
+    return sets
+
+
+def data_table(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> pd.DataFrame:
+    """Per setting: answers, wrong answers and the error rate with a Wilson interval."""
+    rows = []
+    for name, (traces, labels) in sets.items():
+        rate: Interval = wilson_interval(int(labels.sum()), len(labels))
+        rows.append({"setting": name, "n": len(labels), "wrong": int(labels.sum()), "error_rate": rate.estimate,
+                     "low": rate.low, "high": rate.high,
+                     "mean_steps": float(np.mean([t.n_steps for t in traces]))})
+    return pd.DataFrame(rows)
+
+
+def pooled(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> tuple[list[Trace], np.ndarray, list[str]]:
+    traces = [t for ts, _ in sets.values() for t in ts]
+    labels = np.concatenate([labels for _, labels in sets.values()])
+    names = [name for name, (ts, _) in sets.items() for _ in ts]
+    return traces, labels, names
+
+
+def per_setting_table(labels: np.ndarray, scores: dict[str, np.ndarray], names: list[str], *,
+                      seed: int = 0) -> pd.DataFrame:
+    """The pooled cross-validation's out-of-fold AUROC within each setting (settings with both classes)."""
+    names_arr, frames = np.array(names), []
+    for name in dict.fromkeys(names):
+        part = names_arr == name
+        if 0 < labels[part].sum() < part.sum():
+            frames.append(auroc_intervals(labels[part], {g: s[part] for g, s in scores.items()}, seed=seed,
+                                          n_resamples=1000).assign(setting=name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,249 @@
+"""Beyond the paper (notebook 06): keep the full KV cache only for the heads that will retrieve.
+
+The protocol is :mod:`dynheads_tl.protocols.retention`; this module is the notebook's config, its training data
+(static scores and the probe, from notebook 01's traces of the same setting), the runs (free generation and
+teacher forcing on the needle sentence, cached per sample) and the tables, figure and verdict.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+from dynheads_tl.config import NotebookConfig, check_ints
+from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, layout_traces
+from dynheads_tl.engine.models import model_fingerprint, model_name
+from dynheads_tl.engine.tracing import TraceConfig
+from dynheads_tl.progress import progress
+from dynheads_tl.protocols.ablation import gold_token_ids, two_pass_batch
+from dynheads_tl.protocols.retention import (LLAMA_31_8B, STRATEGIES, fixed_scores, kv_heads_kept, memory_table,
+                                             model_kv_shape, oracle_scores, predicted_scores, random_scores,
+                                             retention_selector)
+from dynheads_tl.store import load_cached_json, save_cached_json
+from dynheads_tl.tasks import make_niah_samples
+from dynheads_tl.tasks.common import prompt_digest
+from dynheads_tl.tasks.metrics import niah_accuracy
+
+logger = logging.getLogger(__name__)
+
+ANCHORS = {"DuoAttention": "NIAH intact with 25% (MHA) / 50% (GQA) of heads on full attention",
+           "HeadKV": "97% of full-cache quality with 1.5% of the cache"}
+
+
+@dataclass
+class RetentionConfig(TraceSettings, NotebookConfig):
+    """Notebook 06's parameters. The NIAH setting (``haystack``, ``context_tokens``) is traced as notebook 01's
+    soft-dynamism settings are (``n_setting_calibration`` + ``n_setting`` answers, read from its cache), for the
+    static scores and the probe; ``n_samples`` new answers of the same setting are evaluated. ``budgets``: shares
+    of the query heads (``"query"``) or KV heads (``"kv"``) kept whole at every step. ``sink_tokens`` and
+    ``local_window`` are what a restricted head still sees."""
+
+    model: str = "smollm2-135m-instruct"
+    haystack: str = "filler"
+    context_tokens: int = 1000
+    n_setting: int = 24
+    n_setting_calibration: int = 8
+    n_samples: int = 12
+    budgets: list[float] = field(default_factory=lambda: [0.02, 0.05, 0.1, 0.25, 0.5])
+    strategies: list[str] = field(default_factory=lambda: ["static", "predicted", "oracle", "random"])
+    granularities: list[str] = field(default_factory=lambda: ["query"])
+    seed: int = 0
+    batch_size: int = 24
+    output_dir: str = "papers_figures"
+    use_cache: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_ints(self, ("context_tokens", "n_setting", "n_setting_calibration", "n_samples", "batch_size"))
+        check_ints(self, ("seed",), minimum=0)
+        if (not isinstance(self.budgets, list) or not self.budgets
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 < b < 1 for b in self.budgets)):
+            raise ValueError(f"Parameter 'budgets' must be a non-empty list of shares in (0, 1), got {self.budgets!r}.")
+        per_step = [s for s in STRATEGIES if s not in ("streaming", "full")]
+        if not isinstance(self.strategies, list) or not self.strategies or any(s not in per_step for s in self.strategies):
+            raise ValueError(f"Parameter 'strategies' must be a non-empty list drawn from {per_step} (streaming and "
+                             f"the full cache always run), got {self.strategies!r}.")
+        if (not isinstance(self.granularities, list) or not self.granularities
+                or any(g not in ("query", "kv") for g in self.granularities)):
+            raise ValueError(f"Parameter 'granularities' must be a non-empty list drawn from ['query', 'kv'], "
+                             f"got {self.granularities!r}.")
+
+    def check_inputs(self) -> None:
+        from dynheads_tl.config import model_context_window
+        from dynheads_tl.tasks.haystacks import check_haystack
+
+        check_haystack(self.haystack)
+        window = model_context_window(self.model)
+        if self.context_tokens + 200 + self.max_new_tokens > window:
+            raise ValueError(f"context_tokens={self.context_tokens} does not fit the model's context of {window}.")
+
+
+def training(model, config: RetentionConfig):
+    """(static scores [layer, head], probe: hidden -> per-head scores) from the setting's notebook-01 traces."""
+    from dynheads_tl.analysis.scoring import static_retrieval_scores
+    from dynheads_tl.analysis.correlation import SetProbe
+
+    calibration, analysis = layout_traces(model, config, haystack=config.haystack, context_tokens=config.context_tokens,
+                                          n_calibration=config.n_setting_calibration, n_analysis=config.n_setting,
+                                          seed=config.seed, use_cache=config.use_cache, batch_size=8)
+    static = static_retrieval_scores(calibration, rouge_filter=0.5)
+    probe = SetProbe.fit(calibration + analysis)
+    if probe is None:
+        raise ValueError("No training answer has two steps: the probe cannot be fitted.")
+    return static, probe.predict
+
+
+def conditions(model, config: RetentionConfig) -> list[dict]:
+    """Every (strategy, granularity, budget) run, plus streaming (b = 0) and the full cache; ``b`` in query
+    heads or KV heads."""
+    n_q = model.cfg.n_layers * model.cfg.n_heads
+    n_kv = model.cfg.n_layers * model_kv_shape(model).n_kv_heads
+    out = [{"strategy": "full", "granularity": "query", "budget": 1.0, "b": n_q},
+           {"strategy": "streaming", "granularity": "query", "budget": 0.0, "b": 0}]
+    for granularity in config.granularities:
+        units = n_q if granularity == "query" else n_kv
+        for budget in config.budgets:
+            b = max(1, int(round(budget * units)))
+            out += [{"strategy": s, "granularity": granularity, "budget": float(budget), "b": b} for s in config.strategies]
+    return out
+
+
+def _selector(model, condition: dict, static, probe, sample_seed: int):
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    group = n_heads // model_kv_shape(model).n_kv_heads
+    units = n_layers * n_heads if condition["granularity"] == "query" else n_layers * (n_heads // group)
+    scorer = {"static": lambda: fixed_scores(static), "oracle": lambda: oracle_scores,
+              "random": lambda: random_scores((n_layers, n_heads), sample_seed),
+              "predicted": lambda: predicted_scores(probe, static),
+              "streaming": lambda: None, "full": lambda: None}[condition["strategy"]]()
+    return retention_selector(scorer, condition["b"], granularity=condition["granularity"], group=group,
+                              n_units=units)
+
+
+def run_sample(model, sample, index: int, config: RetentionConfig, static, probe) -> list[dict]:
+    """Every condition on one sample, free and teacher-forced, cached under the sample, the conditions, the
+    training data's spec and the model."""
+    conds = conditions(model, config)
+    key = {"kind": "kv_retention", "prompt": prompt_digest(sample), "conditions": conds,
+           "trace": TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
+                                local_window=config.local_window).key(),
+           "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
+                        "n": [config.n_setting_calibration, config.n_setting]},
+           "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+    cached = load_cached_json(key) if config.use_cache else None
+    if cached is not None:
+        return cached
+    group = model.cfg.n_heads // model_kv_shape(model).n_kv_heads
+    trace_config = TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
+                               local_window=config.local_window)
+    gold = gold_token_ids(model.tokenizer, sample)
+    rows = []
+    for start in range(0, len(conds), config.batch_size):
+        chunk = conds[start: start + config.batch_size]
+        jobs = [(sample, _selector(model, c, static, probe, index)) for c in chunk]
+        free = two_pass_batch(model, jobs, trace_config, keep_cache="masked", intervention="retain")
+        forced = two_pass_batch(model, jobs, trace_config, keep_cache="masked", intervention="retain",
+                                gold=[gold] * len(jobs))
+        for c, f, t in zip(chunk, free, forced):
+            kept = f.masked_heads.flatten(1).sum(1).float()
+            rows.append({**c, "sample": index, "accuracy": niah_accuracy(f.response, sample.answers[0]),
+                         "response": f.response, "gold_logprob": float(t.masked_logprob.mean()),
+                         "full_gold_logprob": float(t.clean_logprob.mean()),
+                         "heads_kept": float(kept.mean()) if len(kept) else float("nan"),
+                         "kv_heads_kept": float(kv_heads_kept(f.masked_heads, group).float().mean())})
+    return save_cached_json(key, rows) if config.use_cache else rows
+
+
+def evaluation_samples(model, config: RetentionConfig):
+    return make_niah_samples(model.tokenizer, n=config.n_samples, context_tokens=config.context_tokens,
+                             seed=SEED_OFFSETS["retention"] + config.seed, haystack=config.haystack,
+                             random_layout=True, max_new_tokens=config.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
+
+
+def run(model, config: RetentionConfig) -> pd.DataFrame:
+    static, probe = training(model, config)
+    samples = evaluation_samples(model, config)
+    rows = []
+    for index, sample in enumerate(progress(samples, desc="KV retention (every condition per sample)")):
+        rows += run_sample(model, sample, index, config, static, probe)
+    return pd.DataFrame(rows)
+
+
+def summary(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Per condition: NIAH accuracy (Wilson 95%), the mean teacher-forced log-probability of the gold tokens and
+    its difference from the full cache, paired by sample (bootstrap 95%), and the heads / KV heads kept per step."""
+    full = rows[rows["strategy"] == "full"].set_index("sample")["gold_logprob"]
+    out = []
+    for (strategy, granularity, budget, b), part in rows.groupby(["strategy", "granularity", "budget", "b"], sort=False):
+        acc = wilson_interval(int(part["accuracy"].sum()), len(part))
+        lp = bootstrap_interval(part["gold_logprob"].to_numpy(float), seed=seed)
+        gap = bootstrap_interval((part.set_index("sample")["gold_logprob"] - full).dropna().to_numpy(float), seed=seed)
+        out.append({"strategy": strategy, "granularity": granularity, "budget": budget, "b": b, "n": len(part),
+                    "accuracy": acc.estimate, "accuracy_low": acc.low, "accuracy_high": acc.high,
+                    "gold_logprob": lp.estimate, "gold_logprob_low": lp.low, "gold_logprob_high": lp.high,
+                    "vs_full": gap.estimate, "vs_full_low": gap.low, "vs_full_high": gap.high,
+                    "heads_kept": float(part["heads_kept"].mean()), "kv_heads_kept": float(part["kv_heads_kept"].mean())})
+    return pd.DataFrame(out)
+
+
+def paired_accuracy(rows: pd.DataFrame, a: dict, b: dict, seed: int = 0):
+    """Accuracy of condition a minus condition b, paired by sample, with a bootstrap 95% interval."""
+    pick = lambda c: rows[(rows["strategy"] == c["strategy"]) & (rows["granularity"] == c["granularity"])
+                          & (rows["budget"] == c["budget"])].set_index("sample")["accuracy"]
+    joined = pd.concat([pick(a).rename("a"), pick(b).rename("b")], axis=1, join="inner")
+    return bootstrap_interval((joined["a"] - joined["b"]).to_numpy(float), seed=seed)
+
+
+def _fmt(e, lo, hi, signed=False):
+    f = "{:+.2f}" if signed else "{:.2f}"
+    return f"{f.format(e)} [{f.format(lo)}, {f.format(hi)}]"
+
+
+def verdict(rows: pd.DataFrame, table: pd.DataFrame, seed: int = 0) -> str:
+    """Computed sentences: whether the setting separates the full cache from streaming; at each budget, whether
+    predicted retention beats static retention (paired accuracy interval excluding 0); and the smallest budget
+    at which each strategy reaches 95% of the full cache's accuracy (point estimates, stated as such)."""
+    t = table.set_index(["strategy", "granularity"])
+    full, streaming = t.loc[("full", "query")], t.loc[("streaming", "query")]
+    lines = [f"Full cache accuracy {_fmt(full['accuracy'], full['accuracy_low'], full['accuracy_high'])}, streaming "
+             f"only {_fmt(streaming['accuracy'], streaming['accuracy_low'], streaming['accuracy_high'])} (n = "
+             f"{int(full['n'])} samples, Wilson 95%)."]
+    room = bool(full["accuracy_low"] > streaming["accuracy_high"])
+    if not room:
+        lines.append("The two bounds' intervals overlap, so this setting cannot rank retention strategies; the "
+                     "comparisons below are for the record.")
+    target = 0.95 * float(full["accuracy"])
+    for granularity in dict.fromkeys(table["granularity"]):
+        part = table[(table["granularity"] == granularity) & ~table["strategy"].isin(["full", "streaming"])]
+        if part.empty:
+            continue
+        if full["accuracy"] > 0:
+            reach = []
+            for strategy, rows_s in part.groupby("strategy", sort=False):
+                ok = rows_s[rows_s["accuracy"] >= target].sort_values("budget")
+                reach.append(f"{strategy} at {ok['budget'].iloc[0]:.0%}" if len(ok) else f"{strategy} at no budget tried")
+            lines.append(f"{granularity}-head budgets: the smallest budget whose accuracy reaches 95% of the full "
+                         "cache's (point estimates) is " + ", ".join(reach) + ".")
+        if {"predicted", "static"} <= set(part["strategy"]):
+            diffs = []
+            for budget in sorted(set(part["budget"])):
+                d = paired_accuracy(rows, {"strategy": "predicted", "granularity": granularity, "budget": budget},
+                                    {"strategy": "static", "granularity": granularity, "budget": budget}, seed)
+                word = ("beats" if d.low > 0 else "falls below" if d.high < 0 else "cannot be told apart") if room \
+                    else "for the record"
+                diffs.append(f"{budget:.0%}: {word} ({_fmt(d.estimate, d.low, d.high, True)})")
+            lines.append(f"Predicted against static retention ({granularity} heads, accuracy difference paired by "
+                         "sample, bootstrap 95%): " + "; ".join(diffs) + ".")
+    lines.append("For scale (other models): " + "; ".join(f"{k}: {v}" for k, v in ANCHORS.items()) + ".")
+    return " ".join(lines)
+
+
+def memory(model, config: RetentionConfig) -> pd.DataFrame:
+    """Computed KV memory per sequence for this model and Llama-3.1-8B at the budgets tried (as KV-head shares)."""
+    shares = sorted({0.0, 1.0, *[float(b) for b in config.budgets]})
+    return memory_table([model_kv_shape(model), LLAMA_31_8B], shares, sink_tokens=config.sink_tokens,
+                        local_window=config.local_window)

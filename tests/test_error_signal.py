@@ -1,0 +1,157 @@
+"""Notebook 05's error signals: features on hand-built traces with known values, and the evaluation on planted
+signals (separable -> AUROC near 1, shuffled labels -> near 0.5)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dynheads_tl.claims import error_signal as es
+from dynheads_tl.engine.tracing import Trace
+
+PROMPT = [10, 11, 12, 13, 14, 15]
+EVIDENCE = [(2, 5)]  # tokens 12, 13, 14
+
+
+def make_trace(tokens, argmax_pos, *, evidence_mass=None, context_mass=None, generated_mass=None, support=None,
+               logprob=None, entropy=None, hidden=None) -> Trace:
+    steps = len(tokens)
+    zeros = torch.zeros(steps, 2, 2)
+    return Trace(tokens=torch.tensor(tokens), argmax_pos=torch.tensor(argmax_pos), prompt_ids=torch.tensor(PROMPT),
+                 support_score=zeros.clone() if support is None else support,
+                 hidden=torch.zeros(steps, 3) if hidden is None else hidden,
+                 evidence_spans=EVIDENCE, task="niah", answers=["x"], response="x", meta={"context_span": [0, 6]},
+                 evidence_mass=zeros.clone() if evidence_mass is None else evidence_mass,
+                 context_mass=zeros.clone() if context_mass is None else context_mass,
+                 generated_mass=zeros.clone() if generated_mass is None else generated_mass,
+                 token_logprob=torch.zeros(steps) if logprob is None else logprob,
+                 token_entropy=torch.zeros(steps) if entropy is None else entropy)
+
+
+def known_trace() -> Trace:
+    # Step 0 generates 12: heads (0,0) and (1,1) point at position 2 (token 12) -> D_0 = {0, 3}.
+    # Step 1 generates 13: head (0,0) points at position 3 -> D_1 = {0}. Step 2 generates 99: nothing.
+    argmax = [[[2, 0], [0, 2]], [[3, 0], [0, 0]], [[0, 0], [0, 0]]]
+    mass = torch.tensor([[[0.8, 0.1], [0.0, 0.6]], [[0.9, 0.2], [0.1, 0.0]], [[0.0, 0.3], [0.0, 0.0]]])
+    support = torch.tensor([[[0.5, 0.1], [0.2, 0.9]], [[0.4, 0.3], [0.1, 0.0]], [[0.0, 0.2], [0.0, 0.1]]])
+    context = torch.full((3, 2, 2), 0.6)
+    generated = torch.tensor([[[0.0, 0.0], [0.0, 0.0]], [[0.2, 0.1], [0.4, 0.3]], [[0.4, 0.2], [0.2, 0.0]]])
+    return make_trace([12, 13, 99], argmax, evidence_mass=mass, support=support, context_mass=context,
+                      generated_mass=generated, logprob=torch.tensor([-0.1, -0.5, -2.0]),
+                      entropy=torch.tensor([0.2, 1.0, 3.0]))
+
+
+def test_answer_features_on_a_hand_built_trace():
+    trace = known_trace()
+    f = es.answer_features(trace, torch.tensor([1]), probe=None)
+    assert f["dt_size"] == pytest.approx(1.0)  # sizes 2, 1, 0
+    assert f["dt_active_share"] == pytest.approx(2 / 3)
+    assert f["dt_evidence_mass"] == pytest.approx(((0.8 + 0.6) / 2 + 0.9) / 2)
+    assert f["static_evidence_mass"] == pytest.approx((0.1 + 0.2 + 0.3) / 3)
+    assert f["active_set_entropy"] == pytest.approx(-(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3)))
+    assert f["eq2_max"] == pytest.approx((0.9 + 0.4 + 0.2) / 3)
+    assert f["eq2_top10"] == pytest.approx(float(trace.support_score.mean()))  # 4 heads < 10: every share
+    assert f["probe_gap"] == 1.0  # no probe: a full miss
+    assert (f["logprob_mean"], f["logprob_min"]) == (pytest.approx(-2.6 / 3), pytest.approx(-2.0))
+    assert (f["entropy_mean"], f["entropy_max"]) == (pytest.approx(4.2 / 3), pytest.approx(3.0))
+
+
+def test_lookback_ratio_by_hand():
+    ratios = es.lookback_ratios(known_trace())
+    ctx = 0.6 / 6  # mean attention per context token (6 context tokens)
+    step1 = np.array([0.2, 0.1, 0.4, 0.3]) / 1  # one generated token at step 1
+    step2 = np.array([0.4, 0.2, 0.2, 0.0]) / 2  # two at step 2
+    expected = (ctx / (ctx + step1) + ctx / (ctx + step2)) / 2
+    np.testing.assert_allclose(ratios, expected, rtol=1e-6)
+
+
+class _Probe:
+    def __init__(self, scores):
+        self._scores = np.asarray(scores, dtype=float)
+
+    def scores(self, trace):
+        return self._scores
+
+
+def test_probe_gap_is_size_matched():
+    trace = known_trace()  # D_1 = {0}, D_2 empty (left out)
+    assert es.probe_gap(trace, _Probe([[1, 0, 0, 0], [0, 0, 0, 1]])) == 0.0  # ranks head 0 first at step 1
+    assert es.probe_gap(trace, _Probe([[0, 0, 0, 1], [1, 0, 0, 0]])) == 1.0  # ranks head 3 first
+    empty = make_trace([99, 99], [[[0, 0], [0, 0]]] * 2)
+    assert es.probe_gap(empty, _Probe([[1, 0, 0, 0]])) == 1.0  # nothing to predict: a full miss
+
+
+def test_features_refuse_a_trace_without_signals():
+    trace = known_trace()
+    trace.evidence_mass = None
+    with pytest.raises(ValueError, match="signals"):
+        es.answer_features(trace, torch.tensor([0]), None)
+
+
+def _planted(n: int, seed: int):
+    """n traces: wrong answers have no Eq. 1 hit and a low kept-token log-probability; right ones copy."""
+    rng = np.random.default_rng(seed)
+    traces, labels = [], []
+    for i in range(n):
+        wrong = i % 2
+        hit = [[[2, 0], [0, 0]], [[3, 0], [0, 0]]]
+        argmax = [[[0, 0], [0, 0]]] * 2 if wrong else hit
+        noise = lambda: torch.tensor(rng.uniform(0, 1, (2, 2, 2)), dtype=torch.float32)
+        logprob = torch.tensor(rng.normal(-3.0 if wrong else -0.2, 0.1, 2), dtype=torch.float32)
+        traces.append(make_trace([12, 13], argmax, evidence_mass=noise(), context_mass=noise(),
+                                 generated_mass=noise(), support=noise(), logprob=logprob,
+                                 hidden=torch.tensor(rng.normal(0, 1, (2, 3)), dtype=torch.float32)))
+        labels.append(wrong)
+    return traces, np.array(labels)
+
+
+def test_planted_signal_reaches_auroc_near_one_and_shuffled_labels_near_half():
+    traces, labels = _planted(120, seed=0)
+    scores = es.out_of_fold_scores(traces, labels, static_k=2, n_folds=5, seed=0)
+    for group in ("dynamic", "logit", "dynamic+logit"):
+        assert es.auroc(labels, scores[group]) > 0.95, group
+    assert abs(es.auroc(labels, scores["lookback"]) - 0.5) < 0.2  # the attention masses carry no signal here
+    shuffled = np.random.default_rng(1).permutation(labels)
+    null = es.out_of_fold_scores(traces, shuffled, static_k=2, n_folds=5, seed=0)
+    for group in es.GROUPS:
+        assert abs(es.auroc(shuffled, null[group]) - 0.5) < 0.2, group
+
+
+def test_auroc_intervals_and_verdict_words():
+    labels = np.array([0, 1] * 40)
+    rng = np.random.default_rng(0)
+    scores = {"dynamic": labels + rng.normal(0, 0.1, 80), "lookback": rng.normal(0, 1, 80),
+              "logit": labels + rng.normal(0, 0.1, 80), "dynamic+logit": labels + rng.normal(0, 0.1, 80)}
+    table = es.auroc_intervals(labels, scores, n_resamples=300)
+    row = table.set_index("group")
+    assert row.loc["dynamic", "auroc"] == 1.0 and row.loc["dynamic", "low"] > 0.95
+    assert row.loc["lookback", "dynamic_minus_low"] > 0  # separated from the noise baseline
+    text = es.verdict(table)
+    assert "beat the lookback ratio" in text and "cannot be told apart from the logit" in text
+    assert "Lookback Lens (in-domain) 0.85-0.91" in text
+
+
+def test_folds_need_both_classes():
+    with pytest.raises(ValueError, match="2 right and 2 wrong"):
+        es.folds(np.array([0, 0, 0, 1]), 5, 0)
+    assert len(es.folds(np.array([0, 1] * 3), 5, 0)) == 3  # capped by the smaller class
+
+
+@pytest.mark.parametrize("bad, match", [({"niah_settings": ["prose"]}, "haystack:context_tokens"),
+                                        ({"niah_settings": [], "n_hotpot": 0}, "No data"),
+                                        ({"n_folds": 1}, "n_folds"), ({"hotpot_setting": "x"}, "hotpot_setting")])
+def test_config_rejects_bad_parameters(bad, match):
+    with pytest.raises(ValueError, match=match):
+        es.ErrorSignalConfig(**bad)
+
+
+def test_auroc_equals_scikit_learn_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 200)
+    scores = np.round(rng.normal(labels * 0.5, 1.0), 1)  # rounded: many ties
+    assert es.auroc(labels, scores) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+    assert np.isnan(es.auroc(np.zeros(5), np.arange(5)))

@@ -1,0 +1,107 @@
+"""Per-step KV retention (notebook 06): the retained sets, the memory arithmetic, and the protocol against its
+bounds on the embedded model (every head retained = the full cache exactly; none = streaming exactly)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynheads_tl.claims import kv_retention
+from dynheads_tl.protocols import retention as rt
+from dynheads_tl.protocols.ablation import StepView, two_pass_generation
+
+
+def _view(step=0, retrieval=None, support=None, hidden=None):
+    retrieval = torch.zeros(2, 4, dtype=torch.bool) if retrieval is None else retrieval
+    support = torch.zeros(2, 4) if support is None else support
+    return StepView(step, 0, torch.zeros(2, 4, dtype=torch.long), support, retrieval, hidden)
+
+
+def test_top_retained_by_query_and_by_kv_head():
+    scores = torch.tensor([[0.1, 0.9, 0.2, 0.3], [0.8, 0.0, 0.05, 0.4]])
+    assert rt.top_retained(scores, 2).nonzero().tolist() == [[0, 1], [1, 0]]
+    # 2 query heads per KV head: KV heads (layer, kv) best scores 0.9, 0.3, 0.8, 0.4 -> the top 1 is (0, 0)
+    kv = rt.top_retained(scores, 1, granularity="kv", group=2)
+    assert kv.nonzero().tolist() == [[0, 0], [0, 1]]
+    assert rt.top_retained(scores, 0).sum() == 0
+    counted = rt.kv_heads_kept(torch.stack([kv, rt.top_retained(scores, 2)]), group=2)
+    assert counted.tolist() == [1, 2]  # a KV head counts once, whichever of its query heads is kept
+
+
+def test_oracle_puts_the_dynamic_set_first_then_eq2_share():
+    retrieval = torch.zeros(2, 4, dtype=torch.bool)
+    retrieval[1, 3] = True
+    support = torch.tensor([[0.9, 0.1, 0.0, 0.0], [0.0, 0.0, 0.0, 0.2]])
+    chosen = rt.top_retained(rt.oracle_scores(_view(retrieval=retrieval, support=support)), 2)
+    assert chosen.nonzero().tolist() == [[0, 0], [1, 3]]
+
+
+def test_selectors_streaming_full_random_and_predicted():
+    view = _view(step=3)
+    assert rt.retention_selector(None, 0)(view).sum() == 0  # streaming: nothing retained
+    assert rt.retention_selector(rt.fixed_scores(torch.rand(2, 4)), 8, n_units=8)(view) is None  # full cache
+    with pytest.raises(ValueError, match="scorer"):
+        rt.retention_selector(None, 3)
+    draw = rt.random_scores((2, 4), seed=5)
+    assert torch.equal(draw(view), draw(_view(step=3))) and not torch.equal(draw(view), draw(_view(step=4)))
+    static = torch.arange(8.0).reshape(2, 4)
+    probe = lambda hidden: hidden.sum() * torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 2.0])
+    predicted = rt.predicted_scores(probe, static)
+    assert torch.equal(predicted(_view()), static)  # step 0: no previous step, the static order
+    assert predicted(_view(step=1, hidden=torch.ones(3))).flatten().tolist() == [3, 0, 0, 0, 0, 0, 0, 6]
+
+
+def test_memory_arithmetic():
+    llama = rt.LLAMA_31_8B
+    assert llama.full_bytes(8000) == 2 * 32 * 8 * 128 * 8000 * 2
+    assert llama.retained_bytes(8000, 1.0, 4, 32) == llama.full_bytes(8000)
+    assert llama.retained_bytes(8000, 0.0, 4, 32) == llama.full_bytes(36)
+    table = rt.memory_table([llama], [0.0, 0.5, 1.0], sink_tokens=4, local_window=32)
+    assert table["GiB_at_128k"].is_monotonic_increasing
+    assert table.loc[2, "GiB_at_8k"] == pytest.approx(llama.full_bytes(8000) / 2**30)
+
+
+def test_config_rejects_bad_parameters():
+    for bad, match in (({"budgets": [0.0]}, "budgets"), ({"strategies": ["full"]}, "strategies"),
+                       ({"granularities": ["layer"]}, "granularities")):
+        with pytest.raises(ValueError, match=match):
+            kv_retention.RetentionConfig(**bad)
+
+
+def _streaming_reference(model, sample, config):
+    """A plain greedy generation with every head restricted to the sinks and the local window at every step."""
+    from dynheads_tl.engine.hooks import restrict_attention
+    from dynheads_tl.engine.tracing import trace_generation
+
+    def visible(state):
+        allowed = torch.zeros(state.key_len, dtype=torch.bool)
+        allowed[: config.sink_tokens] = True
+        allowed[max(state.key_len - config.local_window, 0):] = True
+        return allowed
+
+    from dynheads_tl.engine.hooks import StepState
+
+    state = StepState()
+    return trace_generation(model, sample, config, state=state,
+                            hooks=restrict_attention(lambda _: visible(state), n_layers=model.cfg.n_layers))
+
+
+def test_every_head_retained_is_the_full_cache_and_none_is_streaming(embedded_model):
+    from dynheads_tl.engine.tracing import TraceConfig, trace_generation
+    from dynheads_tl.tasks import make_niah_samples
+
+    sample = make_niah_samples(embedded_model.tokenizer, n=1, context_tokens=300, seed=21, max_new_tokens=12)[0]
+    config = TraceConfig(max_new_tokens=12)
+    shape = (embedded_model.cfg.n_layers, embedded_model.cfg.n_heads)
+    plain = trace_generation(embedded_model, sample, config)
+    # An explicit all-heads set (not the selector's shortcut): the retained pass runs nothing restricted.
+    every = two_pass_generation(embedded_model, sample, lambda view: torch.ones(shape, dtype=torch.bool), config,
+                                keep_cache="masked", intervention="retain")
+    assert every.masked.tokens.tolist() == plain.tokens.tolist()
+    torch.testing.assert_close(every.masked.hidden, plain.hidden, atol=0, rtol=0)
+    none = two_pass_generation(embedded_model, sample, rt.retention_selector(None, 0), config, keep_cache="masked",
+                               intervention="retain")
+    reference = _streaming_reference(embedded_model, sample, config)
+    assert none.masked.tokens.tolist() == reference.tokens.tolist()
+    torch.testing.assert_close(none.masked.hidden, reference.hidden, atol=1e-5, rtol=1e-5)
+    assert none.masked.tokens.tolist() != plain.tokens.tolist()  # the needle is out of every head's reach
+    assert int(none.masked_heads.sum()) == 0 and bool(every.masked_heads.all())
