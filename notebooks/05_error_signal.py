@@ -19,7 +19,10 @@
 #   the dynamic-head features (|D_t| and how often it is non-empty, the evidence attention mass of D_t and of
 #   the static heads, the entropy of the active set, Eq. 2 shares, and the gap between the set a probe predicts
 #   from the previous step's hidden state and the set that appears); the Lookback-style ratio of every head;
-#   the logit baseline (token log-probability and entropy).
+#   the logit baseline (token log-probability and entropy). Unlike the Lookback Lens, "context" here is the
+#   document (haystack or paragraphs), not the whole prompt with its instruction, question and template; and
+#   its 270 per-head ratios face 8 dynamic-head features with about 100 answers and an untuned penalty, so a
+#   difference between the two can reflect dimensionality as well as signal.
 # - **Evaluation.** Logistic regression (scikit-learn, standardised, L2 with C = 1, not tuned) on stratified
 #   folds of answers; static heads and the probe are refitted inside each fold on its training answers.
 #   AUROC with bootstrap intervals over answers; differences between feature groups are paired. Transfer:
@@ -68,14 +71,18 @@ display(data.round(3))
 
 # %% [markdown]
 # ## Pooled, out-of-fold AUROC per feature group
-# Every answer is scored by a classifier that never saw it (nor its static heads or probe). Intervals: 95%
-# percentile bootstrap over answers; `dynamic_minus`: the paired difference of the dynamic-head features' AUROC
-# from each group's.
+# Every answer is scored by a classifier that never saw it (nor its static heads or probe; the training answers'
+# own features are cross-fitted the same way). Folds are stratified by setting and label, and answers that share
+# a needle, depth and haystack offset across the NIAH settings stay in one fold. Intervals: 95% percentile
+# bootstrap that resamples those groups; `dynamic_minus`: the paired difference of the dynamic-head features'
+# AUROC from each group's; `minus_logit`: what the dynamic-head features add to the logit features (paired).
+# The settings differ in error rate, so a classifier that knows only the setting (one-hot) is scored too; the
+# within-setting table below is free of that part.
 
 # %%
 traces, labels, names = error_signal.pooled(sets)
-scores = error_signal.out_of_fold_scores(traces, labels, config.static_k, config.n_folds, config.seed)
-table = error_signal.auroc_intervals(labels, scores, seed=config.seed)
+scores = error_signal.out_of_fold_scores(traces, labels, config.static_k, config.n_folds, config.seed, settings=names)
+table = error_signal.auroc_intervals(labels, scores, seed=config.seed, groups=error_signal.answer_groups(traces))
 per_setting = error_signal.per_setting_table(labels, scores, names, seed=config.seed)
 figures.save_table(table, "auroc", out_dir, run_config)
 figures.save_table(per_setting, "auroc_per_setting", out_dir, run_config)
@@ -99,6 +106,6 @@ display(Image(filename=str(figures.save_figure(fig, "roc_transfer", out_dir, roc
 # excludes 0. The anchors are other models on other data: for scale, not a comparison.
 
 # %%
-verdict = error_signal.verdict(table)
+verdict = error_signal.verdict(table, per_setting)
 display(Markdown("**Verdict.** " + verdict))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

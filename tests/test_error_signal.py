@@ -155,3 +155,20 @@ def test_auroc_equals_scikit_learn_with_ties():
     scores = np.round(rng.normal(labels * 0.5, 1.0), 1)  # rounded: many ties
     assert es.auroc(labels, scores) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
     assert np.isnan(es.auroc(np.zeros(5), np.arange(5)))
+
+
+def test_fold_fitting_never_sees_the_test_answers_and_groups_stay_together(monkeypatch):
+    traces, labels = _planted(40, seed=2)
+    for i, t in enumerate(traces):
+        t.meta["seed"] = i // 2  # pairs of answers share a sample seed (as NIAH settings do)
+    fitted = []
+    real = es.static_heads
+    monkeypatch.setattr(es, "static_heads", lambda fit, k: fitted.append({id(t) for t in fit}) or real(fit, k))
+    groups = es.answer_groups(traces)
+    splits = es.folds(labels, 4, 0, groups=groups)
+    for train, test in splits:
+        assert not set(groups[train]) & set(groups[test])  # a pair is never split across train and test
+    es.out_of_fold_scores(traces, labels, static_k=2, n_folds=4, seed=0)
+    tests = [{id(traces[i]) for i in test} for _, test in splits]
+    # every fit set misses at least one fold's test answers entirely: it was fitted without them
+    assert fitted and all(any(not (f & t) for t in tests) for f in fitted)

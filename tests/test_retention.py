@@ -105,3 +105,36 @@ def test_every_head_retained_is_the_full_cache_and_none_is_streaming(embedded_mo
     torch.testing.assert_close(none.masked.hidden, reference.hidden, atol=1e-5, rtol=1e-5)
     assert none.masked.tokens.tolist() != plain.tokens.tolist()  # the needle is out of every head's reach
     assert int(none.masked_heads.sum()) == 0 and bool(every.masked_heads.all())
+
+
+def _rows(wins_at: dict[float, int], n: int = 12):
+    import pandas as pd
+
+    out = []
+    for sample in range(n):
+        out += [{"strategy": "full", "granularity": "query", "budget": 1.0, "b": 270, "sample": sample,
+                 "accuracy": 1.0, "gold_logprob": -0.1, "heads_kept": 270.0, "kv_heads_kept": 90.0},
+                {"strategy": "streaming", "granularity": "query", "budget": 0.0, "b": 0, "sample": sample,
+                 "accuracy": 0.0, "gold_logprob": -3.0, "heads_kept": 0.0, "kv_heads_kept": 0.0}]
+        for budget, wins in wins_at.items():
+            for strategy, acc in (("predicted", float(sample < wins)), ("static", 0.0)):
+                out.append({"strategy": strategy, "granularity": "query", "budget": budget, "b": 27, "sample": sample,
+                            "accuracy": acc, "gold_logprob": -1.0 + acc, "heads_kept": 27.0, "kv_heads_kept": 20.0})
+    return pd.DataFrame(out)
+
+
+def test_predicted_beats_static_only_when_the_sign_test_agrees():
+    rows = _rows({0.1: 4, 0.5: 11})
+    table = kv_retention.summary(rows)
+    comparisons = kv_retention.predicted_vs_static(rows).set_index("budget")
+    # 4 wins, no loss: the bootstrap interval excludes 0 but the sign test (p = 0.125) does not agree
+    assert comparisons.loc[0.1, "low"] > 0 and not comparisons.loc[0.1, "separated"]
+    assert comparisons.loc[0.5, "separated"] and comparisons.loc[0.5, "p_adjusted"] < 0.05
+    text = kv_retention.verdict(table, kv_retention.predicted_vs_static(rows))
+    assert "query heads 10%: cannot be told apart" in text and "query heads 50%: beats" in text
+    assert "reaches 95% of the full cache's (point estimates) is predicted at no budget tried" in text
+
+
+def test_retention_config_needs_a_visible_key():
+    with pytest.raises(ValueError, match="sink_tokens \\+ local_window"):
+        kv_retention.RetentionConfig(sink_tokens=0, local_window=0)

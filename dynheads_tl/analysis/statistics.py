@@ -5,6 +5,7 @@
   split, not the sampling error of a population of prompts.
 - :func:`bootstrap_interval`: a statistic over samples (percentile bootstrap, resampling samples).
 - :func:`wilson_interval`: a proportion (accuracy) over n independent trials.
+- :func:`holm_adjust`: Holm's family-wise adjustment of several p-values.
 """
 from __future__ import annotations
 
@@ -76,3 +77,13 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interva
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return Interval(p, float(centre - half), float(centre + half), n)
+
+
+def holm_adjust(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of ``p_values`` (family-wise error), in the input order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

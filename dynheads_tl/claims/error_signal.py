@@ -15,13 +15,17 @@ pass). Per answer (means over its decoding steps):
   hits spread over heads); the largest and the mean top-10 Eq. 2 share; and the gap between the set a probe
   predicts from the *previous* step's hidden state and the set that appears;
 - **Lookback-Lens-style ratio** per head (:func:`lookback_ratios`): mean attention per context token over mean
-  attention per context token plus mean attention per generated token;
+  attention per context token plus mean attention per generated token. "Context" is the sample's context span
+  (the haystack or the paragraphs), not the whole prompt as in the Lookback Lens;
 - **logit baseline**: the kept tokens' mean and minimum log-probability and mean and maximum entropy.
 
 Each feature group feeds a standardised logistic regression (scikit-learn, L2, C = 1, not tuned). Answers are
-split by sample into stratified folds; static heads and the probe are fitted on each fold's training answers
-only. AUROC of the out-of-fold scores with a bootstrap interval over answers; differences between groups are
-paired (the same resampled answers). Transfer trains on one setting and tests on another.
+split into folds stratified by (setting, label), with answers that share a sample seed (NIAH settings reuse the
+same needles, depths and offsets) kept in one fold; static heads and the probe are fitted on each fold's training
+answers only, and the training answers' own features are cross-fitted (:func:`crossfit_features`). AUROC of the
+out-of-fold scores with a cluster bootstrap interval (groups of answers resampled); differences between feature
+groups are paired (the same resamples). A setting-only classifier measures how much of the pooled AUROC is
+knowing the setting. Transfer trains on one setting and tests on another.
 
 Labels: an answer is wrong when the UUID is not reproduced exactly (NIAH) or its token F1 is below 0.5
 (HotpotQA format). Per-token labels are not defined here.
@@ -48,8 +52,12 @@ DYNAMIC_FEATURES = ("dt_size", "dt_active_share", "dt_evidence_mass", "static_ev
                     "eq2_max", "eq2_top10", "probe_gap")
 LOGIT_FEATURES = ("logprob_mean", "logprob_min", "entropy_mean", "entropy_max")
 GROUPS = ("dynamic", "lookback", "logit", "dynamic+logit")
+# The pooled evaluation adds a classifier that knows only which setting an answer came from: settings differ in
+# error rate, so any feature that recognises the setting scores above 0.5 on pooled answers.
+POOLED_GROUPS = GROUPS + ("setting",)
 GROUP_NAMES = {"dynamic": "Dynamic-head features", "lookback": "Lookback ratio (per head)",
-               "logit": "Logit (probability, entropy)", "dynamic+logit": "Dynamic-head + logit"}
+               "logit": "Logit (probability, entropy)", "dynamic+logit": "Dynamic-head + logit",
+               "setting": "Setting only (one-hot)"}
 ANCHORS = {"Lookback Lens (in-domain)": (0.85, 0.91), "Lookback Lens (across tasks)": (0.82, 0.85),
            "ReDeEP (RAGTruth, 7B-13B)": (0.75, 0.82)}
 
@@ -172,54 +180,100 @@ def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def folds(labels: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Stratified (train, test) index splits over answers; fewer folds when a class has fewer members."""
-    from sklearn.model_selection import StratifiedKFold
+def folds(labels: np.ndarray, n_folds: int, seed: int, *, groups: np.ndarray | None = None,
+          strata: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) index splits over answers, stratified by ``strata`` (default: the label) and keeping each
+    group (answers that share a needle, depth and offset across settings) on one side; fewer folds when a class
+    has fewer members."""
+    from sklearn.model_selection import StratifiedGroupKFold
 
     smallest = int(min(labels.sum(), len(labels) - labels.sum()))
     if smallest < 2:
         raise ValueError(f"Cross-validation needs at least 2 right and 2 wrong answers; got {int(labels.sum())} "
                          f"wrong of {len(labels)}. Use settings where the model fails more often (or less).")
-    splitter = StratifiedKFold(n_splits=min(n_folds, smallest), shuffle=True, random_state=seed)
-    return list(splitter.split(np.zeros(len(labels)), labels))
+    groups = np.arange(len(labels)) if groups is None else np.asarray(groups)
+    strata = labels if strata is None else np.asarray(strata)
+    splitter = StratifiedGroupKFold(n_splits=min(n_folds, smallest, len(set(groups.tolist()))), shuffle=True,
+                                    random_state=seed)
+    return list(splitter.split(np.zeros(len(labels)), strata, groups))
 
 
-def out_of_fold_scores(traces: list[Trace], labels: np.ndarray, static_k: int, n_folds: int,
-                       seed: int) -> dict[str, np.ndarray]:
-    """Each group's out-of-fold probability of "wrong" per answer (features refitted inside every fold)."""
-    scores = {group: np.zeros(len(traces)) for group in GROUPS}
-    for train, test in folds(labels, n_folds, seed):
+def crossfit_features(traces: list[Trace], static_k: int, *, n_inner: int = 5, seed: int = 0,
+                      groups: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Training answers' features with the static heads and the probe fitted on the *other* inner folds, so that
+    the classifier trains on features made as the test answers' are (fitted without them)."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = np.arange(len(traces)) if groups is None else np.asarray(groups)
+    k = min(n_inner, len(set(groups.tolist())))
+    out: dict[str, np.ndarray] = {}
+    for fit, held in GroupKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(traces)), groups=groups):
+        x = feature_matrices([traces[i] for i in held], [traces[i] for i in fit], static_k)
+        for group, matrix in x.items():
+            out.setdefault(group, np.zeros((len(traces), matrix.shape[1])))[held] = matrix
+    return out
+
+
+def answer_groups(traces: list[Trace]) -> np.ndarray:
+    """One id per answer such that answers sharing a sample seed (NIAH: the same needle, depth and haystack offset
+    in another setting) share it."""
+    return np.array([f"{t.task}:{t.meta.get('seed', i)}" for i, t in enumerate(traces)])
+
+
+def out_of_fold_scores(traces: list[Trace], labels: np.ndarray, static_k: int, n_folds: int, seed: int,
+                       settings: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Each group's out-of-fold probability of "wrong" per answer. Folds keep answers of one sample seed together
+    and are stratified by (setting, label); static heads and probe are refitted inside every fold, and the
+    training answers' features are cross-fitted (:func:`crossfit_features`). With ``settings``, the
+    setting-only baseline (one-hot) is scored too."""
+    groups = answer_groups(traces)
+    names = np.array(settings if settings is not None else ["all"] * len(traces))
+    strata = np.array([f"{n}|{int(y)}" for n, y in zip(names, labels)])
+    onehot = (names[:, None] == np.array(sorted(set(names.tolist())))[None, :]).astype(float)
+    wanted = POOLED_GROUPS if settings is not None else GROUPS
+    scores = {group: np.zeros(len(traces)) for group in wanted}
+    for train, test in folds(labels, n_folds, seed, groups=groups, strata=strata):
         fit = [traces[i] for i in train]
-        x_train = feature_matrices(fit, fit, static_k)
+        x_train = crossfit_features(fit, static_k, seed=seed, groups=groups[train])
         x_test = feature_matrices([traces[i] for i in test], fit, static_k)
-        for group in GROUPS:
+        x_train["setting"], x_test["setting"] = onehot[train], onehot[test]
+        for group in wanted:
             scores[group][test] = fit_predict(x_train[group], labels[train], x_test[group])
     return scores
 
 
 def auroc_intervals(labels: np.ndarray, scores: dict[str, np.ndarray], *, seed: int = 0, n_resamples: int = 2000,
-                    reference: str = "dynamic") -> pd.DataFrame:
-    """AUROC of every group with a percentile bootstrap interval over answers, and its paired difference from
-    ``reference`` (the same resampled answers for both; resamples with one class only are skipped)."""
+                    reference: str = "dynamic", groups: np.ndarray | None = None) -> pd.DataFrame:
+    """AUROC of every group with a percentile bootstrap interval, and its paired difference from ``reference``
+    (the same resampled answers for both); ``dynamic+logit`` also gets its paired difference from ``logit``.
+    With ``groups``, whole groups are resampled (a cluster bootstrap: answers sharing a sample seed move
+    together). Resamples with one class only are skipped."""
     labels = np.asarray(labels)
+    groups = np.arange(len(labels)) if groups is None else np.asarray(groups)
+    unique, members = np.unique(groups, return_inverse=True)
+    by_group = [np.flatnonzero(members == g) for g in range(len(unique))]
     rng = np.random.default_rng(seed)
     draws: dict[str, list[float]] = {group: [] for group in scores}
     for _ in range(n_resamples):
-        index = rng.integers(0, len(labels), len(labels))
+        index = np.concatenate([by_group[g] for g in rng.integers(0, len(unique), len(unique))])
         if not 0 < labels[index].sum() < len(index):
             continue
         for group, s in scores.items():
             draws[group].append(auroc(labels[index], s[index]))
+    def paired(a: str, b: str, name: str) -> dict[str, float]:
+        diff = np.array(draws[a]) - np.array(draws[b])
+        return {name: auroc(labels, scores[a]) - auroc(labels, scores[b]), f"{name}_low": _q(diff, 0.025),
+                f"{name}_high": _q(diff, 0.975)}
+
     rows = []
     for group, s in scores.items():
-        estimate = auroc(labels, s)
         values = np.array(draws[group])
         row = {"group": group, "method": GROUP_NAMES.get(group, group), "n": len(labels), "wrong": int(labels.sum()),
-               "auroc": estimate, "low": _q(values, 0.025), "high": _q(values, 0.975)}
+               "auroc": auroc(labels, s), "low": _q(values, 0.025), "high": _q(values, 0.975)}
         if reference in scores and group != reference:
-            diff = np.array(draws[reference]) - values
-            row.update({f"{reference}_minus": auroc(labels, scores[reference]) - estimate,
-                        f"{reference}_minus_low": _q(diff, 0.025), f"{reference}_minus_high": _q(diff, 0.975)})
+            row.update(paired(reference, group, f"{reference}_minus"))
+        if group == "dynamic+logit" and "logit" in scores:
+            row.update(paired(group, "logit", "minus_logit"))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -248,7 +302,7 @@ def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: in
         for test_name, (test_traces, test_labels) in sets.items():
             if train_name == test_name or len(set(train_labels.tolist())) < 2 or len(set(test_labels.tolist())) < 2:
                 continue
-            x_train = feature_matrices(train_traces, train_traces, static_k)
+            x_train = crossfit_features(train_traces, static_k, seed=seed, groups=answer_groups(train_traces))
             x_test = feature_matrices(test_traces, train_traces, static_k)
             scores = {g: fit_predict(x_train[g], train_labels, x_test[g]) for g in GROUPS}
             table = auroc_intervals(test_labels, scores, seed=seed, n_resamples=n_resamples)
@@ -261,29 +315,42 @@ def _fmt(estimate: float, low: float, high: float, signed: bool = False) -> str:
     return f"{f.format(estimate)} [{f.format(low)}, {f.format(high)}]"
 
 
-def verdict(table: pd.DataFrame, reference: str = "dynamic") -> str:
-    """Computed sentences: every group's AUROC with its interval, and whether the dynamic-head features beat,
-    fall below or cannot be told apart from each baseline (only where the paired interval excludes 0)."""
+def _word(d: tuple[float, float, float]) -> str:
+    return "beat" if d[1] > 0 else "fall below" if d[2] < 0 else "cannot be told apart from"
+
+
+def verdict(table: pd.DataFrame, per_setting: pd.DataFrame | None = None, reference: str = "dynamic") -> str:
+    """Computed sentences: every group's pooled AUROC with its interval (beside what knowing only the setting
+    gives), whether the dynamic-head features beat, fall below or cannot be told apart from each baseline (only
+    where the paired interval excludes 0), what they add to the logit features (paired), and the same comparison
+    within each setting."""
     t = table.set_index("group")
     ref = t.loc[reference]
-    lines = [f"On n = {int(ref['n'])} answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
+    lines = [f"On n = {int(ref['n'])} pooled answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
              + "; ".join(f"{r['method']} {_fmt(r['auroc'], r['low'], r['high'])}" for _, r in t.iterrows()) + "."]
+    if "setting" in t.index:
+        lines.append("Settings differ in error rate, so pooled AUROC partly measures which setting an answer came "
+                     "from; the setting-only classifier above is that part, and the within-setting numbers below "
+                     "are free of it.")
     for group in ("lookback", "logit"):
-        if group not in t.index:
-            continue
-        r = t.loc[group]
-        d = (r[f"{reference}_minus"], r[f"{reference}_minus_low"], r[f"{reference}_minus_high"])
-        if d[1] > 0:
-            word = "beat"
-        elif d[2] < 0:
-            word = "fall below"
-        else:
-            word = "cannot be told apart from"
-        lines.append(f"The dynamic-head features {word} the {r['method'].lower()} (paired difference {_fmt(*d, signed=True)}).")
-    if "dynamic+logit" in t.index and "logit" in t.index:
-        a, b = t.loc["dynamic+logit"], t.loc["logit"]
-        lines.append(f"Added to the logit features, they give {_fmt(a['auroc'], a['low'], a['high'])} against "
-                     f"{_fmt(b['auroc'], b['low'], b['high'])} for the logit features alone.")
+        if group in t.index:
+            r = t.loc[group]
+            d = (r[f"{reference}_minus"], r[f"{reference}_minus_low"], r[f"{reference}_minus_high"])
+            lines.append(f"Pooled, the dynamic-head features {_word(d)} the {r['method'].lower()} (paired difference "
+                         f"{_fmt(*d, signed=True)}).")
+    if "dynamic+logit" in t.index and "minus_logit" in t.columns:
+        r = t.loc["dynamic+logit"]
+        d = (r["minus_logit"], r["minus_logit_low"], r["minus_logit_high"])
+        lines.append(f"Added to the logit features they change AUROC by {_fmt(*d, signed=True)} (paired).")
+    if per_setting is not None and len(per_setting):
+        for name, part in per_setting.groupby("setting", sort=False):
+            p = part.set_index("group")
+            cells = ", ".join(f"{g} {_fmt(p.loc[g, 'auroc'], p.loc[g, 'low'], p.loc[g, 'high'])}"
+                              for g in ("dynamic", "lookback", "logit") if g in p.index)
+            words = "; ".join(f"{_word((p.loc[g, f'{reference}_minus'], p.loc[g, f'{reference}_minus_low'], p.loc[g, f'{reference}_minus_high']))} the {g} features"
+                              for g in ("lookback", "logit") if g in p.index)
+            lines.append(f"Within {name} (n = {int(p.loc[reference, 'n'])}, {int(p.loc[reference, 'wrong'])} wrong): "
+                         f"{cells}; the dynamic-head features {words}.")
     lines.append("For scale only (other models and data): " + "; ".join(
         f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + ".")
     return " ".join(lines)
@@ -322,8 +389,9 @@ class ErrorSignalConfig(TraceSettings, NotebookConfig):
             raise ValueError(f"Parameter 'niah_settings' must be a list of 'haystack:tokens' strings, got {self.niah_settings!r}.")
         if not self.niah_settings and self.n_hotpot == 0:
             raise ValueError("No data: give at least one NIAH setting or n_hotpot > 0.")
-        for spec in self.niah_settings:
-            self.parse_setting(spec)
+        names = [setting_name(spec) for spec in self.niah_settings]
+        if len(set(names)) < len(names):
+            raise ValueError(f"Parameter 'niah_settings' names a setting twice: {self.niah_settings!r}.")
 
     @staticmethod
     def parse_setting(spec: str) -> tuple[str, int]:
@@ -346,7 +414,7 @@ class ErrorSignalConfig(TraceSettings, NotebookConfig):
 
 def setting_name(spec: str) -> str:
     haystack, tokens = ErrorSignalConfig.parse_setting(spec)
-    return f"NIAH {haystack.split(':')[0]} {tokens}"
+    return f"NIAH {haystack} {tokens}"
 
 
 def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.ndarray]]:
@@ -401,6 +469,6 @@ def per_setting_table(labels: np.ndarray, scores: dict[str, np.ndarray], names: 
     for name in dict.fromkeys(names):
         part = names_arr == name
         if 0 < labels[part].sum() < part.sum():
-            frames.append(auroc_intervals(labels[part], {g: s[part] for g, s in scores.items()}, seed=seed,
-                                          n_resamples=1000).assign(setting=name))
+            frames.append(auroc_intervals(labels[part], {g: s[part] for g, s in scores.items() if g != "setting"},
+                                          seed=seed, n_resamples=1000).assign(setting=name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

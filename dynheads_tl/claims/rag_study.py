@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
+from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, holm_adjust, wilson_interval
 from dynheads_tl.config import NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
@@ -88,16 +88,6 @@ def paired_f1_difference(rows: pd.DataFrame, a: str, b: str, seed: int = 0) -> I
 # Pairs the verdict compares on F1: the probe against each baseline, and the oracle against the static heads.
 COMPARISONS = (("dynamic", "static"), ("dynamic", "dynamic_random"), ("dynamic", "fixed_random"),
                ("oracle", "static"), ("static", "dynamic_random"))
-
-
-def holm_adjust(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment of ``p_values`` (family-wise error), in the input order."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted, running = [0.0] * len(p_values), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:

@@ -240,9 +240,9 @@ class TwoPass(StepPolicy):
         return ablate_heads(lambda: self.ablation["mask"], n_layers=self.n_layers, mode=self.mode, mean_z=self.mean_z)
 
     def buffers(self, recorded: dict[str, Tensor]) -> None:
-        if "evidence_attention" in recorded:
-            raise ValueError("The two-pass protocol does not record evidence attention; trace with "
-                             "TraceConfig(evidence_attention=False).")
+        if "evidence_attention" in recorded or "context_mass" in recorded:
+            raise ValueError("The two-pass protocol does not record evidence attention or signals; trace with "
+                             "TraceConfig(evidence_attention=False, signals=False).")
         self.active = recorded
         recorded.update(self.clean_buffers)
 
@@ -351,7 +351,7 @@ class TeacherForced(TwoPass):
 def two_pass_generation(model, sample: Sample, select: Selector, config: TraceConfig | None = None, *,
                         condition: str = "custom", k: int | None = None, **protocol) -> AblationTrace:
     """:func:`two_pass_batch` for one sample (no padding: exactly the unbatched computation).
-    ``protocol``: ``kind``, ``threshold``, ``mode``, ``mean_z``, ``keep_cache``."""
+    ``protocol``: ``kind``, ``threshold``, ``mode``, ``mean_z``, ``keep_cache``, ``intervention``."""
     return two_pass_batch(model, [(sample, select)], config, labels=[(condition, k)], **protocol)[0]
 
 

@@ -216,7 +216,7 @@ def _masking_headline(frame: _pd.DataFrame) -> str:
 
 
 # Items whose data are HotpotQA questions: the synthetic generator unless the config names a real file.
-HOTPOT_ITEMS = frozenset({"Fig 5", "Fig 6", "Fig 7", "Fig 8", "Table 3", "Table 4", "Beyond 0", "Beyond 3b"})
+HOTPOT_ITEMS = frozenset({"Fig 5", "Fig 6", "Fig 7", "Fig 8", "Table 3", "Table 4", "Beyond 0", "Beyond 3b", "Beyond 5"})
 SYNTHETIC_NOTE = "(synthetic HotpotQA-format data)"
 
 
