@@ -138,3 +138,44 @@ def test_predicted_beats_static_only_when_the_sign_test_agrees():
 def test_retention_config_needs_a_visible_key():
     with pytest.raises(ValueError, match="sink_tokens \\+ local_window"):
         kv_retention.RetentionConfig(sink_tokens=0, local_window=0)
+
+
+def test_one_pass_equals_the_two_pass_retained_pass_batched_and_alone(embedded_model):
+    """Retention without a clean pass gives the two-pass loop's retained pass; two samples of different lengths
+    with different retained sets, left-padded in one batch, give what each gives alone; the probe's view holds
+    the previous step's hidden state of the kept pass."""
+    from dynheads_tl.engine.tracing import TraceConfig
+    from dynheads_tl.protocols.ablation import two_pass_batch
+    from dynheads_tl.tasks import make_niah_samples
+
+    samples = make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=[300, 380], seed=23, random_layout=True,
+                                max_new_tokens=10)
+    config = TraceConfig(max_new_tokens=10)
+    shape = (embedded_model.cfg.n_layers, embedded_model.cfg.n_heads)
+    seen = []
+
+    def probe(hidden):
+        seen.append(hidden.clone())
+        return torch.arange(shape[0] * shape[1], dtype=torch.float32)  # a fixed order: the last 40 heads
+
+    selectors = [rt.retention_selector(rt.fixed_scores(torch.rand(shape, generator=torch.Generator().manual_seed(1))), 40),
+                 rt.retention_selector(rt.predicted_scores(probe, torch.zeros(shape)), 40)]
+    protocol = dict(keep_cache="masked", intervention="retain")
+    batched = two_pass_batch(embedded_model, list(zip(samples, selectors)), config, clean_pass=False, **protocol)
+    seen_batched = list(seen)
+    for b, (sample, select) in enumerate(zip(samples, selectors)):
+        seen.clear()
+        one = two_pass_batch(embedded_model, [(sample, select)], config, clean_pass=False, **protocol)[0]
+        seen_one = list(seen)
+        two = two_pass_batch(embedded_model, [(sample, select)], config, **protocol)[0]
+        assert one.masked.tokens.tolist() == two.masked.tokens.tolist() == batched[b].masked.tokens.tolist()
+        torch.testing.assert_close(one.masked.hidden, two.masked.hidden, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(one.masked.hidden, batched[b].masked.hidden, atol=1e-4, rtol=1e-4)
+        assert torch.equal(one.masked_heads, two.masked_heads)
+        if b == 1:  # the probe read the kept pass's hidden state of step t - 1 at step t
+            assert len(seen_one) == one.masked.n_steps - 1
+            for t, hidden in enumerate(seen_one, start=1):
+                torch.testing.assert_close(hidden, one.masked.hidden[t - 1], atol=0, rtol=0)
+    assert len(seen_batched) == batched[1].masked.n_steps - 1  # row 0's selector never calls the probe
+    with pytest.raises(ValueError, match="clean_pass=False"):
+        two_pass_batch(embedded_model, [(samples[0], selectors[0])], config, clean_pass=False)

@@ -131,7 +131,7 @@ def run_sample(model, sample, index: int, config: RetentionConfig, static, probe
     """Every condition on one sample, free and teacher-forced, cached under the sample, the conditions, the
     training data's spec and the model."""
     conds = conditions(model, config)
-    key = {"kind": "kv_retention", "version": 2, "prompt": prompt_digest(sample), "conditions": conds,
+    key = {"kind": "kv_retention", "version": 3, "prompt": prompt_digest(sample), "conditions": conds,
            "trace": TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
                                 local_window=config.local_window).key(),
            "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
@@ -145,12 +145,16 @@ def run_sample(model, sample, index: int, config: RetentionConfig, static, probe
                                local_window=config.local_window)
     gold = gold_token_ids(model.tokenizer, sample)
     rows = []
-    for start in range(0, len(conds), config.batch_size):
-        chunk = conds[start: start + config.batch_size]
+    # Only the oracle reads the clean pass; every other condition runs one retained pass per step.
+    oracle = [c for c in conds if c["strategy"] == "oracle"]
+    others = [c for c in conds if c["strategy"] != "oracle"]
+    chunks = [(part[i: i + config.batch_size], part is oracle) for part in (others, oracle)
+              for i in range(0, len(part), config.batch_size)]
+    for chunk, needs_clean in chunks:
         jobs = [(sample, _selector(model, c, static, probe, config.seed * 1_000_003 + index)) for c in chunk]
-        free = two_pass_batch(model, jobs, trace_config, keep_cache="masked", intervention="retain")
-        forced = two_pass_batch(model, jobs, trace_config, keep_cache="masked", intervention="retain",
-                                gold=[gold] * len(jobs))
+        protocol = dict(keep_cache="masked", intervention="retain", clean_pass=needs_clean)
+        free = two_pass_batch(model, jobs, trace_config, **protocol)
+        forced = two_pass_batch(model, jobs, trace_config, gold=[gold] * len(jobs), **protocol)
         for c, f, t in zip(chunk, free, forced):
             kept = f.masked_heads.flatten(1).sum(1).float()
             rows.append({**c, "sample": index, "accuracy": niah_accuracy(f.response, sample.answers[0]),

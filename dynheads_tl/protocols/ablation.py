@@ -147,6 +147,7 @@ def two_pass_batch(
     labels: list[tuple[str, int | None]] | None = None,
     gold: list[list[int]] | None = None,
     intervention: Intervention = "ablate",
+    clean_pass: bool = True,
 ) -> list[AblationTrace]:
     """Greedy generation of every ``(sample, selector)`` job in one batch under the per-step two-pass
     protocol (module docstring). ``labels`` gives each job's ``(condition, k)`` for its record.
@@ -160,7 +161,8 @@ def two_pass_batch(
     ``config.stop_at_eos`` say; the records carry the gold tokens' clean and masked log-probabilities.
 
     ``intervention="retain"`` (:class:`TwoPass`): selectors return the heads that keep the full context; the
-    record's ``masked_heads`` then holds each step's retained set.
+    record's ``masked_heads`` then holds each step's retained set. ``clean_pass=False`` (retention with
+    ``keep_cache="masked"`` only) skips the clean pass for selectors that do not read it: one forward per step.
     """
     if keep_cache not in ("clean", "masked"):
         raise ValueError(f"keep_cache must be 'clean' or 'masked', got {keep_cache!r}.")
@@ -174,7 +176,7 @@ def two_pass_batch(
     config = config or TraceConfig()
     samples, selectors = [job[0] for job in jobs], [job[1] for job in jobs]
     protocol = dict(kind=kind, threshold=threshold, mode=mode, mean_z=mean_z, keep_cache=keep_cache,
-                    intervention=intervention)
+                    intervention=intervention, clean_pass=clean_pass)
     if gold is None:
         policy = TwoPass(model, selectors, config, **protocol)
     else:
@@ -219,11 +221,13 @@ class TwoPass(StepPolicy):
 
     def __init__(self, model, selectors: list[Selector], config: TraceConfig, *, kind: Literal["eq1", "eq2"],
                  threshold: "float | Eq2Rule", mode: AblationMode, mean_z: Tensor | None, keep_cache: CachePolicy,
-                 intervention: Intervention = "ablate"):
+                 intervention: Intervention = "ablate", clean_pass: bool = True):
         batch, n_layers, n_heads = len(selectors), model.cfg.n_layers, model.cfg.n_heads
         if intervention not in ("ablate", "retain"):
             raise ValueError(f"intervention must be 'ablate' or 'retain', got {intervention!r}.")
-        self.intervention, self.streaming = intervention, None
+        if not clean_pass and (intervention != "retain" or keep_cache != "masked"):
+            raise ValueError("clean_pass=False needs intervention='retain' and keep_cache='masked'.")
+        self.intervention, self.streaming, self.clean_pass = intervention, None, clean_pass
         self.selectors, self.kind, self.keep_cache = selectors, kind, keep_cache
         self.rule = Eq2Rule.of(threshold)
         self.n_layers, self.mode, self.mean_z = n_layers, mode, mean_z
@@ -256,6 +260,8 @@ class TwoPass(StepPolicy):
         return None
 
     def choose(self, loop: BatchLoop, step: int) -> Int[Tensor, "batch"]:
+        if not self.clean_pass:
+            return self._retained_only(loop, step)
         decoder, clean_buffers, masked_buffers = loop.decoder, self.clean_buffers, self.masked_buffers
         before = decoder.n_cached
         self.active.update(clean_buffers)
@@ -294,6 +300,36 @@ class TwoPass(StepPolicy):
         self.observe(step, clean_logits, masked_logits, masked_rows)
         return chosen
 
+
+    def _retained_only(self, loop: BatchLoop, step: int) -> Int[Tensor, "batch"]:
+        """One retained pass per step, for selectors that do not read the clean pass (``clean_pass=False``): they
+        see a view with an empty D_t and zero scores, and the previous step's hidden state. Its token, keys and
+        values are kept, exactly as the two-pass loop's retained pass would give them; the clean record is a copy
+        of the retained one."""
+        decoder, clean_buffers, masked_buffers = loop.decoder, self.clean_buffers, self.masked_buffers
+        shape = self.applied.shape[2:]
+        step_masks = torch.ones((len(self.selectors), *shape), dtype=torch.bool, device=decoder.device)
+        empty = torch.zeros(shape, dtype=torch.bool)
+        for b in torch.nonzero(loop.running).flatten().tolist():
+            previous = masked_buffers["hidden"][b, step - 1] if step > 0 else None
+            view = StepView(step, -1, torch.zeros(shape, dtype=torch.long), torch.zeros(shape), empty, previous)
+            mask = self.selectors[b](view)
+            if mask is not None:
+                step_masks[b] = mask.to(decoder.device).bool()
+        masked_rows = ~step_masks.flatten(1).all(1)
+        self.streaming = ~loop.masks["eligible"]
+        self.active.update(masked_buffers)
+        self.ablation["mask"] = step_masks if bool(masked_rows.any()) else None
+        logits = decoder.step(loop.next_input)
+        self.ablation["mask"] = None
+        chosen = self.tokens(logits, loop, step)
+        for b in torch.nonzero(loop.running).flatten().tolist():
+            self.clean_tokens[b].append(int(chosen[b]))
+        for name in clean_buffers:
+            clean_buffers[name][:, step] = masked_buffers[name][:, step]
+        self.applied[:, step] = step_masks.cpu()
+        self.observe(step, logits, logits, masked_rows)
+        return chosen
 
     def _eq2_set(self, loop: BatchLoop, b: int, support_row: Tensor) -> Tensor:
         """Row ``b``'s Eq. 2 set at this step under the rule (the chance share read from the loop's own masks)."""
