@@ -19,7 +19,11 @@
 #   the dynamic-head features (|D_t| and how often it is non-empty, the evidence attention mass of D_t and of
 #   the static heads, the entropy of the active set, Eq. 2 shares, and the gap between the set a probe predicts
 #   from the previous step's hidden state and the set that appears); the Lookback-style ratio of every head;
-#   the logit baseline (token log-probability and entropy). Unlike the Lookback Lens, "context" here is the
+#   the logit baseline (token log-probability and entropy). **Caveat:** Eq. 1 and Eq. 2 use where the true
+#   evidence lies (the needle, the supporting sentence). A deployed detector does not know that, and an answer
+#   copied from the evidence is nearly always right, so those features are an upper bound. The
+#   **context-only** group drops that knowledge: D_t counted over the whole context span, the heads' attention
+#   mass on the context, static heads ranked by that copy rate (no Eq. 2 shares, no probe). Unlike the Lookback Lens, "context" here is the
 #   document (haystack or paragraphs), not the whole prompt with its instruction, question and template; and
 #   its 270 per-head ratios face 8 dynamic-head features with about 100 answers and an untuned penalty, so a
 #   difference between the two can reflect dimensionality as well as signal.

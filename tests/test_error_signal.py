@@ -56,6 +56,11 @@ def test_answer_features_on_a_hand_built_trace():
     assert f["probe_gap"] == 1.0  # no probe: a full miss
     assert (f["logprob_mean"], f["logprob_min"]) == (pytest.approx(-2.6 / 3), pytest.approx(-2.0))
     assert (f["entropy_mean"], f["entropy_max"]) == (pytest.approx(4.2 / 3), pytest.approx(3.0))
+    # Context only: the context span [0, 6) holds the evidence, so the copy sets equal D_t here; masses are 0.6.
+    assert (f["ctx_dt_size"], f["ctx_dt_active_share"]) == (pytest.approx(1.0), pytest.approx(2 / 3))
+    assert f["ctx_dt_context_mass"] == pytest.approx(0.6) and f["ctx_static_context_mass"] == pytest.approx(0.6)
+    trace.meta["context_span"] = [0, 3]  # position 3 (token 13) now lies outside: step 1's copy no longer counts
+    assert es.context_copy_mask(trace).flatten(1).sum(1).tolist() == [2, 0, 0]
 
 
 def test_lookback_ratio_by_hand():
@@ -163,7 +168,8 @@ def test_fold_fitting_never_sees_the_test_answers_and_groups_stay_together(monke
         t.meta["seed"] = i // 2  # pairs of answers share a sample seed (as NIAH settings do)
     fitted = []
     real = es.static_heads
-    monkeypatch.setattr(es, "static_heads", lambda fit, k: fitted.append({id(t) for t in fit}) or real(fit, k))
+    monkeypatch.setattr(es, "static_heads",
+                        lambda fit, k, **kw: fitted.append({id(t) for t in fit}) or real(fit, k, **kw))
     groups = es.answer_groups(traces)
     splits = es.folds(labels, 4, 0, groups=groups)
     for train, test in splits:

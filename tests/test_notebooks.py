@@ -210,10 +210,10 @@ def test_error_signal_notebook_runs_with_tiny_parameters(tmp_path):
     answers = pd.read_csv(folder / "answers.csv")
     assert list(answers["n"]) == [5, 8] and (answers["low"] <= answers["error_rate"]).all()
     table = pd.read_csv(folder / "auroc.csv")
-    assert list(table["group"]) == ["dynamic", "lookback", "logit", "dynamic+logit"]
+    assert list(table["group"]) == ["dynamic", "dynamic_ctx", "lookback", "logit", "dynamic+logit", "setting"]
     assert (table["n"] == 13).all() and table["auroc"].between(0, 1).all()
     assert (table["low"] <= table["auroc"] + 1e-12).all() and (table["auroc"] <= table["high"] + 1e-12).all()
-    assert table["dynamic_minus"].notna().sum() == 3
+    assert table["dynamic_minus"].notna().sum() == 5 and table["dynamic_ctx_minus"].notna().sum() == 2
     assert (folder / "roc_transfer.png").stat().st_size > 0 and (folder / "transfer.csv").exists()
     executed = (tmp_path / "05_error_signal.ipynb").read_text()
     assert "Verdict." in executed and "Lookback Lens (in-domain) 0.85-0.91" in executed

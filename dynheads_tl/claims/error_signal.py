@@ -14,6 +14,11 @@ pass). Per answer (means over its decoding steps):
   ``static_k`` by Eq. 1 rate on the training answers); the entropy of the active set (how the answer's Eq. 1
   hits spread over heads); the largest and the mean top-10 Eq. 2 share; and the gap between the set a probe
   predicts from the *previous* step's hidden state and the set that appears;
+- **context-only dynamic-head features** (:data:`CONTEXT_FEATURES`): the dynamic-head features above use where
+  the true evidence lies (Eq. 1's needle, Eq. 2's supporting facts), which a deployed detector does not know and
+  which nearly decides the label (an answer copied from the evidence is right), so they are an upper bound. This
+  group counts D_t over the whole context span (:func:`context_copy_mask`), with the heads' attention mass on
+  the context and static heads ranked by that copy rate;
 - **Lookback-Lens-style ratio** per head (:func:`lookback_ratios`): mean attention per context token over mean
   attention per context token plus mean attention per generated token. "Context" is the sample's context span
   (the haystack or the paragraphs), not the whole prompt as in the Lookback Lens;
@@ -50,12 +55,17 @@ logger = logging.getLogger(__name__)
 
 DYNAMIC_FEATURES = ("dt_size", "dt_active_share", "dt_evidence_mass", "static_evidence_mass", "active_set_entropy",
                     "eq2_max", "eq2_top10", "probe_gap")
+# The same idea without knowing where the true evidence is (what a deployed detector has): D_t counted over the
+# whole context span, heads' attention mass on the context, static heads ranked by that copy rate.
+CONTEXT_FEATURES = ("ctx_dt_size", "ctx_dt_active_share", "ctx_dt_context_mass", "ctx_static_context_mass",
+                    "ctx_active_set_entropy")
 LOGIT_FEATURES = ("logprob_mean", "logprob_min", "entropy_mean", "entropy_max")
-GROUPS = ("dynamic", "lookback", "logit", "dynamic+logit")
+GROUPS = ("dynamic", "dynamic_ctx", "lookback", "logit", "dynamic+logit")
 # The pooled evaluation adds a classifier that knows only which setting an answer came from: settings differ in
 # error rate, so any feature that recognises the setting scores above 0.5 on pooled answers.
 POOLED_GROUPS = GROUPS + ("setting",)
-GROUP_NAMES = {"dynamic": "Dynamic-head features", "lookback": "Lookback ratio (per head)",
+GROUP_NAMES = {"dynamic": "Dynamic-head features (knowing the evidence)",
+               "dynamic_ctx": "Dynamic-head features (context only)", "lookback": "Lookback ratio (per head)",
                "logit": "Logit (probability, entropy)", "dynamic+logit": "Dynamic-head + logit",
                "setting": "Setting only (one-hot)"}
 ANCHORS = {"Lookback Lens (in-domain)": (0.85, 0.91), "Lookback Lens (across tasks)": (0.82, 0.85),
@@ -84,9 +94,34 @@ def lookback_ratios(trace: Trace) -> np.ndarray:
     return ratio[1:].mean(0).flatten().numpy().astype(float)
 
 
-def static_heads(traces: list[Trace], k: int) -> torch.Tensor:
-    """Flat indices of the ``k`` heads with the highest Eq. 1 rate over every step of ``traces``."""
-    hits = torch.cat([t.retrieval_mask.flatten(1).float() for t in traces])
+def context_copy_mask(trace: Trace) -> torch.Tensor:
+    """Eq. 1 with the whole context span in place of the evidence: [step, layer, head] heads whose top-1 source
+    lies in the context and holds the generated token. Needs no knowledge of where the answer is."""
+    from dynheads_tl.engine.equations import eq1_mask
+
+    ids = torch.cat([trace.prompt_ids, trace.tokens])
+    start, end = trace.meta["context_span"]
+    span = torch.zeros(len(ids), dtype=torch.bool)
+    span[int(start): int(end)] = True
+    return eq1_mask(trace.argmax_pos, ids, span, trace.tokens)
+
+
+def _set_features(hits: torch.Tensor, mass: torch.Tensor, static: torch.Tensor) -> tuple[float, ...]:
+    """(mean |set|, share of steps with a non-empty set, mean mass of the set's heads, mean mass of the static
+    heads, entropy of the answer's hits over heads) for [step, heads] hits and masses."""
+    sizes = hits.sum(1).float()
+    active = sizes > 0
+    set_mass = ((mass * hits).sum(1)[active] / sizes[active]).mean() if active.any() else torch.tensor(0.0)
+    per_head = hits.sum(0).float()
+    p = per_head[per_head > 0] / per_head.sum() if per_head.sum() > 0 else torch.ones(1)
+    return (float(sizes.mean()), float(active.float().mean()), float(set_mass), float(mass[:, static].mean()),
+            float(-(p * p.log()).sum()))
+
+
+def static_heads(traces: list[Trace], k: int, context: bool = False) -> torch.Tensor:
+    """Flat indices of the ``k`` heads with the highest Eq. 1 rate over every step of ``traces`` (``context``: of
+    the context-copy rate, :func:`context_copy_mask`)."""
+    hits = torch.cat([(context_copy_mask(t) if context else t.retrieval_mask).flatten(1).float() for t in traces])
     return torch.topk(hits.mean(0), min(k, hits.shape[1])).indices
 
 
@@ -108,24 +143,21 @@ def probe_gap(trace: Trace, probe: SetProbe | None) -> float:
     return float(np.mean(gaps)) if gaps else 1.0
 
 
-def answer_features(trace: Trace, static: torch.Tensor, probe: SetProbe | None) -> dict[str, float]:
-    """The dynamic-head and logit features of one answer (module docstring); ``static``: flat head indices."""
+def answer_features(trace: Trace, static: torch.Tensor, probe: SetProbe | None,
+                    static_ctx: torch.Tensor | None = None) -> dict[str, float]:
+    """The dynamic-head, context-only and logit features of one answer (module docstring); ``static`` and
+    ``static_ctx``: flat head indices (the Eq. 1 and the context-copy static heads; the latter defaults to the
+    former)."""
     _require_signals(trace)
-    hits = trace.retrieval_mask.flatten(1)  # [step, heads]
-    mass = trace.evidence_mass.flatten(1)
-    sizes = hits.sum(1).float()
-    active = sizes > 0
-    dt_mass = ((mass * hits).sum(1)[active] / sizes[active]).mean() if active.any() else torch.tensor(0.0)
-    per_head = hits.sum(0).float()
-    p = per_head[per_head > 0] / per_head.sum() if per_head.sum() > 0 else torch.ones(1)
+    dynamic = _set_features(trace.retrieval_mask.flatten(1), trace.evidence_mass.flatten(1), static)
+    context = _set_features(context_copy_mask(trace).flatten(1), trace.context_mass.flatten(1),
+                            static if static_ctx is None else static_ctx)
     shares = trace.support_score.flatten(1)
     top10 = torch.topk(shares, min(10, shares.shape[1]), dim=1).values
     return {
-        "dt_size": float(sizes.mean()),
-        "dt_active_share": float(active.float().mean()),
-        "dt_evidence_mass": float(dt_mass),
-        "static_evidence_mass": float(mass[:, static].mean()),
-        "active_set_entropy": float(-(p * p.log()).sum()),
+        **dict(zip(("dt_size", "dt_active_share", "dt_evidence_mass", "static_evidence_mass", "active_set_entropy"),
+                   dynamic)),
+        **dict(zip(CONTEXT_FEATURES, context)),
         "eq2_max": float(shares.max(1).values.mean()),
         "eq2_top10": float(top10.mean()),
         "probe_gap": probe_gap(trace, probe),
@@ -140,11 +172,13 @@ def feature_matrices(traces: list[Trace], fit_traces: list[Trace], static_k: int
     """Each group's [answer, feature] matrix for ``traces``, with static heads and the probe fitted on
     ``fit_traces`` only (the training answers)."""
     static = static_heads(fit_traces, static_k)
+    static_ctx = static_heads(fit_traces, static_k, context=True)
     probe = SetProbe.fit(fit_traces)
-    rows = [answer_features(t, static, probe) for t in traces]
-    dynamic = np.array([[r[name] for name in DYNAMIC_FEATURES] for r in rows])
-    logit = np.array([[r[name] for name in LOGIT_FEATURES] for r in rows])
-    return {"dynamic": dynamic, "lookback": np.stack([lookback_ratios(t) for t in traces]), "logit": logit,
+    rows = [answer_features(t, static, probe, static_ctx) for t in traces]
+    matrix = lambda names: np.array([[r[name] for name in names] for r in rows])
+    dynamic, logit = matrix(DYNAMIC_FEATURES), matrix(LOGIT_FEATURES)
+    return {"dynamic": dynamic, "dynamic_ctx": matrix(CONTEXT_FEATURES),
+            "lookback": np.stack([lookback_ratios(t) for t in traces]), "logit": logit,
             "dynamic+logit": np.concatenate([dynamic, logit], axis=1)}
 
 
@@ -272,6 +306,8 @@ def auroc_intervals(labels: np.ndarray, scores: dict[str, np.ndarray], *, seed: 
                "auroc": auroc(labels, s), "low": _q(values, 0.025), "high": _q(values, 0.975)}
         if reference in scores and group != reference:
             row.update(paired(reference, group, f"{reference}_minus"))
+        if "dynamic_ctx" in scores and group in ("lookback", "logit"):
+            row.update(paired("dynamic_ctx", group, "dynamic_ctx_minus"))
         if group == "dynamic+logit" and "logit" in scores:
             row.update(paired(group, "logit", "minus_logit"))
         rows.append(row)
@@ -319,38 +355,49 @@ def _word(d: tuple[float, float, float]) -> str:
     return "beat" if d[1] > 0 else "fall below" if d[2] < 0 else "cannot be told apart from"
 
 
-def verdict(table: pd.DataFrame, per_setting: pd.DataFrame | None = None, reference: str = "dynamic") -> str:
+def _diff(row, prefix: str) -> tuple[float, float, float]:
+    return row[f"{prefix}_minus"], row[f"{prefix}_minus_low"], row[f"{prefix}_minus_high"]
+
+
+def verdict(table: pd.DataFrame, per_setting: pd.DataFrame | None = None) -> str:
     """Computed sentences: every group's pooled AUROC with its interval (beside what knowing only the setting
-    gives), whether the dynamic-head features beat, fall below or cannot be told apart from each baseline (only
-    where the paired interval excludes 0), what they add to the logit features (paired), and the same comparison
-    within each setting."""
+    gives); whether the dynamic-head features, with and without knowing where the evidence is, beat, fall below
+    or cannot be told apart from each baseline (only where the paired interval excludes 0); what they add to the
+    logit features (paired); and the same comparisons within each setting."""
     t = table.set_index("group")
-    ref = t.loc[reference]
+    ref = t.loc["dynamic"]
+    variants = [("dynamic", "the dynamic-head features that know the evidence"),
+                ("dynamic_ctx", "the context-only dynamic-head features")]
     lines = [f"On n = {int(ref['n'])} pooled answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
              + "; ".join(f"{r['method']} {_fmt(r['auroc'], r['low'], r['high'])}" for _, r in t.iterrows()) + "."]
+    lines.append("The first group uses where the true evidence lies (the needle, the supporting sentence), which a "
+                 "deployed detector does not know: an answer copied from the evidence is nearly always right, so "
+                 "that group is an upper bound, not a detector. The context-only group and the baselines use no "
+                 "such knowledge.")
     if "setting" in t.index:
         lines.append("Settings differ in error rate, so pooled AUROC partly measures which setting an answer came "
                      "from; the setting-only classifier above is that part, and the within-setting numbers below "
                      "are free of it.")
-    for group in ("lookback", "logit"):
-        if group in t.index:
-            r = t.loc[group]
-            d = (r[f"{reference}_minus"], r[f"{reference}_minus_low"], r[f"{reference}_minus_high"])
-            lines.append(f"Pooled, the dynamic-head features {_word(d)} the {r['method'].lower()} (paired difference "
-                         f"{_fmt(*d, signed=True)}).")
+    for key, name in variants:
+        parts = [f"{_word(_diff(t.loc[g], key))} the {t.loc[g, 'method'].lower()} ({_fmt(*_diff(t.loc[g], key), signed=True)})"
+                 for g in ("lookback", "logit") if g in t.index and f"{key}_minus" in t.columns]
+        if key in t.index and parts:
+            lines.append(f"Pooled, {name} " + " and ".join(parts) + " (paired differences).")
     if "dynamic+logit" in t.index and "minus_logit" in t.columns:
         r = t.loc["dynamic+logit"]
         d = (r["minus_logit"], r["minus_logit_low"], r["minus_logit_high"])
-        lines.append(f"Added to the logit features they change AUROC by {_fmt(*d, signed=True)} (paired).")
+        lines.append(f"Added to the logit features, the evidence-knowing features change AUROC by "
+                     f"{_fmt(*d, signed=True)} (paired).")
     if per_setting is not None and len(per_setting):
-        for name, part in per_setting.groupby("setting", sort=False):
+        for setting, part in per_setting.groupby("setting", sort=False):
             p = part.set_index("group")
             cells = ", ".join(f"{g} {_fmt(p.loc[g, 'auroc'], p.loc[g, 'low'], p.loc[g, 'high'])}"
-                              for g in ("dynamic", "lookback", "logit") if g in p.index)
-            words = "; ".join(f"{_word((p.loc[g, f'{reference}_minus'], p.loc[g, f'{reference}_minus_low'], p.loc[g, f'{reference}_minus_high']))} the {g} features"
-                              for g in ("lookback", "logit") if g in p.index)
-            lines.append(f"Within {name} (n = {int(p.loc[reference, 'n'])}, {int(p.loc[reference, 'wrong'])} wrong): "
-                         f"{cells}; the dynamic-head features {words}.")
+                              for g in ("dynamic", "dynamic_ctx", "lookback", "logit") if g in p.index)
+            words = "; ".join(f"{key} {_word(_diff(p.loc[g], key))} {g}"
+                              for key, name in variants for g in ("lookback", "logit")
+                              if key in p.index and g in p.index and f"{key}_minus" in p.columns)
+            lines.append(f"Within {setting} (n = {int(p.loc['dynamic', 'n'])}, {int(p.loc['dynamic', 'wrong'])} "
+                         f"wrong): {cells}; {words}.")
     lines.append("For scale only (other models and data): " + "; ".join(
         f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + ".")
     return " ".join(lines)

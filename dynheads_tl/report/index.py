@@ -168,10 +168,14 @@ def _headline(stem: Path) -> str:
                     + " (EM Wilson, F1 bootstrap 95%; recall/opened: chance = 1)")
         if name == "auroc" and "dynamic_minus" in frame:
             parts = [f"{r.method} {r.auroc:.2f} [{r.low:.2f}, {r.high:.2f}]" for r in frame.itertuples()]
-            diffs = [f"vs {r.group} {r.dynamic_minus:+.2f} [{r.dynamic_minus_low:+.2f}, {r.dynamic_minus_high:+.2f}]"
-                     for r in frame.itertuples() if r.group in ("lookback", "logit")]
-            return (f"n = {int(frame['n'].iloc[0])} answers ({int(frame['wrong'].iloc[0])} wrong): " + "; ".join(parts)
-                    + "; dynamic-head features " + ", ".join(diffs) + " (paired)")
+            diff = lambda r, key: (f"vs {r.group} {getattr(r, key + '_minus'):+.2f} [{getattr(r, key + '_minus_low'):+.2f}, "
+                                   f"{getattr(r, key + '_minus_high'):+.2f}]")
+            rows = [r for r in frame.itertuples() if r.group in ("lookback", "logit")]
+            text = (f"n = {int(frame['n'].iloc[0])} pooled answers ({int(frame['wrong'].iloc[0])} wrong): " + "; ".join(parts)
+                    + "; evidence-knowing features " + ", ".join(diff(r, "dynamic") for r in rows))
+            if "dynamic_ctx_minus" in frame:
+                text += "; context-only features " + ", ".join(diff(r, "dynamic_ctx") for r in rows)
+            return text + " (paired)"
         if name == "retention" and "vs_full" in frame:
             bounds = frame.set_index("strategy")
             head = (f"full cache {bounds.loc['full', 'accuracy']:.2f} [{bounds.loc['full', 'accuracy_low']:.2f}, "
