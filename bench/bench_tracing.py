@@ -110,14 +110,14 @@ def speed_table(args) -> None:
     model = dynheads_tl.load_model()
     print("| context | prompt tokens | transformers generate (SDPA) s | traced s | untraced (same path) s | "
           "bridge.generate s | traced / generate | traced / untraced | traced with evidence attention s | "
-          "evidence attention / traced |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "evidence attention / traced | traced with signals s | signals / traced |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for length in args.lengths:
         t = timings(model, length, args.steps, args.repeats, bridge_generate=(length == 2000))
         print(f"| {length} | {t['prompt_tokens']} | {t['transformers_generate_sdpa']} | {t['traced']} | "
               f"{t['untraced_same_path']} | {t.get('bridge_generate_untraced', '–')} | "
               f"{t['traced_over_generate']} | {t['traced_over_untraced']} | {t['traced_evidence_attention']} | "
-              f"{t['evidence_attention_over_traced']} |", flush=True)
+              f"{t['evidence_attention_over_traced']} | {t['traced_signals']} | {t['signals_over_traced']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ Labels: an answer is wrong when the UUID is not reproduced exactly (NIAH) or its
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -229,7 +230,11 @@ def folds(labels: np.ndarray, n_folds: int, seed: int, *, groups: np.ndarray | N
     strata = labels if strata is None else np.asarray(strata)
     splitter = StratifiedGroupKFold(n_splits=min(n_folds, smallest, len(set(groups.tolist()))), shuffle=True,
                                     random_state=seed)
-    return list(splitter.split(np.zeros(len(labels)), strata, groups))
+    with warnings.catch_warnings():
+        # A (setting, label) stratum with fewer members than folds (3 wrong filler answers, say) is spread over
+        # as many folds as it has members; scikit-learn warns, and the split is still valid.
+        warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
+        return list(splitter.split(np.zeros(len(labels)), strata, groups))
 
 
 def crossfit_features(traces: list[Trace], static_k: int, *, n_inner: int = 5, seed: int = 0,
