@@ -460,8 +460,11 @@ def retention_figure(table: pd.DataFrame, title: str):
             if strategy in bounds.index:
                 ax.axhline(float(bounds.loc[strategy, column]), color="grey", linestyle=style, linewidth=1,
                            label=f"{strategy} cache")
+        budgets = sorted(set(per_step["budget"] * 100))
         ax.set_xscale("log")
-        ax.set_xlabel("heads kept whole at each step (% of query or KV heads)")
+        ax.set_xticks(budgets, [f"{b:g}%" for b in budgets])
+        ax.minorticks_off()
+        ax.set_xlabel("heads kept whole at each step (share of query heads; dashed: of KV heads)")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     fig.suptitle(title)
