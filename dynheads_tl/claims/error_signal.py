@@ -340,10 +340,13 @@ def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: in
     interval over the test answers; pairs whose test or training setting holds one class only are left out."""
     rows = []
     for train_name, (train_traces, train_labels) in sets.items():
+        if len(set(train_labels.tolist())) < 2:
+            continue
+        # The training setting's cross-fitted features serve every test setting: computed once.
+        x_train = crossfit_features(train_traces, static_k, seed=seed, groups=answer_groups(train_traces))
         for test_name, (test_traces, test_labels) in sets.items():
-            if train_name == test_name or len(set(train_labels.tolist())) < 2 or len(set(test_labels.tolist())) < 2:
+            if train_name == test_name or len(set(test_labels.tolist())) < 2:
                 continue
-            x_train = crossfit_features(train_traces, static_k, seed=seed, groups=answer_groups(train_traces))
             x_test = feature_matrices(test_traces, train_traces, static_k)
             scores = {g: fit_predict(x_train[g], train_labels, x_test[g]) for g in GROUPS}
             table = auroc_intervals(test_labels, scores, seed=seed, n_resamples=n_resamples)
