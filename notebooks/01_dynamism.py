@@ -44,6 +44,10 @@ n_setting_calibration = 8  # soft dynamism: calibration samples per setting (its
 copy_thresholds = [0.1, 0.3, 0.5]  # soft dynamism: copy / evidence mass thresholds
 soft_threshold = 0.3  # soft dynamism: the threshold the verdict reads
 trace_batch_size = 8  # soft dynamism: samples traced together
+device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
+dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
+backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
+ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse traces cached on disk for the same model and config
 
@@ -65,7 +69,7 @@ run_config = {"notebook": "01_dynamism", **config.__dict__}
 config
 
 # %%
-lm = dynheads_tl.load_model(config.model)
+lm = config.start()  # the model, and the backend that computes the units
 print(f"{config.model}: {lm.cfg.n_layers} layers x {lm.cfg.n_heads} heads = {lm.cfg.n_layers * lm.cfg.n_heads} heads")
 
 # %% [markdown]

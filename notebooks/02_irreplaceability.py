@@ -73,6 +73,10 @@ sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
 seed = 0  # seeds samples and the random baseline
 batch_size = 25  # generations decoded together: a grid cell's 50 runs in two batches; progressive samples' k values
+device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
+dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
+backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
+ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached calibration traces and ablation runs
 
@@ -93,7 +97,7 @@ run_config = {"notebook": "02_irreplaceability", **config.__dict__}
 config
 
 # %%
-lm = dynheads_tl.load_model(config.model)
+lm = config.start()  # the model, and the backend that computes the units
 
 # %% [markdown]
 # ## NIAH: calibration, grid and progressive masking

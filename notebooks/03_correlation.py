@@ -41,6 +41,10 @@ local_window = 32  # Eq. 2: most recent positions left out
 split_seed = 0  # seeds the by-sample splits and probe initialisation (the first of n_splits)
 lead_ks = [0, 1, 2, 3, 5, 10]  # lags k of the residualised CCA and of the probes k steps ahead
 n_splits = 5  # by-sample splits that every interval is taken over
+device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
+dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
+backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
+ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached traces
 
@@ -63,7 +67,7 @@ run_config = {"notebook": "03_correlation", **config.__dict__}
 config
 
 # %%
-lm = dynheads_tl.load_model(config.model)
+lm = config.start()  # the model, and the backend that computes the units
 niah_traces, hotpot_traces = predictability.gather_traces(lm, config)
 print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} steps), "
       f"{len(hotpot_traces)} HotpotQA traces ({sum(t.n_steps for t in hotpot_traces)} steps)")

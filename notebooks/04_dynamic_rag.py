@@ -46,6 +46,10 @@ n_hotpot_train = 20  # training questions per seed (multihop: claim 1's HotpotQA
 probe_hidden = [256]  # probe MLP hidden widths
 probe_epochs = 60  # probe training epochs
 seed = 0  # seeds evaluation questions and random heads
+device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
+dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
+backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
+ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached traces
 
@@ -75,7 +79,7 @@ config
 # right ones (Youden's J).
 
 # %%
-lm = dynheads_tl.load_model(config.model)
+lm = config.start()  # the model, and the backend that computes the units
 threshold, rind_table = rag_study.calibrate_rind(lm, config)
 if len(rind_table):
     figures.save_table(rind_table, "rind_calibration", out_dir, run_config)

@@ -47,6 +47,10 @@ static_k = 20  # static heads whose evidence mass is a feature (top by Eq. 1 rat
 n_folds = 5  # stratified folds over answers
 seed = 0  # seeds the samples, the folds and the bootstrap
 trace_batch_size = 8  # samples decoded together
+device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
+dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
+backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
+ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached traces
 
@@ -67,7 +71,7 @@ run_config = {"notebook": "05_error_signal", **config.__dict__}
 config
 
 # %%
-lm = dynheads_tl.load_model(config.model)
+lm = config.start()  # the model, and the backend that computes the units
 sets = error_signal.gather(lm, config)
 data = error_signal.data_table(sets)
 figures.save_table(data, "answers", out_dir, run_config)

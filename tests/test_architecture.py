@@ -15,7 +15,7 @@ PACKAGE = ROOT / "dynheads_tl"
 LAYERS = {
     "tasks": 0, "progress": 0,
     "engine": 1,
-    "store": 2, "config": 2, "analysis": 2,
+    "store": 2, "config": 2, "analysis": 2, "executors": 2,
     "protocols": 3,
     "corpus": 4,
     "claims": 5,

@@ -179,3 +179,27 @@ def test_one_pass_equals_the_two_pass_retained_pass_batched_and_alone(embedded_m
     assert len(seen_batched) == batched[1].masked.n_steps - 1  # row 0's selector never calls the probe
     with pytest.raises(ValueError, match="clean_pass=False"):
         two_pass_batch(embedded_model, [(samples[0], selectors[0])], config, clean_pass=False)
+
+
+def test_samples_decoded_together_give_what_each_gives_alone(embedded_model):
+    """Notebook 06 decodes several samples' conditions in one batch (:func:`kv_retention.samples_per_batch`): the
+    responses and accuracies are those of each sample run alone, and the log-probabilities agree to rounding."""
+    import numpy as np
+
+    config = kv_retention.RetentionConfig(haystack="filler", context_tokens=200, max_new_tokens=12, n_samples=2,
+                                          budgets=[0.25], strategies=["static", "predicted"], batch_size=8,
+                                          use_cache=False)
+    samples = kv_retention.evaluation_samples(embedded_model, config)
+    generator = torch.Generator().manual_seed(0)
+    static = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads, generator=generator)
+    weights = np.random.default_rng(0).normal(size=(embedded_model.cfg.d_model, static.numel()))
+    probe = lambda hidden: hidden.float().cpu().numpy() @ weights
+    assert kv_retention.samples_per_batch(embedded_model, config) == 2  # 4 one-pass conditions, 8 rows
+    together = kv_retention.retention_units(embedded_model, [(s, i) for i, s in enumerate(samples)], config, static, probe)
+    # The second sample: its rows sat behind the first one's in the batch, left-padded to the longer prompt.
+    [alone] = kv_retention.retention_units(embedded_model, [(samples[1], 1)], config, static, probe)
+    assert [(r["strategy"], r["budget"]) for r in alone] == [(r["strategy"], r["budget"]) for r in together[1]]
+    assert [r["response"] for r in alone] == [r["response"] for r in together[1]]
+    assert [r["accuracy"] for r in alone] == [r["accuracy"] for r in together[1]]
+    np.testing.assert_allclose([r["gold_logprob"] for r in alone], [r["gold_logprob"] for r in together[1]], atol=1e-4)
+    assert len(together[0]) == len(alone) == 4

@@ -22,7 +22,7 @@ def test_environment_yml_installs_through_pyproject():
     pip = next(d["pip"] for d in deps if isinstance(d, dict))
     torch_pin = next(d for d in pyproject()["project"]["dependencies"] if d.startswith("torch"))
     # Only torch (installed first, for the pin) and the package itself: nothing listed twice.
-    assert pip == [torch_pin, "-e .[dev]"]
+    assert pip == [torch_pin, "-e .[dev,ray]"]
 
 
 def test_torch_and_transformers_are_pinned():

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.config import Eq2Selection, NotebookConfig, check_int_list, check_ints, check_open_unit
+from dynheads_tl.config import RunSettings, Eq2Selection, NotebookConfig, check_int_list, check_ints, check_open_unit
 from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_traces
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import (
@@ -37,7 +37,7 @@ PAPER_TABLE1_LLAMA31_8B = {
 
 
 @dataclass
-class DynamismConfig(Eq2Selection, TraceSets, NotebookConfig):
+class DynamismConfig(Eq2Selection, TraceSets, RunSettings, NotebookConfig):
     """The claim 1 notebook's parameters, validated: the shared trace sets (:class:`~dynheads_tl.corpus.TraceSets`)
     plus claim 1's own. Field comments are in the notebook."""
 

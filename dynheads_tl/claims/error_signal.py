@@ -47,7 +47,7 @@ import torch
 
 from dynheads_tl.analysis.correlation import SetProbe
 from dynheads_tl.analysis.statistics import Interval, wilson_interval
-from dynheads_tl.config import NotebookConfig, check_choice, check_ints
+from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces, layout_traces
 from dynheads_tl.engine.tracing import Trace, TraceConfig
 from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
@@ -413,7 +413,7 @@ def verdict(table: pd.DataFrame, per_setting: pd.DataFrame | None = None) -> str
 
 # --- the notebook's pipeline ------------------------------------------------------------------------
 @dataclass
-class ErrorSignalConfig(TraceSettings, NotebookConfig):
+class ErrorSignalConfig(TraceSettings, RunSettings, NotebookConfig):
     """Notebook 05's parameters. NIAH settings are ``"haystack:context_tokens"`` strings; each is traced as
     notebook 01's soft-dynamism settings are (random depth and haystack offset, ``n_setting_calibration`` +
     ``n_setting`` samples, both pooled here), so a setting that notebook 01 ran is read from its cache.

@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from dynheads_tl.config import NotebookConfig, check_ints
+from dynheads_tl.config import DeviceSettings, NotebookConfig, check_ints
 from dynheads_tl.engine.equations import head_labels
 from dynheads_tl.engine.hooks import StepState, pattern_hook_name
 from dynheads_tl.tasks.common import Sample
@@ -33,7 +33,7 @@ def mark_needle(text: str) -> str:
 
 
 @dataclass
-class InspectConfig(NotebookConfig):
+class InspectConfig(DeviceSettings, NotebookConfig):
     """Notebook 00's parameters, validated. Field comments are in the notebook."""
 
     model: str = "smollm2-135m-instruct"
@@ -46,6 +46,7 @@ class InspectConfig(NotebookConfig):
     output_dir: str = "papers_figures"
 
     def __post_init__(self):
+        super().__post_init__()
         check_ints(self, ("context_tokens", "max_new_tokens", "n_view_heads"))
         check_ints(self, ("seed",), minimum=0)
         check_ints(self, ("step",), minimum=-1)

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from dynheads_tl.protocols.ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
-from dynheads_tl.config import (Eq2Selection, NotebookConfig, check_choice, check_fraction_list, check_int_list,
+from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, check_choice, check_fraction_list, check_int_list,
                                 check_ints)
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces, placebo_traces
 from dynheads_tl.engine.equations import Eq2Rule
@@ -47,7 +47,7 @@ GRID_MAX_OFFSET = 3000
 
 
 @dataclass
-class IrreplaceabilityConfig(Eq2Selection, TraceSettings, NotebookConfig):
+class IrreplaceabilityConfig(Eq2Selection, TraceSettings, RunSettings, NotebookConfig):
     """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
 
     model: str = DEFAULT_MODEL

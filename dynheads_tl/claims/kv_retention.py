@@ -14,11 +14,11 @@ import pandas as pd
 import torch
 
 from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
-from dynheads_tl.config import NotebookConfig, check_ints
+from dynheads_tl.config import RunSettings, NotebookConfig, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, layout_traces
 from dynheads_tl.engine.models import model_fingerprint, model_name
 from dynheads_tl.engine.tracing import TraceConfig
-from dynheads_tl.progress import progress
+from dynheads_tl.executors import current_executor
 from dynheads_tl.protocols.ablation import gold_token_ids, two_pass_batch
 from dynheads_tl.protocols.retention import (LLAMA_31_8B, STRATEGIES, fixed_scores, kv_heads_kept, memory_table,
                                              model_kv_shape, oracle_scores, predicted_scores, random_scores,
@@ -35,7 +35,7 @@ ANCHORS = {"DuoAttention": "NIAH intact with 25% (MHA) / 50% (GQA) of heads on f
 
 
 @dataclass
-class RetentionConfig(TraceSettings, NotebookConfig):
+class RetentionConfig(TraceSettings, RunSettings, NotebookConfig):
     """Notebook 06's parameters. The NIAH setting (``haystack``, ``context_tokens``) is traced as notebook 01's
     soft-dynamism settings are (``n_setting_calibration`` + ``n_setting`` answers, read from its cache), for the
     static scores and the probe; ``n_samples`` new answers of the same setting are evaluated. ``budgets``: shares
@@ -48,11 +48,11 @@ class RetentionConfig(TraceSettings, NotebookConfig):
     n_setting: int = 24
     n_setting_calibration: int = 8
     n_samples: int = 12
-    budgets: list[float] = field(default_factory=lambda: [0.02, 0.05, 0.1, 0.25, 0.5])
+    budgets: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5])
     strategies: list[str] = field(default_factory=lambda: ["static", "predicted", "oracle", "random"])
     granularities: list[str] = field(default_factory=lambda: ["query"])
     seed: int = 0
-    batch_size: int = 24
+    batch_size: int = 64
     output_dir: str = "papers_figures"
     use_cache: bool = True
 
@@ -127,40 +127,67 @@ def _selector(model, condition: dict, static, probe, sample_seed: int):
                               n_units=units)
 
 
-def run_sample(model, sample, index: int, config: RetentionConfig, static, probe) -> list[dict]:
-    """Every condition on one sample, free and teacher-forced, cached under the sample, the conditions, the
-    training data's spec and the model."""
+def _sample_key(model, sample, config: RetentionConfig) -> dict:
+    """A sample's cache key: the sample, the conditions, the training data's spec and the model."""
+    return {"kind": "kv_retention", "version": 3, "prompt": prompt_digest(sample), "conditions": conditions(model, config),
+            "trace": TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
+                                 local_window=config.local_window).key(),
+            "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
+                         "n": [config.n_setting_calibration, config.n_setting]},
+            "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+
+
+def _compute_samples(model, items: list[tuple], config: RetentionConfig, static, probe) -> list[list[dict]]:
+    """Every condition on each ``(sample, index)`` of ``items``, free and teacher-forced (no cache). The rows of
+    all the items are decoded together, at most ``config.batch_size`` per batch: the conditions that need no clean
+    pass apart from the oracle's, which needs one."""
     conds = conditions(model, config)
-    key = {"kind": "kv_retention", "version": 3, "prompt": prompt_digest(sample), "conditions": conds,
-           "trace": TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
-                                local_window=config.local_window).key(),
-           "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
-                        "n": [config.n_setting_calibration, config.n_setting]},
-           "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
-    cached = load_cached_json(key) if config.use_cache else None
-    if cached is not None:
-        return cached
     group = model.cfg.n_heads // model_kv_shape(model).n_kv_heads
     trace_config = TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
                                local_window=config.local_window)
-    gold = gold_token_ids(model.tokenizer, sample)
-    rows = []
+    gold = {index: gold_token_ids(model.tokenizer, sample) for sample, index in items}
+    rows: dict[int, list[dict]] = {index: [] for _, index in items}
     # Only the oracle reads the clean pass; every other condition runs one retained pass per step.
-    oracle = [c for c in conds if c["strategy"] == "oracle"]
-    others = [c for c in conds if c["strategy"] != "oracle"]
+    runs = [(sample, index, c) for sample, index in items for c in conds]
+    oracle = [run for run in runs if run[2]["strategy"] == "oracle"]
+    others = [run for run in runs if run[2]["strategy"] != "oracle"]
     chunks = [(part[i: i + config.batch_size], part is oracle) for part in (others, oracle)
               for i in range(0, len(part), config.batch_size)]
     for chunk, needs_clean in chunks:
-        jobs = [(sample, _selector(model, c, static, probe, config.seed * 1_000_003 + index)) for c in chunk]
+        jobs = [(sample, _selector(model, c, static, probe, config.seed * 1_000_003 + index))
+                for sample, index, c in chunk]
         protocol = dict(keep_cache="masked", intervention="retain", clean_pass=needs_clean)
         free = two_pass_batch(model, jobs, trace_config, **protocol)
-        forced = two_pass_batch(model, jobs, trace_config, gold=[gold] * len(jobs), **protocol)
-        for c, f, t in zip(chunk, free, forced):
+        forced = two_pass_batch(model, jobs, trace_config, gold=[gold[index] for _, index, _ in chunk], **protocol)
+        for (sample, index, c), f, t in zip(chunk, free, forced):
             kept = f.masked_heads.flatten(1).sum(1).float()
-            rows.append({**c, "sample": index, "accuracy": niah_accuracy(f.response, sample.answers[0]),
-                         "response": f.response, "gold_logprob": float(t.masked_logprob.mean()),
-                         "heads_kept": float(kept.mean()) if len(kept) else float("nan"),
-                         "kv_heads_kept": float(kv_heads_kept(f.masked_heads, group).float().mean())})
+            rows[index].append({**c, "sample": index, "accuracy": niah_accuracy(f.response, sample.answers[0]),
+                                "response": f.response, "gold_logprob": float(t.masked_logprob.mean()),
+                                "heads_kept": float(kept.mean()) if len(kept) else float("nan"),
+                                "kv_heads_kept": float(kv_heads_kept(f.masked_heads, group).float().mean())})
+    return [rows[index] for _, index in items]  # per sample: the one-pass conditions in order, then the oracle's
+
+
+def retention_units(model, items: list, config: RetentionConfig, static, probe) -> list[list[dict]]:
+    """One batch of retention units (the executors' ``compute``): each ``(sample, index)``'s rows, every
+    condition of every item decoded together (:func:`_compute_samples`)."""
+    return _compute_samples(model, list(items), config, static, probe)
+
+
+def samples_per_batch(model, config: RetentionConfig) -> int:
+    """How many samples share a decoding batch: as many as fit their one-pass conditions in ``batch_size`` rows
+    (at least one). The weights are read once per forward whatever the rows, so fuller batches cost less per row."""
+    one_pass = sum(c["strategy"] != "oracle" for c in conditions(model, config))
+    return max(1, config.batch_size // max(one_pass, 1))
+
+
+def run_sample(model, sample, index: int, config: RetentionConfig, static, probe) -> list[dict]:
+    """Every condition on one sample, free and teacher-forced, cached under :func:`_sample_key`."""
+    key = _sample_key(model, sample, config)
+    cached = load_cached_json(key) if config.use_cache else None
+    if cached is not None:
+        return cached
+    [rows] = _compute_samples(model, [(sample, index)], config, static, probe)
     return save_cached_json(key, rows) if config.use_cache else rows
 
 
@@ -171,12 +198,21 @@ def evaluation_samples(model, config: RetentionConfig):
 
 
 def run(model, config: RetentionConfig) -> pd.DataFrame:
+    """Every sample's rows: cached samples read back, the missing ones (one unit each: every condition of the
+    sample, batched) computed by the current executor and cached as they come back."""
     static, probe = training(model, config)
     samples = evaluation_samples(model, config)
-    rows = []
-    for index, sample in enumerate(progress(samples, desc="KV retention (every condition per sample)")):
-        rows += run_sample(model, sample, index, config, static, probe)
-    return pd.DataFrame(rows)
+    keys = [_sample_key(model, sample, config) for sample in samples]
+    per_sample = [load_cached_json(key) if config.use_cache else None for key in keys]
+    missing = [i for i, rows in enumerate(per_sample) if rows is None]
+    size = samples_per_batch(model, config)
+    chunks = [missing[start: start + size] for start in range(0, len(missing), size)]
+    batches = [[(samples[i], i) for i in chunk] for chunk in chunks]
+    for number, results in current_executor().map(model, retention_units, batches, args=(config, static, probe),
+                                                   desc="KV retention (every condition per sample)"):
+        for index, rows in zip(chunks[number], results):
+            per_sample[index] = save_cached_json(keys[index], rows) if config.use_cache else rows
+    return pd.DataFrame([row for rows in per_sample for row in rows])
 
 
 def summary(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dynheads_tl.config import NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
+from dynheads_tl.config import RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
 from dynheads_tl.analysis.correlation import (LEAD_KS, ProbeConfig, cca_curve, lead_differences, lead_probe_table,
                                               residualised_cca)
 from dynheads_tl.analysis.statistics import t_interval
@@ -20,7 +20,7 @@ PAPER_TABLE3_LLAMA31_8B = {"r2": 0.8120}
 
 
 @dataclass
-class PredictabilityConfig(TraceSets, ProbeSettings, NotebookConfig):
+class PredictabilityConfig(TraceSets, ProbeSettings, RunSettings, NotebookConfig):
     """The claim 3 notebook's parameters: claim 1's trace sets (its cached traces are read), the probe
     settings, and claim 3's own."""
 

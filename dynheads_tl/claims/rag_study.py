@@ -14,11 +14,10 @@ import pandas as pd
 import torch
 
 from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, holm_adjust, wilson_interval
-from dynheads_tl.config import NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
+from dynheads_tl.config import RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
-from dynheads_tl.progress import progress
-from dynheads_tl.protocols.rag import STRATEGIES, HeadSelector, RagConfig, calibrate_rind_threshold, rag_generate
+from dynheads_tl.protocols.rag import STRATEGIES, RagConfig, calibrate_rind_threshold, run_units
 from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS, HotpotSetting
 from dynheads_tl.tasks.metrics import token_f1
 from dynheads_tl.tasks.common import Sample
@@ -165,7 +164,7 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
 
 # --- the notebook's pipeline ------------------------------------------------------------------------
 @dataclass
-class RagStudyConfig(RagConfig, ProbeSettings, NotebookConfig):
+class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
     """The case-study notebook's parameters: the RAG protocol's knobs (:class:`~dynheads_tl.protocols.rag.RagConfig`),
     the probe settings, and the study's own. ``rind_threshold=None`` (default) calibrates RIND's threshold on the
     setting's calibration questions (:func:`calibrate_rind`)."""
@@ -320,13 +319,13 @@ def calibrate_rind(model, config: RagStudyConfig) -> tuple[float, pd.DataFrame]:
         return float(config.rind_threshold), pd.DataFrame()
     samples = split_samples(model, config, "rind")
     probe_config = config.rag_config(rind_threshold=float("inf"))  # never fires; every sentence's value is recorded
-    selector = HeadSelector("none", model, probe_config)
+    results = run_units(model, [("none", index, sample) for index, sample in enumerate(samples)], probe_config,
+                        desc="RIND calibration (no retrieval)")
     rows = []
-    for index, sample in enumerate(progress(samples, desc="RIND calibration (no retrieval)")):
-        result = rag_generate(model, sample, selector, probe_config, sample_seed=index)
-        f1 = token_f1(result.response, sample.answers[0])
-        rows.append({"sample": index, "rind_max": max(result.rind_values, default=0.0), "f1": f1, "wrong": f1 < 0.5,
-                     "response": result.response, "gold": sample.answers[0]})
+    for index, (sample, result) in enumerate(zip(samples, results)):
+        f1 = token_f1(result["response"], sample.answers[0])
+        rows.append({"sample": index, "rind_max": max(result["rind_values"], default=0.0), "f1": f1, "wrong": f1 < 0.5,
+                     "response": result["response"], "gold": sample.answers[0]})
     table = pd.DataFrame(rows)
     threshold = calibrate_rind_threshold(table["rind_max"].tolist(), table["wrong"].tolist())
     table.attrs["threshold"] = threshold

@@ -51,7 +51,7 @@ PAPER_MODELS: dict[str, str] = {
     "phi-4-mini-instruct": "microsoft/Phi-4-mini-instruct",
 }
 
-DTypeName = Literal["float32", "bfloat16", "float16"]
+DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 _CONVERSION_VERSION = "1"
 
 
@@ -292,13 +292,28 @@ def resolve_model_source(name_or_path: str) -> str:
     return key
 
 
-def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: "str | torch.device | None") -> torch.device:
+    """``"auto"`` (or None): CUDA when a GPU is present, else the CPU; anything else as torch reads it."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}.") from error
+
+
+def _resolve_dtype(dtype: "torch.dtype | str", device: torch.device | None = None) -> torch.dtype:
+    """``"auto"``: bfloat16 on a GPU, float32 elsewhere (CPU matmuls in bf16 are slow and change the numbers)."""
     if isinstance(dtype, torch.dtype):
         return dtype
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype not in table:
-        raise ValueError(f"dtype must be one of {sorted(table)} or a torch.dtype, got {dtype!r}.")
-    return table[dtype]
+    if dtype == "auto":
+        return torch.bfloat16 if device is not None and device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be 'auto', one of {sorted(DTYPES)} or a torch.dtype, got {dtype!r}.")
+    return DTYPES[dtype]
 
 
 def _eager_twin(fast_model: torch.nn.Module) -> torch.nn.Module:
@@ -327,8 +342,8 @@ def _eager_twin(fast_model: torch.nn.Module) -> torch.nn.Module:
 def load_model(
     name_or_path: str = DEFAULT_MODEL,
     *,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | DTypeName = torch.float32,
+    device: str | torch.device | None = "auto",
+    dtype: torch.dtype | DTypeName = "auto",
 ):
     """Load a model as a TransformerLens ``TransformerBridge`` with a fast prefill twin.
 
@@ -338,13 +353,18 @@ def load_model(
     The bridge wraps an eager-attention transformers model; a second transformers object with SDPA
     attention shares every weight tensor with it and is reachable through :func:`fast_twin`. The
     bridge is *not* put in compatibility mode (see the module docstring).
+
+    ``device="auto"``: CUDA when a GPU is present, else the CPU. ``dtype="auto"``: bfloat16 on a GPU, float32
+    on the CPU. The fast twin prefills with PyTorch's SDPA, which on a GPU dispatches to its flash or
+    memory-efficient kernels (each prompt is prefilled alone and unpadded, with no explicit mask), so a long
+    prefill never builds a [head, T, T] matrix.
     """
     from transformer_lens.model_bridge import TransformerBridge
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_model_source(name_or_path)
-    torch_dtype = _resolve_dtype(dtype)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = resolve_device(device)
+    torch_dtype = _resolve_dtype(dtype, device)
     if device.type == "cpu":
         tune_cpu_allocator()
     fast = AutoModelForCausalLM.from_pretrained(

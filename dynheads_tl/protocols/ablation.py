@@ -52,7 +52,6 @@ sets were identical in every test and benchmark (see :class:`dynheads_tl.engine.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Literal
 
@@ -63,7 +62,7 @@ from torch import Tensor
 
 from dynheads_tl.engine.equations import Eq2Rule, eq1_mask, eq2_chance, head_label, head_names
 from dynheads_tl.engine.hooks import AblationMode, HookList, StepState, ablate_heads, retain_heads
-from dynheads_tl.progress import progress
+from dynheads_tl.executors import current_executor
 from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, new_buffers
 from dynheads_tl.tasks.common import Sample, prompt_digest
 from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
@@ -701,24 +700,38 @@ def count_missing(model, jobs: list[Job], setup: AblationSetup, config: TraceCon
     return sum(key is None or not result_path(key).exists() for key in _job_keys(model, jobs, setup, config, cache_key))
 
 
+def ablation_units(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig) -> list[dict]:
+    """One batch of ablation units (the executors' ``compute``): ``jobs`` run as one batch, each summarised as
+    :func:`cached_runs` caches it."""
+    return [_summarise(result, setup) for result in run_jobs(model, jobs, setup, config)]
+
+
 def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *, batch_size: int = 8,
-                cache_key: dict | None = None) -> list[tuple[dict, Tensor]]:
+                cache_key: dict | None = None, groups: list | None = None,
+                desc: str = "ablation runs") -> list[tuple[dict, Tensor]]:
     """Each job -> (scores row, per-head counts of newly active heads). Jobs already in the cache are
-    read from it; the others run in batches of at most ``batch_size`` (generated and teacher-forced jobs
-    apart) and are cached one by one. A teacher-forced job's row is :func:`teacher_forced_scores`."""
+    read from it; the others go to the current executor (:mod:`dynheads_tl.executors`) in batches of at most
+    ``batch_size`` and are cached one by one as their batch comes back. ``groups`` (one label per job) keeps
+    jobs of different groups (grid cells, say) in different batches; within a group, generated and
+    teacher-forced jobs run apart. A teacher-forced job's row is :func:`teacher_forced_scores`."""
     from dynheads_tl.store import load_cached_json, save_cached_json
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    groups = [None] * len(jobs) if groups is None else list(groups)
+    if len(groups) != len(jobs):
+        raise ValueError(f"{len(groups)} group labels for {len(jobs)} jobs.")
     keys = _job_keys(model, jobs, setup, config, cache_key)
     outputs = [None if key is None else load_cached_json(key) for key in keys]
     missing = [i for i, out in enumerate(outputs) if out is None]
-    chunks = [chunk[start: start + batch_size]
-              for chunk in ([i for i in missing if not jobs[i].teacher_forced], [i for i in missing if jobs[i].teacher_forced])
-              for start in range(0, len(chunk), batch_size)]
-    for chunk in chunks:
-        for i, result in zip(chunk, run_jobs(model, [jobs[i] for i in chunk], setup, config)):
-            summary = _summarise(result, setup)
+    chunks = []
+    for group in dict.fromkeys(groups[i] for i in missing):
+        members = [i for i in missing if groups[i] == group]
+        for part in ([i for i in members if not jobs[i].teacher_forced], [i for i in members if jobs[i].teacher_forced]):
+            chunks += [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
+    batches = [[jobs[i] for i in chunk] for chunk in chunks]
+    for number, summaries in current_executor().map(model, ablation_units, batches, args=(setup, config), desc=desc):
+        for i, summary in zip(chunks[number], summaries):
             outputs[i] = summary if keys[i] is None else save_cached_json(keys[i], summary)
     return [(out["row"], torch.tensor(out["new_heads"])) for out in outputs]
 
@@ -740,17 +753,19 @@ def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetu
     for members in groups.values():
         jobs = [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions]
         group_jobs.append((members, jobs + ([replace(job, teacher_forced=True) for job in jobs] if teacher_forced else [])))
-    # Cells read back from the cache first; progress is shown only for the cells that run.
-    todo = [count_missing(model, jobs, setup, config, cache_key=cache_key) > 0 for _, jobs in group_jobs]
-    ready = [group for group, run in zip(group_jobs, todo) if not run]
-    running = [group for group, run in zip(group_jobs, todo) if run]
-    for members, jobs in itertools.chain(ready, progress(running, desc=f"{desc}: grid cells")):
-        outputs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key)
+    # Every missing run of every cell goes to the executor at once (batched per cell), then rows are assembled.
+    jobs = [job for _, cell_jobs in group_jobs for job in cell_jobs]
+    labels = [number for number, (_, cell_jobs) in enumerate(group_jobs) for _ in cell_jobs]
+    outputs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key, groups=labels,
+                          desc=f"{desc}: grid runs")
+    start = 0
+    for members, cell_jobs in group_jobs:
+        cell_outputs, start = outputs[start: start + len(cell_jobs)], start + len(cell_jobs)
         n_runs = len(members) * len(conditions)
         where = [i * len(conditions) + c for i in members for c in range(len(conditions))]
-        for position, (slot, job) in enumerate(zip(where, jobs)):
-            forced = outputs[n_runs + position][0] if teacher_forced else {}
-            rows[slot] = {**cells[slot // len(conditions)][0], "condition": job.condition, **outputs[position][0],
+        for position, (slot, job) in enumerate(zip(where, cell_jobs)):
+            forced = cell_outputs[n_runs + position][0] if teacher_forced else {}
+            rows[slot] = {**cells[slot // len(conditions)][0], "condition": job.condition, **cell_outputs[position][0],
                           **forced}
     return pd.DataFrame(rows)
 
@@ -769,15 +784,16 @@ def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, c
                    for index, sample in enumerate(samples)]
     todo = [i for i, jobs in enumerate(sample_jobs) if count_missing(model, jobs, setup, config, cache_key=cache_key)]
     per_group = max(1, batch_size // (len(ks) + 1))
-    groups = [[i] for i in range(len(samples)) if i not in todo] + [todo[start: start + per_group]
-                                                                     for start in range(0, len(todo), per_group)]
-    results = {}
-    ready = [group for group in groups if group[0] not in todo]
-    for group in itertools.chain(ready, progress([g for g in groups if g[0] in todo], desc=f"{desc}: sample groups")):
-        outputs = cached_runs(model, [job for index in group for job in sample_jobs[index]], setup, config,
-                              batch_size=batch_size, cache_key=cache_key)
-        for position, index in enumerate(group):
-            results[index] = outputs[position * (len(ks) + 1): (position + 1) * (len(ks) + 1)]
+    # Samples with missing runs share batches, per_group samples at a time; every sample's runs go to the executor
+    # at once.
+    group_of = {index: ("ready", index) for index in range(len(samples))}
+    for start in range(0, len(todo), per_group):
+        group_of.update({index: ("todo", start) for index in todo[start: start + per_group]})
+    jobs = [job for index in range(len(samples)) for job in sample_jobs[index]]
+    labels = [group_of[index] for index in range(len(samples)) for _ in sample_jobs[index]]
+    outputs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key, groups=labels,
+                          desc=f"{desc}: runs")
+    results = {index: outputs[index * (len(ks) + 1): (index + 1) * (len(ks) + 1)] for index in range(len(samples))}
     for index in range(len(samples)):
         (reference, _), *runs = results[index]
         for k, (row, counts) in zip(ks, runs):

@@ -54,7 +54,7 @@ from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.equations import eligible_positions, eq2_share, evidence_positions
 from dynheads_tl.engine.hooks import HookList, StepState, pattern_hook_name, restrict_attention
 from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, eos_token_ids
-from dynheads_tl.progress import progress
+from dynheads_tl.executors import current_executor
 from dynheads_tl.tasks.common import Sample
 from dynheads_tl.tasks.metrics import exact_match, token_f1
 
@@ -410,18 +410,45 @@ def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfi
                      policy.opened, policy.heads_used, evidence_recall, trace, policy.rind_values)
 
 
+def rag_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, static_scores: Tensor | None = None,
+              probe=None) -> list[dict]:
+    """One batch of RAG units (the executors' ``compute``): each ``(strategy, sample index, sample)`` answered
+    under the protocol, with a fresh selector seeded by the index (as :meth:`HeadSelector.new_sample` does for a
+    reused one). Returns what the tables read from each :class:`RagResult` (not its trace)."""
+    out = []
+    for strategy, index, sample in units:
+        selector = HeadSelector(strategy, model, config, static_scores=static_scores, probe=probe)
+        result = rag_generate(model, sample, selector, config, sample_seed=index)
+        out.append({"response": result.response, "retrievals": result.retrievals,
+                    "visible_context_tokens": result.visible_context_tokens,
+                    "evidence_recall": result.evidence_recall, "rind_values": list(result.rind_values)})
+    return out
+
+
+def run_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, *, static_scores: Tensor | None = None,
+              probe=None, desc: str = "RAG answers") -> list[dict]:
+    """:func:`rag_units` for every unit, one answer per batch, through the current executor; results in order."""
+    results: list[dict | None] = [None] * len(units)
+    for number, (result,) in current_executor().map(model, rag_units, [[unit] for unit in units],
+                                                     args=(config, static_scores, probe), desc=desc):
+        results[number] = result
+    return results
+
+
 def run_strategies(model, samples: list[Sample], strategies: list[str], config: RagConfig, *,
                    static_scores: Tensor | None = None, probe=None) -> pd.DataFrame:
     """Every strategy on every sample; one row per (sample, strategy)."""
+    for strategy in strategies:  # checks each strategy's inputs before any answer runs
+        HeadSelector(strategy, model, config, static_scores=static_scores, probe=probe)
+    units = [(strategy, index, sample) for strategy in strategies for index, sample in enumerate(samples)]
+    results = run_units(model, units, config, static_scores=static_scores, probe=probe,
+                        desc=f"RAG ({len(strategies)} strategies x {len(samples)} questions)")
     rows = []
-    for strategy in strategies:
-        selector = HeadSelector(strategy, model, config, static_scores=static_scores, probe=probe)
-        for index, sample in enumerate(progress(samples, desc=f"RAG {strategy}")):
-            result = rag_generate(model, sample, selector, config, sample_seed=index)
-            gold = sample.answers[0]
-            rows.append({"sample": index, "strategy": strategy, "em": exact_match(result.response, gold),
-                         "f1": token_f1(result.response, gold), "retrievals": result.retrievals,
-                         "visible_context_tokens": result.visible_context_tokens,
-                         "context_tokens": sample.context_span[1] - sample.context_span[0],
-                         "evidence_recall": result.evidence_recall, "response": result.response, "gold": gold})
+    for (strategy, index, sample), result in zip(units, results):
+        gold = sample.answers[0]
+        rows.append({"sample": index, "strategy": strategy, "em": exact_match(result["response"], gold),
+                     "f1": token_f1(result["response"], gold), "retrievals": result["retrievals"],
+                     "visible_context_tokens": result["visible_context_tokens"],
+                     "context_tokens": sample.context_span[1] - sample.context_span[0],
+                     "evidence_recall": result["evidence_recall"], "response": result["response"], "gold": gold})
     return pd.DataFrame(rows)

@@ -60,6 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     p_report.add_argument("--output-dir", default=None,
                           help="where outputs go (default: papers_figures/ for the default preset as it is, "
                                "else runs/<preset>/, both relative to the working directory)")
+    p_report.add_argument("--device", default=None,
+                          help="where every notebook's model runs: auto (CUDA when a GPU is present, else the CPU), "
+                               "cpu, cuda or cuda:N (default: each notebook's own, auto)")
+    p_report.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                          help="the model's dtype: auto is bfloat16 on a GPU and float32 on the CPU (default: auto)")
+    p_report.add_argument("--backend", default=None, choices=["local", "ray"],
+                          help="who computes the units (traces, ablation runs, RAG answers, retention samples): "
+                               "local, in the notebook's process, or ray, one actor per GPU or CPU slot of a Ray "
+                               "cluster (needs the extra: pip install -e \".[ray]\"); default: local")
+    p_report.add_argument("--address", default=None,
+                          help="with --backend ray: the cluster's address (ray start --head prints it; 'auto' finds "
+                               "the cluster this machine belongs to); without it a local cluster of this machine")
     p_report.add_argument("-p", "--param", action="append", type=_parse_override, default=[],
                           help="notebook parameter override, name=value with a Python literal value "
                                "(repeatable; -p output_dir=DIR means --output-dir DIR)")
@@ -67,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install-model":
         install_model(args.name, rebuild=args.rebuild)
         return 0
+    overrides = dict(args.param)
+    for name, value in (("device", args.device), ("dtype", args.dtype), ("backend", args.backend),
+                        ("ray_address", args.address)):
+        if value is not None:
+            overrides[name] = value
+    if args.address and args.backend != "ray":
+        parser.error("--address needs --backend ray")
     try:
-        run_report(preset=args.preset, model=args.model, only=args.only, overrides=dict(args.param),
+        run_report(preset=args.preset, model=args.model, only=args.only, overrides=overrides,
                    output_dir=args.output_dir)
     except KeyboardInterrupt:
         print("\nInterrupted. Finished traces and ablation runs are cached; run the same command again to resume "

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 COMMITTED_REPORT = Path("papers_figures")  # the default preset's output, relative to the working directory
 RUNS_DIR = Path("runs")  # every other run: runs/<preset>/ (git-ignored)
+# Parameters that choose who computes, not what: a run that sets only these is still the preset's own run.
+EXECUTION_ONLY = {"backend", "ray_address"}
 
 # Each notebook's config class: the runner builds it from the parameters to check every value before
 # any notebook starts, and the notebook builds the same class in its first cell.
@@ -195,6 +197,12 @@ def check_notebook(notebook: Path, parameters: dict[str, Any], declared: dict[st
         raise type(error)(f"{notebook.stem}: {error}") from error
 
 
+def output_dir_for(preset: str, model: str | None, overrides: dict[str, Any]) -> Path:
+    """Where a run goes when no ``output_dir`` is given: :func:`default_output_dir`, customised by a model or any
+    override except those that only choose who computes (:data:`EXECUTION_ONLY`: the results are the same)."""
+    return default_output_dir(preset, customised=bool(model or set(overrides) - EXECUTION_ONLY))
+
+
 def default_output_dir(preset: str, customised: bool) -> Path:
     """``papers_figures`` for the default preset as it is; ``runs/<preset>`` for anything else."""
     return COMMITTED_REPORT if preset == "default" and not customised else RUNS_DIR / preset
@@ -268,7 +276,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
         output_dir = str(asked)
     cwd = Path(cwd or os.getcwd()).resolve()
     if output_dir is None:
-        output_dir = default_output_dir(preset, customised=bool(model or overrides))
+        output_dir = output_dir_for(preset, model, overrides)
     output_dir = Path(output_dir)
     output_dir = output_dir if output_dir.is_absolute() else cwd / output_dir
     shown_output = _shown_path(output_dir, cwd)

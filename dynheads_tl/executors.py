@@ -1,0 +1,303 @@
+"""Work as units: a claim plans its units, an executor computes the missing ones, the claim assembles its
+tables from what comes back (and from the cache).
+
+A *unit* is one traced sample, one ablation job (sample, condition, k), one retention sample, ... Each has the
+cache key it always had; the claim reads the finished ones from the cache and hands the missing ones to the
+current executor, grouped into *batches* exactly as the local code batches them (so a batch decodes the same rows
+on every backend, and results agree whatever runs them). The executor calls ``compute(model, payloads, *args)``
+for each batch and yields ``(batch index, results)`` as batches finish; the claim writes each result atomically
+into the cache as it arrives, so an interrupted run resumes at the first missing unit on any backend.
+
+Two executors:
+
+- :class:`LocalExecutor` (the default): the batches in order, in this process, on the model the notebook
+  loaded. Exactly today's computation.
+- :class:`RayExecutor`: one Ray actor per GPU of the cluster (or per CPU slot on a cluster without GPUs), each
+  holding its own copy of the model, loaded by name with the run's ``device`` and ``dtype``. Batches go to idle
+  actors; results come back to the driver, which writes them. A batch lost with a failed or killed worker is
+  put back in the queue and the worker replaced (at most ``max_retries`` times per batch). Each actor's model
+  must have the driver's :func:`~dynheads_tl.engine.models.model_fingerprint` (the cache keys hold it), which
+  is checked when the actor starts.
+
+``compute`` and its ``args`` travel to the workers by pickling: ``compute`` must be a module-level function
+of an installed package (every worker imports ``dynheads_tl``), ``args`` plain data, samples or tensors.
+
+The notebooks choose the executor with their ``backend`` parameter (:func:`use_backend`); everything below
+the notebook asks for :func:`current_executor`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from typing import Any, Callable, Iterator, Sequence
+
+from dynheads_tl.progress import progress
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("local", "ray")
+RAY_INSTALL = 'pip install -e ".[ray]"'
+
+Compute = Callable[..., list]
+
+
+def _units_desc(desc: str, batches: Sequence[Sequence[Any]]) -> str:
+    units = sum(len(batch) for batch in batches)
+    return desc if units == len(batches) else f"{desc} ({units} units in {len(batches)} batches)"
+
+
+class LocalExecutor:
+    """Every batch in order, in this process, on the notebook's model (the default backend)."""
+
+    name = "local"
+
+    def map(self, model, compute: Compute, batches: Sequence[Sequence[Any]], *, args: tuple = (),
+            desc: str = "units") -> Iterator[tuple[int, list]]:
+        """Yield ``(i, compute(model, batches[i], *args))`` for every batch, in order, with progress."""
+        for index in progress(range(len(batches)), desc=_units_desc(desc, batches)):
+            results = compute(model, list(batches[index]), *args)
+            _check_length(results, batches[index], compute)
+            yield index, results
+
+    def close(self) -> None:
+        return None
+
+
+def _check_length(results: list, batch: Sequence[Any], compute: Compute) -> None:
+    if len(results) != len(batch):
+        raise RuntimeError(f"{getattr(compute, '__name__', compute)} returned {len(results)} results for a batch of "
+                           f"{len(batch)} units.")
+
+
+def require_ray():
+    """The ``ray`` module, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as error:
+        raise ImportError(f"backend='ray' needs Ray, which is an optional extra: {RAY_INSTALL} "
+                          "(or `pip install ray`).") from error
+    return ray
+
+
+class _Worker:
+    """A Ray actor's state: its own model, loaded once (wrapped by ``ray.remote`` in :class:`RayExecutor`)."""
+
+    def __init__(self, load: Callable[[], Any], threads: int | None):
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.model = load()
+
+    def fingerprint(self) -> str:
+        from dynheads_tl.engine.models import model_fingerprint
+
+        return model_fingerprint(self.model)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, compute: Compute, batch: list, args: tuple) -> list:
+        return compute(self.model, batch, *args)
+
+
+class ModelLoader:
+    """A picklable recipe for the actors' model: :func:`~dynheads_tl.engine.models.load_model` by name, with the
+    run's device and dtype (``"auto"``: CUDA with bf16 where the actor has a GPU, CPU with fp32 otherwise)."""
+
+    def __init__(self, name: str, device: str = "auto", dtype: str = "auto"):
+        self.name, self.device, self.dtype = name, device, dtype
+
+    def __call__(self):
+        from dynheads_tl.engine.models import load_model
+
+        return load_model(self.name, device=self.device, dtype=self.dtype)
+
+    def __repr__(self) -> str:
+        return f"ModelLoader({self.name!r}, device={self.device!r}, dtype={self.dtype!r})"
+
+
+class RayExecutor:
+    """Batches on a Ray cluster: one actor per GPU (or per ``cpus_per_actor`` CPUs where the cluster has no GPU).
+
+    ``address``: an existing cluster (``ray start --head`` printed it; ``"auto"`` finds one on this machine);
+    empty: a local cluster of this machine's CPUs (``num_cpus``, default all). ``load``: how an actor builds its
+    model (a :class:`ModelLoader`). ``actors`` caps how many start (default: as many as the resources allow).
+    ``expected_fingerprint``: the driver's model fingerprint, which every actor's model must match.
+    """
+
+    name = "ray"
+
+    def __init__(self, load: Callable[[], Any], *, address: str = "", num_cpus: int | None = None,
+                 actors: int | None = None, cpus_per_actor: int = 1, max_retries: int = 3,
+                 expected_fingerprint: str | None = None):
+        if actors is not None and (not isinstance(actors, int) or actors < 1):
+            raise ValueError(f"actors must be a positive integer, got {actors!r}.")
+        if not isinstance(cpus_per_actor, int) or cpus_per_actor < 1:
+            raise ValueError(f"cpus_per_actor must be a positive integer, got {cpus_per_actor!r}.")
+        self.ray = require_ray()
+        self.load, self.address, self.num_cpus = load, address, num_cpus
+        self.max_actors, self.cpus_per_actor, self.max_retries = actors, cpus_per_actor, max_retries
+        self.expected_fingerprint = expected_fingerprint
+        self.actors: list = []
+        self.retried = 0  # batches put back in the queue after their worker died
+        self.in_flight: dict[int, tuple[int, float]] = {}  # actor slot -> (batch, when it was sent), during map
+        self._started_ray = False
+
+    # -- the cluster ------------------------------------------------------------------------------------
+    def _connect(self) -> None:
+        ray = self.ray
+        if ray.is_initialized():
+            return
+        kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        # Ray's start-up notices (token authentication, "Started a local Ray instance") would land in every
+        # executed notebook; its errors still show.
+        ray_log = logging.getLogger("ray")
+        level = ray_log.level
+        ray_log.setLevel(logging.ERROR)
+        try:
+            if self.address:
+                ray.init(address=self.address, **kwargs)
+            else:
+                ray.init(num_cpus=self.num_cpus or os.cpu_count() or 1, **kwargs)
+                self._started_ray = True
+        finally:
+            ray_log.setLevel(level)
+
+    def _plan(self) -> tuple[int, dict[str, Any]]:
+        """How many actors, and each one's resources: a GPU each where the cluster has GPUs, else CPU slots."""
+        resources = self.ray.cluster_resources()
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        if gpus:
+            count, options = gpus, {"num_gpus": 1, "num_cpus": 1}
+        else:
+            count, options = max(1, cpus // self.cpus_per_actor), {"num_cpus": self.cpus_per_actor}
+        return min(count, self.max_actors or count), options
+
+    def _new_actor(self):
+        _, options = self._plan()
+        threads = None if "num_gpus" in options else self.cpus_per_actor
+        actor = self.ray.remote(max_restarts=0, max_concurrency=1, **options)(_Worker).remote(self.load, threads)
+        return actor
+
+    def _start(self) -> None:
+        if self.actors:
+            return
+        self._connect()
+        count, _ = self._plan()
+        started = time.time()
+        self.actors = [self._new_actor() for _ in range(count)]
+        prints = self.ray.get([actor.fingerprint.remote() for actor in self.actors])
+        self._check_fingerprints(prints)
+        logger.info("Ray: %d actor(s) loaded the model in %.0f s", count, time.time() - started)
+
+    def _check_fingerprints(self, prints: list[str]) -> None:
+        wrong = [p for p in prints if self.expected_fingerprint is not None and p != self.expected_fingerprint]
+        if wrong:
+            raise RuntimeError(
+                f"A Ray worker's model ({self.load!r}) is not the driver's model: fingerprint {wrong[0]} against "
+                f"{self.expected_fingerprint}. The cache keys hold the driver's fingerprint, so the workers must load "
+                "the same weights with the same dtype; give the driver and the workers the same model, device class "
+                "and dtype (a driver on CPU in float32 and workers on GPU in bfloat16 differ).")
+
+    # -- the work ---------------------------------------------------------------------------------------
+    def map(self, model, compute: Compute, batches: Sequence[Sequence[Any]], *, args: tuple = (),
+            desc: str = "units") -> Iterator[tuple[int, list]]:
+        """Yield ``(i, results of batch i)`` as batches finish, in any order; ``model`` (the driver's) is not
+        used for computing. A batch whose worker dies is queued again on a fresh worker."""
+        if not batches:
+            return
+        self._start()
+        ray = self.ray
+        queue = deque(range(len(batches)))
+        attempts = [0] * len(batches)
+        running: dict[Any, tuple[int, int]] = {}  # future -> (batch, actor slot)
+        idle = deque(range(len(self.actors)))
+        arg_ref = ray.put(args)
+
+        def finished() -> Iterator[tuple[int, list]]:
+            while queue or running:
+                while queue and idle:
+                    index, slot = queue.popleft(), idle.popleft()
+                    future = self.actors[slot].run.remote(compute, list(batches[index]), arg_ref)
+                    running[future] = (index, slot)
+                    self.in_flight[slot] = (index, time.time())
+                [done], _ = ray.wait(list(running), num_returns=1)
+                index, slot = running.pop(done)
+                self.in_flight.pop(slot, None)
+                try:
+                    results = ray.get(done)
+                except ray.exceptions.RayActorError as error:
+                    attempts[index] += 1
+                    if attempts[index] > self.max_retries:
+                        raise RuntimeError(f"Batch {index} lost its worker {attempts[index]} times; giving up.") from error
+                    self.retried += 1
+                    logger.warning("A Ray worker died (%s); batch %d goes back in the queue on a new worker.",
+                                   type(error).__name__, index)
+                    self.actors[slot] = self._new_actor()
+                    self._check_fingerprints([ray.get(self.actors[slot].fingerprint.remote())])
+                    queue.appendleft(index)
+                    idle.append(slot)
+                    continue
+                idle.append(slot)
+                _check_length(results, batches[index], compute)
+                yield index, results
+
+        yield from progress(finished(), desc=_units_desc(f"{desc} on {len(self.actors)} Ray workers", batches),
+                            total=len(batches))
+
+    def close(self) -> None:
+        """Stop the actors (and the local cluster this executor started)."""
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # an actor that already died
+                pass
+        self.actors = []
+        if self._started_ray and self.ray.is_initialized():
+            self.ray.shutdown()
+            self._started_ray = False
+
+
+_CURRENT: LocalExecutor | RayExecutor = LocalExecutor()
+
+
+def current_executor() -> LocalExecutor | RayExecutor:
+    """The executor that claims hand their missing units to (the local one unless :func:`use_backend` chose)."""
+    return _CURRENT
+
+
+def use_executor(executor: LocalExecutor | RayExecutor) -> LocalExecutor | RayExecutor:
+    """Make ``executor`` the current one (closing the previous one); returns it."""
+    global _CURRENT
+    if executor is not _CURRENT:
+        _CURRENT.close()
+    _CURRENT = executor
+    return executor
+
+
+def check_backend(backend: str, address: str = "") -> None:
+    """``backend`` and ``ray_address`` as parameters: a known backend, an address only with Ray, and Ray installed."""
+    if backend not in BACKENDS:
+        raise ValueError(f"Parameter 'backend' must be one of {list(BACKENDS)}, got {backend!r}.")
+    if not isinstance(address, str):
+        raise ValueError(f"Parameter 'ray_address' must be a string (empty: a local cluster), got {address!r}.")
+    if address and backend != "ray":
+        raise ValueError(f"Parameter 'ray_address' ({address!r}) is only used with backend='ray'.")
+    if backend == "ray":
+        require_ray()
+
+
+def use_backend(backend: str, model, *, name: str, device: str = "auto", dtype: str = "auto", address: str = "",
+                **options: Any) -> LocalExecutor | RayExecutor:
+    """The executor a notebook's ``backend`` parameter asks for, made current. ``model`` is the driver's (for the
+    fingerprint the workers must match); ``name``, ``device`` and ``dtype`` are how each Ray actor loads its own."""
+    from dynheads_tl.engine.models import model_fingerprint
+
+    check_backend(backend, address)
+    if backend == "local":
+        return use_executor(LocalExecutor())
+    return use_executor(RayExecutor(ModelLoader(name, device, dtype), address=address,
+                                    expected_fingerprint=model_fingerprint(model), **options))
