@@ -29,7 +29,7 @@
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 haystack = "filler"  # NIAH haystack: filler, prose or folder:PATH
-context_tokens = 1000  # NIAH context length (as a notebook 01 setting, whose traces train the probe)
+context_tokens = 500  # NIAH context length (as a notebook 01 setting, whose traces train the probe)
 n_setting = 24  # training answers, analysis split (as notebook 01, whose cache this reads)
 n_setting_calibration = 8  # training answers, calibration split (the static scores)
 n_samples = 12  # new NIAH answers evaluated under every condition

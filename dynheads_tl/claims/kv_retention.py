@@ -44,7 +44,7 @@ class RetentionConfig(TraceSettings, RunSettings, NotebookConfig):
 
     model: str = "smollm2-135m-instruct"
     haystack: str = "filler"
-    context_tokens: int = 1000
+    context_tokens: int = 500
     n_setting: int = 24
     n_setting_calibration: int = 8
     n_samples: int = 12
