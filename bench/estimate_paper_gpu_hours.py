@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import argparse
 
+from dynheads_tl.claims.dynamism import DynamismConfig
+from dynheads_tl.claims.irreplaceability import GRID_CONDITIONS
+from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.sizing import PAPER_MODEL_SHAPES
 from dynheads_tl.report.runner import PRESETS
 
 LLAMA = next(shape for shape in PAPER_MODEL_SHAPES if shape.name == "Llama-3.1-8B-Instruct")
-HOTPOT_TOKENS = 1_500  # a 10-paragraph multi-hop HotpotQA prompt, about
+HOTPOT_TOKENS = 500  # the synthetic HotpotQA prompts: 499 tokens on average with the embedded model's tokenizer
+HOTPOT_STEPS = TraceSettings().hotpot_max_new_tokens  # no preset changes it
 
 
 class CostModel:
@@ -40,10 +44,13 @@ class CostModel:
         per_row = s.kv_bytes(tokens) * (1 + 2 * repeat)
         return self.overhead + (s.weight_bytes() + rows * per_row) / self.bandwidth
 
-    def batches(self, units: int, batch: int, tokens: int, steps: int, forwards: float = 1.0) -> float:
-        """GPU-seconds for ``units`` rows decoded ``batch`` at a time (each prompt prefilled once per unit)."""
+    def batches(self, units: int, batch: int, tokens: int, steps: int, forwards: float = 1.0,
+                prompts_per_batch: int | None = None) -> float:
+        """GPU-seconds for ``units`` rows decoded ``batch`` at a time. A batch prefills each distinct prompt once:
+        ``prompts_per_batch`` of them (default: every row its own prompt)."""
         full, last = divmod(units, batch)
-        seconds = units * self.prefill(tokens)
+        n_batches = full + (1 if last else 0)
+        seconds = (units if prompts_per_batch is None else n_batches * prompts_per_batch) * self.prefill(tokens)
         seconds += full * steps * forwards * self.forward(batch, tokens)
         if last:
             seconds += steps * forwards * self.forward(last, tokens)
@@ -58,47 +65,55 @@ def paper_units(cost: CostModel) -> list[tuple[str, int, float]]:
     seeds, steps = len(n1["seeds"]), n1["max_new_tokens"]
     niah = seeds * (n1["n_calibration"] + n1["n_analysis"])
     hotpot = seeds * (n1["n_hotpot"] // 2 + n1["n_hotpot"] + n1["n_hotpot"] // 2)  # calibration, analysis, placebo
-    settings = [(context, 2 * (n1["n_setting"] + n1["n_setting_calibration"])) for context in n1["setting_contexts"]]
-    seconds = (cost.batches(niah, 1, n1["context_tokens"], steps) + cost.batches(hotpot, 1, HOTPOT_TOKENS, 16)
+    haystacks = len(n1.get("setting_haystacks", DynamismConfig().setting_haystacks))
+    settings = [(context, haystacks * (n1["n_setting"] + n1["n_setting_calibration"]))
+                for context in n1["setting_contexts"]]
+    seconds = (cost.batches(niah, 1, n1["context_tokens"], steps) + cost.batches(hotpot, 1, HOTPOT_TOKENS, HOTPOT_STEPS)
                + sum(cost.batches(n, 8, context, steps) for context, n in settings))
     out.append(("01", niah + hotpot + sum(n for _, n in settings), seconds))
 
     n2 = p["02_irreplaceability"]
-    batch, steps, conditions = n2["batch_size"], n2["max_new_tokens"], 10
+    batch, steps, conditions = n2["batch_size"], n2["max_new_tokens"], len(GRID_CONDITIONS)
     seconds, units = 0.0, 0
-    for context in n2["niah_contexts"]:  # free and teacher-forced, two passes per step, batched per cell
-        cell = len(n2["niah_depths"]) * n2["runs_per_cell"] * conditions * 2
-        units += cell
-        seconds += cost.batches(cell, batch, context, steps, forwards=2)
-    for context in n2["hotpot_contexts"]:
-        cell = len(n2["hotpot_depths"]) * n2["runs_per_cell"] * conditions * 2
-        units += cell
-        seconds += cost.batches(cell, batch, context, 16, forwards=2)
+    # Free and teacher-forced, two passes per step, batched per grid cell (context, depth); a cell's rows are a
+    # sample's conditions in turn, so a batch of 4 holds one or two prompts.
+    for contexts, depths, task_steps in ((n2["niah_contexts"], n2["niah_depths"], steps),
+                                         (n2["hotpot_contexts"], n2["hotpot_depths"], HOTPOT_STEPS)):
+        for context in contexts:
+            for _ in depths:
+                for _ in range(2):  # generated, then teacher-forced
+                    cell = n2["runs_per_cell"] * conditions
+                    units += cell
+                    seconds += cost.batches(cell, batch, context, task_steps, forwards=2, prompts_per_batch=2)
     ks = n2["progressive_k_max"] // n2["progressive_k_step"] + 2  # k = 0, step, ..., max, plus the unmasked run
     units += 2 * n2["n_progressive"] * ks + 2 * n2["n_calibration"]
-    seconds += cost.batches(n2["n_progressive"] * ks, batch, n2["progressive_context"], steps, forwards=2)
-    seconds += cost.batches(n2["n_progressive"] * ks, batch, HOTPOT_TOKENS, 16, forwards=2)
-    seconds += cost.batches(n2["n_calibration"], 1, n2["progressive_context"], steps)
-    seconds += cost.batches(n2["n_calibration"], 1, HOTPOT_TOKENS, 16)
+    seconds += cost.batches(n2["n_progressive"] * ks, batch, n2["progressive_context"], steps, forwards=2,
+                            prompts_per_batch=1)
+    seconds += cost.batches(n2["n_progressive"] * ks, batch, HOTPOT_TOKENS, HOTPOT_STEPS, forwards=2,
+                            prompts_per_batch=1)
+    # Calibration samples cycle through the grid's contexts.
+    mean_context = sum(n2["niah_contexts"]) // len(n2["niah_contexts"])
+    seconds += cost.batches(n2["n_calibration"], 1, mean_context, steps)
+    seconds += cost.batches(n2["n_calibration"], 1, HOTPOT_TOKENS, HOTPOT_STEPS)
     out.append(("02", units, seconds))
 
     out.append(("03", 0, 0.0))  # reads notebook 01's traces; probe training is not GPU-bound
 
-    n4 = p["04_dynamic_rag"]
-    rag = n4["n_samples"] * 7 + n4["n_rind_calibration"] + n4["n_hotpot_train"]
+    n4 = p["04_dynamic_rag"]  # the multi-hop setting trains on notebook 01's HotpotQA traces (cached)
+    rag = n4["n_samples"] * 7 + n4["n_rind_calibration"]
     out.append(("04", rag, cost.batches(rag, 1, HOTPOT_TOKENS, n4["max_new_tokens"], forwards=1.5)))
 
     n5 = p["05_error_signal"]  # its prose settings are notebook 01's (cached); the HotpotQA answers are new
-    out.append(("05", n5["n_hotpot"], cost.batches(n5["n_hotpot"], 8, HOTPOT_TOKENS, 16)))
+    out.append(("05", n5["n_hotpot"], cost.batches(n5["n_hotpot"], 8, HOTPOT_TOKENS, HOTPOT_STEPS)))
 
     n6 = p["06_kv_retention"]
     per_sample = 2 + len(n6["budgets"]) * 4 * len(n6["granularities"])
     oracle = len(n6["budgets"]) * len(n6["granularities"])
     units = n6["n_samples"] * per_sample * 2
     seconds = n6["n_samples"] * 2 * (cost.batches(per_sample - oracle, n6["batch_size"], n6["context_tokens"],
-                                                  n6["max_new_tokens"])
+                                                  n6["max_new_tokens"], prompts_per_batch=1)
                                      + cost.batches(oracle, n6["batch_size"], n6["context_tokens"], n6["max_new_tokens"],
-                                                    forwards=2))
+                                                    forwards=2, prompts_per_batch=1))
     out.append(("06", units, seconds))
     return out
 

@@ -1,9 +1,9 @@
 """Work as units: a claim plans its units, an executor computes the missing ones, the claim assembles its
 tables from what comes back (and from the cache).
 
-A *unit* is one traced sample, one ablation job (sample, condition, k), one retention sample, ... Each has the
-cache key it always had; the claim reads the finished ones from the cache and hands the missing ones to the
-current executor, grouped into *batches* exactly as the local code batches them (so a batch decodes the same rows
+A *unit* is one traced sample, one ablation job (sample, condition, k), one retention sample, one RAG answer.
+Traces, ablation jobs and retention samples have the cache keys they always had (RAG answers are not cached);
+the claim reads the finished ones from the cache and hands the missing ones to the current executor, grouped into *batches* exactly as the local code batches them (so a batch decodes the same rows
 on every backend, and results agree whatever runs them). The executor calls ``compute(model, payloads, *args)``
 for each batch and yields ``(batch index, results)`` as batches finish; the claim writes each result atomically
 into the cache as it arrives, so an interrupted run resumes at the first missing unit on any backend.
@@ -113,7 +113,9 @@ class ModelLoader:
     def __call__(self):
         from dynheads_tl.engine.models import load_model
 
-        return load_model(self.name, device=self.device, dtype=self.dtype)
+        # Ray gives each GPU actor one GPU, which it sees as cuda:0, whatever the driver's cuda:N.
+        device = "cuda" if self.device.startswith("cuda") else self.device
+        return load_model(self.name, device=device, dtype=self.dtype)
 
     def __repr__(self) -> str:
         return f"ModelLoader({self.name!r}, device={self.device!r}, dtype={self.dtype!r})"
@@ -125,14 +127,17 @@ class RayExecutor:
     ``address``: an existing cluster (``ray start --head`` printed it; ``"auto"`` finds one on this machine);
     empty: a local cluster of this machine's CPUs (``num_cpus``, default all). ``load``: how an actor builds its
     model (a :class:`ModelLoader`). ``actors`` caps how many start (default: as many as the resources allow).
-    ``expected_fingerprint``: the driver's model fingerprint, which every actor's model must match.
+    ``expected_fingerprint``: the driver's model fingerprint, which every actor's model must match; a pool that
+    fails the check is stopped, and the next call starts and checks a new one. ``start_timeout``: how long an
+    actor may take to load its model. Each CPU actor runs ``cpus_per_actor`` torch threads: float results equal
+    a local run's with as many threads, and differ from other thread counts by rounding.
     """
 
     name = "ray"
 
     def __init__(self, load: Callable[[], Any], *, address: str = "", num_cpus: int | None = None,
                  actors: int | None = None, cpus_per_actor: int = 1, max_retries: int = 3,
-                 expected_fingerprint: str | None = None):
+                 expected_fingerprint: str | None = None, start_timeout: float = 1800.0):
         if actors is not None and (not isinstance(actors, int) or actors < 1):
             raise ValueError(f"actors must be a positive integer, got {actors!r}.")
         if not isinstance(cpus_per_actor, int) or cpus_per_actor < 1:
@@ -141,6 +146,7 @@ class RayExecutor:
         self.load, self.address, self.num_cpus = load, address, num_cpus
         self.max_actors, self.cpus_per_actor, self.max_retries = actors, cpus_per_actor, max_retries
         self.expected_fingerprint = expected_fingerprint
+        self.start_timeout = start_timeout  # seconds an actor may take to load its model (an 8B one from the hub)
         self.actors: list = []
         self.retried = 0  # batches put back in the queue after their worker died
         self.in_flight: dict[int, tuple[int, float]] = {}  # actor slot -> (batch, when it was sent), during map
@@ -188,10 +194,33 @@ class RayExecutor:
         self._connect()
         count, _ = self._plan()
         started = time.time()
-        self.actors = [self._new_actor() for _ in range(count)]
-        prints = self.ray.get([actor.fingerprint.remote() for actor in self.actors])
-        self._check_fingerprints(prints)
+        actors = [self._new_actor() for _ in range(count)]
+        try:
+            self._check_fingerprints(self.ray.get([actor.fingerprint.remote() for actor in actors],
+                                                  timeout=self.start_timeout))
+        except BaseException:
+            for actor in actors:  # a refused (or unstartable) pool is never kept for a later call
+                self._kill(actor)
+            raise
+        self.actors = actors
         logger.info("Ray: %d actor(s) loaded the model in %.0f s", count, time.time() - started)
+
+    def _kill(self, actor) -> None:
+        try:
+            self.ray.kill(actor, no_restart=True)
+        except Exception:  # an actor that already died
+            pass
+
+    def _replace(self, slot: int) -> None:
+        """A new actor in ``slot`` (the old one killed, in case it is only unreachable and still holds its GPU),
+        checked like the first ones; on failure the executor stops using every actor."""
+        self._kill(self.actors[slot])
+        self.actors[slot] = self._new_actor()
+        try:
+            self._check_fingerprints([self.ray.get(self.actors[slot].fingerprint.remote(), timeout=self.start_timeout)])
+        except BaseException:
+            self.close_actors()
+            raise
 
     def _check_fingerprints(self, prints: list[str]) -> None:
         wrong = [p for p in prints if self.expected_fingerprint is not None and p != self.expected_fingerprint]
@@ -200,7 +229,8 @@ class RayExecutor:
                 f"A Ray worker's model ({self.load!r}) is not the driver's model: fingerprint {wrong[0]} against "
                 f"{self.expected_fingerprint}. The cache keys hold the driver's fingerprint, so the workers must load "
                 "the same weights with the same dtype; give the driver and the workers the same model, device class "
-                "and dtype (a driver on CPU in float32 and workers on GPU in bfloat16 differ).")
+                "and dtype (a driver on CPU in float32 and workers on GPU in bfloat16 differ: run the driver on a GPU "
+                "node, or give --dtype bfloat16).")
 
     # -- the work ---------------------------------------------------------------------------------------
     def map(self, model, compute: Compute, batches: Sequence[Sequence[Any]], *, args: tuple = (),
@@ -218,44 +248,53 @@ class RayExecutor:
         arg_ref = ray.put(args)
 
         def finished() -> Iterator[tuple[int, list]]:
-            while queue or running:
-                while queue and idle:
-                    index, slot = queue.popleft(), idle.popleft()
-                    future = self.actors[slot].run.remote(compute, list(batches[index]), arg_ref)
-                    running[future] = (index, slot)
-                    self.in_flight[slot] = (index, time.time())
-                [done], _ = ray.wait(list(running), num_returns=1)
-                index, slot = running.pop(done)
-                self.in_flight.pop(slot, None)
-                try:
-                    results = ray.get(done)
-                except ray.exceptions.RayActorError as error:
-                    attempts[index] += 1
-                    if attempts[index] > self.max_retries:
-                        raise RuntimeError(f"Batch {index} lost its worker {attempts[index]} times; giving up.") from error
-                    self.retried += 1
-                    logger.warning("A Ray worker died (%s); batch %d goes back in the queue on a new worker.",
-                                   type(error).__name__, index)
-                    self.actors[slot] = self._new_actor()
-                    self._check_fingerprints([ray.get(self.actors[slot].fingerprint.remote())])
-                    queue.appendleft(index)
+            try:
+                while queue or running:
+                    while queue and idle:
+                        index, slot = queue.popleft(), idle.popleft()
+                        future = self.actors[slot].run.remote(compute, list(batches[index]), arg_ref)
+                        running[future] = (index, slot)
+                        self.in_flight[slot] = (index, time.time())
+                    [done], _ = ray.wait(list(running), num_returns=1)
+                    index, slot = running.pop(done)
+                    self.in_flight.pop(slot, None)
+                    try:
+                        results = ray.get(done)
+                    except ray.exceptions.RayActorError as error:
+                        attempts[index] += 1
+                        if attempts[index] > self.max_retries:
+                            raise RuntimeError(f"Batch {index} lost its worker {attempts[index]} times; "
+                                               "giving up.") from error
+                        self.retried += 1
+                        logger.warning("A Ray worker died (%s); batch %d goes back in the queue on a new worker.",
+                                       type(error).__name__, index)
+                        self._replace(slot)
+                        queue.appendleft(index)
+                        idle.append(slot)
+                        continue
                     idle.append(slot)
-                    continue
-                idle.append(slot)
-                _check_length(results, batches[index], compute)
-                yield index, results
+                    _check_length(results, batches[index], compute)
+                    yield index, results
+            finally:  # an error, or a caller that stops early: no orphaned batch keeps an actor busy
+                for future in running:
+                    try:
+                        ray.cancel(future)
+                    except Exception:
+                        pass
+                self.in_flight.clear()
 
         yield from progress(finished(), desc=_units_desc(f"{desc} on {len(self.actors)} Ray workers", batches),
                             total=len(batches))
 
+    def close_actors(self) -> None:
+        """Stop the actors; a later :meth:`map` starts (and checks) new ones."""
+        for actor in self.actors:
+            self._kill(actor)
+        self.actors = []
+
     def close(self) -> None:
         """Stop the actors (and the local cluster this executor started)."""
-        for actor in self.actors:
-            try:
-                self.ray.kill(actor)
-            except Exception:  # an actor that already died
-                pass
-        self.actors = []
+        self.close_actors()
         if self._started_ray and self.ray.is_initialized():
             self.ray.shutdown()
             self._started_ray = False

@@ -84,11 +84,14 @@ def test_choosing_the_backend_alone_still_writes_the_committed_report():
     assert output_dir_for("smoke", None, {}) == RUNS_DIR / "smoke"
 
 
-def test_the_command_line_refuses_an_address_without_ray():
+def test_the_command_line_refuses_an_address_without_ray(tmp_path, capsys):
     from dynheads_tl.report.cli import main
 
-    with pytest.raises(SystemExit):
-        main(["report", "--address", "10.0.0.1:6379"])
+    out = tmp_path / "out"
+    assert main(["report", "--only", "01", "--address", "10.0.0.1:6379", "--output-dir", str(out)]) == 1
+    assert "only used with backend='ray'" in capsys.readouterr().err
+    assert main(["report", "--only", "01", "-p", "ray_address='10.0.0.1:6379'", "--output-dir", str(out)]) == 1
+    assert not out.exists()  # refused before anything was written
 
 
 def test_memory_per_unit_is_computed_from_the_config():
@@ -156,12 +159,22 @@ def _same_traces(a, b):
         torch.testing.assert_close(x.hidden, y.hidden, atol=1e-6, rtol=1e-6)
 
 
-def test_ray_workers_with_another_model_are_refused(embedded_model):
+def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model):
+    """Workers whose model is not the driver's are refused, and stopped: a second call starts a new pool and refuses
+    it again, so nothing is ever computed (and cached under the driver's fingerprint) by the wrong model."""
+    from dynheads_tl.corpus import trace_units
+    from dynheads_tl.engine.tracing import TraceConfig
+
     executor = RayExecutor(ModelLoader("smollm2-135m-instruct", "cpu", "float32"), num_cpus=2,
                            expected_fingerprint="not-this-model")
-    with pytest.raises(RuntimeError, match="is not the driver's model"):
-        executor._check_fingerprints(["abc"])
-    executor.close()
+    try:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="is not the driver's model"):
+                list(executor.map(embedded_model, trace_units, [_niah(embedded_model, 1)],
+                                  args=(TraceConfig(max_new_tokens=2),)))
+            assert executor.actors == []
+    finally:
+        executor.close()
 
 
 def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_model, ray_executor, tmp_path,
@@ -185,7 +198,7 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
         deadline = time.time() + 300
         while time.time() < deadline and not killed:
             for slot, (_, sent) in list(ray_executor.in_flight.items()):
-                if time.time() - sent > 1.0:  # a batch takes several seconds: this is mid-batch
+                if time.time() - sent > 0.1:  # sent, and still running: a batch takes seconds
                     ray.kill(ray_executor.actors[slot], no_restart=True)
                     killed.append(slot)
                     break
@@ -195,7 +208,7 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
     use_executor(ray_executor)
     killer.start()
     remote = collect_traces(embedded_model, samples, config, {"test": "ray"}, use_cache=True)
-    killer.join(timeout=1)
+    killer.join(timeout=5)
     use_executor(LocalExecutor())
     assert killed, "no worker was killed while it had a batch"
     assert ray_executor.retried >= 1

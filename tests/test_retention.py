@@ -196,6 +196,7 @@ def test_samples_decoded_together_give_what_each_gives_alone(embedded_model):
     probe = lambda hidden: hidden.float().cpu().numpy() @ weights
     assert kv_retention.samples_per_batch(embedded_model, config) == 2  # 4 one-pass conditions, 8 rows
     together = kv_retention.retention_units(embedded_model, [(s, i) for i, s in enumerate(samples)], config, static, probe)
+    assert len(samples[0].prompt_ids) != len(samples[1].prompt_ids)  # so the batch is left-padded
     # The second sample: its rows sat behind the first one's in the batch, left-padded to the longer prompt.
     [alone] = kv_retention.retention_units(embedded_model, [(samples[1], 1)], config, static, probe)
     assert [(r["strategy"], r["budget"]) for r in alone] == [(r["strategy"], r["budget"]) for r in together[1]]

@@ -4,7 +4,8 @@ Nothing here is measured. A unit decodes one row (a traced sample, or one ablati
 holds the weights once per actor, and per row the KV cache of every layer and KV head. On top, each decoding step
 of the hooked bridge builds, for one layer at a time, the keys and values repeated to every query head (eager
 attention's ``repeat_kv``) and the row's attention scores; that transient is listed apart. The prefill runs through
-PyTorch's SDPA (flash or memory-efficient kernels on a GPU) and never holds a [head, T, T] matrix.
+PyTorch's SDPA (flash or memory-efficient kernels on a GPU) and never holds a [head, T, T] matrix, and it keeps
+the logits of the last position only.
 """
 from __future__ import annotations
 

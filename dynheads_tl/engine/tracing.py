@@ -346,7 +346,10 @@ class BatchDecoder:
             split = fast_until
         with torch.no_grad():
             if split > 0:
-                cache = fast_twin(model)(input_ids=body[None, :split], past_key_values=cache, use_cache=True).past_key_values
+                # Only the cache is kept: logits for the last position alone (every position's would be
+                # [T, vocab], 12 GiB at 50k tokens for a 128k vocabulary in bf16).
+                cache = fast_twin(model)(input_ids=body[None, :split], past_key_values=cache, use_cache=True,
+                                         logits_to_keep=1).past_key_values
             if split < len(body):
                 cache = model(body[None, split:], return_type="logits_and_cache", past_key_values=cache)[1]
         return cache

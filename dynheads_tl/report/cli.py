@@ -84,8 +84,6 @@ def main(argv: list[str] | None = None) -> int:
                         ("ray_address", args.address)):
         if value is not None:
             overrides[name] = value
-    if args.address and args.backend != "ray":
-        parser.error("--address needs --backend ray")
     try:
         run_report(preset=args.preset, model=args.model, only=args.only, overrides=overrides,
                    output_dir=args.output_dir)

@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 COMMITTED_REPORT = Path("papers_figures")  # the default preset's output, relative to the working directory
 RUNS_DIR = Path("runs")  # every other run: runs/<preset>/ (git-ignored)
-# Parameters that choose who computes, not what: a run that sets only these is still the preset's own run.
+# Parameters that choose who computes, not what (results equal to float rounding: a Ray actor's torch thread count
+# may differ from the local process's): a run that sets only these is still the preset's own run.
 EXECUTION_ONLY = {"backend", "ray_address"}
 
 # Each notebook's config class: the runner builds it from the parameters to check every value before
