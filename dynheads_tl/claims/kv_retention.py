@@ -17,7 +17,6 @@ from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
 from dynheads_tl.config import RunSettings, NotebookConfig, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, layout_traces
 from dynheads_tl.engine.models import model_fingerprint, model_name
-from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.executors import current_executor
 from dynheads_tl.protocols.ablation import gold_token_ids, two_pass_batch
 from dynheads_tl.protocols.retention import (LLAMA_31_8B, STRATEGIES, fixed_scores, kv_heads_kept, memory_table,
@@ -130,21 +129,20 @@ def _selector(model, condition: dict, static, probe, sample_seed: int):
 def _sample_key(model, sample, config: RetentionConfig) -> dict:
     """A sample's cache key: the sample, the conditions, the training data's spec and the model."""
     return {"kind": "kv_retention", "version": 3, "prompt": prompt_digest(sample), "conditions": conditions(model, config),
-            "trace": TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
-                                 local_window=config.local_window).key(),
+            "trace": config.trace_config("niah").key(),
             "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
                          "n": [config.n_setting_calibration, config.n_setting]},
             "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
 
 
-def _compute_samples(model, items: list[tuple], config: RetentionConfig, static, probe) -> list[list[dict]]:
-    """Every condition on each ``(sample, index)`` of ``items``, free and teacher-forced (no cache). The rows of
-    all the items are decoded together, at most ``config.batch_size`` per batch: the conditions that need no clean
-    pass apart from the oracle's, which needs one."""
+def retention_units(model, items: list[tuple], config: RetentionConfig, static, probe) -> list[list[dict]]:
+    """One batch of retention units (the executors' ``compute``): every condition on each ``(sample, index)`` of
+    ``items``, free and teacher-forced (no cache). The rows of all the items are decoded together, at most
+    ``config.batch_size`` per batch: the conditions that need no clean pass apart from the oracle's, which needs
+    one."""
     conds = conditions(model, config)
     group = model.cfg.n_heads // model_kv_shape(model).n_kv_heads
-    trace_config = TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
-                               local_window=config.local_window)
+    trace_config = config.trace_config("niah")
     gold = {index: gold_token_ids(model.tokenizer, sample) for sample, index in items}
     rows: dict[int, list[dict]] = {index: [] for _, index in items}
     # Only the oracle reads the clean pass; every other condition runs one retained pass per step.
@@ -168,27 +166,11 @@ def _compute_samples(model, items: list[tuple], config: RetentionConfig, static,
     return [rows[index] for _, index in items]  # per sample: the one-pass conditions in order, then the oracle's
 
 
-def retention_units(model, items: list, config: RetentionConfig, static, probe) -> list[list[dict]]:
-    """One batch of retention units (the executors' ``compute``): each ``(sample, index)``'s rows, every
-    condition of every item decoded together (:func:`_compute_samples`)."""
-    return _compute_samples(model, list(items), config, static, probe)
-
-
 def samples_per_batch(model, config: RetentionConfig) -> int:
     """How many samples share a decoding batch: as many as fit their one-pass conditions in ``batch_size`` rows
     (at least one). The weights are read once per forward whatever the rows, so fuller batches cost less per row."""
     one_pass = sum(c["strategy"] != "oracle" for c in conditions(model, config))
     return max(1, config.batch_size // max(one_pass, 1))
-
-
-def run_sample(model, sample, index: int, config: RetentionConfig, static, probe) -> list[dict]:
-    """Every condition on one sample, free and teacher-forced, cached under :func:`_sample_key`."""
-    key = _sample_key(model, sample, config)
-    cached = load_cached_json(key) if config.use_cache else None
-    if cached is not None:
-        return cached
-    [rows] = _compute_samples(model, [(sample, index)], config, static, probe)
-    return save_cached_json(key, rows) if config.use_cache else rows
 
 
 def evaluation_samples(model, config: RetentionConfig):
