@@ -68,8 +68,10 @@ def paper_units(cost: CostModel) -> list[tuple[str, int, float]]:
     haystacks = len(n1.get("setting_haystacks", DynamismConfig().setting_haystacks))
     settings = [(context, haystacks * (n1["n_setting"] + n1["n_setting_calibration"]))
                 for context in n1["setting_contexts"]]
-    seconds = (cost.batches(niah, 1, n1["context_tokens"], steps) + cost.batches(hotpot, 1, HOTPOT_TOKENS, HOTPOT_STEPS)
-               + sum(cost.batches(n, 8, context, steps) for context, n in settings))
+    traced = n1.get("trace_batch_size", DynamismConfig().trace_batch_size)  # every trace set, in batches
+    seconds = (cost.batches(niah, traced, n1["context_tokens"], steps)
+               + cost.batches(hotpot, traced, HOTPOT_TOKENS, HOTPOT_STEPS)
+               + sum(cost.batches(n, traced, context, steps) for context, n in settings))
     out.append(("01", niah + hotpot + sum(n for _, n in settings), seconds))
 
     n2 = p["02_irreplaceability"]
@@ -93,8 +95,9 @@ def paper_units(cost: CostModel) -> list[tuple[str, int, float]]:
                             prompts_per_batch=1)
     # Calibration samples cycle through the grid's contexts.
     mean_context = sum(n2["niah_contexts"]) // len(n2["niah_contexts"])
-    seconds += cost.batches(n2["n_calibration"], 1, mean_context, steps)
-    seconds += cost.batches(n2["n_calibration"], 1, HOTPOT_TOKENS, HOTPOT_STEPS)
+    traced = n2.get("trace_batch_size", DynamismConfig().trace_batch_size)
+    seconds += cost.batches(n2["n_calibration"], traced, mean_context, steps)
+    seconds += cost.batches(n2["n_calibration"], traced, HOTPOT_TOKENS, HOTPOT_STEPS)
     out.append(("02", units, seconds))
 
     out.append(("03", 0, 0.0))  # reads notebook 01's traces; probe training is not GPU-bound

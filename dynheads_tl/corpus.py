@@ -45,13 +45,16 @@ SEED_OFFSETS = {
 
 @dataclass
 class TraceSettings(Eq2Settings):
-    """Shared part: how every claim traces a generation: decoding lengths, and Eq. 2's settings."""
+    """Shared part: how every claim traces a generation: decoding lengths, Eq. 2's settings, and how many
+    samples are traced together (``trace_batch_size``: :func:`collect_traces`'s ``batch_size``; it changes the
+    speed, not the traces beyond float rounding, and is not in the cache key)."""
 
     max_new_tokens: int = 40
     hotpot_max_new_tokens: int = 16
+    trace_batch_size: int = 8
 
     def __post_init__(self) -> None:
-        check_ints(self, ("max_new_tokens", "hotpot_max_new_tokens"))
+        check_ints(self, ("max_new_tokens", "hotpot_max_new_tokens", "trace_batch_size"))
         chain_post_init(self, TraceSettings)
 
     def trace_config(self, task: str) -> TraceConfig:
@@ -142,7 +145,7 @@ def niah_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], list[
                                     seed=offset + seed, haystack=config.haystack,
                                     max_new_tokens=config.max_new_tokens, max_tokens=_max_tokens(model))
         splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
-                                     desc=f"NIAH {split} (seed {seed})"))
+                                     batch_size=config.trace_batch_size, desc=f"NIAH {split} (seed {seed})"))
     return splits[0], splits[1]
 
 
@@ -193,24 +196,25 @@ def hotpot_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], lis
     for split in ("calibration", "analysis"):
         samples, spec = _hotpot_split(model, config, seed, split)
         splits.append(collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
-                                     desc=f"HotpotQA {split} (seed {seed})"))
+                                     batch_size=config.trace_batch_size, desc=f"HotpotQA {split} (seed {seed})"))
     return splits[0], splits[1]
 
 
 def placebo_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *, seed: int,
-                   use_cache: bool = True, desc: str = "placebo") -> list[Trace]:
+                   use_cache: bool = True, desc: str = "placebo", batch_size: int = 1) -> list[Trace]:
     """``samples`` traced with their evidence moved to random context positions of the same sizes
     (:func:`~dynheads_tl.tasks.common.placebo_sample`, seeded per sample from ``seed``): the generations are the
     real ones, the Eq. 2 shares those of spans no head has reason to read. Cached under ``key`` + placebo."""
     placebo = [placebo_sample(sample, SEED_OFFSETS["placebo"] + seed * 1000 + i) for i, sample in enumerate(samples)]
-    return collect_traces(model, placebo, trace_config, {**key, "placebo": seed}, use_cache=use_cache, desc=desc)
+    return collect_traces(model, placebo, trace_config, {**key, "placebo": seed}, use_cache=use_cache, desc=desc,
+                          batch_size=batch_size)
 
 
 def hotpot_placebo_traces(model, config: TraceSets, seed: int) -> list[Trace]:
     """The HotpotQA calibration split of ``seed`` as :func:`placebo_traces`."""
     samples, spec = _hotpot_split(model, config, seed, "calibration")
     return placebo_traces(model, samples, config.trace_config("hotpot"), spec, seed=seed, use_cache=config.use_cache,
-                          desc=f"HotpotQA placebo calibration (seed {seed})")
+                          batch_size=config.trace_batch_size, desc=f"HotpotQA placebo calibration (seed {seed})")
 
 
 def calibrated_eq2_rule(model, config: TraceSets, seeds: list[int], *, rule: str = "chance", threshold: float = 0.1,

@@ -72,6 +72,7 @@ eq2_false_rate = 0.01  # chance rule: the share of placebo head-steps the calibr
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
 seed = 0  # seeds samples and the random baseline
+trace_batch_size = 8  # calibration samples traced together (speed only)
 batch_size = 25  # generations decoded together: a grid cell's 50 runs in two batches; progressive samples' k values
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)

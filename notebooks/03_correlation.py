@@ -31,6 +31,7 @@ hotpot_source = "synthetic"  # HotpotQA source (as in notebook 01): "synthetic",
 hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context (as in notebook 01)
 max_new_tokens = 40  # NIAH decoding steps
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
+trace_batch_size = 8  # samples traced together when not cached (speed only)
 seeds = [0, 1, 2]  # seeds whose samples are pooled
 max_lag = 10  # largest lag k between hidden state and scores
 probe_preset = "cpu"  # "cpu" (small MLP below) or "paper" (MLP [8192, 4096, 4096], 100 epochs)

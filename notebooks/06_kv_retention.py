@@ -41,6 +41,7 @@ hotpot_max_new_tokens = 16  # unused here (shared trace settings)
 sink_tokens = 4  # positions at the start every head keeps
 local_window = 32  # most recent positions every head keeps
 seed = 0  # seeds the samples and, with the sample, the random strategy's draws
+trace_batch_size = 8  # training answers traced together when not cached (speed only)
 batch_size = 64  # rows decoded together (the conditions of as many samples as fit)
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)

@@ -58,9 +58,10 @@ TINY_CONFIGS = {
 }
 
 
-def build_tiny_model(family: str, folder, *, seed: int = 0):
+def build_tiny_model(family: str, folder, *, seed: int = 0, max_positions: int = 512):
     """A 2-layer random model of ``family`` saved as a local Hugging Face folder, using the
-    embedded model's tokenizer so that chat prompts and offsets work as for real models."""
+    embedded model's tokenizer so that chat prompts and offsets work as for real models; its context
+    holds ``max_positions`` tokens (HotpotQA prompts need about 520)."""
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -68,7 +69,7 @@ def build_tiny_model(family: str, folder, *, seed: int = 0):
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
     config = getattr(transformers, class_name)(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **extra,
     )
     torch.manual_seed(seed)

@@ -309,3 +309,45 @@ def test_trace_accepts_a_prompt_that_just_fits(tiny_model):
                     question="q", context_span=(0, 508))
     trace = trace_generation(tiny_model, sample, TraceConfig(max_new_tokens=4, stop_at_eos=False))
     assert trace.n_steps == 4
+
+
+# --- every trace set is traced in batches -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def long_tiny_model(tmp_path_factory):
+    return dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path_factory.mktemp("long") / "model",
+                                                       max_positions=1024)), device="cpu")
+
+
+def test_trace_sets_are_traced_in_batches_of_trace_batch_size(long_tiny_model, cache, monkeypatch):
+    """``trace_batch_size`` reaches every split of claim 1's trace sets (NIAH, HotpotQA and its placebo spans),
+    and batching changes no token, top-1 source or Eq. 1 set (the batch size is not in the cache key)."""
+    from dynheads_tl import corpus
+
+    seen: list[int] = []
+    original = corpus.trace_units
+
+    def spy(model, samples, trace_config):
+        seen.append(len(samples))
+        return original(model, samples, trace_config)
+
+    monkeypatch.setattr(corpus, "trace_units", spy)
+    small = dict(context_tokens=60, n_calibration=2, n_analysis=3, n_hotpot=2, max_new_tokens=5,
+                 hotpot_max_new_tokens=4, use_cache=False)
+    batched = corpus.TraceSets(**small, trace_batch_size=3)
+    model = long_tiny_model
+    traces = [*corpus.niah_traces(model, batched, 0), *corpus.hotpot_traces(model, batched, 0),
+              corpus.hotpot_placebo_traces(model, batched, 0)]
+    # NIAH splits of 2 and 3 samples, HotpotQA of 1 and 2, placebo of 1: one batch each
+    assert seen == [2, 3, 1, 2, 1]
+    seen.clear()
+    single = corpus.TraceSets(**small, trace_batch_size=1)
+    alone = [*corpus.niah_traces(model, single, 0), *corpus.hotpot_traces(model, single, 0),
+             corpus.hotpot_placebo_traces(model, single, 0)]
+    assert seen == [1] * 9
+    for split, split_alone in zip(traces, alone):
+        assert len(split) == len(split_alone)
+        for a, b in zip(split, split_alone):
+            assert torch.equal(a.tokens, b.tokens) and torch.equal(a.argmax_pos, b.argmax_pos)
+            assert torch.equal(a.retrieval_mask, b.retrieval_mask)
+            torch.testing.assert_close(a.support_score, b.support_score, atol=1e-4, rtol=0)

@@ -32,6 +32,7 @@ def test_defaults_are_valid_and_unknown_names_are_rejected(config):
     (DynamismConfig, "sink_tokens", -1), (IrreplaceabilityConfig, "hotpot_max_new_tokens", 0),
     (PredictabilityConfig, "probe_epochs", 0), (RagStudyConfig, "probe_hidden", []),
     (RagStudyConfig, "local_window", -2), (RagStudyConfig, "n_heads", 0),
+    (DynamismConfig, "trace_batch_size", 0), (IrreplaceabilityConfig, "trace_batch_size", 1.5),
 ])
 def test_bad_values_name_the_parameter(config, name, value):
     with pytest.raises(ValueError, match=f"'{name}'"):

@@ -51,12 +51,11 @@ class DynamismConfig(Eq2Selection, TraceSets, RunSettings, NotebookConfig):
     n_setting_calibration: int = 8
     copy_thresholds: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5])
     soft_threshold: float = 0.3
-    trace_batch_size: int = 8
     output_dir: str = "papers_figures"
 
     def __post_init__(self):
         super().__post_init__()
-        check_ints(self, ("static_k", "n_setting", "n_setting_calibration", "trace_batch_size"))
+        check_ints(self, ("static_k", "n_setting", "n_setting_calibration"))
         check_open_unit(self, "soft_threshold")
         check_int_list(self, "seeds")
         check_int_list(self, "static_sizes", minimum=1)

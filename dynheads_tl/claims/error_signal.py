@@ -428,13 +428,12 @@ class ErrorSignalConfig(TraceSettings, RunSettings, NotebookConfig):
     static_k: int = 20
     n_folds: int = 5
     seed: int = 0
-    trace_batch_size: int = 8
     output_dir: str = "papers_figures"
     use_cache: bool = True
 
     def __post_init__(self):
         super().__post_init__()
-        check_ints(self, ("n_setting", "n_setting_calibration", "static_k", "trace_batch_size"))
+        check_ints(self, ("n_setting", "n_setting_calibration", "static_k"))
         check_ints(self, ("n_hotpot", "seed"), minimum=0)
         check_ints(self, ("n_folds",), minimum=2)
         from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS

@@ -131,7 +131,8 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
     else:
         samples = make_hotpot_samples(model.tokenizer, n=config.n_calibration, seed=seed, max_tokens=int(model.cfg.n_ctx))
         spec = dict(task="hotpot", split="calibration", n=config.n_calibration, seed=seed)
-    traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache, desc=f"{task} calibration")
+    traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                            batch_size=config.trace_batch_size, desc=f"{task} calibration")
     rule = Eq2Rule("fixed", config.eq2_threshold)
     if task == "niah":
         scores = static_retrieval_scores(traces, rouge_filter=0.5)
@@ -140,6 +141,7 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
         scores = static_eq2_scores(traces)
         if config.eq2_rule == "chance":  # the factor from this split's own placebo spans
             placebo = placebo_traces(model, samples, trace_config, spec, seed=seed, use_cache=config.use_cache,
+                                     batch_size=config.trace_batch_size,
                                      desc="hotpot placebo calibration")
             rule = Eq2Rule("chance", calibrate_chance_factor(placebo, config.eq2_false_rate))
         sets = [dynamic_sets(t, "eq2", rule) for t in traces]

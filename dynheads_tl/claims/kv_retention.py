@@ -90,7 +90,8 @@ def training(model, config: RetentionConfig):
 
     calibration, analysis = layout_traces(model, config, haystack=config.haystack, context_tokens=config.context_tokens,
                                           n_calibration=config.n_setting_calibration, n_analysis=config.n_setting,
-                                          seed=config.seed, use_cache=config.use_cache, batch_size=8)
+                                          seed=config.seed, use_cache=config.use_cache,
+                                          batch_size=config.trace_batch_size)
     static = static_retrieval_scores(calibration, rouge_filter=0.5)
     probe = SetProbe.fit(calibration + analysis)
     if probe is None:
