@@ -10,14 +10,13 @@ sample's index and a digest of its prompt (:func:`collect_traces`).
 """
 from __future__ import annotations
 
-import itertools
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.models import model_fingerprint, model_name
 from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_batch, trace_generation
-from dynheads_tl.executors import current_executor
+from dynheads_tl.executors import compute_missing
 from dynheads_tl.store import cached_traces, traces_path
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
 from dynheads_tl.engine.equations import Eq2Rule
@@ -114,10 +113,9 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
             traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
                                           use_cache=use_cache)
     chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
-    batches = [[samples[i] for i in chunk] for chunk in chunks]
-    for number, batch in current_executor().map(model, trace_units, batches, args=(trace_config,), desc=desc):
-        for index, trace in zip(chunks[number], batch):
-            traces[index] = cached_traces(keys[index], lambda trace=trace: [trace], use_cache=use_cache)
+    for index, trace in compute_missing(model, trace_units, chunks, lambda i: samples[i], args=(trace_config,),
+                                        desc=desc):
+        traces[index] = cached_traces(keys[index], lambda trace=trace: [trace], use_cache=use_cache)
     return [trace for per_sample in traces for trace in per_sample]
 
 

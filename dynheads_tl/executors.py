@@ -23,7 +23,8 @@ Two executors:
 of an installed package (every worker imports ``dynheads_tl``), ``args`` plain data, samples or tensors.
 
 The notebooks choose the executor with their ``backend`` parameter (:func:`use_backend`); everything below
-the notebook asks for :func:`current_executor`.
+the notebook asks for :func:`current_executor`, the cached units (traces, ablation jobs, retention samples)
+through :func:`compute_missing`, which yields each missing unit's result under its index.
 """
 from __future__ import annotations
 
@@ -306,6 +307,16 @@ _CURRENT: LocalExecutor | RayExecutor = LocalExecutor()
 def current_executor() -> LocalExecutor | RayExecutor:
     """The executor that claims hand their missing units to (the local one unless :func:`use_backend` chose)."""
     return _CURRENT
+
+
+def compute_missing(model, compute: Compute, chunks: Sequence[Sequence[int]], unit: Callable[[int], Any], *,
+                    args: tuple = (), desc: str = "units") -> Iterator[tuple[int, Any]]:
+    """The claims' one way of handing work to the current executor. ``chunks`` are lists of unit indices (the
+    units missing from the cache, batched as the claim batches them) and ``unit(i)`` is unit ``i``'s payload.
+    Yields ``(unit index, result)`` as each batch comes back, so the caller caches every result as it arrives."""
+    batches = [[unit(i) for i in chunk] for chunk in chunks]
+    for number, results in current_executor().map(model, compute, batches, args=args, desc=desc):
+        yield from zip(chunks[number], results)
 
 
 def use_executor(executor: LocalExecutor | RayExecutor) -> LocalExecutor | RayExecutor:

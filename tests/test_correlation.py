@@ -339,3 +339,23 @@ def test_the_verdict_never_counts_a_lag_without_all_splits():
     assert "NIAH Eq. 1 sets better than the step index alone only concurrently (k = 0)" in text
     assert "HotpotQA (synthetic) Eq. 2 scores no better than the step index alone at any lag" in text
     assert "n = 1" in text  # the lag with one split is shown with its n, not counted
+
+
+def test_paired_comparisons_and_interval_text_on_known_cases():
+    from dynheads_tl.analysis.statistics import format_interval, mark_separated, paired_sign_test
+
+    assert format_interval(0.75, 0.4712, 0.9105) == "0.75 [0.47, 0.91]"
+    assert format_interval(-0.0259, -0.0864, 0.043, signed=True) == "-0.03 [-0.09, +0.04]"
+    assert format_interval(0.2, 0.1, 0.37, 3) == "0.200 [0.100, 0.370]"
+    # 4 wins, 1 loss, 25 ties: the sign test sees 5 differing samples, p = 2 * (1 + 5) / 32 = 0.375
+    test = paired_sign_test([1.0] * 4 + [0.0] + [0.5] * 25, [0.0] * 4 + [1.0] + [0.5] * 25)
+    assert (test.a_better, test.b_better) == (4, 1) and test.sign_p == pytest.approx(0.375)
+    assert test.difference.n == 30 and test.difference.estimate == pytest.approx(0.1)
+    assert paired_sign_test([0.5, 0.5], [0.5, 0.5]).sign_p == 1.0  # nothing differs
+    with pytest.raises(ValueError, match="same shape"):
+        paired_sign_test([1.0, 0.0], [1.0])
+    # Holm within the family only; separated needs the adjusted p below alpha and the interval away from 0
+    table = pd.DataFrame({"sign_p": [0.001, 0.02, 0.02, 0.001], "low": [0.1, 0.1, -0.1, 0.2], "high": [0.5, 0.5, 0.3, 0.6]})
+    marked = mark_separated(table, 0.05, family=[False, True, True, True])
+    assert marked["p_adjusted"].tolist() == pytest.approx([0.001, 0.04, 0.04, 0.003])
+    assert marked["separated"].tolist() == [True, True, False, True]

@@ -56,7 +56,7 @@ def _rows(f1_a, f1_b, a="dynamic", b="static"):
 
 
 def test_holm_adjustment_on_a_known_case():
-    from dynheads_tl.claims.rag_study import holm_adjust
+    from dynheads_tl.analysis.statistics import holm_adjust
 
     # sorted 0.01, 0.02, 0.04 -> 3 x 0.01 = 0.03, max(0.03, 2 x 0.02) = 0.04, max(0.04, 0.04) = 0.04
     assert holm_adjust([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])

@@ -6,6 +6,10 @@
 - :func:`bootstrap_interval`: a statistic over samples (percentile bootstrap, resampling samples).
 - :func:`wilson_interval`: a proportion (accuracy) over n independent trials.
 - :func:`holm_adjust`: Holm's family-wise adjustment of several p-values.
+- :func:`paired_sign_test` and :func:`mark_separated`: two conditions run on the same samples, compared by their
+  paired difference (bootstrap interval) and an exact sign test; a family of such comparisons is Holm-adjusted and
+  a difference is called separated only when the adjusted p-value is small *and* the interval excludes 0.
+- :func:`format_interval`: the one way an estimate and its interval are written in sentences ("0.75 [0.47, 0.91]").
 """
 from __future__ import annotations
 
@@ -87,3 +91,49 @@ def holm_adjust(p_values: list[float]) -> list[float]:
         running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+def format_interval(estimate: float, low: float, high: float, digits: int = 2, *, signed: bool = False) -> str:
+    """``estimate [low, high]`` with ``digits`` decimals (``signed``: with an explicit sign, for differences)."""
+    spec = f"{'+' if signed else ''}.{digits}f"
+    return f"{estimate:{spec}} [{low:{spec}}, {high:{spec}}]"
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """``a`` against ``b`` on the same samples: the mean paired difference (a − b) with its bootstrap interval, how
+    many samples favour each side, and the exact two-sided sign test on the samples that differ."""
+
+    difference: Interval
+    a_better: int
+    b_better: int
+    sign_p: float
+
+
+def paired_sign_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
+                     seed: int = 0) -> PairedComparison:
+    """Compare two conditions measured on the same samples (``a[i]`` and ``b[i]`` belong to sample ``i``).
+
+    With most samples tied (accuracy 0/1 on a few samples), a bootstrap interval alone excludes 0 too easily: 4
+    wins and no loss in 30 samples give an interval above 0 but a sign-test p of 0.125. Use both, through
+    :func:`mark_separated`."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"Paired values need the same shape, got {a.shape} and {b.shape}.")
+    wins, losses = int((a > b).sum()), int((a < b).sum())
+    p = float(stats.binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
+    return PairedComparison(bootstrap_interval(a - b, seed=seed), wins, losses, p)
+
+
+def mark_separated(table, alpha: float = 0.05, family=None):
+    """Add ``p_adjusted`` (Holm over the rows of ``family``, a boolean mask; default every row; other rows keep
+    their raw ``sign_p``) and ``separated`` (adjusted p below ``alpha`` and the ``low``–``high`` interval away from
+    0) to a table of paired comparisons with columns ``sign_p``, ``low`` and ``high``. Returns the table."""
+    if table.empty:
+        return table
+    family = np.ones(len(table), dtype=bool) if family is None else np.asarray(family, dtype=bool)
+    table["p_adjusted"] = table["sign_p"]
+    if family.any():
+        table.loc[family, "p_adjusted"] = holm_adjust(table.loc[family, "sign_p"].tolist())
+    table["separated"] = (table["p_adjusted"] < alpha) & ((table["low"] > 0) | (table["high"] < 0))
+    return table

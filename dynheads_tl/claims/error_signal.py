@@ -46,7 +46,7 @@ import pandas as pd
 import torch
 
 from dynheads_tl.analysis.correlation import SetProbe
-from dynheads_tl.analysis.statistics import Interval, wilson_interval
+from dynheads_tl.analysis.statistics import Interval, format_interval, wilson_interval
 from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces, layout_traces
 from dynheads_tl.engine.tracing import Trace, TraceConfig
@@ -355,8 +355,7 @@ def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: in
 
 
 def _fmt(estimate: float, low: float, high: float, signed: bool = False) -> str:
-    f = "{:+.3f}" if signed else "{:.3f}"
-    return f"{f.format(estimate)} [{f.format(low)}, {f.format(high)}]"
+    return format_interval(estimate, low, high, 3, signed=signed)
 
 
 def _word(d: tuple[float, float, float]) -> str:

@@ -12,7 +12,6 @@ import math
 import random
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -24,7 +23,7 @@ from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import StepState, z_hook_name
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import calibrate_chance_factor, dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
-from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
+from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, format_interval, wilson_interval
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, synthetic_hotpot_records
 from dynheads_tl.engine.tracing import TraceConfig, trace_generation
@@ -253,7 +252,7 @@ def condition_summary(result: TaskAblation) -> pd.DataFrame:
 
 
 def _interval_text(interval: Interval, digits: int = 2) -> str:
-    return f"{interval.estimate:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
+    return format_interval(interval.estimate, interval.low, interval.high, digits)
 
 
 def paired_difference(result: "TaskAblation", a: str, b: str, metric: str, seed: int = 0) -> Interval | None:

@@ -9,15 +9,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
-import torch
 
-from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+from dynheads_tl.analysis.statistics import (bootstrap_interval, format_interval, mark_separated, paired_sign_test,
+                                             wilson_interval)
 from dynheads_tl.config import RunSettings, NotebookConfig, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, layout_traces
 from dynheads_tl.engine.models import model_fingerprint, model_name
-from dynheads_tl.executors import current_executor
+from dynheads_tl.executors import compute_missing
 from dynheads_tl.protocols.ablation import gold_token_ids, two_pass_batch
 from dynheads_tl.protocols.retention import (LLAMA_31_8B, STRATEGIES, fixed_scores, kv_heads_kept, memory_table,
                                              model_kv_shape, oracle_scores, predicted_scores, random_scores,
@@ -190,11 +189,9 @@ def run(model, config: RetentionConfig) -> pd.DataFrame:
     missing = [i for i, rows in enumerate(per_sample) if rows is None]
     size = samples_per_batch(model, config)
     chunks = [missing[start: start + size] for start in range(0, len(missing), size)]
-    batches = [[(samples[i], i) for i in chunk] for chunk in chunks]
-    for number, results in current_executor().map(model, retention_units, batches, args=(config, static, probe),
-                                                   desc="KV retention (every condition per sample)"):
-        for index, rows in zip(chunks[number], results):
-            per_sample[index] = save_cached_json(keys[index], rows) if config.use_cache else rows
+    for index, rows in compute_missing(model, retention_units, chunks, lambda i: (samples[i], i),
+                                       args=(config, static, probe), desc="KV retention (every condition per sample)"):
+        per_sample[index] = save_cached_json(keys[index], rows) if config.use_cache else rows
     return pd.DataFrame([row for rows in per_sample for row in rows])
 
 
@@ -225,10 +222,6 @@ def predicted_vs_static(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) 
     with a bootstrap 95% interval, wins and losses and an exact two-sided sign test, Holm-adjusted over all the
     budgets compared (``separated`` needs the adjusted p below ``alpha`` and the interval away from 0, as in the
     case study); and the teacher-forced gold log-probability difference (bootstrap 95%)."""
-    from scipy.stats import binomtest
-
-    from dynheads_tl.analysis.statistics import holm_adjust
-
     out = []
     present = rows[rows["strategy"].isin(["predicted", "static"])]
     for (granularity, budget), _ in present.groupby(["granularity", "budget"], sort=True):
@@ -238,23 +231,18 @@ def predicted_vs_static(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) 
                         _pick(rows, "static", granularity, budget, "gold_logprob").rename("b")], axis=1, join="inner")
         if acc.empty:
             continue
-        d = bootstrap_interval((acc["a"] - acc["b"]).to_numpy(), seed=seed)
+        test = paired_sign_test(acc["a"].to_numpy(), acc["b"].to_numpy(), seed=seed)
+        d = test.difference
         g = bootstrap_interval((lp["a"] - lp["b"]).to_numpy(), seed=seed)
-        wins, losses = int((acc["a"] > acc["b"]).sum()), int((acc["a"] < acc["b"]).sum())
         out.append({"granularity": granularity, "budget": budget, "n": len(acc), "accuracy_difference": d.estimate,
-                    "low": d.low, "high": d.high, "predicted_better": wins, "static_better": losses,
-                    "sign_p": float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0,
-                    "logprob_difference": g.estimate, "logprob_low": g.low, "logprob_high": g.high})
-    table = pd.DataFrame(out)
-    if len(table):
-        table["p_adjusted"] = holm_adjust(table["sign_p"].tolist())
-        table["separated"] = (table["p_adjusted"] < alpha) & ((table["low"] > 0) | (table["high"] < 0))
-    return table
+                    "low": d.low, "high": d.high, "predicted_better": test.a_better, "static_better": test.b_better,
+                    "sign_p": test.sign_p, "logprob_difference": g.estimate, "logprob_low": g.low,
+                    "logprob_high": g.high})
+    return mark_separated(pd.DataFrame(out), alpha)
 
 
 def _fmt(e, lo, hi, signed=False):
-    f = "{:+.2f}" if signed else "{:.2f}"
-    return f"{f.format(e)} [{f.format(lo)}, {f.format(hi)}]"
+    return format_interval(e, lo, hi, 2, signed=signed)
 
 
 def verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:

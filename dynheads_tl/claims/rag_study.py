@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, holm_adjust, wilson_interval
+from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, format_interval, mark_separated,
+                                             paired_sign_test, wilson_interval)
 from dynheads_tl.config import RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
@@ -95,31 +96,21 @@ def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> 
     the questions that differ, Holm-adjusted over :data:`COMPARISONS`. ``separated``: the adjusted p-value is below
     ``alpha`` and the interval excludes 0 (with most questions tied, a bootstrap interval alone excludes 0 too
     easily: 4 wins and no loss in 30 questions give [+0.03, +0.27] but a sign-test p of 0.125)."""
-    from scipy.stats import binomtest
-
     out = []
     for a, b in (("full", "none"),) + COMPARISONS:
         joined = _paired_f1(rows, a, b)
         if joined is None:
             continue
-        diff = bootstrap_interval((joined["a"] - joined["b"]).to_numpy(), seed=seed)
-        wins, losses = int((joined["a"] > joined["b"]).sum()), int((joined["a"] < joined["b"]).sum())
-        p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
+        test = paired_sign_test(joined["a"].to_numpy(), joined["b"].to_numpy(), seed=seed)
+        diff = test.difference
         out.append({"a": a, "b": b, "f1_difference": diff.estimate, "low": diff.low, "high": diff.high, "n": diff.n,
-                    "a_better": wins, "b_better": losses, "sign_p": float(p)})
+                    "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p})
     table = pd.DataFrame(out)
-    if table.empty:
-        return table
-    family = table["a"] != "full"
-    table["p_adjusted"] = table["sign_p"]
-    if family.any():
-        table.loc[family, "p_adjusted"] = holm_adjust(table.loc[family, "sign_p"].tolist())
-    table["separated"] = (table["p_adjusted"] < alpha) & ((table["low"] > 0) | (table["high"] < 0))
-    return table
+    return table if table.empty else mark_separated(table, alpha, family=table["a"] != "full")
 
 
 def _fmt(estimate: float, low: float, high: float) -> str:
-    return f"{estimate:.3f} [{low:.3f}, {high:.3f}]"
+    return format_interval(estimate, low, high, 3)
 
 
 def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:

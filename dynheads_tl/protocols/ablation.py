@@ -62,7 +62,7 @@ from torch import Tensor
 
 from dynheads_tl.engine.equations import Eq2Rule, eq1_mask, eq2_chance, head_label, head_names
 from dynheads_tl.engine.hooks import AblationMode, HookList, StepState, ablate_heads, retain_heads
-from dynheads_tl.executors import current_executor
+from dynheads_tl.executors import compute_missing
 from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, new_buffers
 from dynheads_tl.tasks.common import Sample, prompt_digest
 from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
@@ -729,10 +729,8 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
         members = [i for i in missing if groups[i] == group]
         for part in ([i for i in members if not jobs[i].teacher_forced], [i for i in members if jobs[i].teacher_forced]):
             chunks += [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
-    batches = [[jobs[i] for i in chunk] for chunk in chunks]
-    for number, summaries in current_executor().map(model, ablation_units, batches, args=(setup, config), desc=desc):
-        for i, summary in zip(chunks[number], summaries):
-            outputs[i] = summary if keys[i] is None else save_cached_json(keys[i], summary)
+    for i, summary in compute_missing(model, ablation_units, chunks, lambda i: jobs[i], args=(setup, config), desc=desc):
+        outputs[i] = summary if keys[i] is None else save_cached_json(keys[i], summary)
     return [(out["row"], torch.tensor(out["new_heads"])) for out in outputs]
 
 
