@@ -2,7 +2,7 @@
 tables from what comes back (and from the cache).
 
 A *unit* is one traced sample, one ablation job (sample, condition, k), one retention sample, one RAG answer.
-Traces, ablation jobs and retention samples have the cache keys they always had (RAG answers are not cached);
+Traces, ablation jobs and retention samples have the cache keys they always had, and RAG answers have theirs;
 the claim reads the finished ones from the cache and hands the missing ones to the current executor, grouped into *batches* exactly as the local code batches them (so a batch decodes the same rows
 on every backend, and results agree whatever runs them). The executor calls ``compute(model, payloads, *args)``
 for each batch and yields ``(batch index, results)`` as batches finish; the claim writes each result atomically

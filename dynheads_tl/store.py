@@ -29,6 +29,19 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def tensor_digest(*tensors) -> str:
+    """A short hash of tensors' shapes and values (as float32 on the CPU): names trained or computed inputs, such
+    as a probe's weights or static head scores, in a cache key."""
+    import torch
+
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        values = torch.as_tensor(tensor).detach().float().cpu().contiguous()
+        digest.update(f"{tuple(values.shape)};".encode())
+        digest.update(values.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def traces_path(config: dict[str, Any], root: Path | None = None) -> Path:
     return Path(root or cache_dir() / "traces") / f"{config_hash(config)}.pt"
 

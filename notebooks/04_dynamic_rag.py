@@ -51,7 +51,7 @@ dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a G
 backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
 ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
-use_cache = True  # reuse cached traces
+use_cache = True  # reuse cached traces and answers
 
 # %%
 import time
@@ -98,7 +98,7 @@ print(f"{len(samples)} evaluation questions ({config.rag_setting} setting); stat
 
 # %%
 rows = rag.run_strategies(lm, samples, config.strategies, config.rag_config(threshold), static_scores=static_scores,
-                          probe=probe)
+                          probe=probe, cache_key=rag_study.answers_cache_key(config, "evaluation", probe))
 figures.save_table(rows.drop(columns=["response"]), "rag_runs", out_dir, run_config);
 
 # %% [markdown]

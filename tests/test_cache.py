@@ -314,12 +314,12 @@ def test_trace_accepts_a_prompt_that_just_fits(tiny_model):
 # --- every trace set is traced in batches -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def long_tiny_model(tmp_path_factory):
+def tiny_long_model(tmp_path_factory):
     return dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path_factory.mktemp("long") / "model",
                                                        max_positions=1024)), device="cpu")
 
 
-def test_trace_sets_are_traced_in_batches_of_trace_batch_size(long_tiny_model, cache, monkeypatch):
+def test_trace_sets_are_traced_in_batches_of_trace_batch_size(tiny_long_model, cache, monkeypatch):
     """``trace_batch_size`` reaches every split of claim 1's trace sets (NIAH, HotpotQA and its placebo spans),
     and batching changes no token, top-1 source or Eq. 1 set (the batch size is not in the cache key)."""
     from dynheads_tl import corpus
@@ -333,15 +333,21 @@ def test_trace_sets_are_traced_in_batches_of_trace_batch_size(long_tiny_model, c
 
     monkeypatch.setattr(corpus, "trace_units", spy)
     small = dict(context_tokens=60, n_calibration=2, n_analysis=3, n_hotpot=2, max_new_tokens=5,
-                 hotpot_max_new_tokens=4, use_cache=False)
+                 hotpot_max_new_tokens=4)
     batched = corpus.TraceSets(**small, trace_batch_size=3)
-    model = long_tiny_model
+    model = tiny_long_model
     traces = [*corpus.niah_traces(model, batched, 0), *corpus.hotpot_traces(model, batched, 0),
               corpus.hotpot_placebo_traces(model, batched, 0)]
     # NIAH splits of 2 and 3 samples, HotpotQA of 1 and 2, placebo of 1: one batch each
     assert seen == [2, 3, 1, 2, 1]
     seen.clear()
-    single = corpus.TraceSets(**small, trace_batch_size=1)
+    read_back = corpus.TraceSets(**small, trace_batch_size=1)  # the batch size is not in the cache key
+    again = [*corpus.niah_traces(model, read_back, 0), *corpus.hotpot_traces(model, read_back, 0),
+             corpus.hotpot_placebo_traces(model, read_back, 0)]
+    assert seen == []
+    for split, split_again in zip(traces, again):
+        assert_same_traces(split, split_again)
+    single = corpus.TraceSets(**small, trace_batch_size=1, use_cache=False)
     alone = [*corpus.niah_traces(model, single, 0), *corpus.hotpot_traces(model, single, 0),
              corpus.hotpot_placebo_traces(model, single, 0)]
     assert seen == [1] * 9

@@ -374,3 +374,44 @@ def test_rag_loop_on_decode_reproduces_the_recorded_pre_move_outputs(embedded_mo
         # The loop's Trace is the kept generation: its tokens decode to the response.
         assert embedded_model.tokenizer.decode(result.trace.tokens.tolist(), skip_special_tokens=True) == result.response
         assert result.trace.support_score.shape[0] == len(result.trace.tokens)
+
+
+def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(embedded_model, samples, tmp_path, monkeypatch):
+    from dynheads_tl.protocols import rag
+
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
+    config = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=6)
+    scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads)
+    run = lambda config, scores: run_strategies(embedded_model, samples, ["static", "none"], config,
+                                                static_scores=scores, cache_key={"test": "rag"})
+    first = run(config, scores)
+    assert len(list((tmp_path / "results").glob("*.json"))) == 4  # 2 strategies x 2 questions
+    answered: list[int] = []
+    original = rag.rag_units
+    monkeypatch.setattr(rag, "rag_units", lambda model, units, *args: answered.append(len(units)) or
+                        original(model, units, *args))
+    assert run(config, scores).equals(first) and answered == []  # every answer read back
+    run(RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=6, window=9), scores)
+    assert answered == [1] * 4  # another protocol knob: every answer again
+    run(config, scores + 1.0)
+    assert answered == [1] * 8  # other static scores: again
+    with pytest.raises(ValueError, match="name the probe"):  # an unnamed probe could read another probe's answers
+        run_strategies(embedded_model, samples, ["dynamic"], config, probe=lambda hidden: scores,
+                       cache_key={"test": "rag"})
+    assert answered == [1] * 8
+
+
+def test_a_trained_probe_is_named_by_its_weights():
+    from dynheads_tl.claims.rag_study import HeadProbe, RagStudyConfig, answers_cache_key
+
+    torch.manual_seed(0)
+    network = torch.nn.Linear(4, 6)
+    probe = HeadProbe(network, (2, 3))
+    assert probe(torch.ones(4)).shape == (2, 3)
+    same = HeadProbe(network, (2, 3))
+    with torch.no_grad():
+        network.weight[0, 0] += 1e-3
+    assert same.digest == probe.digest and HeadProbe(network, (2, 3)).digest != probe.digest
+    assert answers_cache_key(RagStudyConfig(), "evaluation", probe) == {"claim": "rag_study", "split": "evaluation",
+                                                                        "probe": probe.digest}
+    assert answers_cache_key(RagStudyConfig(use_cache=False), "evaluation", probe) is None

@@ -9,7 +9,8 @@
 - :func:`paired_sign_test` and :func:`mark_separated`: two conditions run on the same samples, compared by their
   paired difference (bootstrap interval) and an exact sign test; a family of such comparisons is Holm-adjusted and
   a difference is called separated only when the adjusted p-value is small *and* the interval excludes 0.
-- :func:`format_interval`: the one way an estimate and its interval are written in sentences ("0.75 [0.47, 0.91]").
+- :func:`format_interval`: an estimate and its interval as the claims' verdict sentences write them
+  ("0.75 [0.47, 0.91]"); some tables and the report index still format theirs inline.
 """
 from __future__ import annotations
 

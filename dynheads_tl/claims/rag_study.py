@@ -297,9 +297,29 @@ def train_head_probe(model, config: RagStudyConfig):
     probe_model = train_probe(stack(train, "hidden"), stack(train, "support_score"), stack(val, "hidden"),
                               stack(val, "support_score"), task="regression",
                               config=ProbeConfig(hidden=list(config.probe_hidden), epochs=config.probe_epochs, seed=config.seed))
-    shape = static_scores.shape
-    probe = lambda hidden: probe_model(hidden[None].float())[0].reshape(shape)
-    return static_scores, probe
+    return static_scores, HeadProbe(probe_model, tuple(static_scores.shape))
+
+
+class HeadProbe:
+    """The trained regression probe as the dynamic strategy calls it: a hidden state -> per-head Eq. 2 scores
+    [layer, head]. ``digest`` names its weights, so cached answers of another probe are never read back."""
+
+    def __init__(self, network: torch.nn.Module, shape: tuple[int, int]):
+        from dynheads_tl.store import tensor_digest
+
+        self.network, self.shape = network, shape
+        self.digest = tensor_digest(*network.state_dict().values())
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.network(hidden[None].float())[0].reshape(self.shape)
+
+
+def answers_cache_key(config: RagStudyConfig, split: str, probe: HeadProbe | None = None) -> dict | None:
+    """The ``cache_key`` of :func:`~dynheads_tl.protocols.rag.run_units` for one split's answers (None when
+    ``use_cache`` is off): the split, and the probe's digest when a probe answers."""
+    if not config.use_cache:
+        return None
+    return {"claim": "rag_study", "split": split, **({} if probe is None else {"probe": probe.digest})}
 
 
 def calibrate_rind(model, config: RagStudyConfig) -> tuple[float, pd.DataFrame]:
@@ -311,7 +331,7 @@ def calibrate_rind(model, config: RagStudyConfig) -> tuple[float, pd.DataFrame]:
     samples = split_samples(model, config, "rind")
     probe_config = config.rag_config(rind_threshold=float("inf"))  # never fires; every sentence's value is recorded
     results = run_units(model, [("none", index, sample) for index, sample in enumerate(samples)], probe_config,
-                        desc="RIND calibration (no retrieval)")
+                        desc="RIND calibration (no retrieval)", cache_key=answers_cache_key(config, "rind"))
     rows = []
     for index, (sample, result) in enumerate(zip(samples, results)):
         f1 = token_f1(result["response"], sample.answers[0])

@@ -54,7 +54,7 @@ from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.equations import eligible_positions, eq2_share, evidence_positions
 from dynheads_tl.engine.hooks import HookList, StepState, pattern_hook_name, restrict_attention
 from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig, build_trace, decode, eos_token_ids
-from dynheads_tl.executors import current_executor
+from dynheads_tl.executors import compute_missing
 from dynheads_tl.tasks.common import Sample
 from dynheads_tl.tasks.metrics import exact_match, token_f1
 
@@ -425,23 +425,53 @@ def rag_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, st
     return out
 
 
+def answer_keys(model, units: list[tuple[str, int, Sample]], config: RagConfig, cache_key: dict,
+                static_scores: Tensor | None = None) -> list[dict]:
+    """The cache key of each unit's answer: ``cache_key`` (the caller's name for the run; it must identify the
+    probe, if there is one, under ``"probe"``) + the unit (strategy, index, prompt digest) + every knob of the
+    protocol + the model (name and fingerprint) + a digest of the static scores."""
+    from dataclasses import asdict
+
+    from dynheads_tl.engine.models import model_fingerprint, model_name
+    from dynheads_tl.store import tensor_digest
+    from dynheads_tl.tasks.common import prompt_digest
+
+    base = {**cache_key, "unit": "rag_answer", "rag": asdict(config), "model": model_name(model),
+            "model_fingerprint": model_fingerprint(model),
+            "static_scores": None if static_scores is None else tensor_digest(static_scores)}
+    return [{**base, "strategy": strategy, "index": index, "prompt": prompt_digest(sample)}
+            for strategy, index, sample in units]
+
+
 def run_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, *, static_scores: Tensor | None = None,
-              probe=None, desc: str = "RAG answers") -> list[dict]:
-    """:func:`rag_units` for every unit, one answer per batch, through the current executor; results in order."""
-    results: list[dict | None] = [None] * len(units)
-    for number, (result,) in current_executor().map(model, rag_units, [[unit] for unit in units],
-                                                     args=(config, static_scores, probe), desc=desc):
-        results[number] = result
+              probe=None, desc: str = "RAG answers", cache_key: dict | None = None) -> list[dict]:
+    """:func:`rag_units` for every unit, one answer per batch, through the current executor; results in order.
+
+    With ``cache_key`` (a dict naming the run, see :func:`answer_keys`), answers already cached are read back and
+    the others cached as they come back, so a rerun only answers what is missing; a ``probe`` is an opaque
+    callable, so the key must then name it under ``"probe"`` (e.g. a digest of its weights). Without
+    ``cache_key`` every answer is computed."""
+    from dynheads_tl.store import load_cached_json, save_cached_json
+
+    if cache_key is not None and probe is not None and "probe" not in cache_key:
+        raise ValueError("cache_key must name the probe under 'probe' (a digest of its weights): otherwise answers "
+                         "of another probe would be read back.")
+    keys = None if cache_key is None else answer_keys(model, units, config, cache_key, static_scores)
+    results: list[dict | None] = [None] * len(units) if keys is None else [load_cached_json(key) for key in keys]
+    missing = [[i] for i, result in enumerate(results) if result is None]
+    for i, result in compute_missing(model, rag_units, missing, lambda i: units[i],
+                                     args=(config, static_scores, probe), desc=desc):
+        results[i] = result if keys is None else save_cached_json(keys[i], result)
     return results
 
 
 def run_strategies(model, samples: list[Sample], strategies: list[str], config: RagConfig, *,
-                   static_scores: Tensor | None = None, probe=None) -> pd.DataFrame:
-    """Every strategy on every sample; one row per (sample, strategy)."""
+                   static_scores: Tensor | None = None, probe=None, cache_key: dict | None = None) -> pd.DataFrame:
+    """Every strategy on every sample; one row per (sample, strategy). ``cache_key``: see :func:`run_units`."""
     for strategy in strategies:  # checks each strategy's inputs before any answer runs
         HeadSelector(strategy, model, config, static_scores=static_scores, probe=probe)
     units = [(strategy, index, sample) for strategy in strategies for index, sample in enumerate(samples)]
-    results = run_units(model, units, config, static_scores=static_scores, probe=probe,
+    results = run_units(model, units, config, static_scores=static_scores, probe=probe, cache_key=cache_key,
                         desc=f"RAG ({len(strategies)} strategies x {len(samples)} questions)")
     rows = []
     for (strategy, index, sample), result in zip(units, results):

@@ -88,8 +88,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                                 "hotpot_depths": [0.05, 0.25, 0.5, 0.75, 0.95], "runs_per_cell": 5,
                                 "n_calibration": 100, "max_new_tokens": 64, "progressive_k_max": 70,
                                 "progressive_k_step": 5, "n_progressive": 20, "progressive_context": 20000,
-                                # KV cache of Llama-3.1-8B at 50k tokens: ~6.4 GB per row in bf16
-                                "batch_size": 4},
+                                # KV cache of Llama-3.1-8B at 50k tokens: ~6.4 GB per row in bf16; the calibration
+                                # traces cycle through the contexts, so a batch is padded to the widest of them
+                                "batch_size": 4, "trace_batch_size": 4},
         "03_correlation": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
                            "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                            "probe_preset": "paper"},
