@@ -43,6 +43,7 @@ sink_tokens = 4  # Eq. 2 (oracle heads): leading attention-sink positions left o
 local_window = 32  # Eq. 2 (oracle heads): most recent positions left out
 train_seeds = [0, 1, 2]  # seeds of the training questions (static scores and the probe)
 n_hotpot_train = 20  # training questions per seed (multihop: claim 1's HotpotQA analysis split size)
+trace_batch_size = 8  # training questions traced together when not cached (speed only)
 probe_hidden = [256]  # probe MLP hidden widths
 probe_epochs = 60  # probe training epochs
 seed = 0  # seeds evaluation questions and random heads

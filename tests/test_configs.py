@@ -33,6 +33,7 @@ def test_defaults_are_valid_and_unknown_names_are_rejected(config):
     (PredictabilityConfig, "probe_epochs", 0), (RagStudyConfig, "probe_hidden", []),
     (RagStudyConfig, "local_window", -2), (RagStudyConfig, "n_heads", 0),
     (DynamismConfig, "trace_batch_size", 0), (IrreplaceabilityConfig, "trace_batch_size", 1.5),
+    (RagStudyConfig, "trace_batch_size", -1),
 ])
 def test_bad_values_name_the_parameter(config, name, value):
     with pytest.raises(ValueError, match=f"'{name}'"):

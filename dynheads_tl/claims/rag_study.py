@@ -169,12 +169,13 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
     train_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     n_hotpot_train: int = 20
+    trace_batch_size: int = 8
     output_dir: str = "papers_figures"
     use_cache: bool = True
 
     def __post_init__(self):
         super().__post_init__()
-        check_ints(self, ("n_samples", "n_hotpot_train", "n_rind_calibration"))
+        check_ints(self, ("n_samples", "n_hotpot_train", "n_rind_calibration", "trace_batch_size"))
         check_int_list(self, "train_seeds")
         check_choice(self, "rag_setting", list(HOTPOT_SETTINGS))
         unknown = [s for s in self.strategies if s not in STRATEGIES] if isinstance(self.strategies, list) else [0]
@@ -262,6 +263,7 @@ def training_traces(model, config: RagStudyConfig) -> tuple[list, list]:
     training questions, the first half of each seed's as the calibration part."""
     if config.rag_setting == "multihop":
         claim1 = TraceSets(n_hotpot=config.n_hotpot_train, use_cache=config.use_cache, sink_tokens=config.sink_tokens,
+                           trace_batch_size=config.trace_batch_size,
                            local_window=config.local_window, hotpot_source=config.hotpot_source,
                            hotpot_skip_incomplete=config.hotpot_skip_incomplete)
         calibration, traces = [], []
@@ -277,7 +279,8 @@ def training_traces(model, config: RagStudyConfig) -> tuple[list, list]:
         samples = split_samples(model, config, "train", index)
         spec = dict(task="hotpot", split="rag_train", setting=config.rag_setting, n=len(samples),
                     source=config.hotpot_source, seed=SEED_OFFSETS["rag_train"] + seed)
-        done = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache, batch_size=8,
+        done = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                              batch_size=config.trace_batch_size,
                               desc=f"HotpotQA {config.rag_setting} training (seed {seed})")
         calibration += done[: max(len(done) // 2, 1)]
         traces += done
