@@ -23,8 +23,8 @@ Two executors:
 of an installed package (every worker imports ``dynheads_tl``), ``args`` plain data, samples or tensors.
 
 The notebooks choose the executor with their ``backend`` parameter (:func:`use_backend`); everything below
-the notebook asks for :func:`current_executor`, the cached units (traces, ablation jobs, retention samples)
-through :func:`compute_missing`, which yields each missing unit's result under its index.
+the notebook asks for :func:`current_executor`, the cached units (traces, ablation jobs, RAG answers, retention
+samples) through :func:`compute_missing`, which yields each missing unit's result under its index.
 """
 from __future__ import annotations
 

@@ -394,11 +394,11 @@ def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(embedded_
     run(RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=6, window=9), scores)
     assert answered == [1] * 4  # another protocol knob: every answer again
     run(config, scores + 1.0)
-    assert answered == [1] * 8  # other static scores: again
+    assert answered == [1] * 6  # other static scores: the static strategy's 2 answers again, not the others
     with pytest.raises(ValueError, match="name the probe"):  # an unnamed probe could read another probe's answers
         run_strategies(embedded_model, samples, ["dynamic"], config, probe=lambda hidden: scores,
                        cache_key={"test": "rag"})
-    assert answered == [1] * 8
+    assert answered == [1] * 6
 
 
 def test_a_trained_probe_is_named_by_its_weights():
@@ -409,9 +409,11 @@ def test_a_trained_probe_is_named_by_its_weights():
     probe = HeadProbe(network, (2, 3))
     assert probe(torch.ones(4)).shape == (2, 3)
     same = HeadProbe(network, (2, 3))
+    before = probe(torch.ones(4))
     with torch.no_grad():
         network.weight[0, 0] += 1e-3
     assert same.digest == probe.digest and HeadProbe(network, (2, 3)).digest != probe.digest
+    assert torch.equal(probe(torch.ones(4)), before)  # the probe keeps the weights its digest names
     assert answers_cache_key(RagStudyConfig(), "evaluation", probe) == {"claim": "rag_study", "split": "evaluation",
                                                                         "probe": probe.digest}
     assert answers_cache_key(RagStudyConfig(use_cache=False), "evaluation", probe) is None

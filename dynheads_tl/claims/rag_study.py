@@ -308,10 +308,13 @@ class HeadProbe:
     [layer, head]. ``digest`` names its weights, so cached answers of another probe are never read back."""
 
     def __init__(self, network: torch.nn.Module, shape: tuple[int, int]):
+        import copy
+
         from dynheads_tl.store import tensor_digest
 
-        self.network, self.shape = network, shape
-        self.digest = tensor_digest(*network.state_dict().values())
+        # A copy: weights edited afterwards in the caller's network must not change what this digest names.
+        self.network, self.shape = copy.deepcopy(network).eval(), shape
+        self.digest = tensor_digest(*self.network.state_dict().values())
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.network(hidden[None].float())[0].reshape(self.shape)

@@ -425,22 +425,30 @@ def rag_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, st
     return out
 
 
+# Bump when the protocol's answers change for the same settings (a fix to RIND, the windows or the selector), so
+# answers cached by an older version are never read back.
+RAG_PROTOCOL_VERSION = 1
+
+
 def answer_keys(model, units: list[tuple[str, int, Sample]], config: RagConfig, cache_key: dict,
                 static_scores: Tensor | None = None) -> list[dict]:
-    """The cache key of each unit's answer: ``cache_key`` (the caller's name for the run; it must identify the
-    probe, if there is one, under ``"probe"``) + the unit (strategy, index, prompt digest) + every knob of the
-    protocol + the model (name and fingerprint) + a digest of the static scores."""
+    """The cache key of each unit's answer: ``cache_key`` (the caller's name for the run; it must name the probe,
+    if there is one, under ``"probe"``) + the unit (strategy, index, prompt digest, context span) + every knob of
+    the protocol and its version + the model (name and fingerprint). The static scores' digest enters only the
+    static strategy's keys and the probe's name only the dynamic strategy's: no other strategy reads them."""
     from dataclasses import asdict
 
     from dynheads_tl.engine.models import model_fingerprint, model_name
     from dynheads_tl.store import tensor_digest
     from dynheads_tl.tasks.common import prompt_digest
 
-    base = {**cache_key, "unit": "rag_answer", "rag": asdict(config), "model": model_name(model),
-            "model_fingerprint": model_fingerprint(model),
-            "static_scores": None if static_scores is None else tensor_digest(static_scores)}
-    return [{**base, "strategy": strategy, "index": index, "prompt": prompt_digest(sample)}
-            for strategy, index, sample in units]
+    shared = {k: v for k, v in cache_key.items() if k != "probe"}
+    base = {**shared, "unit": "rag_answer", "protocol_version": RAG_PROTOCOL_VERSION, "rag": asdict(config),
+            "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+    reads = {"static": {"static_scores": None if static_scores is None else tensor_digest(static_scores)},
+             "dynamic": {"probe": cache_key.get("probe")}}
+    return [{**base, **reads.get(strategy, {}), "strategy": strategy, "index": index, "prompt": prompt_digest(sample),
+             "context_span": list(sample.context_span)} for strategy, index, sample in units]
 
 
 def run_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, *, static_scores: Tensor | None = None,
