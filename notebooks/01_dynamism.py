@@ -39,7 +39,7 @@ static_sizes = [20, 50, 100]  # static set sizes for the sweep
 seeds = [0, 1, 2]  # one full run per seed; the first is the headline run
 setting_haystacks = ["filler", "prose"]  # soft dynamism: haystacks of the settings
 setting_contexts = [500, 1000]  # soft dynamism: context lengths of the settings (x each haystack)
-n_setting = 24  # soft dynamism: analysis samples per setting (random depth and haystack offset)
+n_setting = 50  # soft dynamism: analysis samples per setting (random depth and haystack offset)
 n_setting_calibration = 8  # soft dynamism: calibration samples per setting (its static set)
 copy_thresholds = [0.1, 0.3, 0.5]  # soft dynamism: copy / evidence mass thresholds
 soft_threshold = 0.3  # soft dynamism: the threshold the verdict reads
@@ -209,9 +209,8 @@ display(Markdown("\n\n".join(f"**{v}**" for v in size_aware_verdicts)))
 # Only steps whose generated token occurs in the needle count (pairs: two such steps in a row; exits: into
 # such a step). Elsewhere (the end of the answer, a wrong token) Eq. 1 and the copy mass are empty by
 # definition, whatever the heads do, which would make the Eq. 1 set look less stable than the reading set for
-# no mechanistic reason; `settings_accuracy` gives the share of steps kept. The default of 24 analysis samples
-# per setting (the issue asks for 50 where time allows) keeps the whole report near its time budget on a
-# 2-core CPU; `n_setting` raises it.
+# no mechanistic reason; `settings_accuracy` gives the share of steps kept. Each setting has 50 analysis
+# samples by default (`n_setting`), traced in batches of `trace_batch_size`.
 
 # %%
 settings = dynamism.run_settings(lm, config)

@@ -30,7 +30,7 @@
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 haystack = "filler"  # NIAH haystack: filler, prose or folder:PATH
 context_tokens = 500  # NIAH context length (as a notebook 01 setting, whose traces train the probe)
-n_setting = 24  # training answers, analysis split (as notebook 01, whose cache this reads)
+n_setting = 24  # training answers, analysis split (notebook 01's cache is read when its n_setting is the same)
 n_setting_calibration = 8  # training answers, calibration split (the static scores)
 n_samples = 12  # new NIAH answers evaluated under every condition
 budgets = [0.05, 0.1, 0.25, 0.5]  # shares of heads kept whole at each step (the paper preset adds 1% and 2%)

@@ -47,7 +47,7 @@ class DynamismConfig(Eq2Selection, TraceSets, RunSettings, NotebookConfig):
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     setting_haystacks: list[str] = field(default_factory=lambda: ["filler", "prose"])
     setting_contexts: list[int] = field(default_factory=lambda: [500, 1000])
-    n_setting: int = 24
+    n_setting: int = 50
     n_setting_calibration: int = 8
     copy_thresholds: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5])
     soft_threshold: float = 0.3
