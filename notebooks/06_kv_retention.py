@@ -14,9 +14,9 @@
 # D_t). Several samples' conditions are decoded in one batch (`batch_size` rows).
 #
 # **Strategies at an equal budget** b (a share of the query heads, or of the KV heads in the KV-head variant):
-# **static** (Wu et al.'s top-b on notebook 01's calibration answers: the DuoAttention-style split),
-# **predicted** (a ridge probe's top-b from the hidden state of the *previous* step, trained on notebook 01's
-# answers of the same setting; step 0 uses the static order), **oracle** (D_t of the clean pass, then Eq. 2
+# **static** (Wu et al.'s top-b on calibration answers of the same setting: the DuoAttention-style split),
+# **predicted** (a ridge probe's top-b from the hidden state of the *previous* step, trained on answers of the
+# same setting, drawn as notebook 01's soft-dynamism settings are; step 0 uses the static order), **oracle** (D_t of the clean pass, then Eq. 2
 # share: the upper bound), **random** (drawn per step), **streaming** (b = 0) and the **full cache**.
 # Measures: NIAH accuracy (free generation, Wilson 95%) and the teacher-forced log-probability of the needle
 # sentence's tokens (bootstrap 95%), both on new samples.
@@ -29,7 +29,7 @@
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 haystack = "filler"  # NIAH haystack: filler, prose or folder:PATH
-context_tokens = 500  # NIAH context length (as a notebook 01 setting, whose traces train the probe)
+context_tokens = 500  # NIAH context length (a notebook 01 setting: its traces train the probe when the sizes agree)
 n_setting = 24  # training answers, analysis split (notebook 01's cache is read when its n_setting is the same)
 n_setting_calibration = 8  # training answers, calibration split (the static scores)
 n_samples = 12  # new NIAH answers evaluated under every condition
