@@ -187,7 +187,7 @@ def test_samples_decoded_together_give_what_each_gives_alone(embedded_model):
     import numpy as np
 
     config = kv_retention.RetentionConfig(haystack="filler", context_tokens=200, max_new_tokens=12, n_samples=2,
-                                          budgets=[0.25], strategies=["static", "predicted"], batch_size=8,
+                                          budgets=[0.25], strategies=["static", "predicted"], granularities=["query"], batch_size=8,
                                           use_cache=False)
     samples = kv_retention.evaluation_samples(embedded_model, config)
     generator = torch.Generator().manual_seed(0)
