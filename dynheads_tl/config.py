@@ -68,6 +68,10 @@ class DeviceSettings:
             raise ValueError(f"Parameter 'device' must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}.")
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"Parameter 'dtype' must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}.")
+        from dynheads_tl.engine.preflight import check_device, check_dtype
+
+        check_device(self.device)
+        check_dtype(self.dtype, self.device)
         chain_post_init(self, DeviceSettings)
 
     def load_model(self):
@@ -155,8 +159,14 @@ def model_context_window(model: str) -> int:
     file without loading the weights."""
     from transformers import AutoConfig
 
-    from dynheads_tl.engine.models import resolve_model_source
+    from dynheads_tl.engine.models import EMBEDDED_MODELS, resolve_model_source
+    from dynheads_tl.engine.preflight import embedded_context_window
 
+    if str(model).lower() in EMBEDDED_MODELS:
+        # From the GGUF header the converted folder is made from: checking a parameter never converts the model.
+        window = embedded_context_window(str(model).lower())
+        if window:
+            return window
     config = AutoConfig.from_pretrained(resolve_model_source(model))
     config = getattr(config, "text_config", None) or config
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):

@@ -338,6 +338,55 @@ def check_backend(backend: str, address: str = "") -> None:
         raise ValueError(f"Parameter 'ray_address' ({address!r}) is only used with backend='ray'.")
     if backend == "ray":
         require_ray()
+        if address:
+            check_ray_address(address)
+
+
+# How long a Ray address has to answer before the run is refused (a cluster's GCS answers in milliseconds).
+RAY_ADDRESS_TIMEOUT = 3.0
+
+
+def _resolve_auto_address() -> str:
+    """The address 'auto' stands for (RAY_ADDRESS, else the cluster that ``ray start`` left on this machine), or a
+    ValueError that says none runs."""
+    try:
+        from ray._private.services import get_ray_address_from_environment
+    except ImportError:  # pragma: no cover - a Ray without this helper: ray.init reports it
+        return ""
+    try:
+        found = get_ray_address_from_environment("auto", None)
+    except ConnectionError as error:
+        raise ValueError("Parameter 'ray_address' is 'auto', but no Ray cluster runs on this machine (and RAY_ADDRESS "
+                         "is not set); start one with `ray start --head`, pass its address, or leave ray_address "
+                         "empty for a local cluster of this machine.") from error
+    return "" if found in (None, "auto") else str(found)
+
+
+def check_ray_address(address: str, *, timeout: float | None = None) -> None:
+    """``address`` (``HOST:PORT``, ``ray://HOST:PORT`` or ``auto``) answers a TCP connection within ``timeout``
+    seconds (:data:`RAY_ADDRESS_TIMEOUT`): refused with one sentence before any model is loaded, instead of Ray's
+    minutes of retries and a traceback."""
+    import socket
+
+    timeout = RAY_ADDRESS_TIMEOUT if timeout is None else timeout
+    target = _resolve_auto_address() if address == "auto" else address
+    if not target:
+        return
+    bare = target.split("://", 1)[1] if "://" in target else target
+    host, _, port = bare.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"Parameter 'ray_address' must look like HOST:PORT (as `ray start --head` prints it), "
+                         f"ray://HOST:PORT or 'auto', got {address!r}.")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or type(error).__name__)
+        shown = repr(address) if target == address else f"{address!r} ({target})"
+        raise ValueError(f"Parameter 'ray_address' is {shown}, but nothing "
+                         f"answers there within {timeout:g} s ({reason}); start the cluster with `ray start --head` "
+                         "and pass the address it prints, or leave ray_address empty for a local cluster of this "
+                         "machine.") from error
 
 
 def use_backend(backend: str, model, *, name: str, device: str = "auto", dtype: str = "auto", address: str = "",

@@ -4,7 +4,9 @@ An interrupted run resumes: finished entries are read back, and a half-written f
 under its final name (writes go to a temporary file that is renamed when complete, see
 :func:`dynheads_tl.engine.tracing.atomic_write`). An entry that cannot be read anyway (truncated by a full
 disk or a copy, or written by an older layout) is moved aside to ``NAME.corrupt`` with a warning and
-recomputed, so one damaged file costs one recomputation instead of failing every later run.
+recomputed, so one damaged file costs one recomputation instead of failing every later run. An entry this run
+may not read (its permissions) is treated the same way; when it cannot be replaced either, the run stops with a
+:class:`CacheError` sentence, never a traceback.
 """
 from __future__ import annotations
 
@@ -46,17 +48,89 @@ def traces_path(config: dict[str, Any], root: Path | None = None) -> Path:
     return Path(root or cache_dir() / "traces") / f"{config_hash(config)}.pt"
 
 
-def quarantine(path: Path, error: Exception) -> Path:
-    """Move an unreadable cache entry to ``NAME.corrupt`` (replacing an older one), kept for
-    inspection, and log a warning naming it. Returns the new path."""
+# Every heal warning starts with this, so the report runner can repeat them on the terminal (a notebook's own
+# warnings land in the executed notebook only).
+HEAL_PREFIX = "Cache entry "
+
+
+class CacheError(RuntimeError):
+    """A cache entry or folder this run can neither read nor replace; the message says which and what to do."""
+
+
+def _reason(error: BaseException) -> str:
+    """A short phrase for why a file could not be read: the first line of the error, without torch's advice to
+    load with ``weights_only=False`` (which runs arbitrary code from the file, wrong advice for a damaged cache)."""
+    if isinstance(error, PermissionError):
+        return "permission denied"
+    text = str(error)
+    if "weights_only" in text or "Weights only load failed" in text:
+        unsupported = next((line.strip() for line in text.splitlines() if "Unsupported global" in line), "")
+        return "it holds objects that a safe (weights-only) load refuses" + (f": {unsupported}" if unsupported else "")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def quarantine(path: Path, error: BaseException) -> Path:
+    """Move an unreadable cache entry to ``NAME.corrupt`` (replacing an older one), kept for inspection, and log
+    a warning naming it and why. Returns the new path. When the entry can neither be moved nor will be
+    replaceable (its folder is not writable), raise :class:`CacheError` with a sentence instead."""
     aside = path.with_name(path.name + ".corrupt")
-    logger.warning("Cache entry %s is unreadable (%s: %s); moved it to %s and recomputing it.",
-                   path, type(error).__name__, error, aside.name)
     try:
         os.replace(path, aside)
-    except OSError as move_error:  # the atomic rewrite will replace it anyway
-        logger.warning("Could not move %s aside (%s); it will be overwritten.", path, move_error)
+    except OSError as move_error:
+        if not os.access(path.parent, os.W_OK):
+            raise CacheError(
+                f"Cache entry {path} cannot be read ({_reason(error)}), and its folder is not writable, so it cannot "
+                f"be recomputed in place ({_reason(move_error)}); fix the permissions (chmod u+rw), remove the "
+                "entry, or point DYNHEADS_CACHE at another folder.") from error
+        logger.warning("%s%s is unreadable (%s); recomputing it (it could not be moved aside: %s).",
+                       HEAL_PREFIX, path, _reason(error), _reason(move_error))
+        return aside
+    logger.warning("%s%s is unreadable (%s); moved it to %s and recomputing it.",
+                   HEAL_PREFIX, path, _reason(error), aside.name)
     return aside
+
+
+def _probe_write(folder: Path) -> None:
+    """Create and remove a file in ``folder`` (tests replace it to act as a non-root user would see)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+        pass
+
+
+def _read_text(path: Path) -> str:
+    """A cache entry's text (tests replace it to simulate an entry this user may not read)."""
+    return path.read_text(encoding="utf-8")
+
+
+def check_writable_folder(path: str | Path, what: str, hint: str) -> Path:
+    """Check that folder ``path`` exists and takes a new file, or can be created (its nearest existing parent takes
+    one), creating nothing; else a ValueError with one sentence naming the folder, the reason and ``hint`` (what
+    to do). Returns the path."""
+    path = Path(path).absolute()
+    existing = next(p for p in [path, *path.parents] if p.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == path else f"lies under {existing}, which is a file"
+        raise ValueError(f"The {what} {path} {where}, not a folder; {hint}.")
+    try:
+        _probe_write(existing)
+    except OSError as error:
+        reason = _reason(error) if isinstance(error, PermissionError) else (error.strerror or str(error))
+        problem = "cannot be written" if existing == path else f"cannot be created: {existing} is not writable"
+        raise ValueError(f"The {what} {path} {problem} ({reason}); {hint}, or fix the permissions.") from error
+    return path
+
+
+def check_cache_writable(root: Path | None = None) -> Path:
+    """The cache folder (``$DYNHEADS_CACHE``) and its entry folders can be created and written."""
+    root = Path(root or cache_dir())
+    hint = "set DYNHEADS_CACHE to another folder"
+    check_writable_folder(root, "cache folder (DYNHEADS_CACHE)", hint)
+    for sub in ("traces", "results"):
+        if (root / sub).exists():
+            check_writable_folder(root / sub, "cache folder", hint)
+    return root
 
 
 def cached_traces(config: dict[str, Any], compute: Callable[[], list[Trace]], *,
@@ -71,6 +145,8 @@ def cached_traces(config: dict[str, Any], compute: Callable[[], list[Trace]], *,
             return traces
         except UnreadableFileError as error:
             quarantine(path, error.__cause__ or error)
+        except (PermissionError, IsADirectoryError) as error:  # not damage, but this run cannot read it either
+            quarantine(path, error)
     traces = compute()
     if use_cache:
         save_traces(traces, path)
@@ -95,14 +171,14 @@ def load_cached_json(config: dict[str, Any], *, root: Path | None = None) -> Any
     if not path.exists():
         return None
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = json.loads(_read_text(path))
         if not isinstance(entry, dict) or "result" not in entry:
             raise KeyError("no 'result' field")
         if _canonical(entry.get("config")) != _canonical(config):
             raise ValueError("the entry records a different config")
         return entry["result"]
-    except (ValueError, KeyError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
-        quarantine(path, error)
+    except (ValueError, KeyError, UnicodeDecodeError, PermissionError, IsADirectoryError) as error:
+        quarantine(path, error)  # JSONDecodeError is a ValueError
         return None
 
 

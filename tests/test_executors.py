@@ -48,8 +48,11 @@ def test_backend_parameters_are_checked_before_any_work(monkeypatch):
         RunSettings(backend="ray")
 
 
-def test_device_and_dtype_parameters():
+def test_device_and_dtype_parameters(monkeypatch):
     assert DeviceSettings().device == "auto" and DeviceSettings().dtype == "auto"
+    # the format is checked here; whether this machine has the device, in tests/test_reliability.py
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     DeviceSettings(device="cuda:1", dtype="bfloat16")
     for bad in ({"device": "gpu"}, {"device": "cuda:x"}, {"dtype": "float8"}, {"dtype": "bf16"}):
         with pytest.raises(ValueError, match=f"Parameter '{next(iter(bad))}'"):

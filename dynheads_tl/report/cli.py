@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 import ast
 import logging
+import os
 import subprocess
 import sys
 
+from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
 from dynheads_tl.report.runner import PRESETS, run_report
 
@@ -29,13 +31,38 @@ def _parse_override(text: str) -> tuple[str, object]:
     try:
         return key, ast.literal_eval(value)
     except (ValueError, SyntaxError):
+        if value.lstrip().startswith(("[", "(", "{")):
+            # `-p seeds=[0, 1]` reaches us as 'seeds=[0,' and a stray '1]': the shell split it at the space
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a complete Python literal; if the value holds spaces, quote the whole override "
+                f"for the shell, e.g. -p '{key}=[0, 1]' (or write it without spaces: -p {key}=[0,1]).") from None
         return key, value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a hint when a list value was split by the shell (``unrecognized arguments: 1]``)."""
+
+    def error(self, message: str):
+        if "unrecognized arguments" in message and any(c in message for c in "])}"):
+            message += ("\nA -p value with spaces must be quoted for the shell, e.g. -p 'seeds=[0, 1]' "
+                        "(or written without spaces: -p seeds=[0,1]).")
+        super().error(message)
+
+
+def _failure(error: BaseException) -> str:
+    """One paragraph for a failed report: a notebook's error without its traceback (it is in the failed notebook
+    the runner named), and every other error as its sentence."""
+    import papermill
+
+    if isinstance(error, papermill.PapermillExecutionError):
+        return f"a notebook cell (In [{error.exec_count}]) raised {error.ename}: {error.evalue}"
+    return str(error)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = argparse.ArgumentParser(prog="dynheads", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="dynheads", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_install = sub.add_parser("install-model", help="install and convert the embedded model")
     p_install.add_argument("--name", default=DEFAULT_MODEL, choices=sorted(EMBEDDED_MODELS))
     p_install.add_argument("--rebuild", action="store_true",
@@ -72,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p_report.add_argument("--address", default=None,
                           help="with --backend ray: the cluster's address (ray start --head prints it; 'auto' finds "
                                "the cluster this machine belongs to); without it a local cluster of this machine")
+    p_report.add_argument("--allow-cpu-half", action="store_true",
+                          help="allow --dtype float16 or bfloat16 on the CPU (refused by default: much slower than "
+                               "float32 there, and untested)")
     p_report.add_argument("-p", "--param", action="append", type=_parse_override, default=[],
                           help="notebook parameter override, name=value with a Python literal value "
                                "(repeatable; -p output_dir=DIR means --output-dir DIR)")
@@ -84,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                         ("ray_address", args.address)):
         if value is not None:
             overrides[name] = value
+    if args.allow_cpu_half:  # read by the checks here and, through the environment, in every notebook's kernel
+        os.environ[ALLOW_CPU_HALF_ENV] = "1"
     try:
         run_report(preset=args.preset, model=args.model, only=args.only, overrides=overrides,
                    output_dir=args.output_dir)
@@ -91,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nInterrupted. Finished traces and ablation runs are cached; run the same command again to resume "
               "from where it stopped.", file=sys.stderr)
         return 130
-    except Exception as error:  # papermill's PapermillExecutionError names the failing cell
-        print(f"\nReport failed: {error}", file=sys.stderr)
+    except Exception as error:
+        print(f"\nReport failed: {_failure(error)}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,0 +1,71 @@
+"""Checks that need no model: where it can run, in which dtype, and how long a context it takes.
+
+Each check fails with one sentence that names the value and says what to do, and each runs before any model is
+loaded, and before the embedded model is converted (its context window is read from the GGUF header when no
+converted folder exists yet), so a bad parameter costs a second, not a conversion.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+# Set to 1 (``dynheads report --allow-cpu-half``) to run float16 / bfloat16 on the CPU anyway.
+ALLOW_CPU_HALF_ENV = "DYNHEADS_ALLOW_CPU_HALF"
+
+
+def check_device(device: str, *, name: str = "device") -> None:
+    """``device`` ('auto', 'cpu', 'cuda' or 'cuda:N') names a device this machine has."""
+    if device in ("auto", "cpu"):
+        return
+    if not torch.cuda.is_available():
+        build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise ValueError(
+            f"Parameter '{name}' is {device!r}, but torch sees no CUDA GPU on this machine (torch {torch.__version__}, "
+            f"{build}); use {name}='cpu', or 'auto' to take a GPU only where there is one.")
+    count = torch.cuda.device_count()
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if index >= count:
+        raise ValueError(
+            f"Parameter '{name}' is {device!r}, but this machine has {count} CUDA device(s) "
+            f"(cuda:0 to cuda:{count - 1}); use one of those, or 'auto'.")
+
+
+def device_type(device: str) -> str:
+    """'cuda' or 'cpu': where ``device`` ('auto' included) would run on this machine."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def cpu_half_allowed() -> bool:
+    return os.environ.get(ALLOW_CPU_HALF_ENV, "") not in ("", "0", "false", "False")
+
+
+def check_dtype(dtype: str, device: str, *, name: str = "dtype") -> None:
+    """Refuse float16 and bfloat16 on the CPU unless :data:`ALLOW_CPU_HALF_ENV` is set: CPU matmuls in half
+    precision are many times slower than float32, and this suite's exactness checks were made in float32 there."""
+    if dtype in ("float16", "bfloat16") and device_type(device) == "cpu" and not cpu_half_allowed():
+        where = "the CPU" if device == "cpu" else f"the CPU ({device!r} finds no GPU here)"
+        raise ValueError(
+            f"Parameter '{name}' is {dtype!r}, but the model would run on {where}, where half precision is much "
+            f"slower than float32 and its numbers are untested; use {name}='float32' or 'auto', or allow it on "
+            f"purpose with `dynheads report --allow-cpu-half` (or {ALLOW_CPU_HALF_ENV}=1).")
+
+
+def embedded_context_window(name: str) -> int | None:
+    """The context window of embedded model ``name`` read from its GGUF header (no conversion, no weights read);
+    None when its package is not installed (the caller's model resolution then says how to install it)."""
+    from dynheads_tl.engine.models import EMBEDDED_MODELS, _package_dir
+
+    info = EMBEDDED_MODELS[name]
+    package = _package_dir(info["package"])
+    if package is None or not (package / info["gguf"]).is_file():
+        return None
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(package / info["gguf"]))
+    field = reader.fields.get("general.architecture")
+    architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else "llama"
+    length = reader.fields.get(f"{architecture}.context_length")
+    return int(length.parts[length.data[0]][0]) if length is not None else None

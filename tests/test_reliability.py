@@ -1,0 +1,380 @@
+"""Failing first and clearly at the edges: devices, dtypes, Ray addresses, folders that cannot be written, cache
+entries that cannot be read, concurrent runs, stale partial notebooks, Ctrl-C and shell quoting.
+
+Each refusal is checked to come before any model work: ``no_model_work`` records every load and every conversion
+of the embedded model (and every notebook start), and each test asserts that none happened. CI runs as root, for
+whom permissions do not deny anything, so the permission cases replace the store's one write probe and one read
+with functions that raise ``PermissionError`` as they would for a normal user; a real ``chmod`` case runs too
+where the tests do not run as root.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from dynheads_tl import store
+from dynheads_tl.engine import models, preflight
+from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.executors import check_ray_address
+from dynheads_tl.report import cli
+from dynheads_tl.report import runner as report
+from test_runner import tiny_suite  # noqa: F401  (the one-cell notebook suite, a fixture)
+
+
+@pytest.fixture
+def no_model_work(monkeypatch, tmp_path):
+    """Every model load, embedded-model conversion and notebook start is recorded (and none is performed); the
+    cache is a fresh, empty folder, as on a new machine."""
+    calls: list[str] = []
+
+    def record(what):
+        def stand_in(*args, **kwargs):
+            calls.append(what)
+            raise AssertionError(f"{what} was called before the refusal")
+        return stand_in
+
+    import papermill
+
+    monkeypatch.setattr(models, "_convert_embedded", record("conversion of the embedded model"))
+    monkeypatch.setattr(models, "load_model", record("load_model"))
+    monkeypatch.setattr(papermill, "execute_notebook", record("a notebook start"))
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "fresh-cache"))
+    monkeypatch.setenv(preflight.ALLOW_CPU_HALF_ENV, "0")
+    return calls
+
+
+def _refused(argv, capsys) -> str:
+    """Run the command line, check it failed with one sentence and no traceback, and return that sentence."""
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("Report failed: ") and "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- before any model work ----------------------------------------------------------------------------
+def test_a_ray_address_that_does_not_answer_is_refused_in_seconds(no_model_work, tmp_path, capsys):
+    pytest.importorskip("ray")
+    port = _free_port()  # bound and released: nothing listens there now
+    started = time.time()
+    err = _refused(["report", "--only", "01", "--backend", "ray", "--address", f"127.0.0.1:{port}",
+                    "--output-dir", str(tmp_path / "out")], capsys)
+    assert f"'ray_address' is '127.0.0.1:{port}', but nothing answers there within 3 s" in err
+    assert "ray start --head" in err
+    assert time.time() - started < 60, "refused by a short connection check, not by Ray's retries"
+    assert no_model_work == []
+
+
+def test_a_malformed_ray_address_names_the_expected_form():
+    with pytest.raises(ValueError, match=r"must look like HOST:PORT .* got 'my-cluster'"):
+        check_ray_address("my-cluster")
+
+
+def test_an_answering_address_passes_the_check():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        check_ray_address(f"127.0.0.1:{server.getsockname()[1]}", timeout=2)
+
+
+def test_cuda_without_cuda_is_refused_before_any_model_work(no_model_work, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    err = _refused(["report", "--only", "01", "--device", "cuda", "--output-dir", str(tmp_path / "out")], capsys)
+    assert "Parameter 'device' is 'cuda', but torch sees no CUDA GPU on this machine" in err
+    assert "device='cpu'" in err
+    assert no_model_work == []
+
+
+def test_a_cuda_index_past_the_device_count_is_refused(no_model_work, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    err = _refused(["report", "--only", "01", "--device", "cuda:2", "--output-dir", str(tmp_path / "out")], capsys)
+    assert "'cuda:2', but this machine has 2 CUDA device(s) (cuda:0 to cuda:1)" in err
+    preflight.check_device("cuda:1")  # in range: accepted
+    assert no_model_work == []
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_on_the_cpu_needs_an_explicit_flag(no_model_work, monkeypatch, tmp_path, capsys, dtype):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    err = _refused(["report", "--only", "01", "--dtype", dtype, "--output-dir", str(tmp_path / "out")], capsys)
+    assert f"Parameter 'dtype' is '{dtype}', but the model would run on the CPU" in err
+    assert "--allow-cpu-half" in err
+    assert no_model_work == []
+    preflight.check_dtype(dtype, "cuda")  # on a GPU it is fine
+    seen = {}
+    monkeypatch.setattr(cli, "run_report", lambda **kwargs: seen.update(
+        allowed=preflight.cpu_half_allowed(), kwargs=kwargs))
+    assert cli.main(["report", "--only", "01", "--dtype", dtype, "--allow-cpu-half"]) == 0
+    assert seen["allowed"] and seen["kwargs"]["overrides"]["dtype"] == dtype
+    preflight.check_dtype(dtype, "cpu")  # with the flag, accepted
+
+
+def _deny_writes_under(monkeypatch, root: Path) -> None:
+    """The store's write probe raises PermissionError inside ``root``, as a read-only folder does for a normal user."""
+    probe = store._probe_write
+
+    def denied(folder: Path) -> None:
+        if Path(folder).resolve().is_relative_to(root.resolve()):
+            raise PermissionError(13, "Permission denied", str(folder))
+        probe(folder)
+
+    monkeypatch.setattr(store, "_probe_write", denied)
+
+
+def test_a_read_only_cache_folder_is_refused_before_any_model_work(no_model_work, monkeypatch, tmp_path, capsys):
+    (tmp_path / "fresh-cache").mkdir()
+    _deny_writes_under(monkeypatch, tmp_path / "fresh-cache")
+    err = _refused(["report", "--only", "01", "--output-dir", str(tmp_path / "out")], capsys)
+    assert f"The cache folder (DYNHEADS_CACHE) {tmp_path / 'fresh-cache'} cannot be written (permission denied)" in err
+    assert "set DYNHEADS_CACHE to another folder, or fix the permissions" in err
+    assert no_model_work == []
+
+
+def test_an_output_folder_that_cannot_be_written_or_is_a_file_is_refused(no_model_work, monkeypatch, tmp_path,
+                                                                          capsys):
+    a_file = tmp_path / "report.txt"
+    a_file.write_text("not a folder")
+    err = _refused(["report", "--only", "01", "--output-dir", str(a_file)], capsys)
+    assert f"The output folder {a_file} is a file, not a folder; choose another with --output-dir." in err
+    err = _refused(["report", "--only", "01", "--output-dir", str(a_file / "sub")], capsys)
+    assert f"lies under {a_file}, which is a file" in err
+    (tmp_path / "locked").mkdir()
+    _deny_writes_under(monkeypatch, tmp_path / "locked")
+    err = _refused(["report", "--only", "01", "--output-dir", str(tmp_path / "locked")], capsys)
+    assert f"The output folder {tmp_path / 'locked'} cannot be written (permission denied)" in err
+    err = _refused(["report", "--only", "01", "--output-dir", str(tmp_path / "locked" / "new" / "report")], capsys)
+    assert (f"The output folder {tmp_path / 'locked' / 'new' / 'report'} cannot be created: {tmp_path / 'locked'} "
+            "is not writable (permission denied)") in err
+    assert not (tmp_path / "locked" / "new").exists(), "checking creates nothing"
+    assert no_model_work == []
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root may write into any folder")
+def test_a_really_read_only_output_folder_is_refused(no_model_work, tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        err = _refused(["report", "--only", "01", "--output-dir", str(locked)], capsys)
+    finally:
+        locked.chmod(0o700)
+    assert "cannot be written (permission denied)" in err
+    assert no_model_work == []
+
+
+def test_a_fresh_cache_and_a_missing_file_is_refused_without_converting_the_model(no_model_work, tmp_path, capsys):
+    err = _refused(["report", "--only", "01", "-p", f"hotpot_source='{tmp_path / 'missing.json'}'",
+                    "--output-dir", str(tmp_path / "out")], capsys)
+    assert "missing.json' does not exist" in err
+    assert no_model_work == [], "the embedded model was converted (or loaded) before the refusal"
+    assert not (tmp_path / "fresh-cache" / f"{models.DEFAULT_MODEL}-v{models._CONVERSION_VERSION}").exists()
+
+
+def test_the_embedded_context_window_is_read_without_converting(no_model_work):
+    assert preflight.embedded_context_window(models.DEFAULT_MODEL) == 8192  # SmolLM2's config states 8,192
+    assert no_model_work == []
+
+
+# --- the cache under faults ---------------------------------------------------------------------------
+def _trace() -> Trace:
+    return Trace(tokens=torch.tensor([5, 6]), argmax_pos=torch.zeros(2, 2, 4, dtype=torch.long),
+                 support_score=torch.zeros(2, 2, 4), hidden=torch.zeros(2, 8), prompt_ids=torch.arange(10),
+                 evidence_spans=[(2, 5)], task="niah", answers=["a"], response="a")
+
+
+def test_an_unreadable_trace_entry_is_named_set_aside_and_recomputed(tmp_path, monkeypatch, caplog):
+    config = {"what": "unreadable"}
+    computed = store.cached_traces(config, lambda: [_trace()], root=tmp_path)
+    path = store.traces_path(config, tmp_path)
+
+    def denied(p, *rest):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(store, "load_traces", denied)
+    with caplog.at_level(logging.WARNING, logger="dynheads_tl.store"):
+        again = store.cached_traces(config, lambda: computed, root=tmp_path)
+    assert len(again) == 1 and torch.equal(again[0].tokens, computed[0].tokens)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"{store.HEAL_PREFIX}{path} is unreadable (permission denied)")
+    assert (tmp_path / (path.name + ".corrupt")).exists() and path.exists()
+
+
+def test_an_unreadable_result_entry_heals_and_one_that_cannot_be_replaced_stops_with_a_sentence(tmp_path,
+                                                                                                 monkeypatch):
+    config = {"what": "result"}
+    store.save_cached_json(config, {"score": 1.0}, root=tmp_path)
+    path = store.result_path(config, tmp_path)
+
+    def denied(p, *rest):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(store, "_read_text", denied)
+    assert store.load_cached_json(config, root=tmp_path) is None  # set aside: the caller recomputes
+    assert (tmp_path / (path.name + ".corrupt")).exists() and not path.exists()
+
+    store.save_cached_json(config, {"score": 1.0}, root=tmp_path)
+    monkeypatch.setattr(store.os, "replace", denied)
+    monkeypatch.setattr(store.os, "access", lambda *args: False)
+    with pytest.raises(store.CacheError, match=r"cannot be read \(permission denied\), and its folder is not "
+                                               r"writable.*chmod u\+rw.*DYNHEADS_CACHE"):
+        store.load_cached_json(config, root=tmp_path)
+
+
+def test_a_heal_warning_drops_torchs_unsafe_advice(tmp_path, caplog):
+    path = tmp_path / "old.pt"
+    torch.save([{"when": time.struct_time((2026, 1, 1, 0, 0, 0, 0, 1, 0))}], path)  # refused by weights_only
+    with pytest.raises(Exception) as raised:
+        store.load_traces(path)
+    with caplog.at_level(logging.WARNING, logger="dynheads_tl.store"):
+        store.quarantine(path, raised.value.__cause__ or raised.value)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert "weights_only" not in message and "arbitrary code" not in message
+    assert "a safe (weights-only) load refuses" in message
+
+
+def test_heal_warnings_are_repeated_on_the_terminal(tmp_path, capsys):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x = 1")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=(
+        "something else\nCache entry /c/traces/ab.pt is unreadable (permission denied); moved it to ab.pt.corrupt "
+        "and recomputing it.\n"))]
+    nb.cells = [cell]
+    executed = tmp_path / "01_x.ipynb"
+    nbformat.write(nb, executed)
+    report.repeat_heal_warnings(executed)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["01_x: Cache entry /c/traces/ab.pt is unreadable (permission denied); moved it to ab.pt.corrupt "
+                   "and recomputing it."]
+
+
+def test_a_notebook_error_is_one_line_without_its_traceback():
+    import papermill
+
+    error = papermill.PapermillExecutionError(cell_index=3, exec_count=4, source="x", ename="CacheError",
+                                              evalue="Cache entry X cannot be read", traceback=["Traceback ...", "..."])
+    assert cli._failure(error) == "a notebook cell (In [4]) raised CacheError: Cache entry X cannot be read"
+
+
+# --- concurrent runs, stale partials, Ctrl-C ---------------------------------------------------------------
+def test_a_second_holder_of_a_notebook_lock_waits_and_says_for_whom(tmp_path, capsys):
+    lock = tmp_path / "locks" / "01_x.lock"
+    inside, release, order = threading.Event(), threading.Event(), []
+
+    def first():
+        with report.notebook_lock(lock, "01_x on the cache C"):
+            order.append("first in")
+            inside.set()
+            release.wait(10)
+            order.append("first out")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    inside.wait(10)
+    threading.Timer(0.5, release.set).start()
+    with report.notebook_lock(lock, "01_x on the cache C"):
+        order.append("second in")
+    thread.join(10)
+    assert order == ["first in", "first out", "second in"], "the second run waited for the first"
+    out = capsys.readouterr().out
+    assert f"Waiting: a dynheads run (pid {os.getpid()}" in out and "is running 01_x on the cache C" in out
+
+
+def test_a_run_waits_for_another_run_of_the_same_notebook_then_reuses_its_output(tiny_suite, capsys, tmp_path,
+                                                                                  monkeypatch):
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    lock = tmp_path / "cache" / "locks" / "01_tiny.lock"
+    inside, released = threading.Event(), []
+
+    def other_run():
+        with report.notebook_lock(lock, "01_tiny"):
+            inside.set()
+            time.sleep(1.0)
+            released.append(time.time())
+
+    thread = threading.Thread(target=other_run)
+    thread.start()
+    inside.wait(10)
+    run_report = report.run_report
+    run_report(only="01_tiny", overrides={"value": 3}, cwd=tiny_suite, show_cells=False)
+    finished = time.time()
+    thread.join(10)
+    assert released and finished >= released[0], "the run started its notebook only after the other run ended"
+    assert "Waiting: a dynheads run" in capsys.readouterr().out
+    assert (tiny_suite / "runs" / "default" / "executed" / "01_tiny.ipynb").exists()
+
+
+def test_a_stale_partial_notebook_is_removed_and_the_run_completes(tiny_suite, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    executed = tiny_suite / "runs" / "default" / "executed"
+    executed.mkdir(parents=True)
+    stale = executed / ".01_tiny.partial.ipynb"
+    stale.write_text("{ left by a killed run")
+    report.run_report(only="01_tiny", overrides={"value": 5}, cwd=tiny_suite, show_cells=False)
+    assert "Removed runs/default/executed/.01_tiny.partial.ipynb, left by an earlier run that was stopped." \
+        in capsys.readouterr().out
+    assert not stale.exists() and (executed / "01_tiny.ipynb").exists()
+
+
+def test_an_interrupted_run_says_only_what_is_true(tiny_suite, capsys, tmp_path, monkeypatch):
+    import papermill
+
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+
+    def interrupted(source, output, **kwargs):
+        nbformat.write(nbformat.read(source, as_version=4), output)  # papermill had written part of it
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.run_report(only="01_tiny", overrides={"value": 5}, cwd=tiny_suite, show_cells=False)
+    out = capsys.readouterr().out
+    assert ("The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb; there is no finished "
+            "runs/default/executed/01_tiny.ipynb yet.") in out
+    assert "left as it was" not in out
+
+
+# --- the shell --------------------------------------------------------------------------------------------
+def test_an_unquoted_list_value_gets_a_quoting_hint(no_model_work, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["report", "--only", "01", "-p", "seeds=[0,", "1]"])  # what the shell makes of -p seeds=[0, 1]
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "'seeds=[0,' is not a complete Python literal" in err and "-p 'seeds=[0, 1]'" in err
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--only", "01", "-p", "seeds=[0,1]", "2]"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: 2]" in err and "must be quoted for the shell" in err
+    assert no_model_work == []
+
+
+
+
+def test_every_test_the_reliability_page_names_exists():
+    """docs/reliability.md names a test for each row; each named test is defined in the file it names."""
+    import re
+
+    root = Path(__file__).resolve().parent
+    text = (root.parent / "docs" / "reliability.md").read_text()
+    named, current = [], None
+    for match in re.finditer(r"`(test_[a-z_]+\.py|…)::(test_\w+)`", text):
+        current = match.group(1) if match.group(1) != "…" else current
+        named.append((current, match.group(2)))
+    assert len(named) >= 20
+    missing = [f"{file}::{name}" for file, name in named
+               if not re.search(rf"^def {name}\(", (root / file).read_text(), re.MULTILINE)]
+    assert not missing, f"docs/reliability.md names tests that do not exist: {missing}"
