@@ -9,6 +9,9 @@
 - :func:`paired_sign_test` and :func:`mark_separated`: two conditions run on the same samples, compared by their
   paired difference (bootstrap interval) and an exact sign test; a family of such comparisons is Holm-adjusted and
   a difference is called separated only when the adjusted p-value is small *and* the interval excludes 0.
+- :func:`sign_test_min_p` and :func:`holm_testable`: Holm over the comparisons that can reach significance only.
+- ``bootstrap_interval(..., clusters=...)``: resample clusters (layouts), not samples; :func:`grouped_splits`
+  splits by cluster; :func:`n_to_resolve` says how many units an interval's design would need.
 - :func:`format_interval`: an estimate and its interval as the claims' verdict sentences write them
   ("0.75 [0.47, 0.91]"); some tables and the report index still format theirs inline.
 """
@@ -27,6 +30,12 @@ class Interval:
     low: float
     high: float
     n: int
+    clusters: int | None = None  # independent units among the n (a cluster bootstrap's resampled clusters)
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width: about the smallest effect this design could tell from 0 (SCIENCE 12)."""
+        return (self.high - self.low) / 2
 
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
@@ -49,21 +58,67 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
 
 
 def bootstrap_interval(values: Sequence[float] | np.ndarray, statistic: Callable[[np.ndarray], float] = np.mean,
-                       *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Interval:
+                       *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
+                       clusters: Sequence | np.ndarray | None = None) -> Interval:
     """Percentile bootstrap of ``statistic`` over the first axis of ``values`` (one entry per sample).
     Resamples on which the statistic is undefined (NaN, e.g. a ratio whose denominator drew only empty
-    samples) are left out of the quantiles; if none is defined the bounds are NaN."""
+    samples) are left out of the quantiles; if none is defined the bounds are NaN.
+
+    ``clusters`` (one label per sample, e.g. the NIAH layout a sample shares with its siblings): resample whole
+    clusters instead of samples (SCIENCE 10), so samples that are not independent are not counted as if they
+    were; the interval records how many clusters it rests on. Without it every sample is its own cluster."""
     data = np.asarray(values, dtype=float)
     if len(data) == 0:
         raise ValueError("No values to put an interval on.")
     rng = np.random.default_rng(seed)
-    draws = np.array([statistic(data[rng.integers(0, len(data), len(data))]) for _ in range(n_resamples)])
+    if clusters is None:
+        groups = None
+        draws = np.array([statistic(data[rng.integers(0, len(data), len(data))]) for _ in range(n_resamples)])
+    else:
+        labels = np.asarray(clusters)
+        if len(labels) != len(data):
+            raise ValueError(f"clusters needs one label per sample: {len(labels)} labels for {len(data)} samples.")
+        members = [np.flatnonzero(labels == label) for label in dict.fromkeys(labels.tolist())]
+        groups = len(members)
+        draws = np.array([statistic(data[np.concatenate([members[j] for j in rng.integers(0, groups, groups)])])
+                          for _ in range(n_resamples)])
     draws = draws[~np.isnan(draws)]
     alpha = (1 - confidence) / 2
     if len(draws) == 0:
-        return Interval(float(statistic(data)), float("nan"), float("nan"), len(data))
+        return Interval(float(statistic(data)), float("nan"), float("nan"), len(data), groups)
     return Interval(float(statistic(data)), float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha)),
-                    len(data))
+                    len(data), groups)
+
+
+def n_to_resolve(interval: Interval, effect: float | None = None) -> int | None:
+    """About how many independent units would make an interval of this design exclude 0 at ``effect`` (default:
+    the observed estimate): the half-width shrinks as 1/sqrt(n). None when the effect is 0 or undefined."""
+    effect = interval.estimate if effect is None else effect
+    units = interval.clusters or interval.n
+    if not effect or effect != effect or interval.half_width != interval.half_width or units < 1:
+        return None
+    return int(np.ceil(units * (interval.half_width / abs(effect)) ** 2))
+
+
+def grouped_splits(groups: Sequence | np.ndarray, n_splits: int = 5, *, test_fraction: float = 0.3,
+                   seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_splits`` random train/test splits of samples by group (SCIENCE 10): every group (e.g. a NIAH layout and
+    all its needle variants) lies wholly in the train part or wholly in the test part, about ``test_fraction`` of
+    the groups in the test part, each split with its own seed. Returns (train indices, test indices) pairs."""
+    labels = np.asarray(groups)
+    unique = list(dict.fromkeys(labels.tolist()))
+    if len(unique) < 2:
+        raise ValueError(f"A grouped split needs at least 2 groups, got {len(unique)}.")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction!r}.")
+    n_test = min(max(1, int(round(test_fraction * len(unique)))), len(unique) - 1)
+    splits = []
+    for split in range(n_splits):
+        order = np.random.default_rng([seed, split]).permutation(len(unique))
+        test_groups = {unique[i] for i in order[:n_test]}
+        in_test = np.array([label in test_groups for label in labels.tolist()])
+        splits.append((np.flatnonzero(~in_test), np.flatnonzero(in_test)))
+    return splits
 
 
 def ratio_of_sums(rows: np.ndarray) -> float:
@@ -82,6 +137,23 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interva
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return Interval(p, float(centre - half), float(centre + half), n)
+
+
+def sign_test_min_p(discordant: int) -> float:
+    """The smallest two-sided p-value an exact sign test on ``discordant`` untied pairs can reach (all on one side):
+    a comparison whose minimum is above the level cannot be significant whatever the data, so it is left out of its
+    family's correction (Tarone)."""
+    return 1.0 if discordant <= 0 else min(1.0, 2 * 0.5 ** discordant)
+
+
+def holm_testable(p_values: Sequence[float], min_p: Sequence[float], alpha: float = 0.05) -> list[float]:
+    """Holm over the comparisons that can reach ``alpha`` (their ``min_p`` is at most ``alpha``); the others get
+    NaN (untestable: left out of the family, Tarone's refinement of Holm). In the input order."""
+    testable = [i for i, floor in enumerate(min_p) if floor <= alpha]
+    adjusted = [float("nan")] * len(p_values)
+    for i, value in zip(testable, holm_adjust([p_values[i] for i in testable])):
+        adjusted[i] = value
+    return adjusted
 
 
 def holm_adjust(p_values: list[float]) -> list[float]:
@@ -126,14 +198,23 @@ def paired_sign_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
     return PairedComparison(bootstrap_interval(a - b, seed=seed), wins, losses, p)
 
 
-def mark_separated(table, alpha: float = 0.05, family=None):
+def mark_separated(table, alpha: float = 0.05, family=None, *, testable_only: bool = False):
     """Add ``p_adjusted`` (Holm over the rows of ``family``, a boolean mask; default every row; other rows keep
     their raw ``sign_p``) and ``separated`` (adjusted p below ``alpha`` and the ``low``–``high`` interval away from
-    0) to a table of paired comparisons with columns ``sign_p``, ``low`` and ``high``. Returns the table."""
+    0) to a table of paired comparisons with columns ``sign_p``, ``low`` and ``high``. Returns the table.
+
+    ``testable_only`` (needs the columns ``a_better`` and ``b_better``): rows whose sign test cannot reach
+    ``alpha`` (too few discordant pairs, :func:`sign_test_min_p`) leave the family, get ``testable`` False and a
+    NaN ``p_adjusted``, and are never separated."""
     if table.empty:
         return table
     family = np.ones(len(table), dtype=bool) if family is None else np.asarray(family, dtype=bool)
     table["p_adjusted"] = table["sign_p"]
+    if testable_only:
+        discordant = (table["a_better"] + table["b_better"]).to_numpy()
+        table["testable"] = np.array([sign_test_min_p(int(d)) <= alpha for d in discordant])
+        table.loc[~table["testable"].to_numpy(), "p_adjusted"] = float("nan")
+        family = family & table["testable"].to_numpy()
     if family.any():
         table.loc[family, "p_adjusted"] = holm_adjust(table.loc[family, "sign_p"].tolist())
     table["separated"] = (table["p_adjusted"] < alpha) & ((table["low"] > 0) | (table["high"] < 0))
