@@ -1,0 +1,211 @@
+"""Decoding at the hardware's pace: the grouped step, the preallocated cache and shared prefixes, measured.
+
+    python bench/bench_decoding.py                         # every part, 8 rows x ~1k tokens
+    python bench/bench_decoding.py --parts decode share    # a few parts
+    python bench/bench_decoding.py --rows 8 --length 1000 --steps 16 --repeats 2
+
+Parts (results as Markdown table rows, for docs/decoding.md):
+- ``decode``: ms per decoding step of one batch of ``--rows`` NIAH prompts (one haystack, ``--length``
+  context tokens, left-padded), for the grouped step, the bridge's eager step (the reference, also on the
+  preallocated cache) and transformers' own SDPA decode (``DynamicCache``, the same padded keys and values);
+- ``trace``: ``trace_batch`` of those prompts (traced: Eq. 1/2 reductions every step) against transformers
+  ``generate`` of the same left-padded batch (untraced), both ``--steps`` tokens; today's path
+  (eager attention, no shared prefixes) beside it;
+- ``share``: the share of prompt positions actually prefilled on the default NIAH splits (the calibration and
+  analysis splits of seed 0 at the default settings, in the batches ``collect_traces`` forms);
+- ``grid``: one grid cell of notebook 02 (``--runs`` samples x four conditions, ``run_jobs``), per generation,
+  against one plain traced generation, with the new path and with today's.
+
+Timings of one part are taken in one process, interleaved, minimum over ``--repeats``: compare ratios within a
+run (other jobs may share the cores).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import dynheads_tl
+from dynheads_tl import TraceConfig, fast_twin, trace_batch, trace_generation
+from dynheads_tl.engine.grouped import attention_path
+from dynheads_tl.engine.tracing import BatchDecoder, prefix_plan, prefix_sharing
+from dynheads_tl.tasks import make_niah_samples
+
+
+def best_of(runs: dict, repeats: int) -> tuple[dict[str, float], dict]:
+    best, last = {name: float("inf") for name in runs}, {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            last[name] = run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best, last
+
+
+def niah_batch(model, rows: int, length: int, steps: int):
+    return make_niah_samples(model.tokenizer, n=rows, context_tokens=length, seed=7, max_new_tokens=steps)
+
+
+def left_padded(model, samples):
+    width = max(len(s.prompt_ids) for s in samples)
+    pad = model.tokenizer.pad_token_id or 0
+    ids = torch.full((len(samples), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(samples), width), dtype=torch.long)
+    for b, sample in enumerate(samples):
+        ids[b, width - len(sample.prompt_ids):] = torch.tensor(sample.prompt_ids)
+        mask[b, width - len(sample.prompt_ids):] = 1
+    return ids, mask
+
+
+def part_decode(model, args) -> None:
+    from transformers import DynamicCache
+
+    samples = niah_batch(model, args.rows, args.length, args.steps)
+    decoder = BatchDecoder(model, [s.prompt_ids for s in samples], max_new_tokens=args.steps)
+    base, k = decoder.n_cached, args.steps
+    first = decoder.pending.clone()
+    twin = fast_twin(model)
+    offsets = decoder.offsets
+
+    def ours(path):
+        decoder.attention = path
+        decoder.rewind(base)
+        tokens = first
+        for _ in range(k):
+            tokens = decoder.step(tokens).argmax(-1)
+        assert decoder.last_path == path
+        return tokens
+
+    def transformers_decode():
+        past = DynamicCache()
+        for index, (keys, values) in enumerate(zip(decoder.cache.keys, decoder.cache.values)):
+            past.update(keys[:, :, :base], values[:, :, :base], index)
+        tokens = first
+        with torch.no_grad():
+            for step in range(k):
+                end = base + step + 1
+                positions = torch.arange(end)[None, :] - offsets[:, None]
+                out = twin(input_ids=tokens[:, None], past_key_values=past, use_cache=True,
+                           attention_mask=(positions >= 0).long(), position_ids=positions[:, -1:].clamp_min(0))
+                past = out.past_key_values
+                tokens = out.logits[:, -1].argmax(-1)
+        return tokens
+
+    best, last = best_of({"grouped": lambda: ours("grouped"), "eager": lambda: ours("eager"),
+                          "transformers": transformers_decode}, args.repeats)
+    same = bool(torch.equal(last["grouped"], last["eager"]) and torch.equal(last["grouped"], last["transformers"]))
+    ms = {name: 1000 * seconds / k for name, seconds in best.items()}
+    print("| rows x prompt tokens | grouped ms/step | eager (bridge) ms/step | transformers SDPA ms/step | "
+          "grouped / transformers | eager / transformers |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {args.rows} x {int(decoder.prompt_lengths.max())} | {ms['grouped']:.0f} | {ms['eager']:.0f} | "
+          f"{ms['transformers']:.0f} | {ms['grouped'] / ms['transformers']:.2f} | {ms['eager'] / ms['transformers']:.2f} |"
+          f"  <!-- {k} steps, same last tokens: {same} -->", flush=True)
+
+
+def part_trace(model, args) -> None:
+    samples = niah_batch(model, args.rows, args.length, args.steps)
+    config = TraceConfig(max_new_tokens=args.steps, stop_at_eos=False)
+    ids, mask = left_padded(model, samples)
+    twin = fast_twin(model)
+
+    def today():
+        with attention_path("eager"), prefix_sharing(False):
+            return trace_batch(model, samples, config)
+
+    best, last = best_of({
+        "transformers": lambda: twin.generate(ids, attention_mask=mask, max_new_tokens=args.steps,
+                                              min_new_tokens=args.steps, do_sample=False),
+        "traced": lambda: trace_batch(model, samples, config),
+        "today": today,
+    }, args.repeats)
+    same = sum(torch.equal(a.tokens, b.tokens) and torch.equal(a.retrieval_mask, b.retrieval_mask)
+               for a, b in zip(last["traced"], last["today"]))
+    hf_same = sum(a.tokens.tolist() == row[ids.shape[1]:].tolist() for a, row in zip(last["traced"], last["transformers"]))
+    print("| rows x context | steps | transformers generate s | traced s | today's path s | "
+          "traced / transformers | today / transformers |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {args.rows} x {args.length} | {args.steps} | {best['transformers']:.1f} | {best['traced']:.1f} | "
+          f"{best['today']:.1f} | {best['traced'] / best['transformers']:.2f} | {best['today'] / best['transformers']:.2f} |"
+          f"  <!-- traced = today (tokens, Eq. 1): {same}/{len(samples)}; tokens = transformers: "
+          f"{hf_same}/{len(samples)} -->", flush=True)
+
+
+def part_share(model, args) -> None:
+    from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
+
+    sets = TraceSets()
+    print("| split (seed 0, default settings) | samples | batch | prompt positions | prefilled, distinct prompts only "
+          "| prefilled, shared prefixes | share prefilled |")
+    print("|---|---|---|---|---|---|---|")
+    for split, n in (("calibration", sets.n_calibration), ("analysis", sets.n_analysis)):
+        samples = make_niah_samples(model.tokenizer, n=n, context_tokens=sets.context_tokens,
+                                    seed=SEED_OFFSETS[split], haystack=sets.haystack,
+                                    max_new_tokens=sets.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
+        batch = sets.trace_batch_size
+        total = distinct_total = shared_total = 0
+        for start in range(0, len(samples), batch):
+            prompts = [tuple(s.prompt_ids) for s in samples[start: start + batch]]
+            total += sum(len(p) - 1 for p in prompts)
+            distinct = list(dict.fromkeys(prompts))
+            distinct_total += sum(len(p) - 1 for p in distinct)
+            plan = prefix_plan(distinct, [len(p) - 1 for p in distinct])
+            shared_total += sum(len(distinct[i]) - 1 - shared for i, _, shared in plan)
+        print(f"| NIAH {split} | {n} | {batch} | {total} | {distinct_total} | {shared_total} | "
+              f"{shared_total / total:.2f} |", flush=True)
+
+
+def part_grid(model, args) -> None:
+    from dynheads_tl.protocols.ablation import AblationSetup, Job, run_jobs
+
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    config = TraceConfig(max_new_tokens=args.steps, stop_at_eos=False)
+    static = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    static.view(-1)[torch.randperm(n_layers * n_heads, generator=torch.Generator().manual_seed(0))[:5]] = True
+    setup = AblationSetup(static_mask=static, static_top20=static, k=5)
+    samples = make_niah_samples(model.tokenizer, n=args.runs, context_tokens=args.length, depths=[0.5], seed=11)
+    jobs = [Job(sample, condition, i) for i, sample in enumerate(samples)
+            for condition in ("none", "dynamic", "static", "random")]
+
+    def today(run):
+        with attention_path("eager"), prefix_sharing(False):
+            return run()
+
+    best, last = best_of({
+        "plain": lambda: trace_generation(model, samples[0], config),
+        "plain_today": lambda: today(lambda: trace_generation(model, samples[0], config)),
+        "grid": lambda: run_jobs(model, jobs, setup, config),
+        "grid_today": lambda: today(lambda: run_jobs(model, jobs, setup, config)),
+    }, args.repeats)
+    same = sum(torch.equal(a.masked.tokens, b.masked.tokens) for a, b in zip(last["grid"], last["grid_today"]))
+    print("| context | jobs | plain traced s (today) | grid cell s (today) | grid per generation / plain, new | "
+          "today's ratio (today's grid / today's plain) |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {args.length} | {len(jobs)} | {best['plain']:.1f} ({best['plain_today']:.1f}) | {best['grid']:.1f} "
+          f"({best['grid_today']:.1f}) | {best['grid'] / len(jobs) / best['plain']:.2f} | "
+          f"{best['grid_today'] / len(jobs) / best['plain_today']:.2f} |"
+          f"  <!-- identical masked tokens {same}/{len(jobs)} -->", flush=True)
+
+
+PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", choices=sorted(PARTS), default=["share", "decode", "trace", "grid"])
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--length", type=int, default=1000, help="NIAH context tokens")
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=2, help="samples per grid cell")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    model = dynheads_tl.load_model(device="cpu")
+    print(f"torch threads: {torch.get_num_threads()}\n")
+    for part in args.parts:
+        PARTS[part](model, args)
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,319 @@
+"""The decoding step at the hardware's pace: grouped-query attention on a preallocated KV cache.
+
+Why
+---
+The bridge's eager attention copies every layer's keys and values to all query heads (``repeat_kv``)
+at every step, multiplies against the copies, and grows its ``DynamicCache`` by concatenation. For a
+model with 3 KV heads and 9 query heads that is 3x the attention work and three full copies of the
+cache per step. Here each group of query heads multiplies directly against its KV head's keys and
+values (a batched matmul over ``[batch, kv_head, group x query, d_head]``: no copy), and the keys and
+values live in one preallocated buffer per layer, written in place at each step.
+
+What stays the same
+-------------------
+The step runs the bridge's own components (embedding, rotary embedding, norms, MLPs, the ``q``/``k``/
+``v``/``o`` projections) and fires the attention hook points the suite reads or writes, with their
+names, shapes and meaning: ``hook_attn_scores`` ([batch, head, query, key], pre-softmax; a returned
+tensor replaces the scores, as RAG and KV retention do), ``hook_pattern`` (post-softmax; a reader
+reduces it), ``hook_z`` (``o.hook_in``, [batch, query, head, d_head] through its conversion; ablation
+writes it), ``hook_rot_q``/``hook_rot_k`` and the residual hooks at the block's ends. A head's row of
+scores is a view of the grouped scores (head ``h`` reads KV head ``h // group``, as ``repeat_kv``
+orders them), so a hook sees exactly what the eager path would show it, up to float rounding.
+
+Anything else hooked (a hook point this step does not fire, e.g. ``hook_result``), an architecture it
+does not reproduce (Q/K norms, soft-capping, sinks, sliding windows, partial rotary, compatibility
+mode, ...) or a non-Llama layer: :func:`grouped_unsupported` says why and the decoder runs the
+bridge's eager forward instead, over the same preallocated cache. The eager path is the tested
+reference (``tests/test_grouped.py``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator, Literal
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+AttentionPath = Literal["grouped", "eager"]
+
+# The transformers layer classes whose forward this step reproduces: pre-norm residual blocks,
+# attention then MLP (LlamaDecoderLayer.forward and its copies).
+_LAYER_CLASSES = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer"}
+_ATTENTION_CLASSES = {"LlamaAttention", "Qwen2Attention", "MistralAttention"}
+
+
+_DEFAULT_PATH: list[AttentionPath] = []
+
+
+def default_attention() -> AttentionPath:
+    """The attention path a decoder uses when none is given: the innermost :func:`attention_path`, else
+    ``$DYNHEADS_ATTENTION`` ("grouped" or "eager"), else "grouped"."""
+    if _DEFAULT_PATH:
+        return _DEFAULT_PATH[-1]
+    value = os.environ.get("DYNHEADS_ATTENTION", "grouped") or "grouped"
+    if value not in ("grouped", "eager"):
+        raise ValueError(f"DYNHEADS_ATTENTION must be 'grouped' or 'eager', got {value!r}.")
+    return value  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def attention_path(path: AttentionPath) -> Iterator[None]:
+    """Decoders built inside this block default to ``path`` (e.g. "eager", the reference, in a parity test).
+
+    Not part of any cache key: both paths compute the same tokens and Eq. 1 sets, floats to rounding."""
+    if path not in ("grouped", "eager"):
+        raise ValueError(f"attention path must be 'grouped' or 'eager', got {path!r}.")
+    _DEFAULT_PATH.append(path)
+    try:
+        yield
+    finally:
+        _DEFAULT_PATH.pop()
+
+
+class StaticKVCache:
+    """Every layer's keys and values in one preallocated ``[batch, kv_head, capacity, d_head]`` buffer.
+
+    ``length`` positions are valid; a step writes its keys and values at ``[length, length + q)`` in
+    place and a rewind only moves ``length`` back. When a write would pass ``capacity`` the buffers
+    are reallocated to twice the size (one copy, rare: the decoder sizes them for the generation).
+    ``layers[i].keys`` / ``.values`` are views of the valid positions (the ``DynamicCache`` layout).
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, d_head: int, capacity: int, *,
+                 dtype: torch.dtype, device: torch.device):
+        capacity = max(int(capacity), 1)
+        shape = (batch, n_kv_heads, capacity, d_head)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return int(self.keys[0].shape[2])
+
+    def reserve(self, length: int) -> None:
+        """Make room for ``length`` positions (reallocating to at least twice the size when short)."""
+        if length <= self.capacity:
+            return
+        new = max(length, 2 * self.capacity)
+        for store in (self.keys, self.values):
+            for index, old in enumerate(store):
+                grown = torch.zeros((*old.shape[:2], new, old.shape[3]), dtype=old.dtype, device=old.device)
+                grown[:, :, : self.length] = old[:, :, : self.length]
+                store[index] = grown
+
+    def write(self, layer: int, keys: Float[Tensor, "batch kv_head query d_head"],
+              values: Float[Tensor, "batch kv_head query d_head"], start: int) -> None:
+        """Write one layer's new keys and values at positions ``[start, start + query)``, in place."""
+        end = start + keys.shape[2]
+        self.keys[layer][:, :, start:end] = keys
+        self.values[layer][:, :, start:end] = values
+
+    @property
+    def layers(self) -> list["_LayerView"]:
+        return [_LayerView(k[:, :, : self.length], v[:, :, : self.length]) for k, v in zip(self.keys, self.values)]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+
+class _LayerView:
+    def __init__(self, keys: Tensor, values: Tensor):
+        self.keys, self.values = keys, values
+
+
+def _hook_points(module: torch.nn.Module) -> list[torch.nn.Module]:
+    from transformer_lens.hook_points import HookPoint
+
+    return [m for m in module.modules() if isinstance(m, HookPoint)]
+
+
+def grouped_unsupported(model) -> str | None:
+    """Why :func:`grouped_forward` cannot reproduce ``model``'s forward (a phrase), or None when it can.
+
+    The architecture is checked once per model (kept in ``model.__dict__``): the step reproduces pre-norm
+    Llama-style layers with full rotary embeddings and nothing between RoPE and the softmax but the scaling.
+    The bridge's switches (compatibility mode, split inputs, per-head results, training) are read every time,
+    since they can be turned on after loading."""
+    problem = _switch_problem(model)
+    if problem is not None:
+        return problem
+    cached = model.__dict__.get("_dynheads_grouped_unsupported", False)
+    if cached is not False:
+        return cached
+    reason = _architecture_problem(model)
+    model.__dict__["_dynheads_grouped_unsupported"] = reason
+    return reason
+
+
+def _switch_problem(model) -> str | None:
+    if getattr(model, "compatibility_mode", False):
+        return "compatibility mode is on"
+    if model.training:
+        return "the model is in training mode (dropout)"
+    tl_config = model.cfg
+    if getattr(tl_config, "use_split_qkv_input", False) or getattr(tl_config, "use_attn_in", False):
+        return "split q/k/v inputs are on"
+    if getattr(tl_config, "use_attn_result", False):
+        return "per-head results (use_attn_result) are on"
+    return None
+
+
+def _architecture_problem(model) -> str | None:
+    network = getattr(getattr(model, "original_model", None), "model", None)
+    if network is None or not hasattr(network, "layers"):
+        return "the bridge wraps no decoder stack at original_model.model.layers"
+    config = model.original_model.config
+    if getattr(config, "use_sliding_window", False) or set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+        return "the model uses sliding-window attention"
+    for name in ("rope_scaling",):
+        scaling = getattr(config, name, None)
+        if isinstance(scaling, dict) and scaling.get("llama_4_scaling_beta") is not None:
+            return "the model scales queries by position (llama-4 scaling)"
+    parameters = getattr(config, "rope_parameters", None)
+    if isinstance(parameters, dict) and parameters.get("llama_4_scaling_beta") is not None:
+        return "the model scales queries by position (llama-4 scaling)"
+    for index, block in enumerate(network.layers):
+        layer = getattr(block, "original_component", None)
+        if type(layer).__name__ not in _LAYER_CLASSES:
+            return f"layer {index} is a {type(layer).__name__}, not a Llama-style decoder layer"
+        attn = layer.self_attn
+        hf_attn = getattr(attn, "original_component", None)
+        if type(hf_attn).__name__ not in _ATTENTION_CLASSES:
+            return f"layer {index}'s attention is a {type(hf_attn).__name__}"
+        if not all(hasattr(attn, name) for name in ("q", "k", "v", "o", "hook_attn_scores", "hook_pattern")):
+            return f"layer {index}'s attention bridge lacks q/k/v/o or its pattern hooks"
+        if any(name in (getattr(attn, "submodules", None) or {}) for name in ("q_norm", "k_norm", "gate")):
+            return f"layer {index} normalises or gates queries/keys"
+        for attribute in ("attn_logit_softcapping", "sinks", "key_multiplier", "sliding_window"):
+            if getattr(hf_attn, attribute, None) is not None:
+                return f"layer {index}'s attention has {attribute}"
+        if getattr(getattr(hf_attn, "config", None), "clip_qkv", None) is not None:
+            return "the model clips q/k/v"
+    head_dim = network.layers[0].original_component.self_attn.original_component.head_dim
+    probe = network.rotary_emb(torch.zeros(1, 1, 1, device=next(model.parameters()).device),
+                               torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device))
+    if not (isinstance(probe, tuple) and len(probe) == 2 and probe[0].shape[-1] == head_dim):
+        return "the rotary embedding does not cover the whole head (partial rotary) or is not (cos, sin)"
+    return None
+
+
+def _fired_hook_points(model) -> set[int]:
+    """The ids of every hook point :func:`grouped_forward` fires (kept in ``model.__dict__``)."""
+    cached = model.__dict__.get("_dynheads_grouped_fired")
+    if cached is not None:
+        return cached
+    network = model.original_model.model
+    fired = []
+    for part in (network.embed_tokens, network.rotary_emb, network.norm, model.original_model.lm_head):
+        fired += _hook_points(part)
+    for block in network.layers:
+        layer = block.original_component
+        fired += [block.hook_in, block.hook_out]
+        for part in (layer.input_layernorm, layer.post_attention_layernorm, layer.mlp):
+            fired += _hook_points(part)
+        attn = layer.self_attn
+        for part in (attn.q, attn.k, attn.v, attn.o):
+            fired += _hook_points(part)
+        fired += [getattr(attn, name) for name in ("hook_in", "hook_rot_q", "hook_rot_k", "hook_cos", "hook_sin",
+                                                   "hook_attn_scores", "hook_pattern", "hook_out") if hasattr(attn, name)]
+    ids = {id(point) for point in fired}
+    model.__dict__["_dynheads_grouped_fired"] = ids
+    return ids
+
+
+def unfired_hooks(model) -> list[str]:
+    """The names of hook points that have hooks attached now but that :func:`grouped_forward` does not fire
+    (a step with any of them must run the eager path, or those hooks would silently not run)."""
+    fired = _fired_hook_points(model)
+    points = model.__dict__.get("_dynheads_hook_points")
+    if points is None:
+        seen: dict[int, tuple[str, torch.nn.Module]] = {}
+        for name, point in model.hook_dict.items():
+            seen.setdefault(id(point), (name, point))
+        points = [entry for key, entry in seen.items() if key not in fired]
+        model.__dict__["_dynheads_hook_points"] = points
+    return [name for name, point in points
+            if point._forward_hooks or point._forward_pre_hooks or point._backward_hooks]
+
+
+def choose_path(model, requested: AttentionPath) -> AttentionPath:
+    """``requested``, unless it is "grouped" and the model or the hooks attached now need the eager path."""
+    if requested == "eager" or grouped_unsupported(model) is not None or unfired_hooks(model):
+        return "eager"
+    return "grouped"
+
+
+def grouped_forward(
+    model,
+    tokens: Int[Tensor, "batch query"],
+    position_ids: Int[Tensor, "batch query"],
+    cache: StaticKVCache,
+    key_valid: Bool[Tensor, "batch key"] | None,
+) -> Float[Tensor, "batch query vocab"]:
+    """One forward of ``tokens`` over ``cache`` (its first ``cache.length`` positions as the past), writing
+    their keys and values in place; ``cache.length`` grows by the query length. ``key_valid`` marks the
+    key positions each row may attend to (left padding False; None: all), over ``length + query`` keys.
+
+    The arithmetic is the bridge's (``PositionEmbeddingsAttentionBridge.forward``) with the copies taken out:
+    RoPE from ``transformers``' ``apply_rotary_pos_emb``, scores ``q @ k^T * scaling``, the additive mask
+    with the dtype's minimum, softmax in float32, then ``pattern @ v``.
+    """
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    network = model.original_model.model
+    batch, n_query = tokens.shape
+    start = cache.length
+    n_keys = start + n_query
+    cache.reserve(n_keys)
+    hidden = network.embed_tokens(tokens)
+    cos, sin = network.rotary_emb(hidden, position_ids=position_ids)
+    # Causal within the new queries, padding from key_valid: an additive mask as the eager path adds it.
+    visible = torch.ones(n_query, n_keys, dtype=torch.bool, device=hidden.device).tril(diagonal=start)[None]
+    if key_valid is not None:
+        visible = visible & key_valid[:, None, :n_keys].to(hidden.device).bool()
+    mask = None
+    if not bool(visible.all()):
+        mask = torch.zeros(visible.shape, dtype=hidden.dtype, device=hidden.device).masked_fill(
+            ~visible, torch.finfo(hidden.dtype).min)[:, None]  # [batch|1, 1, query, key]
+    for index, block in enumerate(network.layers):
+        layer = block.original_component
+        attn = layer.self_attn
+        hf_attn = attn.original_component
+        d_head = hf_attn.head_dim
+        residual = block.hook_in(hidden)
+        normed = attn.hook_in(layer.input_layernorm(residual))
+        query = attn.q(normed).view(batch, n_query, -1, d_head).transpose(1, 2)  # [batch, head, query, d_head]
+        key = attn.k(normed).view(batch, n_query, -1, d_head).transpose(1, 2)  # [batch, kv_head, query, d_head]
+        value = attn.v(normed).view(batch, n_query, -1, d_head).transpose(1, 2)
+        layer_cos, layer_sin = attn._apply_position_embedding_hooks((cos, sin)) if hasattr(
+            attn, "_apply_position_embedding_hooks") else (cos, sin)
+        query, key = apply_rotary_pos_emb(query, key, layer_cos, layer_sin)
+        if hasattr(attn, "hook_rot_q"):
+            query = attn.hook_rot_q(query)
+        if hasattr(attn, "hook_rot_k"):
+            key = attn.hook_rot_k(key)
+        n_heads, n_kv = query.shape[1], key.shape[1]
+        group = n_heads // n_kv
+        cache.write(index, key, value, start)
+        keys = cache.keys[index][:, :, :n_keys]  # views of the buffer: no copy
+        values = cache.values[index][:, :, :n_keys]
+        # Group g of KV head j is query head j * group + g (repeat_kv's order).
+        grouped_query = query.reshape(batch, n_kv, group * n_query, d_head)
+        scores = torch.matmul(grouped_query, keys.transpose(-2, -1)) * hf_attn.scaling
+        scores = scores.view(batch, n_heads, n_query, n_keys)
+        if mask is not None:
+            scores = scores + mask
+        scores = attn.hook_attn_scores(scores)
+        pattern = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        pattern = attn.hook_pattern(pattern)
+        out = torch.matmul(pattern.reshape(batch, n_kv, group * n_query, n_keys), values)
+        out = out.view(batch, n_heads, n_query, d_head).transpose(1, 2).reshape(batch, n_query, n_heads * d_head)
+        attended = attn.hook_out(attn.o(out))
+        hidden = residual + attended
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        hidden = block.hook_out(hidden)
+    cache.length = n_keys
+    return model.original_model.lm_head(network.norm(hidden))
