@@ -75,8 +75,12 @@ class DeviceSettings:
         chain_post_init(self, DeviceSettings)
 
     def load_model(self):
-        """The notebook's model (its ``model`` field) on this device, in this dtype."""
+        """The notebook's model (its ``model`` field) on this device, in this dtype; first, that the cache can be
+        written (a notebook run by papermill directly has not been through the report's checks)."""
         from dynheads_tl.engine.models import load_model
+        from dynheads_tl.store import check_cache_writable
+
+        check_cache_writable()
 
         return load_model(getattr(self, "model"), device=self.device, dtype=self.dtype)
 
@@ -174,6 +178,58 @@ def model_context_window(model: str) -> int:
         if isinstance(value, int) and value > 0:
             return value
     raise ValueError(f"The config of model {model!r} states no context window (max_position_embeddings).")
+
+
+@lru_cache(maxsize=None)
+def model_head_shape(model: str) -> tuple[int, int]:
+    """(layers, query heads per layer) of ``model``, read from its config file without loading the weights: the
+    shape a head-score file (``static_source``) must have."""
+    from transformers import AutoConfig
+
+    from dynheads_tl.engine.models import EMBEDDED_MODELS, resolve_model_source
+    from dynheads_tl.engine.preflight import embedded_head_shape
+
+    if str(model).lower() in EMBEDDED_MODELS:
+        shape = embedded_head_shape(str(model).lower())  # from the GGUF header: checking never converts the model
+        if shape:
+            return shape
+    config = AutoConfig.from_pretrained(resolve_model_source(model))
+    config = getattr(config, "text_config", None) or config
+    layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
+    if not (isinstance(layers, int) and isinstance(heads, int)):
+        raise ValueError(f"The config of model {model!r} states no num_hidden_layers / num_attention_heads.")
+    return layers, heads
+
+
+@dataclass
+class StaticSource:
+    """Shared part of the claims with a static set: ``static_source=""`` (default) scores the static heads on the
+    claim's calibration split; a path to a Wu et al. ``head_score`` JSON or a ``layer,head,score`` CSV uses that
+    file's scores instead, for every task of the claim (:mod:`dynheads_tl.analysis.head_files`; a file of another
+    layer x head shape than the model's is refused before any model work)."""
+
+    static_source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.static_source, str):
+            raise ValueError(f"Parameter 'static_source' must be '' or a path to a .json or .csv head-score file, "
+                             f"got {self.static_source!r}.")
+        chain_post_init(self, StaticSource)
+
+    def check_static_source(self) -> None:
+        """Read the file and check its shape against the model's config (called from ``check_inputs``)."""
+        if self.static_source:
+            from dynheads_tl.analysis.head_files import check_head_file
+
+            check_head_file(self.static_source, getattr(self, "model"))
+
+    def static_override(self):
+        """The file's [layer, head] scores (float32), or None when the claim scores its own static set."""
+        if not self.static_source:
+            return None
+        from dynheads_tl.analysis.head_files import check_head_file
+
+        return check_head_file(self.static_source, getattr(self, "model")).float()
 
 
 def _is_int(value: Any) -> bool:

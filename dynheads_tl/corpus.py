@@ -101,6 +101,14 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     counts batches."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    from dynheads_tl.tasks.wu_detect import is_wu_sample, truncate_at_newline, wu_trace_config
+
+    wu = bool(samples) and all(is_wu_sample(s) for s in samples)
+    if wu:  # Wu et al.'s decode: 50 steps, no EOS stop, cut after the first newline (cached cut)
+        trace_config = wu_trace_config(trace_config)
+        finish = lambda trace: truncate_at_newline(trace, model.tokenizer)
+    else:
+        finish = lambda trace: trace
     full_key = {**key, "trace": trace_config.key(), "model": model_name(model),
                 "model_fingerprint": model_fingerprint(model)}
     keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
@@ -110,12 +118,12 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     traces: list[list[Trace]] = [[] for _ in samples]
     for index in range(len(samples)):
         if index not in todo:
-            traces[index] = cached_traces(keys[index], lambda: [trace_generation(model, samples[index], trace_config)],
+            traces[index] = cached_traces(keys[index], lambda: [finish(trace_generation(model, samples[index], trace_config))],
                                           use_cache=use_cache)
     chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
     for index, trace in compute_missing(model, trace_units, chunks, lambda i: samples[i], args=(trace_config,),
                                         desc=desc):
-        traces[index] = cached_traces(keys[index], lambda trace=trace: [trace], use_cache=use_cache)
+        traces[index] = cached_traces(keys[index], lambda trace=trace: [finish(trace)], use_cache=use_cache)
     return [trace for per_sample in traces for trace in per_sample]
 
 
@@ -129,6 +137,15 @@ def trace_units(model, samples, trace_config: TraceConfig) -> list[Trace]:
 
 def _max_tokens(model) -> int:
     return int(model.cfg.n_ctx)
+
+
+def niah_split_samples(model, config: TraceSets, seed: int, split: str = "calibration"):
+    """The NIAH samples of one split of :func:`niah_traces` (the same prompts), e.g. for scores computed from the
+    prompt alone (:func:`dynheads_tl.analysis.query_focus.query_focused_scores`)."""
+    n = config.n_calibration if split == "calibration" else config.n_analysis
+    return make_niah_samples(model.tokenizer, n=n, context_tokens=config.context_tokens,
+                             seed=SEED_OFFSETS[split] + seed, haystack=config.haystack,
+                             max_new_tokens=config.max_new_tokens, max_tokens=_max_tokens(model))
 
 
 def niah_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], list[Trace]]:
@@ -160,12 +177,19 @@ def layout_traces(model, config: TraceSettings, *, haystack: str, context_tokens
         offset = SEED_OFFSETS[split]
         spec = dict(task="niah", split=split, n=n, context_tokens=context_tokens, haystack=haystack,
                     seed=offset + seed, layout="random")
-        samples = make_niah_samples(model.tokenizer, n=n, context_tokens=context_tokens, seed=offset + seed,
-                                    haystack=haystack, random_layout=True, max_new_tokens=config.max_new_tokens,
-                                    max_tokens=_max_tokens(model))
+        samples = layout_split_samples(model, config, haystack=haystack, context_tokens=context_tokens, n=n,
+                                       seed=seed, split=split)
         splits.append(collect_traces(model, samples, trace_config, spec, use_cache=use_cache, batch_size=batch_size,
                                      desc=f"NIAH {haystack} {context_tokens} {split.split('_')[1]}"))
     return splits[0], splits[1]
+
+
+def layout_split_samples(model, config: TraceSettings, *, haystack: str, context_tokens: int, n: int, seed: int,
+                         split: str = "layout_calibration"):
+    """The samples of one split of :func:`layout_traces` (the same prompts)."""
+    return make_niah_samples(model.tokenizer, n=n, context_tokens=context_tokens, seed=SEED_OFFSETS[split] + seed,
+                             haystack=haystack, random_layout=True, max_new_tokens=config.max_new_tokens,
+                             max_tokens=_max_tokens(model))
 
 
 def _hotpot_records(config: TraceSets, n: int, seed: int, offset: int):

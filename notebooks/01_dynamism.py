@@ -36,6 +36,7 @@ sink_tokens = 4  # Eq. 2: leading attention-sink positions left out of the denom
 local_window = 32  # Eq. 2: most recent positions left out of the denominator
 static_k = 20  # size of the static retrieval set
 static_sizes = [20, 50, 100]  # static set sizes for the sweep
+static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
 seeds = [0, 1, 2]  # one full run per seed; the first is the headline run
 setting_haystacks = ["filler", "prose"]  # soft dynamism: haystacks of the settings
 setting_contexts = [500, 1000]  # soft dynamism: context lengths of the settings (x each haystack)
@@ -159,6 +160,36 @@ for result, title in ((headline_niah, "NIAH"), (headline_hotpot, hotpot_label(co
     display(Image(filename=str(figures.save_figure(fig, name, out_dir, freq, run_config))))
 
 # %% [markdown]
+# ## Head-score files for other tools
+# The static scores (Wu et al.'s score, one entry per kept calibration sample, seeds pooled) and each head's
+# dynamic frequency (per analysis sample, the share of steps with the head in $D_t$), in Wu et al.'s
+# `head_score` JSON format, each beside a provenance file (model fingerprint, tokenizer and chat-template digests,
+# prompt format, library versions, seeds, n, filter). Either file can be read back as `static_source`.
+
+# %%
+head_files = dynamism.write_head_files(lm, config, results, out_dir)
+display(head_files)
+
+# %% [markdown]
+# ## Beyond the paper: how stable is the static set?
+# Every comparison with S_20 inherits the calibration that chose it. First table: two disjoint random halves of the kept
+# calibration samples (every seed pooled), each of m samples; the share of S_20 their two top-20 sets share, mean and
+# the 2.5-97.5% range over draws, as m grows. Second table: the overlap of S_20 between the calibration splits of two seeds,
+# with 95% bootstrap intervals over their samples, and the Spearman correlation of the two score maps. The seeds'
+# splits share their depths and haystack (only the UUIDs differ), so both understate how much S_20 moves across
+# layouts; run with `haystack="wu:PATH"` (Wu et al.'s detection data) for another calibration source.
+
+# %%
+stability_curve, stability_pairs, stability_sentence = dynamism.static_stability(results["niah"], config.static_k)
+if len(stability_curve):
+    figures.save_table(stability_curve, "static_stability_curve", out_dir, run_config)
+if len(stability_pairs):  # one seed has no pair
+    figures.save_table(stability_pairs, "static_stability_seeds", out_dir, run_config)
+display(stability_curve.round(3))
+display(stability_pairs.round(3))
+display(Markdown(f"**{stability_sentence}**"))
+
+# %% [markdown]
 # ## Static set size sweep
 # The paper reports that widening the static set to the top-50 or top-100 *lowers* the Jaccard. Here is
 # what this model does.
@@ -188,6 +219,25 @@ display(size_aware.round(3))
 size_aware_verdicts = [dynamism.size_aware_verdict(size_aware[size_aware["task"] == task], config.static_k, task_label=label)
                        for task, label in (("niah", "NIAH"), ("hotpot", hotpot_label(config.hotpot_source)))]
 display(Markdown("\n\n".join(f"**{v}**" for v in size_aware_verdicts)))
+
+# %% [markdown]
+# ## Beyond the paper: a stronger static baseline (query-focused heads)
+# Wu et al.'s score finds the heads that copy the needle while answering. A QRHead-style score (Zhang et al., 2025)
+# finds the heads that, reading the *question*, attend to the needle before any answer: per head, the attention of
+# the question and the tokens after it on each needle token, minus the same with the question replaced by "N/A",
+# tokens below mean - 2 sd dropped, summed, and averaged over the same NIAH calibration prompts. If D_t only leaves
+# a weak static set, the claim is weaker than it looks; the table repeats the size-aware metrics against both static
+# sets, and the second table gives how much the two static sets overlap.
+
+# %%
+query_table, query_overlap, query_sentence = dynamism.query_focused_comparison(lm, config, results["niah"])
+figures.save_table(query_table, "static_baselines_niah", out_dir, run_config)
+if len(query_overlap):
+    figures.save_table(query_overlap, "static_baselines_overlap", out_dir, run_config)
+display(query_table[query_table["static_k"] == config.static_k].pivot_table(
+    index="metric", columns="baseline", values="value", sort=False).round(3))
+display(query_overlap.round(3))
+display(Markdown(f"**{query_sentence}**"))
 
 # %% [markdown]
 # ## Beyond the paper: soft dynamism — does the set of heads that read the needle change, or only the argmax?

@@ -21,6 +21,8 @@
 # is decided at each step from that step's $D_t$ ($S_{20}$: the static top-20 of the calibration split):
 #
 # - `static_matched`: the top-$|D_t|$ static heads (dynamic and static masking remove equally many heads);
+# - `query_matched`: the same with a second, stronger static ranking: QRHead-style query-focused scores (the
+#   attention of the question on the needle, calibrated against a null query) on the same calibration prompts;
 # - `random_matched`: $|D_t|$ random heads, from a generator seeded by the sample and the step;
 # - `dynamic_nonstatic`: $D_t \setminus S_{20}$, the part of the dynamic set that a static view misses;
 # - `static_nondynamic`: $S_{20} \setminus D_t$, the static heads that are not retrieving at that step;
@@ -58,6 +60,7 @@ hotpot_contexts = [750]  # Fig 6 rows: HotpotQA context lengths (750: more unmas
 hotpot_depths = [0.1, 0.9]  # Fig 6 columns: depth of the gold paragraphs
 runs_per_cell = 5  # samples per grid cell, each run generated and teacher-forced (the paper uses 5)
 n_calibration = 10  # samples that fix the static set and k
+static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
 max_new_tokens = 40  # NIAH decoding steps
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
 progressive_k_max = 30  # Fig 3 / 7: largest number of heads masked per step
@@ -133,6 +136,7 @@ fig = figures.controls_figure(summary_niah, "accuracy", "NIAH: masking condition
 display(Image(filename=str(figures.save_figure(fig, "niah_controls", out_dir, summary_niah, run_config))))
 display(summary_niah.round(3))
 display(Markdown(irreplaceability.matched_controls_verdict(niah)))
+display(Markdown(f"**{irreplaceability.query_baseline_verdict(niah)}**"))  # the query-focused static baseline
 
 # %% [markdown]
 # ## Fig 3 — NIAH progressive masking
@@ -188,6 +192,7 @@ fig = figures.controls_figure(summary_hotpot, "f1", f"{hotpot_label('synthetic')
 display(Image(filename=str(figures.save_figure(fig, "hotpot_controls", out_dir, summary_hotpot, run_config))))
 display(summary_hotpot.round(3))
 display(Markdown(irreplaceability.matched_controls_verdict(hotpot)))
+display(Markdown(f"**{irreplaceability.query_baseline_verdict(hotpot)}**"))  # the query-focused static baseline
 
 # %%
 prog_hotpot = irreplaceability.progressive_summary(hotpot)

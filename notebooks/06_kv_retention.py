@@ -34,13 +34,14 @@ n_setting = 24  # training answers, analysis split (notebook 01's cache is read 
 n_setting_calibration = 8  # training answers, calibration split (the static scores)
 n_samples = 12  # new NIAH answers evaluated under every condition
 budgets = [0.05, 0.1, 0.25, 0.5]  # shares of heads kept whole at each step (the paper preset adds 1% and 2%)
-strategies = ["static", "predicted", "oracle", "random"]  # per-step strategies; streaming and full always run
+strategies = ["static", "query_static", "predicted", "oracle", "random"]  # per-step strategies; streaming and full always run
 granularities = ["query", "kv"]  # budgets counted in query heads, and in KV heads (a KV head kept whole keeps its query heads)
 max_new_tokens = 40  # NIAH decoding steps
 hotpot_max_new_tokens = 16  # unused here (shared trace settings)
 sink_tokens = 4  # positions at the start every head keeps
 local_window = 32  # most recent positions every head keeps
 seed = 0  # seeds the samples and, with the sample, the random strategy's draws
+static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
 trace_batch_size = 8  # training answers traced together when not cached (speed only)
 batch_size = 64  # rows decoded together (the conditions of as many samples as fit)
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
@@ -104,4 +105,17 @@ figures.save_table(comparisons, "predicted_vs_static", out_dir, run_config)
 display(comparisons.round(3))
 verdict = kv_retention.verdict(table, comparisons)
 display(Markdown("**Verdict.** " + verdict))
+
+# %% [markdown]
+# ## A stronger static baseline: query-focused static heads
+# `query_static` keeps the top heads of a QRHead-style query-focused score (the question's attention on the needle,
+# calibrated against a null query; the same calibration prompts as the static set) whole at every step. The same
+# paired comparison against the predicted strategy, and whether its reading differs from the one against Wu's set.
+
+# %%
+query_comparisons = kv_retention.predicted_vs_static(rows, seed=config.seed, static="query_static")
+if len(query_comparisons):
+    figures.save_table(query_comparisons, "predicted_vs_query_static", out_dir, run_config)
+display(query_comparisons.round(3))
+display(Markdown("**" + kv_retention.query_baseline_verdict(comparisons, query_comparisons) + "**"))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

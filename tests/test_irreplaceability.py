@@ -20,11 +20,14 @@ matplotlib.use("Agg")
 
 # Per condition: accuracy (0/1 per run), teacher-forced drop (nats per step), heads masked per step.
 ACCURACY = {"none": 1, "dynamic": 0, "static": 0, "random": 1, "static_matched": 0, "random_matched": 1,
-            "dynamic_nonstatic": 0, "random_nonstatic": 1, "static_nondynamic": 1, "random_nondynamic": 1}
+            "dynamic_nonstatic": 0, "random_nonstatic": 1, "static_nondynamic": 1, "random_nondynamic": 1,
+            "query_matched": 1}
 DROP = {"none": 0.0, "dynamic": 1.5, "static": 1.4, "random": 0.01, "static_matched": 1.5, "random_matched": 0.05,
-        "dynamic_nonstatic": 0.6, "random_nonstatic": 0.02, "static_nondynamic": 0.05, "random_nondynamic": 0.03}
+        "dynamic_nonstatic": 0.6, "random_nonstatic": 0.02, "static_nondynamic": 0.05, "random_nondynamic": 0.03,
+        "query_matched": 0.3}
 HEADS = {"none": 0.0, "dynamic": 1.6, "static": 5.0, "random": 5.0, "static_matched": 1.6, "random_matched": 1.6,
-         "dynamic_nonstatic": 0.4, "random_nonstatic": 0.4, "static_nondynamic": 18.8, "random_nondynamic": 18.8}
+         "dynamic_nonstatic": 0.4, "random_nonstatic": 0.4, "static_nondynamic": 18.8, "random_nondynamic": 18.8,
+         "query_matched": 1.6}
 
 
 def _grid(runs_per_cell: int = 5, depths=(0.1, 0.9)) -> pd.DataFrame:
@@ -121,16 +124,19 @@ def test_progressive_summary_and_protocol_checks():
 def test_figures_show_n_and_which_panels_use_k():
     grid = _grid()
     fig = figures.condition_heatmaps(grid, "accuracy", "Fig 2 (NIAH): accuracy", k=5)
-    title = fig._suptitle.get_text()
-    assert "n = 5 runs per cell, 10 per panel" in title
-    assert "fixed k = 5 heads at every step: static top-k masked, random k masked" in title
-    assert "sized by D_t at each step: D_t masked, static top-|D_t| masked" in title
+    assert fig._suptitle.get_text() == "Fig 2 (NIAH): accuracy"  # one line; the rest in the note below the panels
+    note = fig._supxlabel.get_text()
+    assert "n = 5 runs per cell, 10 per panel" in note and "95% interval (Wilson)" in note
+    assert "fixed k = 5 heads at every step: static top-k masked, random k masked" in note
+    assert "sized by D_t at each step: D_t masked, static top-|D_t| masked" in note
     panels = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
-    assert len(panels) == 10 and "D_t \\ S_20 masked\n0.4 heads/step" in panels
+    assert len(panels) == 11 and "D_t \\ S_20 masked (0.4 heads/step)" in panels  # 11: query_matched (#31)
+    cells = fig.axes[0].texts
+    assert len(cells) == 2 and all("\n[" in text.get_text() for text in cells)  # every cell shows its interval
     prog = progressive_summary(_result(grid))
     fig = figures.progressive_figure(prog, "f1" if "f1" in prog else "accuracy", "Fig 7", ranking=figures.HOTPOT_RANKING)
     assert "Eq. 2" in fig.axes[0].get_xlabel() and "Eq. 1 hits" not in fig.axes[0].get_xlabel()
-    assert "n = 5 samples per k" in fig.axes[0].get_title()
+    assert "n = 5 samples per k" in fig._suptitle.get_text() and fig.axes[0].get_legend() is not None
     fig = figures.controls_figure(condition_summary(_result(grid)), "accuracy", "NIAH")
     assert "n = 10 runs per condition" in fig._suptitle.get_text() and len(fig.axes) == 2
 
@@ -153,3 +159,18 @@ def test_defaults_fit_the_budget_and_grid_has_every_condition():
     assert set(GRID_CONDITIONS) >= {"random_matched", "dynamic_nonstatic", "static_nondynamic", "static_matched"}
     for contexts, depths in ((config.niah_contexts, config.niah_depths), (config.hotpot_contexts, config.hotpot_depths)):
         assert len(contexts) * len(depths) * config.runs_per_cell >= 10, "samples per condition and task"
+
+
+def test_query_baseline_verdict_says_whether_the_stronger_baseline_changes_the_reading():
+    """Issue #31: in the hand-built grid, masking D_t and Wu's top-|D_t| hurt alike (accuracy 0 both, drops 1.5 both:
+    cannot distinguish), while the query-focused top-|D_t| leaves accuracy at 1 (D_t hurts more): the conclusion
+    changes."""
+    from dynheads_tl.claims.irreplaceability import query_baseline_verdict
+
+    text = query_baseline_verdict(_result(_grid()))
+    assert text.startswith("NIAH, masking D_t against Wu et al.'s top-|D_t|")
+    assert "the conclusion changes" in text
+    assert "Wu cannot distinguish / cannot distinguish; query-focused D_t hurts more / D_t hurts more" in text
+    grid = _grid()
+    grid = grid[grid["condition"] != "query_matched"]
+    assert query_baseline_verdict(_result(grid)) == "NIAH: the query-focused baseline was not run."

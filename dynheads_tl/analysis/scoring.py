@@ -45,6 +45,14 @@ def static_retrieval_scores(
     ``real_needle``, the part of the needle the model must reproduce (here the answer, not the whole
     needle sentence), kept if above 0.5. Raises if no sample passes.
     """
+    return static_retrieval_per_sample(traces, rouge_filter=rouge_filter).mean(0)
+
+
+def static_retrieval_per_sample(
+    traces: Sequence[Trace], *, rouge_filter: float | None = 0.5
+) -> Float[Tensor, "sample layer head"]:
+    """The per-sample terms of :func:`static_retrieval_scores` (the samples the filter keeps, in order): what
+    Wu et al.'s ``head_score`` files list under each ``"layer-head"`` key."""
     if not traces:
         raise ValueError("static_retrieval_scores needs at least one trace.")
     kept = []
@@ -58,7 +66,7 @@ def static_retrieval_scores(
             f"No calibration sample passed the ROUGE-1 recall filter (> {rouge_filter}); the model "
             "never reproduced the answer. Use easier samples or rouge_filter=None."
         )
-    return torch.stack(kept).mean(0)
+    return torch.stack(kept)
 
 
 def chance_ratios(traces: Sequence[Trace]) -> Float[Tensor, "n"]:

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.config import RunSettings, Eq2Selection, NotebookConfig, check_int_list, check_ints, check_open_unit
+from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_int_list, check_ints,
+                                check_open_unit)
 from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_traces
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.analysis.scoring import (
@@ -37,7 +38,7 @@ PAPER_TABLE1_LLAMA31_8B = {
 
 
 @dataclass
-class DynamismConfig(Eq2Selection, TraceSets, RunSettings, NotebookConfig):
+class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, NotebookConfig):
     """The claim 1 notebook's parameters, validated: the shared trace sets (:class:`~dynheads_tl.corpus.TraceSets`)
     plus claim 1's own. Field comments are in the notebook."""
 
@@ -83,6 +84,7 @@ class DynamismConfig(Eq2Selection, TraceSets, RunSettings, NotebookConfig):
         window = model_context_window(self.model)
         check_context_fits(self.context_tokens, self.max_new_tokens, window, name="context_tokens")
         check_haystack(self.haystack)
+        self.check_static_source()
         for haystack in self.setting_haystacks:
             check_haystack(haystack)
         check_context_fits(self.setting_contexts, self.max_new_tokens, window, name="setting_contexts")
@@ -116,12 +118,13 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
     if task == "hotpot" and eq2_rule is None and config.eq2_rule == "chance":
         raise ValueError("eq2_rule='chance' needs the calibrated rule: pass eq2_calibration(model, config)[0].")
     eq2_rule = eq2_rule or Eq2Rule("fixed", config.eq2_threshold)
+    override = config.static_override()  # static_source: a head-score file replaces the calibration's scores
     if task == "niah":
-        scores = static_retrieval_scores(calibration, rouge_filter=0.5)
+        scores = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
         sets = [dynamic_sets(t, "eq1") for t in analysis]
         quality = {"accuracy": float(np.mean([niah_accuracy(t.response, t.answers[0]) for t in analysis]))}
     else:
-        scores = static_eq2_scores(calibration)
+        scores = static_eq2_scores(calibration) if override is None else override
         sets = [dynamic_sets(t, "eq2", eq2_rule) for t in analysis]
         quality = {"em": float(np.mean([exact_match(t.response, t.answers[0]) for t in analysis])),
                    "f1": float(np.mean([token_f1(t.response, t.answers[0]) for t in analysis]))}
@@ -349,6 +352,31 @@ def size_aware_table(results: list[TaskResult], sizes: list[int]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
+OUTSIDE_READINGS = ("stays inside", "substantial share outside", "mostly inside", "not determined")
+
+
+def outside_category(outside) -> str | None:
+    """The reading of the 95% interval of the share of activations outside S_k (see :func:`size_aware_verdict`):
+    one of :data:`OUTSIDE_READINGS`, or None when the share is undefined."""
+    if outside["value"] != outside["value"] or outside["high"] != outside["high"]:
+        return None
+    if outside["high"] < 0.10:
+        return "stays inside"
+    if outside["low"] > 0.25:
+        return "substantial share outside"
+    if outside["high"] < 0.5:
+        return "mostly inside"
+    return "not determined"
+
+
+def outside_reading(outside, k: int) -> str | None:
+    return {"stays inside": f"retrieval stays inside the static top-{k}: the per-step sets rotate within it",
+            "substantial share outside": f"a substantial share of retrieval happens outside the static top-{k}",
+            "mostly inside": f"retrieval happens mostly, but not only, inside the static top-{k}",
+            "not determined": f"these samples do not determine how much retrieval leaves the static top-{k}",
+            None: None}[outside_category(outside)]
+
+
 def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | None = None) -> str:
     """One computed sentence: is the per-step set a rotation inside the static top-k, or does retrieval
     leave it? Quoted with its intervals.
@@ -366,16 +394,9 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
     outside = get("share_outside_static")
     n = int(get("static_coverage")["n_samples"])
     equation = "Eq. 1" if table["task"].iloc[0] == "niah" else "Eq. 2"
-    if outside["value"] != outside["value"] or outside["high"] != outside["high"]:
+    reading = outside_reading(outside, k)
+    if reading is None:
         return f"{label}: the share of {equation} activations outside the static top-{k} is undefined here (no activations)."
-    if outside["high"] < 0.10:
-        reading = f"retrieval stays inside the static top-{k}: the per-step sets rotate within it"
-    elif outside["low"] > 0.25:
-        reading = f"a substantial share of retrieval happens outside the static top-{k}"
-    elif outside["high"] < 0.5:
-        reading = f"retrieval happens mostly, but not only, inside the static top-{k}"
-    else:
-        reading = f"these samples do not determine how much retrieval leaves the static top-{k}"
     return (f"{label}: {fmt('share_outside_static')} of all {equation} activations fall outside the static "
             f"top-{k}; per-step coverage |D_t ∩ S_{k}| / |D_t| is {fmt('static_coverage')}; the Jaccard "
             f"{fmt('jaccard_static')} is {fmt('jaccard_over_bound')} of the largest value the set sizes allow "
@@ -417,7 +438,8 @@ def run_settings(model, config: DynamismConfig) -> list[SettingResult]:
             n_analysis=config.n_setting, seed=config.seeds[0], use_cache=config.use_cache,
             batch_size=config.trace_batch_size)
         try:
-            scores = static_retrieval_scores(calibration, rouge_filter=0.5)
+            override = config.static_override()  # static_source: the file's scores in every setting
+            scores = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
         except ValueError:  # no calibration answer reproduced the needle: no static set for this setting
             logger.warning("Setting %s %s: no calibration sample passed the ROUGE filter; static metrics are NaN.",
                            haystack, context)
@@ -662,3 +684,148 @@ def summary_markdown(results: dict[str, list[TaskResult]], sweep: pd.DataFrame, 
         lines.append(f"- **Across {len(jac)} seeds**, NIAH Jaccard with the static top-20 is "
                      f"{_fmt(float(np.mean(jac)))} ± {_fmt(float(np.std(jac, ddof=1)))}.")
     return "\n".join(lines)
+
+
+# --- head-score files out (issue #31) ---------------------------------------------------------------
+def _file_stem(model_label: str) -> str:
+    from pathlib import Path
+
+    return Path(str(model_label).rstrip("/")).name.replace(" ", "_") or "model"
+
+
+def write_head_files(model, config: DynamismConfig, results: dict[str, list[TaskResult]], out_dir: str) -> pd.DataFrame:
+    """The NIAH static scores (Wu et al.'s score, one entry per calibration sample the ROUGE filter keeps, every
+    seed pooled) and the per-head dynamic frequencies (per analysis sample, the share of its steps at which the
+    head is in the Eq. 1 set D_t) in Wu et al.'s ``head_score`` JSON format, each beside its provenance file
+    (:func:`dynheads_tl.analysis.head_files.provenance`). The static file is the suite's own calibration even
+    when ``static_source`` names a file. Returns one row per file written (path, what, n, head count)."""
+    from pathlib import Path
+
+    from dynheads_tl.analysis.head_files import provenance, provenance_path, write_head_scores
+    from dynheads_tl.analysis.scoring import static_retrieval_per_sample
+
+    niah = results["niah"]
+    folder, stem = Path(out_dir) / "head_scores", _file_stem(config.model)
+    calibration = [t for r in niah for t in r.calibration]
+    analysis = [t for r in niah for t in r.analysis]
+    static = static_retrieval_per_sample(calibration, rouge_filter=0.5)
+    frequency = [t.retrieval_mask.float().mean(0) if t.n_steps else torch.zeros(t.n_layers, t.n_heads) for t in analysis]
+    from dynheads_tl.tasks.wu_detect import is_wu_spec
+
+    prompt_format = (f"Wu et al.'s detection protocol on {config.haystack!r} (prompt kind: "
+                     f"{calibration[0].meta.get('prompt_kind', '?') if calibration else '?'}; 50-step decode, newline "
+                     f"stop, span rule > 0.9), {config.context_tokens} context tokens, stratified depths"
+                     if is_wu_spec(config.haystack) else
+                     "suite NIAH: the paper's system prompt and user template (App. A.1) in the model's chat template; "
+                     f"UUID needle; haystack {config.haystack!r}, {config.context_tokens} context tokens, evenly "
+                     "spread depths")
+    common = dict(prompt_format=prompt_format,
+                  seeds=config.seeds, trace=config.trace_config("niah").key(), static_source=config.static_source)
+    files = [
+        (folder / f"{stem}_static_wu.json", static,
+         provenance(model, score="Wu et al. retrieval score (per kept calibration sample)", n=len(calibration),
+                    n_kept=len(static), filter="rouge-score ROUGE-1 recall of the answer > 0.5 (Wu et al.)",
+                    split="calibration", **common)),
+        (folder / f"{stem}_dynamic_frequency.json", frequency,
+         provenance(model, score="Eq. 1 activation frequency (per analysis sample: share of its steps with the head "
+                                 "in D_t)", n=len(analysis), n_kept=len(analysis), filter="none", split="analysis",
+                    **common)),
+    ]
+    rows = []
+    for path, scores, info in files:
+        write_head_scores(path, scores, info)
+        rows.append({"file": str(path), "provenance": str(provenance_path(path)), "score": info["score"],
+                     "n_samples": info["n_kept"], "layers": info["layers"], "heads": info["heads"]})
+    return pd.DataFrame(rows)
+
+
+# --- static-set stability (issue #31) -----------------------------------------------------------------------
+def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int = 200,
+                     seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """How much the NIAH static set S_k moves with its calibration: the split-half curve over calibration sizes on
+    every seed's kept calibration samples pooled (:func:`~dynheads_tl.analysis.stability.split_half_curve`), the
+    overlap of S_k between each pair of seeds' calibration splits with bootstrap intervals
+    (:func:`~dynheads_tl.analysis.stability.source_overlap`), and the computed sentence. The calibration splits of
+    different seeds share their depths and haystack (only the UUID changes), so both understate how much S_k would
+    move across prompts of other layouts."""
+    from itertools import combinations
+
+    from dynheads_tl.analysis.scoring import static_retrieval_per_sample
+    from dynheads_tl.analysis.stability import source_overlap, split_half_curve, stability_verdict
+
+    per_seed = {}
+    for result in results:
+        try:
+            per_seed[result.seed] = static_retrieval_per_sample(result.calibration, rouge_filter=0.5)
+        except ValueError:  # no kept calibration sample for this seed
+            continue
+    if not per_seed:
+        raise ValueError("No seed has a calibration sample that passes Wu et al.'s filter: S_k has no stability to measure.")
+    pooled = torch.cat(list(per_seed.values()))
+    k = min(k, pooled[0].numel())
+    curve = split_half_curve(pooled, k, n_resamples=n_resamples, seed=seed) if len(pooled) >= 2 else pd.DataFrame()
+    pairs = pd.DataFrame([{"seed_a": a, "seed_b": b, **source_overlap(per_seed[a], per_seed[b], k, seed=seed)}
+                          for a, b in combinations(sorted(per_seed), 2)])
+    verdict = (stability_verdict(curve, pairs) if len(curve) else
+               f"Only {len(pooled)} calibration sample passed the filter: no split-half curve.")
+    return curve, pairs, verdict
+
+
+# --- a second static baseline: QRHead-style query-focused scores (issue #31) ---------------------------------
+def query_focused_comparison(model, config: DynamismConfig, results: list[TaskResult]) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """NIAH D_t against two static sets: Wu et al.'s (the claim's own) and the query-focused one
+    (:func:`~dynheads_tl.analysis.query_focus.query_focused_scores` on the same calibration prompts of each seed).
+
+    Returns (the size-aware table of :func:`size_aware_table` for each baseline and static size, with a
+    ``baseline`` column; the overlap of the two static sets per seed, :func:`~dynheads_tl.analysis.stability.source_overlap`
+    with bootstrap intervals over calibration samples; the computed sentence of :func:`query_focused_verdict`)."""
+    from dataclasses import replace
+
+    from dynheads_tl.analysis.query_focus import query_focused_scores
+    from dynheads_tl.analysis.scoring import static_retrieval_per_sample
+    from dynheads_tl.analysis.stability import source_overlap
+    from dynheads_tl.corpus import niah_split_samples
+
+    sets = TraceSets.of(config)
+    query_results, overlaps = [], []
+    for result in results:
+        per_sample = query_focused_scores(model, niah_split_samples(model, sets, result.seed), use_cache=config.use_cache)
+        query_results.append(replace(result, static_scores=per_sample.mean(0).float()))
+        try:
+            wu = static_retrieval_per_sample(result.calibration, rouge_filter=0.5)
+        except ValueError:
+            continue
+        k = min(config.static_k, per_sample[0].numel())
+        overlaps.append({"seed": result.seed, **source_overlap(wu, per_sample, k, seed=result.seed)})
+    table = pd.concat([size_aware_table(results, config.static_sizes).assign(baseline="wu"),
+                       size_aware_table(query_results, config.static_sizes).assign(baseline="query_focused")],
+                      ignore_index=True)
+    overlap = pd.DataFrame(overlaps)
+    return table, overlap, query_focused_verdict(table, overlap, config.static_k)
+
+
+def query_focused_verdict(table: pd.DataFrame, overlap: pd.DataFrame, k: int = 20) -> str:
+    """One computed sentence: does claim 1's reading (the share of Eq. 1 activations outside S_k, read as in
+    :func:`size_aware_verdict`) change when S_k is the query-focused top-k instead of Wu et al.'s? Quoted with both
+    shares' 95% intervals and the overlap of the two static sets. "Changes" means the two intervals fall in different
+    reading categories; "does not change" means the same category."""
+    rows = {}
+    for baseline in ("wu", "query_focused"):
+        part = table[(table["baseline"] == baseline) & (table["static_k"] == k)].set_index("metric")
+        if part.empty:
+            return f"No size-aware metrics for the static top-{k} of both baselines."
+        rows[baseline] = part.loc["share_outside_static"]
+    categories = {b: outside_category(r) for b, r in rows.items()}
+    fmt = lambda r: f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+    n = int(rows["wu"]["n_samples"])
+    shared = (f" The two static top-{k} sets share {overlap['overlap'].mean():.2f} of their heads (mean over "
+              f"{len(overlap)} seed(s); 95% bootstrap intervals over calibration samples from {overlap['low'].min():.2f} "
+              f"to {overlap['high'].max():.2f}; Spearman {overlap['spearman'].mean():.2f})." if len(overlap) else "")
+    if None in categories.values():
+        return f"The share of activations outside one of the static sets is undefined (no activations).{shared}"
+    same = categories["wu"] == categories["query_focused"]
+    return (f"With the query-focused static top-{k} (QRHead-style) instead of Wu et al.'s, the share of Eq. 1 "
+            f"activations outside the static set is {fmt(rows['query_focused'])} against {fmt(rows['wu'])} "
+            f"({n} analysis samples, 95% bootstrap intervals): the conclusion "
+            + ("does not change (both read: " + categories["wu"] + ")." if same else
+               f"changes (Wu: {categories['wu']}; query-focused: {categories['query_focused']}).") + shared)

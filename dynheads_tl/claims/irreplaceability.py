@@ -8,6 +8,7 @@ verdicts are computed from the intervals (:func:`compare`).
 """
 from __future__ import annotations
 
+import logging
 import math
 import random
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ import pandas as pd
 import torch
 
 from dynheads_tl.protocols.ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
-from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, check_choice, check_fraction_list, check_int_list,
+from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_choice, check_fraction_list, check_int_list,
                                 check_ints)
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, collect_traces, placebo_traces
 from dynheads_tl.engine.equations import Eq2Rule
@@ -33,10 +34,11 @@ from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 PAPER_FIG3 = {"accuracy_at_k0": 1.0, "accuracy_at_k20": 0.0, "m_s_range_k_ge_5": (4.5, 7.0)}
 # The paper's three conditions and the unmasked baseline, then our controls: the size-matched static and
 # random baselines, and the parts of D_t outside / of S_20 outside D_t (see dynheads_tl.protocols.ablation).
-GRID_CONDITIONS = ("none", "dynamic", "static", "random", "static_matched", "random_matched", "dynamic_nonstatic",
+GRID_CONDITIONS = ("none", "dynamic", "static", "random", "static_matched", "query_matched", "random_matched",
+                   "dynamic_nonstatic",
                    "random_nonstatic", "static_nondynamic", "random_nondynamic")
 # Conditions whose number of heads is set by D_t at each step (the others mask a fixed k, or nothing).
-PER_STEP_SIZED = ("dynamic", "static_matched", "random_matched", "dynamic_nonstatic", "random_nonstatic",
+PER_STEP_SIZED = ("dynamic", "static_matched", "query_matched", "random_matched", "dynamic_nonstatic", "random_nonstatic",
                   "static_nondynamic", "random_nondynamic")
 # A comparison needs at least this many samples per condition (the issue's minimum per grid cell); with fewer,
 # a bootstrap interval is too narrow to trust and the verdict says so instead of comparing.
@@ -46,7 +48,7 @@ GRID_MAX_OFFSET = 3000
 
 
 @dataclass
-class IrreplaceabilityConfig(Eq2Selection, TraceSettings, RunSettings, NotebookConfig):
+class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSettings, NotebookConfig):
     """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
 
     model: str = DEFAULT_MODEL
@@ -88,6 +90,7 @@ class IrreplaceabilityConfig(Eq2Selection, TraceSettings, RunSettings, NotebookC
         check_context_fits(self.niah_contexts, self.max_new_tokens, n_ctx, name="niah_contexts")
         check_context_fits(self.progressive_context, self.max_new_tokens, n_ctx, name="progressive_context")
         check_context_fits(self.hotpot_contexts, self.hotpot_max_new_tokens, n_ctx, name="hotpot_contexts")
+        self.check_static_source()
 
     @property
     def progressive_ks(self) -> list[int]:
@@ -144,13 +147,26 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
                                      desc="hotpot placebo calibration")
             rule = Eq2Rule("chance", calibrate_chance_factor(placebo, config.eq2_false_rate))
         sets = [dynamic_sets(t, "eq2", rule) for t in traces]
+    override = config.static_override()  # static_source: the file's scores rank the static heads; k stays |D_t|'s
+    if override is not None:
+        scores = override
     sizes = torch.cat([s.flatten(1).sum(1) for s in sets]).float()
     k = max(int(round(float(sizes.mean()))), 1)
     mean_z = mean_head_outputs(model, samples, trace_config) if config.ablation_mode == "mean" else None
+    from dynheads_tl.analysis.query_focus import query_focused_scores
+
+    # The second static baseline (issue #31): QRHead-style query-focused scores on the same calibration prompts
+    try:
+        query = query_focused_scores(model, samples, use_cache=config.use_cache).mean(0)
+    except ValueError as error:  # a prompt the null query cannot be placed in: the condition is left out
+        logging.getLogger(__name__).warning("%s: no query-focused ranking (%s); query_matched is not run.", task, error)
+        query = None
     return AblationSetup(static_mask=static_top_k(scores, k), static_top20=static_top_k(scores, min(20, scores.numel())),
                          k=k, kind="eq1" if task == "niah" else "eq2", threshold=rule,
                          mode=config.ablation_mode, keep_cache=config.keep_cache, mean_z=mean_z, seed=config.seed,
-                         static_order=torch.argsort(scores.flatten(), descending=True, stable=True))
+                         static_order=torch.argsort(scores.flatten(), descending=True, stable=True),
+                         query_order=None if query is None else torch.argsort(query.flatten(), descending=True,
+                                                                              stable=True))
 
 
 def grid_cells(model, config: IrreplaceabilityConfig, task: str):
@@ -206,7 +222,8 @@ def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
     setup = calibrate(model, config, task)
     trace_config = config.trace_config(task)
     cache_key = {"claim": 2, "task": task} if config.use_cache else None
-    grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, conditions=GRID_CONDITIONS,
+    conditions = [c for c in GRID_CONDITIONS if c != "query_matched" or setup.query_order is not None]
+    grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, conditions=conditions,
                            desc=f"{task} grid", cache_key=cache_key, batch_size=config.batch_size, teacher_forced=True)
     progressive, new_heads = progressive_experiment(model, progressive_samples(model, config, task), setup,
                                                     trace_config, config.progressive_ks, desc=f"{task} progressive",
@@ -346,6 +363,43 @@ def matched_controls_verdict(result: TaskAblation) -> str:
                                           tf_sizes, higher_is_worse=True, digits=3))
         sentences.append(f"{name}, {name_a} against {name_b} ({sizes}): " + "; ".join(parts) + ".")
     return " ".join(sentences) if sentences else f"{name}: the matched controls were not run."
+
+
+def _reading(difference: Interval | None, higher_is_worse: bool) -> str:
+    if difference is None or difference.n < MIN_SAMPLES_TO_COMPARE or math.isnan(difference.low):
+        return "too few samples"
+    if (difference.low > 0) if higher_is_worse else (difference.high < 0):
+        return "D_t hurts more"
+    if (difference.high < 0) if higher_is_worse else (difference.low > 0):
+        return "D_t hurts less"
+    return "cannot distinguish"
+
+
+def query_baseline_verdict(result: TaskAblation) -> str:
+    """The computed answer to issue #31 for claim 2: does masking D_t still compare with the size-matched static
+    baseline the same way when the static ranking is the query-focused one (``query_matched``, QRHead-style) instead
+    of Wu et al.'s (``static_matched``)? Each comparison is read from its paired difference's 95% interval as in
+    :func:`matched_controls_verdict` (free-generation metric and teacher-forced drop); the conclusion "does not
+    change" when both readings agree on both measures."""
+    name = "NIAH" if result.task == "niah" else "HotpotQA (synthetic)"
+    if result.grid[result.grid["condition"] == "query_matched"].empty:
+        return f"{name}: the query-focused baseline was not run."
+    metric = result.metric
+    label = "accuracy" if metric == "accuracy" else "F1"
+    parts, readings = [], []
+    for baseline, what in (("static_matched", "Wu et al.'s top-|D_t|"), ("query_matched", "the query-focused top-|D_t|")):
+        free_a, free_b = _condition_interval(result, "dynamic", metric), _condition_interval(result, baseline, metric)
+        free = paired_difference(result, "dynamic", baseline, metric)
+        tf = paired_difference(result, "dynamic", baseline, "tf_drop")
+        readings.append((_reading(free, False), _reading(tf, True)))
+        text = _comparison_text("masking D_t", free_a, free_b, free, f"free-generation {label}",
+                                (_heads(result, "dynamic"), _heads(result, baseline)), higher_is_worse=False)
+        parts.append(f"against {what}: {text}")
+    same = readings[0] == readings[1]
+    return (f"{name}, masking D_t " + "; ".join(parts) + ". With the query-focused static baseline the conclusion "
+            + ("does not change" if same else "changes")
+            + f" (free-generation / teacher-forced readings: Wu {readings[0][0]} / {readings[0][1]}; query-focused "
+              f"{readings[1][0]} / {readings[1][1]}).")
 
 
 def protocol_checks(result: TaskAblation) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from dynheads_tl.analysis.statistics import (bootstrap_interval, format_interval, mark_separated, paired_sign_test,
                                              wilson_interval)
-from dynheads_tl.config import RunSettings, NotebookConfig, check_ints
+from dynheads_tl.config import RunSettings, NotebookConfig, StaticSource, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, layout_traces
 from dynheads_tl.engine.models import model_fingerprint, model_name
 from dynheads_tl.executors import compute_missing
@@ -33,7 +33,7 @@ ANCHORS = {"DuoAttention": "NIAH intact with 25% (MHA) / 50% (GQA) of heads on f
 
 
 @dataclass
-class RetentionConfig(TraceSettings, RunSettings, NotebookConfig):
+class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
     """Notebook 06's parameters. The NIAH setting (``haystack``, ``context_tokens``) is traced as notebook 01's
     soft-dynamism settings are (``n_setting_calibration`` + ``n_setting`` answers, read from its cache), for the
     static scores and the probe; ``n_samples`` new answers of the same setting are evaluated. ``budgets``: shares
@@ -47,7 +47,7 @@ class RetentionConfig(TraceSettings, RunSettings, NotebookConfig):
     n_setting_calibration: int = 8
     n_samples: int = 12
     budgets: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5])
-    strategies: list[str] = field(default_factory=lambda: ["static", "predicted", "oracle", "random"])
+    strategies: list[str] = field(default_factory=lambda: ["static", "query_static", "predicted", "oracle", "random"])
     granularities: list[str] = field(default_factory=lambda: ["query", "kv"])
     seed: int = 0
     batch_size: int = 64
@@ -63,7 +63,7 @@ class RetentionConfig(TraceSettings, RunSettings, NotebookConfig):
         if (not isinstance(self.budgets, list) or not self.budgets
                 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 < b < 1 for b in self.budgets)):
             raise ValueError(f"Parameter 'budgets' must be a non-empty list of shares in (0, 1), got {self.budgets!r}.")
-        per_step = [s for s in STRATEGIES if s not in ("streaming", "full")]
+        per_step = [s for s in STRATEGIES if s not in ("streaming", "full")] + [QUERY_STATIC]
         if not isinstance(self.strategies, list) or not self.strategies or any(s not in per_step for s in self.strategies):
             raise ValueError(f"Parameter 'strategies' must be a non-empty list drawn from {per_step} (streaming and "
                              f"the full cache always run), got {self.strategies!r}.")
@@ -77,9 +77,13 @@ class RetentionConfig(TraceSettings, RunSettings, NotebookConfig):
         from dynheads_tl.tasks.haystacks import check_haystack
 
         check_haystack(self.haystack)
+        self.check_static_source()
         window = model_context_window(self.model)
         if self.context_tokens + 200 + self.max_new_tokens > window:
             raise ValueError(f"context_tokens={self.context_tokens} does not fit the model's context of {window}.")
+
+
+QUERY_STATIC = "query_static"  # a fixed set ranked by QRHead-style query-focused scores (issue #31)
 
 
 def training(model, config: RetentionConfig):
@@ -91,7 +95,8 @@ def training(model, config: RetentionConfig):
                                           n_calibration=config.n_setting_calibration, n_analysis=config.n_setting,
                                           seed=config.seed, use_cache=config.use_cache,
                                           batch_size=config.trace_batch_size)
-    static = static_retrieval_scores(calibration, rouge_filter=0.5)
+    override = config.static_override()  # static_source: the file's scores are the static strategy's ranking
+    static = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
     probe = SetProbe.fit(calibration + analysis)
     if probe is None:
         raise ValueError("No training answer has two steps: the probe cannot be fitted.")
@@ -113,29 +118,52 @@ def conditions(model, config: RetentionConfig) -> list[dict]:
     return out
 
 
-def _selector(model, condition: dict, static, probe, sample_seed: int):
-    """The condition's selector; the random strategy's draws are seeded by ``sample_seed`` (run seed and sample)."""
+def query_training(model, config: RetentionConfig):
+    """The query-focused scores [layer, head] (:func:`~dynheads_tl.analysis.query_focus.query_focused_scores`, mean
+    over samples) of the same calibration prompts as :func:`training`'s static scores, or None when the strategy is
+    not run."""
+    if QUERY_STATIC not in config.strategies:
+        return None
+    from dynheads_tl.analysis.query_focus import query_focused_scores
+    from dynheads_tl.corpus import layout_split_samples
+
+    samples = layout_split_samples(model, config, haystack=config.haystack, context_tokens=config.context_tokens,
+                                   n=config.n_setting_calibration, seed=config.seed)
+    return query_focused_scores(model, samples, use_cache=config.use_cache).mean(0).float()
+
+
+def _selector(model, condition: dict, static, probe, sample_seed: int, query=None):
+    """The condition's selector; the random strategy's draws are seeded by ``sample_seed`` (run seed and sample);
+    ``query_static`` ranks by the query-focused scores ``query``."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    if condition["strategy"] == QUERY_STATIC and query is None:
+        raise ValueError("The query_static strategy needs the query-focused scores (query_training).")
     group = n_heads // model_kv_shape(model).n_kv_heads
     units = n_layers * n_heads if condition["granularity"] == "query" else n_layers * (n_heads // group)
     scorer = {"static": lambda: fixed_scores(static), "oracle": lambda: oracle_scores,
               "random": lambda: random_scores((n_layers, n_heads), sample_seed),
-              "predicted": lambda: predicted_scores(probe, static),
+              "predicted": lambda: predicted_scores(probe, static), QUERY_STATIC: lambda: fixed_scores(query),
               "streaming": lambda: None, "full": lambda: None}[condition["strategy"]]()
     return retention_selector(scorer, condition["b"], granularity=condition["granularity"], group=group,
                               n_units=units)
 
 
 def _sample_key(model, sample, config: RetentionConfig) -> dict:
-    """A sample's cache key: the sample, the conditions, the training data's spec and the model."""
-    return {"kind": "kv_retention", "version": 3, "prompt": prompt_digest(sample), "conditions": conditions(model, config),
-            "trace": config.trace_config("niah").key(),
-            "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
-                         "n": [config.n_setting_calibration, config.n_setting]},
-            "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+    """A sample's cache key: the sample, the conditions, the training data's spec and the model (and, with
+    ``static_source``, the file's scores: the key of a run without one is unchanged)."""
+    key = {"kind": "kv_retention", "version": 3, "prompt": prompt_digest(sample), "conditions": conditions(model, config),
+           "trace": config.trace_config("niah").key(),
+           "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
+                        "n": [config.n_setting_calibration, config.n_setting]},
+           "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+    if config.static_source:
+        from dynheads_tl.analysis.head_files import scores_digest
+
+        key["static_source"] = scores_digest(config.static_override())
+    return key
 
 
-def retention_units(model, items: list[tuple], config: RetentionConfig, static, probe) -> list[list[dict]]:
+def retention_units(model, items: list[tuple], config: RetentionConfig, static, probe, query=None) -> list[list[dict]]:
     """One batch of retention units (the executors' ``compute``): every condition on each ``(sample, index)`` of
     ``items``, free and teacher-forced (no cache). The rows of all the items are decoded together, at most
     ``config.batch_size`` per batch: the conditions that need no clean pass apart from the oracle's, which needs
@@ -152,7 +180,7 @@ def retention_units(model, items: list[tuple], config: RetentionConfig, static, 
     chunks = [(part[i: i + config.batch_size], part is oracle) for part in (others, oracle)
               for i in range(0, len(part), config.batch_size)]
     for chunk, needs_clean in chunks:
-        jobs = [(sample, _selector(model, c, static, probe, config.seed * 1_000_003 + index))
+        jobs = [(sample, _selector(model, c, static, probe, config.seed * 1_000_003 + index, query))
                 for sample, index, c in chunk]
         protocol = dict(keep_cache="masked", intervention="retain", clean_pass=needs_clean)
         free = two_pass_batch(model, jobs, trace_config, **protocol)
@@ -183,6 +211,7 @@ def run(model, config: RetentionConfig) -> pd.DataFrame:
     """Every sample's rows: cached samples read back, the missing ones (one unit each: every condition of the
     sample, batched) computed by the current executor and cached as they come back."""
     static, probe = training(model, config)
+    query = query_training(model, config)
     samples = evaluation_samples(model, config)
     keys = [_sample_key(model, sample, config) for sample in samples]
     per_sample = [load_cached_json(key) if config.use_cache else None for key in keys]
@@ -190,7 +219,7 @@ def run(model, config: RetentionConfig) -> pd.DataFrame:
     size = samples_per_batch(model, config)
     chunks = [missing[start: start + size] for start in range(0, len(missing), size)]
     for index, rows in compute_missing(model, retention_units, chunks, lambda i: (samples[i], i),
-                                       args=(config, static, probe), desc="KV retention (every condition per sample)"):
+                                       args=(config, static, probe, query), desc="KV retention (every condition per sample)"):
         per_sample[index] = save_cached_json(keys[index], rows) if config.use_cache else rows
     return pd.DataFrame([row for rows in per_sample for row in rows])
 
@@ -217,18 +246,22 @@ def _pick(rows: pd.DataFrame, strategy: str, granularity: str, budget: float, co
     return part.set_index("sample")[column].astype(float)
 
 
-def predicted_vs_static(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:
+def predicted_vs_static(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05, *,
+                        static: str = "static") -> pd.DataFrame:
     """Predicted minus static retention at every (granularity, budget), paired by sample: the accuracy difference
     with a bootstrap 95% interval, wins and losses and an exact two-sided sign test, Holm-adjusted over all the
     budgets compared (``separated`` needs the adjusted p below ``alpha`` and the interval away from 0, as in the
-    case study); and the teacher-forced gold log-probability difference (bootstrap 95%)."""
+    case study); and the teacher-forced gold log-probability difference (bootstrap 95%). ``static`` names the
+    static strategy compared (``"query_static"``: the query-focused static set)."""
     out = []
-    present = rows[rows["strategy"].isin(["predicted", "static"])]
+    present = rows[rows["strategy"].isin(["predicted", static])]
+    if present["strategy"].nunique() < 2:
+        return pd.DataFrame()
     for (granularity, budget), _ in present.groupby(["granularity", "budget"], sort=True):
         acc = pd.concat([_pick(rows, "predicted", granularity, budget, "accuracy").rename("a"),
-                         _pick(rows, "static", granularity, budget, "accuracy").rename("b")], axis=1, join="inner")
+                         _pick(rows, static, granularity, budget, "accuracy").rename("b")], axis=1, join="inner")
         lp = pd.concat([_pick(rows, "predicted", granularity, budget, "gold_logprob").rename("a"),
-                        _pick(rows, "static", granularity, budget, "gold_logprob").rename("b")], axis=1, join="inner")
+                        _pick(rows, static, granularity, budget, "gold_logprob").rename("b")], axis=1, join="inner")
         if acc.empty:
             continue
         test = paired_sign_test(acc["a"].to_numpy(), acc["b"].to_numpy(), seed=seed)
@@ -239,6 +272,30 @@ def predicted_vs_static(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) 
                     "sign_p": test.sign_p, "logprob_difference": g.estimate, "logprob_low": g.low,
                     "logprob_high": g.high})
     return mark_separated(pd.DataFrame(out), alpha)
+
+
+def query_baseline_verdict(comparisons: pd.DataFrame, query_comparisons: pd.DataFrame) -> str:
+    """Issue #31's question for notebook 06, computed: does "predicted against static retention" read the same at
+    every (granularity, budget) when the static set is the query-focused one (QRHead-style) instead of Wu et al.'s?
+    Each comparison's reading is "beats", "falls below" (only where :func:`predicted_vs_static` marks it separated,
+    Holm-adjusted) or "cannot be told apart"; the conclusion "does not change" when every budget reads the same."""
+    if comparisons.empty or query_comparisons.empty:
+        return "The query-focused static strategy was not run beside Wu et al.'s static set."
+
+    def reading(r):
+        return ("beats" if r.accuracy_difference > 0 else "falls below") if r.separated else "cannot be told apart from"
+
+    wu = {(r.granularity, r.budget): reading(r) for r in comparisons.itertuples()}
+    query = {(r.granularity, r.budget): (reading(r), r) for r in query_comparisons.itertuples()}
+    parts, changed = [], []
+    for key, (word, r) in query.items():
+        parts.append(f"{key[0]} heads {key[1]:.0%}: predicted {word} the query-focused static set (accuracy "
+                     f"{_fmt(r.accuracy_difference, r.low, r.high, True)}, n = {r.n}, Holm-adjusted sign-test p = "
+                     f"{r.p_adjusted:.2f}; against Wu's: {wu.get(key, 'not run')})")
+        if wu.get(key) != word:
+            changed.append(f"{key[0]} {key[1]:.0%}")
+    return ("With the query-focused static set as the static baseline: " + "; ".join(parts) + ". The conclusion "
+            + ("does not change at any budget." if not changed else f"changes at {', '.join(changed)}."))
 
 
 def _fmt(e, lo, hi, signed=False):

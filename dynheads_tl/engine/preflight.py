@@ -53,9 +53,10 @@ def check_dtype(dtype: str, device: str, *, name: str = "dtype") -> None:
             f"purpose with `dynheads report --allow-cpu-half` (or {ALLOW_CPU_HALF_ENV}=1).")
 
 
-def embedded_context_window(name: str) -> int | None:
-    """The context window of embedded model ``name`` read from its GGUF header (no conversion, no weights read);
-    None when its package is not installed (the caller's model resolution then says how to install it)."""
+def _embedded_header(name: str) -> dict[str, int] | None:
+    """Shape facts of embedded model ``name`` read from its GGUF header (no conversion, no weights read): context
+    length, layers, query heads; None when its package is not installed (the caller's model resolution then says
+    how to install it)."""
     from dynheads_tl.engine.models import EMBEDDED_MODELS, _package_dir
 
     info = EMBEDDED_MODELS[name]
@@ -67,5 +68,21 @@ def embedded_context_window(name: str) -> int | None:
     reader = GGUFReader(str(package / info["gguf"]))
     field = reader.fields.get("general.architecture")
     architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else "llama"
-    length = reader.fields.get(f"{architecture}.context_length")
-    return int(length.parts[length.data[0]][0]) if length is not None else None
+    facts = {}
+    for key, gguf_key in (("context", "context_length"), ("layers", "block_count"),
+                          ("heads", "attention.head_count")):
+        value = reader.fields.get(f"{architecture}.{gguf_key}")
+        if value is not None:
+            facts[key] = int(value.parts[value.data[0]][0])
+    return facts
+
+
+def embedded_context_window(name: str) -> int | None:
+    """The context window of embedded model ``name`` from its GGUF header (see :func:`_embedded_header`)."""
+    return (_embedded_header(name) or {}).get("context")
+
+
+def embedded_head_shape(name: str) -> tuple[int, int] | None:
+    """(layers, query heads per layer) of embedded model ``name`` from its GGUF header."""
+    facts = _embedded_header(name) or {}
+    return (facts["layers"], facts["heads"]) if "layers" in facts and "heads" in facts else None

@@ -68,7 +68,7 @@ from dynheads_tl.tasks.common import Sample, prompt_digest
 from dynheads_tl.tasks.metrics import exact_match, niah_accuracy, rouge_l, token_f1
 
 Condition = Literal["none", "dynamic", "static", "static_matched", "random", "random_matched", "dynamic_nonstatic",
-                    "static_nondynamic", "random_nonstatic", "random_nondynamic", "progressive"]
+                    "static_nondynamic", "random_nonstatic", "random_nondynamic", "progressive", "query_matched"]
 CachePolicy = Literal["clean", "masked"]
 # What the second pass does with a selector's heads: "ablate" zeroes (or means) their outputs; "retain" lets
 # only them attend to every key, every other head seeing the attention sinks and the local window alone
@@ -563,6 +563,8 @@ class AblationSetup:
     mean_z: Tensor | None = None
     seed: int = 0
     static_order: Tensor | None = None
+    # A second static ranking (QRHead-style query-focused scores, issue #31), needed by ``query_matched``.
+    query_order: Tensor | None = None
 
 
 def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_seed: int = 0,
@@ -579,6 +581,10 @@ def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_s
         if setup.static_order is None:
             raise ValueError("The static_matched condition needs AblationSetup.static_order (the static ranking).")
         return select_static_matched(setup.static_order), None
+    if condition == "query_matched":  # the size-matched design with the query-focused ranking
+        if setup.query_order is None:
+            raise ValueError("The query_matched condition needs AblationSetup.query_order (the query-focused ranking).")
+        return select_static_matched(setup.query_order), None
     if condition == "random":
         return select_fixed(random_heads(n_layers, n_heads, setup.k, setup.seed * 1_000_003 + sample_seed)), setup.k
     if condition == "random_matched":
@@ -638,12 +644,16 @@ def rule_key(threshold: "float | Eq2Rule"):
     return rule.value if rule.kind == "fixed" else [rule.kind, rule.value]
 
 
-def _setup_key(setup: AblationSetup) -> dict:
+def _setup_key(setup: AblationSetup, condition: str | None = None) -> dict:
+    """The setup in a job's cache key; the query-focused ranking only in ``query_matched`` jobs, so adding it leaves
+    every other job's key (and its cached run) as it was."""
     mean_z = None if setup.mean_z is None else float(setup.mean_z.double().sum())
     return {"static": setup.static_mask.nonzero().tolist(), "top20": setup.static_top20.nonzero().tolist(),
             "k": setup.k, "kind": setup.kind, "threshold": rule_key(setup.threshold), "mode": setup.mode,
             "keep_cache": setup.keep_cache, "seed": setup.seed, "mean_z": mean_z,
-            "order": None if setup.static_order is None else setup.static_order.tolist()}
+            "order": None if setup.static_order is None else setup.static_order.tolist(),
+            **({} if setup.query_order is None or condition != "query_matched"
+               else {"query_order": setup.query_order.tolist()})}
 
 
 def teacher_forced_scores(result: AblationTrace) -> dict[str, float | int | None]:
@@ -686,7 +696,7 @@ def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
     return [None if cache_key is None else
             {**cache_key, "model": model_name(model), "model_fingerprint": model_fingerprint(model),
              "prompt": prompt_digest(job.sample), "condition": job.condition,
-             "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup), "trace": asdict(config),
+             "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup, job.condition), "trace": asdict(config),
              "protocol": _PROTOCOL_VERSION, "teacher_forced": job.teacher_forced,
              "gold": gold_token_ids(model.tokenizer, job.sample) if job.teacher_forced else None} for job in jobs]
 

@@ -6,6 +6,8 @@
   ``pydoc_data``), so it needs no download. Harder for small models.
 - ``folder:PATH``: every ``.txt`` file in a folder, sorted by name and concatenated (point it at the
   Paul Graham essays that the standard NIAH harness uses).
+- ``wu:PATH`` (``wu-base:`` / ``wu-chat:``): Wu et al.'s detection set, its own needles, questions and
+  prompt (:mod:`dynheads_tl.tasks.wu_detect`); ``make_niah_samples`` builds its samples.
 """
 from __future__ import annotations
 
@@ -46,7 +48,8 @@ def prose_haystack(min_chars: int = 200_000) -> str:
     return text
 
 
-HAYSTACK_CHOICES = "'filler', 'prose' or 'folder:/path/to/txt/files'"
+HAYSTACK_CHOICES = ("'filler', 'prose', 'folder:/path/to/txt/files' or 'wu:/path/to/haystack_for_detect' "
+                    "(also 'wu-base:' / 'wu-chat:')")
 
 
 def _decode_utf8(path: Path, what: str) -> str:
@@ -93,6 +96,10 @@ def _split_spec(source) -> tuple[str, str | None]:
         return source, None
     if source.startswith("folder:"):
         return "folder", source[len("folder:"):]
+    from .wu_detect import is_wu_spec
+
+    if is_wu_spec(source):
+        return "wu", source
     raise ValueError(f"Unknown haystack {source!r}; use {HAYSTACK_CHOICES}.")
 
 
@@ -103,6 +110,9 @@ def load_haystack(source: str, min_chars: int = 200_000) -> str:
         return filler_haystack(min_chars)
     if kind == "prose":
         return prose_haystack(min_chars)
+    if kind == "wu":
+        raise ValueError(f"The haystack {source!r} is Wu et al.'s detection set (a needle per part folder): its samples "
+                         "come from make_niah_samples, not from one haystack text.")
     return folder_haystack(folder, min_chars)
 
 
@@ -121,6 +131,11 @@ def check_haystack(source: str, *, min_chars: int = 1) -> int:
     kind, folder = _split_spec(source)
     if kind == "filler":
         return len(FILLER_SENTENCES)
+    if kind == "wu":  # Wu et al.'s detection folder: needles.jsonl and its part folders, checked line by line
+        from .wu_detect import check_wu_spec, load_wu_detection, split_wu_spec
+
+        check_wu_spec(folder)
+        return min(len(text) for _, text in load_wu_detection(split_wu_spec(folder)[0]))
     text = prose_haystack(0) if kind == "prose" else _folder_text(folder)
     if len(text) < min_chars:
         raise ValueError(

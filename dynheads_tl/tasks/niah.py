@@ -191,6 +191,14 @@ def make_niah_samples(
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}.")
     max_tokens = resolve_max_tokens(tokenizer, max_tokens)
+    from .wu_detect import is_wu_spec, make_wu_samples
+
+    if is_wu_spec(overrides.get("haystack")):  # Wu et al.'s needles, questions, prompt and span rule
+        unknown = sorted(set(overrides) - {"haystack", "max_new_tokens"})
+        if unknown:
+            raise ValueError(f"A Wu et al. haystack sets its own needle and prompt; {unknown} cannot be changed.")
+        return make_wu_samples(tokenizer, overrides["haystack"], n=n, context_tokens=context_tokens, seed=seed,
+                               depths=depths, max_tokens=max_tokens, random_layout=random_layout)
     lengths = context_tokens if isinstance(context_tokens, list) else [context_tokens]
     samples = []
     if random_layout and depths:

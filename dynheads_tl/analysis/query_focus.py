@@ -1,0 +1,111 @@
+"""Query-focused head scores in the style of QRHead (Zhang et al., EMNLP 2025, ``princeton-pli/QRHead``).
+
+Intuition: Wu et al.'s score asks which heads *copy* the needle while the answer is generated; QRHead asks which
+heads, reading the *query*, attend to the gold document, before any answer exists. For each head:
+
+1. run the prompt once; average the attention rows of the query tokens (the query and every token after it) into one
+   weight per context token;
+2. run it again with the query replaced by a null query ("N/A"); the tokens before the query are the same, so the
+   two weight vectors align position by position; their difference is the *calibrated* weight (it removes what a
+   head attends to whatever is asked);
+3. over the gold document's tokens, drop those whose calibrated weight lies below the mean minus two standard
+   deviations (within the document) and sum the rest: the head's score on this sample;
+4. the head's score is its mean over samples.
+
+For NIAH the gold document is the needle span; the query is the question and the instruction and template tokens
+after it. All layers and heads are computed at once from one hooked forward pass per prompt (the hooks reduce each
+pattern to the query rows' mean before the next layer runs). This module is the score only; no claim reads it yet.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+NULL_QUERY = "N/A"
+
+
+def query_attention(model, prompt_ids: Sequence[int], query_start: int) -> Float[Tensor, "layer head pos"]:
+    """Every head's attention from the query tokens (positions ``query_start`` to the end), averaged over those
+    rows, on every prompt position: one hooked forward pass (TransformerLens ``hook_pattern``)."""
+    from dynheads_tl.engine.hooks import pattern_hook_name
+
+    n_layers = model.cfg.n_layers
+    if not 0 < query_start < len(prompt_ids):
+        raise ValueError(f"query_start must lie inside the prompt (1..{len(prompt_ids) - 1}), got {query_start}.")
+    rows: list[Tensor | None] = [None] * n_layers
+
+    def make(layer: int):
+        def hook(pattern: Float[Tensor, "batch head query key"], hook):
+            rows[layer] = pattern[0, :, query_start:, :].float().mean(1).cpu()
+        return hook
+
+    ids = torch.tensor([list(prompt_ids)], device=model.cfg.device)
+    with torch.no_grad():
+        model.run_with_hooks(ids, fwd_hooks=[(pattern_hook_name(layer), make(layer)) for layer in range(n_layers)],
+                             return_type=None)
+    return torch.stack(rows)
+
+
+def calibrated_document_score(real: Float[Tensor, "layer head pos"], null: Float[Tensor, "layer head pos"],
+                              spans: Sequence[tuple[int, int]]) -> Float[Tensor, "layer head"]:
+    """Steps 2-3: (real - null) on each gold span's tokens (half-open spans, positions shared by both prompts),
+    tokens below mean - 2 sd (per head, within the span; sample sd) dropped, the rest summed, spans added."""
+    total = torch.zeros(real.shape[:2], dtype=torch.float64)
+    for start, end in spans:
+        if not 0 <= start < end <= min(real.shape[-1], null.shape[-1]):
+            raise ValueError(f"The gold span {(start, end)} does not lie inside the shared prompt prefix.")
+        calibrated = (real[..., start:end] - null[..., start:end]).double()
+        threshold = calibrated.mean(-1, keepdim=True) - 2 * calibrated.std(-1, keepdim=True).nan_to_num(0.0)
+        total += (calibrated * (calibrated > threshold)).sum(-1)
+    return total
+
+
+def null_query_prompt(tokenizer, prompt_ids: Sequence[int], question: str,
+                      null_query: str = NULL_QUERY) -> tuple[list[int], list[int], int]:
+    """(real ids, null ids, query start) for a prompt that contains ``question`` once after its context: the text is
+    the decoded prompt, the null prompt replaces the question's last occurrence by ``null_query``, and the query
+    starts at the first token of the question (which both prompts must share the ids before)."""
+    text = tokenizer.decode(list(prompt_ids))
+    at = text.rfind(question)
+    if at < 0 or not question:
+        raise ValueError("The question does not occur in the decoded prompt; the null query cannot replace it.")
+    null_text = text[:at] + null_query + text[at + len(question):]
+    real = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    null = tokenizer(null_text, add_special_tokens=False)["input_ids"]
+    if list(real["input_ids"]) != list(prompt_ids):
+        raise ValueError("The decoded prompt does not tokenize back to the same ids; the query span cannot be placed.")
+    start = next(i for i, (s, e) in enumerate(real["offset_mapping"]) if e > at)
+    if list(null[:start]) != list(prompt_ids[:start]):
+        raise ValueError("The real and null prompts differ before the query; their context positions do not align.")
+    return list(prompt_ids), list(null), start
+
+
+def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
+                         use_cache: bool = False) -> Float[Tensor, "sample layer head"]:
+    """Per-sample query-focused scores (steps 1-3) of NIAH / HotpotQA ``samples`` (their evidence spans are the gold
+    documents); the static score is their mean over samples (step 4). With ``use_cache``, each sample's scores are
+    cached under its prompt digest, the null query and the model's name and fingerprint."""
+    from dynheads_tl.engine.models import model_fingerprint, model_name
+    from dynheads_tl.store import load_cached_json, save_cached_json
+    from dynheads_tl.tasks.common import prompt_digest
+
+    out = []
+    for sample in samples:
+        key = {"kind": "query_focused", "version": 1, "prompt": prompt_digest(sample), "null_query": null_query,
+               "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+        cached = load_cached_json(key) if use_cache else None
+        if cached is not None:
+            out.append(torch.tensor(cached, dtype=torch.float64))
+            continue
+        real_ids, null_ids, start = null_query_prompt(model.tokenizer, sample.prompt_ids, sample.question, null_query)
+        real = query_attention(model, real_ids, start)
+        null = query_attention(model, null_ids, start)
+        out.append(calibrated_document_score(real, null, sample.evidence_spans))
+        if use_cache:
+            save_cached_json(key, out[-1].tolist())
+    if not out:
+        raise ValueError("query_focused_scores needs at least one sample.")
+    return torch.stack(out)

@@ -1,0 +1,125 @@
+"""QRHead-style query-focused head scores (issue #31): the hooked TransformerLens computation equals an independent
+plain-transformers one (eager attention, output_attentions=True) on a tiny random Llama, and the outlier rule and the
+null-query calibration on hand-built attention."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dynheads_tl
+from conftest import build_tiny_model
+from dynheads_tl.analysis.query_focus import (NULL_QUERY, calibrated_document_score, null_query_prompt,
+                                              query_focused_scores)
+from dynheads_tl.tasks import make_niah_samples
+
+
+def test_calibration_and_outlier_rule_by_hand():
+    # one layer, one head, 6 positions; the gold span [1, 5) holds 4 tokens
+    real = torch.tensor([[[0.1, 0.25, 0.50, 0.25, 0.50, 0.0]]], dtype=torch.float64)
+    null = torch.tensor([[[0.1, 0.05, 0.10, 0.05, 0.10, 0.0]]], dtype=torch.float64)
+    # calibrated 0.2, 0.4, 0.2, 0.4: mean 0.3, sample sd 0.115, threshold 0.069: all kept, sum 1.2
+    assert calibrated_document_score(real, null, [(1, 5)]).item() == pytest.approx(1.2)
+    # QRHead's rule is strict (> mean - 2 sd): a constant span (sd 0) keeps nothing
+    assert calibrated_document_score(torch.full((1, 1, 4), 0.5, dtype=torch.float64), torch.zeros(1, 1, 4, dtype=torch.float64),
+                                     [(0, 4)]).item() == 0.0
+    # one very negative token among many equal ones falls below mean - 2 sd and is dropped
+    real = torch.zeros(1, 1, 12)
+    real[..., :11], real[..., 11] = 0.5, -5.0
+    kept = calibrated_document_score(real, torch.zeros(1, 1, 12), [(0, 12)])
+    assert kept.item() == pytest.approx(11 * 0.5)
+    with pytest.raises(ValueError, match="shared prompt prefix"):
+        calibrated_document_score(real, torch.zeros(1, 1, 12), [(5, 20)])
+
+
+def test_hooked_scores_equal_an_independent_transformers_computation(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = build_tiny_model("llama", tmp_path / "llama")
+    bridge = dynheads_tl.load_model(str(folder), device="cpu", dtype="float32")
+    hf = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", torch_dtype=torch.float32).eval()
+    samples = make_niah_samples(bridge.tokenizer, n=2, context_tokens=120, seed=0, max_tokens=512)
+    ours = query_focused_scores(bridge, samples)
+    assert ours.shape == (2, 2, 4)
+    for sample, score in zip(samples, ours):
+        real_ids, null_ids, start = null_query_prompt(bridge.tokenizer, sample.prompt_ids, sample.question)
+        assert NULL_QUERY in bridge.tokenizer.decode(null_ids[start:]) and sample.question not in bridge.tokenizer.decode(null_ids)
+        with torch.no_grad():
+            real = hf(torch.tensor([real_ids]), output_attentions=True).attentions
+            null = hf(torch.tensor([null_ids]), output_attentions=True).attentions
+        (a, b), = sample.evidence_spans
+        expected = torch.zeros(2, 4, dtype=torch.float64)
+        for layer in range(2):
+            for head in range(4):
+                r = real[layer][0, head, start:, a:b].double().mean(0)
+                n = null[layer][0, head, start:, a:b].double().mean(0)
+                c = r - n
+                keep = c > c.mean() - 2 * c.std()
+                expected[layer, head] = c[keep].sum()
+        # float32 attention against float32 attention of another implementation: agreement to 1e-5 of a weight sum
+        torch.testing.assert_close(score, expected, rtol=0, atol=1e-5)
+
+
+def _baseline_rows(baseline: str, value: float, low: float, high: float):
+    return {"task": "niah", "static_k": 20, "baseline": baseline, "metric": "share_outside_static", "value": value,
+            "low": low, "high": high, "n_samples": 12}
+
+
+@pytest.mark.parametrize("query_share, expected", [
+    ((0.40, 0.30, 0.50), "does not change (both read: substantial share outside)"),
+    ((0.05, 0.02, 0.08), "changes (Wu: substantial share outside; query-focused: stays inside)"),
+])
+def test_the_verdict_says_whether_the_stronger_baseline_changes_the_reading(query_share, expected):
+    import pandas as pd
+
+    from dynheads_tl.claims.dynamism import query_focused_verdict
+
+    table = pd.DataFrame([_baseline_rows("wu", 0.6, 0.5, 0.7), _baseline_rows("query_focused", *query_share)])
+    overlap = pd.DataFrame([{"seed": 0, "overlap": 0.45, "low": 0.3, "high": 0.6, "spearman": 0.5}])
+    sentence = query_focused_verdict(table, overlap, 20)
+    assert expected in sentence and "12 analysis samples" in sentence
+    assert "share 0.45 of their heads" in sentence and "from 0.30 to 0.60" in sentence
+
+
+def test_notebook_06_verdict_compares_the_readings_per_budget():
+    import pandas as pd
+
+    from dynheads_tl.claims.kv_retention import query_baseline_verdict
+
+    def frame(rows):
+        return pd.DataFrame([{"granularity": g, "budget": b, "n": 12, "accuracy_difference": d, "low": lo, "high": hi,
+                              "p_adjusted": p, "separated": sep} for g, b, d, lo, hi, p, sep in rows])
+
+    wu = frame([("query", 0.05, 0.4, 0.2, 0.6, 0.01, True), ("query", 0.25, 0.0, -0.2, 0.2, 1.0, False)])
+    same = frame([("query", 0.05, 0.3, 0.1, 0.5, 0.02, True), ("query", 0.25, 0.1, -0.1, 0.3, 0.8, False)])
+    other = frame([("query", 0.05, 0.1, -0.1, 0.3, 0.5, False), ("query", 0.25, 0.0, -0.2, 0.2, 1.0, False)])
+    assert query_baseline_verdict(wu, same).endswith("does not change at any budget.")
+    text = query_baseline_verdict(wu, other)
+    assert text.endswith("changes at query 5%.")
+    assert "query heads 5%: predicted cannot be told apart from the query-focused static set" in text
+    assert "against Wu's: beats" in text and "n = 12" in text
+    assert "was not run" in query_baseline_verdict(wu, pd.DataFrame())
+
+
+def test_query_matched_masks_the_top_of_the_query_ranking_and_keys_only_its_own_jobs():
+    """Claim 2's query_matched condition: at each step the top-|D_t| heads of the query-focused ranking; the ranking
+    enters the cache key of query_matched jobs only, so every other condition's cached run keeps its key."""
+    from types import SimpleNamespace
+
+    from dynheads_tl.protocols.ablation import AblationSetup, StepView, _setup_key, make_selector
+
+    model = SimpleNamespace(cfg=SimpleNamespace(n_layers=3, n_heads=4))
+    static = torch.zeros(3, 4, dtype=torch.bool)
+    static[0, :3] = True
+    query_order = torch.tensor([11, 5, 0, 1, 2, 3, 4, 6, 7, 8, 9, 10])
+    setup = AblationSetup(static_mask=static, static_top20=static, k=3, static_order=torch.arange(12),
+                          query_order=query_order)
+    retrieval = torch.zeros(3, 4, dtype=torch.bool)
+    retrieval[1, 2] = retrieval[2, 0] = True  # |D_t| = 2
+    view = StepView(0, 1, torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 4), retrieval)
+    select, k = make_selector(model, "query_matched", setup)
+    assert k is None and sorted(select(view).flatten().nonzero().flatten().tolist()) == [5, 11]
+    without = AblationSetup(static_mask=static, static_top20=static, k=3, static_order=torch.arange(12))
+    assert _setup_key(setup, "static_matched") == _setup_key(without, "static_matched")
+    assert _setup_key(setup, "query_matched")["query_order"] == query_order.tolist()
+    with pytest.raises(ValueError, match="query_order"):
+        make_selector(model, "query_matched", without)
