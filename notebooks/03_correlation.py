@@ -6,14 +6,25 @@
 #
 # - **CCA** (Fig 4 for NIAH, Fig 8 for HotpotQA) between the hidden state at $n$ and every head's retrieval
 #   score at $n + k$, $k = 0..10$: scores min-max scaled, PCA keeping 95% (hidden) / 99% (scores) of the
-#   variance, up to 50 canonical pairs. CCA is easily inflated with few samples and many dimensions, so two
-#   **controls** share the plot: a *held-out* fit (fit on 70% of the samples, correlate on the rest) and a
-#   *shuffled* pairing (hidden states paired with other samples' scores, at random steps or at the same step
-#   index, which keeps any effect of the position in the answer).
+#   variance, up to 50 canonical pairs. CCA is easily inflated with few samples and many dimensions, so
+#   **controls** share the plot: a *held-out* fit (fit on 70% of the layouts, correlate on the rest) and a
+#   *shuffled* pairing (hidden states paired with scores of samples of other layouts, at random steps or at the
+#   same step index, which keeps any effect of the position in the answer), fitted and scored like the
+#   held-out fit.
 # - **MLP probes** (Tables 2 and 3) from the hidden state to the Eq. 1 pattern (NIAH, multi-label) or the
-#   Eq. 2 scores (HotpotQA, regression), split 70/20/10 by sample, against a linear probe, the
+#   Eq. 2 scores (HotpotQA, regression), split train/validation/test by layout, against a linear probe, the
 #   static-frequency prior (each head's base rate) and a step-aware prior (each head's rate at that step
 #   index: what the position in the answer alone predicts; ours, not in the paper).
+#
+# **Independent units.** NIAH samples that share a layout (haystack, length, depth, haystack offset) and differ
+# only in the UUID are one cluster: with evenly spread depths, the seeds repeat the same layouts (the count of
+# layouts is printed below and in every table). Every split here is *by layout* (a layout's samples all train
+# or all test), every number is a
+# mean over `n_splits` such splits with a corrected resampled 95% interval (Nadeau and Bengio 2003: the
+# splits share layouts, so a plain t-interval over them is too narrow), every table states n and the number
+# of layouts, and every comparison a verdict reads is a corrected resampled t-test, Holm-adjusted over the
+# verdict's family. The probes' test part is the paper's 10%, raised to `probe_min_test` samples where the data
+# allow (at most a third of the layouts); the tables show how many test samples each split had.
 #
 # The traces are those of the claim 1 notebook (same parameters -> read from its cache). The HotpotQA questions
 # are **synthetic** (the seeded generator of fictional people, films and towns) unless `hotpot_source` names a
@@ -39,9 +50,10 @@ probe_epochs = 60  # training epochs for the cpu preset
 probe_hidden = [256]  # hidden layer widths for the cpu preset
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
-split_seed = 0  # seeds the by-sample splits and probe initialisation (the first of n_splits)
+split_seed = 0  # seeds the splits by layout and probe initialisation (the first of n_splits)
 lead_ks = [0, 1, 2, 3, 5, 10]  # lags k of the residualised CCA and of the probes k steps ahead
-n_splits = 5  # by-sample splits that every interval is taken over
+n_splits = 5  # splits by layout that every interval is taken over
+probe_min_test = 20  # probe test parts hold at least this many samples where the data allow
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
 backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
@@ -70,84 +82,104 @@ config
 # %%
 lm = config.start()  # the model, and the backend that computes the units
 niah_traces, hotpot_traces = predictability.gather_traces(lm, config)
-print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} steps), "
-      f"{len(hotpot_traces)} HotpotQA traces ({sum(t.n_steps for t in hotpot_traces)} steps)")
+print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} steps) in "
+      f"{len(set(correlation.layout_groups(niah_traces)))} layouts, {len(hotpot_traces)} HotpotQA traces "
+      f"({sum(t.n_steps for t in hotpot_traces)} steps) of {len(set(correlation.layout_groups(hotpot_traces)))} questions")
 
 # %% [markdown]
 # ## Fig 4 — NIAH: CCA between the hidden state at $n$ and retrieval scores at $n + k$
 # Black crosses: the paper's in-sample leading correlations for Llama-3.1-8B-Instruct.
 
+# Every curve is a mean over `n_splits` splits by layout with its 95% interval: in-sample (fitted and scored on
+# the training layouts, the paper's measure), held-out, and the two shuffled controls, which are fitted on
+# shuffled training pairs and scored on shuffled held-out pairs, exactly as the held-out curve is.
+#
 # Red (ours, not in the paper): held-out CCA after the step index, the token step $n$ reads and the token
-# step $n + k$ reads (one-hot each; rare tokens pooled, held-out rows with unfamiliar tokens left out) are
-# regressed out of both sides on the training samples, as a mean over `n_splits` by-sample splits with 95%
-# intervals; orange: the same fit scored against another held-out sample's residual scores at the same step
-# (chance). The red curve is the part of the correlation that position and those tokens do not explain.
-# Held-out correlations are signed: a relation that flips on new samples counts as negative.
+# step $n + k$ reads (one-hot each; rare tokens pooled, held-out rows with unfamiliar tokens left out) and the
+# evidence depth (a cubic) are regressed out of both sides on the training layouts; orange: the same fit scored
+# against a held-out sample of another layout's residual scores at the same step (chance). The red curve is the
+# part of the correlation that position, depth and those tokens do not explain. Held-out correlations are
+# signed: a relation that flips on new samples counts as negative. The tests below the figures compare
+# held-out with each control on the same splits (corrected resampled t-test, Holm over lags × controls).
 
 # %%
-cca_niah = predictability.cca_table(niah_traces, config)
+cca_niah_raw, cca_niah = predictability.cca_table(niah_traces, config)
 resid_niah = predictability.residualised_table(niah_traces, config)
 resid_niah_summary = predictability.residualised_summary(resid_niah)
-figures.save_table(cca_niah, "fig4_niah_cca_table", out_dir, run_config)
+figures.save_table(cca_niah_raw, "fig4_niah_cca_per_split", out_dir, run_config)
+figures.save_table(predictability.cca_tests(cca_niah_raw), "fig4_niah_cca_tests", out_dir, run_config)
 figures.save_table(resid_niah_summary, "fig4_niah_cca_residualised", out_dir, run_config)
-fig = figures.cca_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=predictability.PAPER_FIG4,
-                         residualised=resid_niah_summary)
+fig = figures.cca_splits_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=predictability.PAPER_FIG4,
+                                residualised=resid_niah_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig4_niah_cca", out_dir, cca_niah, run_config))))
 display(cca_niah.round(3))
 display(resid_niah_summary.round(3))
+display(predictability.cca_tests(cca_niah_raw).round(3))
 
 # %% [markdown]
 # ## Fig 8 — HotpotQA: the same with Eq. 2 scores
 
 # %%
-cca_hotpot = predictability.cca_table(hotpot_traces, config)
+cca_hotpot_raw, cca_hotpot = predictability.cca_table(hotpot_traces, config)
 resid_hotpot = predictability.residualised_table(hotpot_traces, config)
 resid_hotpot_summary = predictability.residualised_summary(resid_hotpot)
+figures.save_table(cca_hotpot_raw, "fig8_hotpot_cca_per_split", out_dir, run_config)
+figures.save_table(predictability.cca_tests(cca_hotpot_raw), "fig8_hotpot_cca_tests", out_dir, run_config)
 figures.save_table(resid_hotpot_summary, "fig8_hotpot_cca_residualised", out_dir, run_config)
-fig = figures.cca_figure(cca_hotpot, f"Fig 8 ({hotpot_label(config.hotpot_source)}): CCA vs lag",
-                         residualised=resid_hotpot_summary)
+fig = figures.cca_splits_figure(cca_hotpot, f"Fig 8 ({hotpot_label(config.hotpot_source)}): CCA vs lag",
+                                residualised=resid_hotpot_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig8_hotpot_cca", out_dir, cca_hotpot, run_config))))
 display(cca_hotpot.round(3))
 display(resid_hotpot_summary.round(3))
+display(predictability.cca_tests(cca_hotpot_raw).round(3))
 
 # %% [markdown]
 # ## Table 2 — NIAH probe: hidden state → Eq. 1 pattern at the same step
 # Multi-label classification; the threshold maximises F1 on the validation PR curve; metrics are micro-averaged
-# over all heads on the test samples. The last row is the paper's (Llama-3.1-8B-Instruct), for reference.
+# over all heads on the test layouts, then averaged over `n_splits` splits by layout (95% corrected resampled
+# intervals; `test_samples` / `test_clusters`: per split; `n_samples` / `n_clusters`: in all). The probes are
+# trained here once for every lag of `lead_ks` (the section "probes $k$ steps ahead" reads them); Tables 2 and 3
+# are their $k = 0$ rows. The last row is the paper's (Llama-3.1-8B-Instruct), for reference.
 
 # %%
-table2 = correlation.probe_table(niah_traces, "classification", config.probe_config(), split_seed=config.split_seed)
+lead_niah_raw, lead_niah = predictability.lead_probes(niah_traces, "classification", config, "NIAH probes k ahead")
+table2, table2_tests = predictability.probe_table_over_splits(lead_niah_raw, "classification")
 figures.save_table(predictability.with_paper_row(table2, "table2"), "table2_niah_probe", out_dir, run_config)
+figures.save_table(table2_tests, "table2_niah_probe_tests", out_dir, run_config)
 display(predictability.with_paper_row(table2, "table2").round(4))
+display(table2_tests.round(4))
 
 # %% [markdown]
 # ## Table 3 — HotpotQA probe: hidden state → Eq. 2 scores
-# R² is variance-weighted over heads. The last row is the paper's (Llama-3.1-8B-Instruct).
+# R² is variance-weighted over heads; means over the splits by layout as in Table 2. The last row is the paper's
+# (Llama-3.1-8B-Instruct).
 
 # %%
-table3 = correlation.probe_table(hotpot_traces, "regression", config.probe_config(), split_seed=config.split_seed)
+lead_hotpot_raw, lead_hotpot = predictability.lead_probes(hotpot_traces, "regression", config, "HotpotQA probes k ahead")
+table3, table3_tests = predictability.probe_table_over_splits(lead_hotpot_raw, "regression")
 figures.save_table(predictability.with_paper_row(table3, "table3"), "table3_hotpot_probe", out_dir, run_config)
+figures.save_table(table3_tests, "table3_hotpot_probe_tests", out_dir, run_config)
 display(predictability.with_paper_row(table3, "table3").round(4))
+display(table3_tests.round(4))
 
 # %% [markdown]
 # ## Beyond the paper: probes $k$ steps ahead, against the step-aware prior
 # The paper trains probes only at $k = 0$, where $h_n$ is computed *after* the heads of step $n$ attended:
 # concurrent, not predictive. Here an MLP probe (the settings above) maps $h_n$ to the NIAH Eq. 1 set or the
-# HotpotQA Eq. 2 scores at step $n + k$, on each of `n_splits` 70/20/10 by-sample splits. Each point is the
-# probe's test score minus that of the step-aware prior (each head's training rate at step $n + k$: what
-# position alone predicts) or of the base rate, with a 95% t-interval over the splits (it shows how much
-# the estimate moves with the split, not the sampling error of a population of prompts).
+# HotpotQA Eq. 2 scores at step $n + k$, on each of `n_splits` train/validation/test splits by layout (trained
+# in the Table 2 and 3 cells). Each point is the probe's test score minus that of the step-aware prior (each
+# head's training rate at step $n + k$: what position alone predicts) or of the base rate, with a corrected
+# resampled 95% interval over the splits; the verdict tests every lag and metric (corrected resampled t-test)
+# and Holm-adjusts over all of them.
 
 # %%
-lead_niah_raw, lead_niah = predictability.lead_probes(niah_traces, "classification", config, "NIAH probes k ahead")
-lead_hotpot_raw, lead_hotpot = predictability.lead_probes(hotpot_traces, "regression", config, "HotpotQA probes k ahead")
 lead = pd.concat([lead_niah.assign(task="niah"), lead_hotpot.assign(task="hotpot")], ignore_index=True)
 figures.save_table(lead, "lead_probes", out_dir, run_config)
 figures.save_table(pd.concat([lead_niah_raw.assign(task="niah"), lead_hotpot_raw.assign(task="hotpot")], ignore_index=True),
                    "lead_probes_per_split", out_dir, run_config)
 fig = figures.lead_figure([(lead_niah, "f1", "NIAH Eq. 1 sets: F1"), (lead_niah, "auprc", "NIAH Eq. 1 sets: AUPRC"),
                            (lead_hotpot, "r2", f"{hotpot_label(config.hotpot_source)} Eq. 2: R²")],
-                          "Probes k steps ahead: what the hidden state adds to position")
+                          "Probes k steps ahead: what the hidden state adds to position", split_label="by-layout")
 display(Image(filename=str(figures.save_figure(fig, "lead_probes", out_dir, lead, run_config))))
 display(lead.round(3))
 
@@ -155,13 +187,17 @@ display(lead.round(3))
 # ## Verdict: is the hidden state predictive beyond position?
 
 # %%
-verdict = predictability.beyond_position_verdict(lead_niah, lead_hotpot, resid_niah_summary, resid_hotpot_summary,
+verdict = predictability.beyond_position_verdict(lead_niah, lead_hotpot, resid_niah, resid_hotpot,
                                                  n_splits=config.n_splits, hotpot_name=hotpot_label(config.hotpot_source))
+lag_tests = predictability.lag_tests(lead_niah, lead_hotpot, n_splits=config.n_splits)
+figures.save_table(lag_tests, "lead_probes_tests", out_dir, run_config)
+display(lag_tests.round(4))
 display(Markdown(f"**{verdict}**"))
 
 # %% [markdown]
 # ## How our numbers compare with the paper's
 
 # %%
-display(Markdown(predictability.summary_markdown(cca_niah, cca_hotpot, table2, table3, config.model)))
+display(Markdown(predictability.summary_markdown(cca_niah_raw, cca_hotpot_raw, table2, table2_tests, table3, table3_tests,
+                                                 config.model, hotpot_label(config.hotpot_source), config.probe_min_test)))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

@@ -126,8 +126,13 @@ display(Image(filename=str(figures.save_figure(fig, "table4_rag", out_dir, table
 display(rows[["strategy", "gold", "response", "retrievals"]].head(2 * len(config.strategies)))
 
 # %% [markdown]
-# ## Verdict, computed from the intervals
-# A strategy is said to beat another only when the paired 95% interval of their F1 difference excludes 0.
+# ## Verdict, computed from the tests
+# A strategy is said to beat another only when the exact sign test on the questions where they differ,
+# Holm-adjusted over the comparisons between strategies (those with too few differing questions to ever reach
+# 0.05 are left out and called untestable), is below 0.05 *and* the paired 95% interval of their F1 difference
+# excludes 0. The declared primary comparison is Dynamic (probe) against Static, the paper's headline; nothing
+# is ranked when full context does not beat w/o RAG (no headroom). Where two strategies cannot be told apart,
+# the sentence says how large an F1 difference the design could have detected.
 
 # %%
 verdict = rag_study.rag_verdict(table, comparisons)

@@ -19,7 +19,9 @@
 #   the dynamic-head features (|D_t| and how often it is non-empty, the evidence attention mass of D_t and of
 #   the static heads, the entropy of the active set, Eq. 2 shares, and the gap between the set a probe predicts
 #   from the previous step's hidden state and the set that appears); the Lookback-style ratio of every head;
-#   the logit baseline (token log-probability and entropy). **Caveat:** Eq. 1 and Eq. 2 use where the true
+#   the logit baseline (token log-probability and entropy); and, with no training, the **answer-in-context
+#   string match** (the share of the answer in its longest run copied verbatim from the context), which the
+#   NIAH label nearly is. **Caveat:** Eq. 1 and Eq. 2 use where the true
 #   evidence lies (the needle, the supporting sentence). A deployed detector does not know that, and an answer
 #   copied from the evidence is nearly always right, so those features are an upper bound. The
 #   **context-only** group drops that knowledge: D_t counted over the whole context span, the heads' attention
@@ -29,8 +31,11 @@
 #   difference between the two can reflect dimensionality as well as signal.
 # - **Evaluation.** Logistic regression (scikit-learn, standardised, L2 with C = 1, not tuned) on stratified
 #   folds of answers; static heads and the probe are refitted inside each fold on its training answers.
-#   AUROC with bootstrap intervals over answers; differences between feature groups are paired. Transfer:
-#   train on one setting, test on another.
+#   AUROC with bootstrap intervals over layouts (answers that share a needle, depth and offset move together);
+#   every difference between detectors is paired, with an exact sign test over layouts and Holm over the
+#   verdict's family. A setting with fewer than 10 wrong (or right) answers is reported as too easy (too hard)
+#   to evaluate a detector on, and its within-setting comparisons are not tested. Transfer: train on one
+#   setting, test on another.
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
@@ -92,10 +97,13 @@ traces, labels, names = error_signal.pooled(sets)
 scores = error_signal.out_of_fold_scores(traces, labels, config.static_k, config.n_folds, config.seed, settings=names)
 table = error_signal.auroc_intervals(labels, scores, seed=config.seed, groups=error_signal.answer_groups(traces))
 per_setting = error_signal.per_setting_table(labels, scores, names, seed=config.seed)
+comparisons = error_signal.comparison_table(labels, scores, error_signal.answer_groups(traces), names, seed=config.seed)
 figures.save_table(table, "auroc", out_dir, run_config)
 figures.save_table(per_setting, "auroc_per_setting", out_dir, run_config)
+figures.save_table(comparisons, "auroc_comparisons", out_dir, run_config)
 display(table.round(3))
 display(per_setting.round(3))
+display(comparisons.round(4))
 
 # %% [markdown]
 # ## Transfer: train on one setting, test on another
@@ -109,11 +117,16 @@ fig = figures.error_signal_figure(roc, table, transfer, "Is the answer wrong? Re
 display(Image(filename=str(figures.save_figure(fig, "roc_transfer", out_dir, roc, run_config))))
 
 # %% [markdown]
-# ## Verdict, computed from the intervals
-# A feature group is said to beat another only when the paired 95% interval of their AUROC difference
-# excludes 0. The anchors are other models on other data: for scale, not a comparison.
+# ## Verdict, computed from the tests
+# A feature group is said to beat another only when the exact sign test over layouts, Holm-adjusted over every
+# comparison of the verdict (pooled and within settings; comparisons that cannot reach 0.05 and settings with
+# fewer than 10 wrong or right answers left out), is below 0.05 *and* the paired 95% interval of their AUROC
+# difference excludes 0. The declared primary comparison is the context-only dynamic-head features against the
+# answer-in-context string match, pooled. Where two cannot be told apart, the sentence says how large a
+# difference the design could have detected. The anchors are other models on other data: for scale, not a
+# comparison.
 
 # %%
-verdict = error_signal.verdict(table, per_setting)
+verdict = error_signal.verdict(table, comparisons, data, per_setting)
 display(Markdown("**Verdict.** " + verdict))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

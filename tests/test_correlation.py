@@ -218,8 +218,10 @@ def test_k_ahead_pairs_and_covariates_line_up_at_the_ends_of_sequences():
     traces = positional_traces(n_samples=3, steps=4)
     traces[1] = positional_traces(n_samples=1, steps=2, seed=5)[0]  # shorter than k + 1: no pairs
     x, y, groups = lagged_pairs(traces, 2)
-    steps, tokens, target_tokens = pair_covariates(traces, 2)
+    traces[2].meta = {"actual_depth": 0.75}
+    steps, tokens, target_tokens, depths = pair_covariates(traces, 2)
     assert groups.tolist() == [0, 0, 2, 2] and steps.tolist() == [0, 1, 0, 1]
+    assert depths.tolist() == [0.0, 0.0, 0.75, 0.75]  # a trace without a recipe counts as depth 0
     # The target step n + 2 reads the token generated at n + 1.
     assert target_tokens[0] == int(traces[0].tokens[1]) and target_tokens[3] == int(traces[2].tokens[2])
     # Pair (sample 2, n = 1): hidden of step 1 with the scores of step 3, the last step.
@@ -325,20 +327,55 @@ def test_held_out_correlations_are_signed():
 
 
 def test_the_verdict_never_counts_a_lag_without_all_splits():
-    from dynheads_tl.claims.predictability import beyond_position_verdict
+    from dynheads_tl.claims.predictability import beyond_position_verdict, lag_tests
 
     def diffs(metric, rows):
         return pd.DataFrame([{"k": k, "metric": metric, "splits": n, "probe": 0.5, "vs_base_rate": 0.1,
                               "vs_base_rate_low": 0.05, "vs_base_rate_high": 0.15, "vs_step_prior": d,
-                              "vs_step_prior_low": lo, "vs_step_prior_high": hi} for k, n, d, lo, hi in rows])
+                              "vs_step_prior_low": lo, "vs_step_prior_high": hi, "vs_step_prior_p": p}
+                             for k, n, d, lo, hi, p in rows])
 
-    niah = diffs("f1", [(0, 5, 0.05, 0.02, 0.08), (1, 5, 0.01, -0.02, 0.04), (10, 1, 0.09, float("nan"), float("nan"))])
-    hotpot = diffs("r2", [(0, 5, -0.1, -0.2, 0.0), (1, 3, 0.2, 0.1, 0.3)])
-    empty = pd.DataFrame(columns=["k", "control", "first", "first_low", "first_high"])
+    nan = float("nan")
+    niah = diffs("f1", [(0, 5, 0.05, 0.02, 0.08, 0.001), (1, 5, 0.01, -0.02, 0.04, 0.4), (10, 1, 0.09, nan, nan, nan)])
+    hotpot = diffs("r2", [(0, 5, -0.1, -0.2, 0.0, 0.05), (1, 3, 0.2, 0.1, 0.3, 0.001)])
+    tests = lag_tests(niah, hotpot, n_splits=5).set_index(["task", "k"])
+    # Holm over the three lags with all 5 splits: 0.001 * 3, 0.05 * 2, 0.4
+    assert tests.loc[("niah", 0), "p_adjusted"] == pytest.approx(0.003)
+    assert tests.loc[("hotpot", 0), "p_adjusted"] == pytest.approx(0.1)
+    assert tests.loc[("niah", 1), "p_adjusted"] == pytest.approx(0.4)
+    assert np.isnan(tests.loc[("hotpot", 1), "p_adjusted"]) and not tests.loc[("hotpot", 1), "separated"]
+    assert tests.loc[("niah", 1), "primary"] and tests["primary"].sum() == 1
+    empty = pd.DataFrame()
     text = beyond_position_verdict(niah, hotpot, empty, empty, n_splits=5, hotpot_name="HotpotQA (synthetic)")
     assert "NIAH Eq. 1 sets better than the step index alone only concurrently (k = 0)" in text
     assert "HotpotQA (synthetic) Eq. 2 scores no better than the step index alone at any lag" in text
     assert "n = 1" in text  # the lag with one split is shown with its n, not counted
+    # The primary comparison cannot be told apart, and the sentence says what the design could detect (±0.03)
+    assert "at k = 1 the NIAH probe's F1 is cannot be told apart from" not in text
+    assert "cannot be told apart from the step-aware prior's" in text and "±0.030" in text
+
+
+def test_claim3_tables_over_splits_state_n_and_layouts():
+    from dynheads_tl.claims.predictability import (PredictabilityConfig, cca_table, lead_probes,
+                                                   probe_table_over_splits, summary_markdown)
+
+    traces = clustered_traces(n_layouts=12, per_layout=3, steps=10)
+    config = PredictabilityConfig(max_lag=1, lead_ks=[0, 1], n_splits=3, probe_epochs=3, probe_hidden=[8])
+    raw, summary = cca_table(traces, config)
+    assert set(summary["splits"]) == {3} and set(summary["n_clusters"]) == {12}
+    lead_raw, lead = lead_probes(traces, "classification", config, None)
+    assert set(lead_raw[lead_raw["k"] == 0]["predictor"]) == {"MLP probe", "linear probe", "static-frequency prior",
+                                                             "step-aware prior"}
+    assert "linear probe" not in set(lead_raw[lead_raw["k"] == 1]["predictor"])
+    table, tests = probe_table_over_splits(lead_raw, "classification")
+    assert (table["splits"] == 3).all() and (table["n_clusters"] == 12).all() and (table["test_samples"] == 12).all()
+    assert (table["f1_low"] <= table["f1"]).all() and len(tests) == 3 and tests["p_adjusted"].notna().all()
+    reg_raw, _ = lead_probes(traces, "regression", config, None)
+    table3, tests3 = probe_table_over_splits(reg_raw, "regression")
+    assert {"mse_low", "r2_high"} <= set(table3.columns) and set(tests3["b"]) == {"linear probe",
+                                                                              "static-frequency prior", "step-aware prior"}
+    text = summary_markdown(raw, raw, table, tests, table3, tests3, "test model", min_test=20)
+    assert "n = 36 samples in 12 layouts" in text and "fewer than the 20 asked for" in text
 
 
 def test_paired_comparisons_and_interval_text_on_known_cases():
@@ -359,3 +396,102 @@ def test_paired_comparisons_and_interval_text_on_known_cases():
     marked = mark_separated(table, 0.05, family=[False, True, True, True])
     assert marked["p_adjusted"].tolist() == pytest.approx([0.001, 0.04, 0.04, 0.003])
     assert marked["separated"].tolist() == [True, True, False, True]
+
+
+# --- independent units: layouts, grouped splits, depth ---------------------------------------------
+def niah_meta(depth, seed, offset=0):
+    return {"haystack": "filler", "context_tokens": 300, "depth": depth, "haystack_offset": offset, "seed": seed,
+            "actual_depth": depth}
+
+
+def test_niah_samples_that_differ_only_in_the_uuid_share_a_layout():
+    from dynheads_tl.analysis.correlation import layout_groups
+
+    traces = synthetic_traces(n_samples=5, steps=3)
+    for trace, (depth, seed, offset) in zip(traces, [(0.25, 1, 0), (0.25, 2, 0), (0.75, 1, 0), (0.25, 3, 7)]):
+        trace.meta = niah_meta(depth, seed, offset)
+    labels = layout_groups(traces)
+    assert labels[0] == labels[1]  # another seed (UUID), the same depth and offset
+    assert len({labels[0], labels[2], labels[3], labels[4]}) == 4  # another depth, another offset, no recipe
+    hotpot = synthetic_traces(n_samples=2, steps=3)
+    for trace in hotpot:
+        trace.task, trace.meta = "hotpot", {"id": "q1", "context_tokens": None, "depth": None}
+    assert len(set(layout_groups(hotpot))) == 1  # the same question in two seeds (a file's records recur)
+
+
+def clustered_traces(n_layouts=12, per_layout=3, steps=8):
+    traces = synthetic_traces(n_samples=n_layouts * per_layout, steps=steps)
+    for i, trace in enumerate(traces):
+        trace.meta = niah_meta(round((i // per_layout + 0.5) / n_layouts, 4), seed=i % per_layout)
+    return traces
+
+
+def test_every_cca_and_probe_split_keeps_each_layout_on_one_side():
+    from dynheads_tl.analysis.correlation import layout_groups, layout_split, probe_splits
+
+    traces = clustered_traces()
+    labels = layout_groups(traces)
+    for seed in range(5):
+        train, test = layout_split(labels, seed, 0.3)
+        assert not set(labels[train]) & set(labels[test]) and len(train) + len(test) == len(traces)
+        parts = probe_splits(labels, seed)
+        sides = [set(labels[p].tolist()) for p in parts]
+        assert all(not (a & b) for i, a in enumerate(sides) for b in sides[i + 1:])
+        assert sorted(np.concatenate(parts).tolist()) == list(range(len(traces)))
+        # 36 samples: 10% would be 4, so the test part grows to the 20 samples asked for, capped at a third of
+        # the 12 layouts (4 layouts = 12 samples)
+        assert len(parts[2]) == 12
+    with pytest.raises(ValueError, match="at least 3 layouts"):
+        probe_splits(np.array(["a", "a", "b"]), 0)
+
+
+def test_probe_test_parts_reach_20_samples_where_the_data_allow():
+    from dynheads_tl.analysis.correlation import probe_splits
+
+    labels = np.repeat(np.arange(30), 3)  # claim 3's 90 NIAH traces: 30 layouts x 3 UUIDs
+    train, val, test = probe_splits(labels, 0)
+    assert len(test) >= 20 and len(test) % 3 == 0  # 7 layouts = 21 samples
+    assert len(val) == 18 and len(train) == 90 - 18 - len(test)  # validation: 20% of the layouts
+
+
+def test_cca_controls_are_out_of_sample_and_summarised_over_splits():
+    from dynheads_tl.analysis.correlation import over_splits, paired_over_splits
+
+    traces = clustered_traces()
+    curve = cca_curve(traces, ks=[0], split_seeds=[0, 1, 2])
+    assert set(curve["split_seed"]) == {0, 1, 2} and (curve["n_clusters"] == 12).all()
+    summary = over_splits(curve).set_index("control")
+    assert (summary["splits"] == 3).all() and (summary["n_samples"] == 36).all()
+    assert summary.loc["held-out", "first"] > 0.9  # planted relation
+    assert summary.loc["shuffled, same step", "first"] < 0.5  # fitted and scored on unrelated pairs
+    assert (summary["first_low"] <= summary["first"]).all() and (summary["first"] <= summary["first_high"]).all()
+    gap = paired_over_splits(curve, "held-out", "shuffled, same step").iloc[0]
+    assert gap["low"] > 0 and gap["p"] < 0.05 and gap["splits"] == 3
+
+
+def test_the_shuffled_control_never_pairs_a_row_with_its_own_layout():
+    y = np.arange(6)[:, None].astype(float)
+    groups = np.array([0, 0, 1, 1, 2, 2])  # three samples of two steps; samples 0 and 1 share a layout
+    clusters = np.array(["a", "a", "a", "a", "b", "b"])
+    for seed in range(5):
+        shuffled = shuffle_across_samples(y, groups, seed=seed, same_step=True, clusters=clusters)
+        assert shuffled[:4, 0].tolist() == [4, 5, 4, 5] and set(shuffled[4:, 0].tolist()) <= {0, 1, 2, 3}
+
+
+def test_residualising_removes_a_depth_only_signal():
+    """Hidden states and scores that share only the needle's depth (a smooth function of it), nothing per step:
+    raw held-out CCA sees it, and regressing depth out removes it."""
+    from dynheads_tl.analysis.correlation import residualised_cca
+
+    rng = np.random.default_rng(4)
+    traces = positional_traces(n_samples=60, steps=6)
+    direction_x, direction_y = rng.normal(size=D_MODEL) * 4, rng.normal(size=N_LAYERS * N_HEADS) * 4
+    for i, trace in enumerate(traces):
+        depth = (i // 2 + 0.5) / 30  # 30 layouts x 2 needles
+        trace.meta = niah_meta(round(depth, 4), seed=i % 2)
+        trace.hidden = torch.tensor(rng.normal(size=(6, D_MODEL)) + depth * direction_x, dtype=torch.float32)
+        trace.support_score = torch.tensor(rng.normal(size=(6, N_LAYERS * N_HEADS)) + depth * direction_y,
+                                           dtype=torch.float32).reshape(6, N_LAYERS, N_HEADS)
+    table = residualised_cca(traces, [0], [0, 1, 2])
+    assert _mean_first(table, "held-out") > 0.5
+    assert _mean_first(table, "held-out, residualised") < 0.35

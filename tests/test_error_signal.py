@@ -133,9 +133,61 @@ def test_auroc_intervals_and_verdict_words():
     row = table.set_index("group")
     assert row.loc["dynamic", "auroc"] == 1.0 and row.loc["dynamic", "low"] > 0.95
     assert row.loc["lookback", "dynamic_minus_low"] > 0  # separated from the noise baseline
-    text = es.verdict(table)
-    assert "beat the lookback ratio" in text and "cannot be told apart from the logit" in text
+    comparisons = es.comparison_table(labels, scores, np.arange(80), n_resamples=300)
+    text = es.verdict(table, comparisons)
+    assert "beat the lookback ratio" in text and "p_adj < 0.001" in text
+    # dynamic and logit both separate perfectly: no layout differs, so no sign test can reach 0.05
+    assert "cannot be tested against the logit" in text and "Holm over the 1 testable comparisons" in text
     assert "Lookback Lens (in-domain) 0.85-0.91" in text
+
+
+def test_placement_shares_sum_to_the_auroc_by_hand():
+    # wrong answers score 0.9 and 0.4, right ones 0.5 and 0.1: of the 4 (wrong, right) pairs, 3 are ordered -> 0.75.
+    labels, scores = np.array([1, 1, 0, 0]), np.array([0.9, 0.4, 0.5, 0.1])
+    groups, shares = es.placement_contributions(labels, scores, np.array(["a", "b", "a", "b"]))
+    # wrong 0.9 outscores both right answers (1/(2*2) each... placement 1 -> 1/4), wrong 0.4 one of two (1/8);
+    # right 0.5 is outscored by one wrong (1/8), right 0.1 by both (1/4)
+    assert groups.tolist() == ["a", "b"] and shares.tolist() == pytest.approx([0.25 + 0.125, 0.125 + 0.25])
+    assert shares.sum() == pytest.approx(es.auroc(labels, scores)) == pytest.approx(0.75)
+
+
+def test_answer_in_context_string_match_by_hand():
+    trace = make_trace([11, 12, 13, 99], [[[0, 0], [0, 0]]] * 4)  # the prompt (all context) is 10..15
+    assert es.context_match_share(trace) == pytest.approx(3 / 4)  # 11 12 13 copied, 99 is not
+    garbled = make_trace([12, 99, 14, 15], [[[0, 0], [0, 0]]] * 4)
+    assert es.context_match_share(garbled) == pytest.approx(2 / 4)  # the longest copied run is 14 15
+    assert es.untrained_scores([trace, garbled])["string_match"].tolist() == pytest.approx([0.25, 0.5])
+
+
+def test_comparisons_leave_untestable_and_too_easy_scopes_out_of_holm():
+    rng = np.random.default_rng(1)
+    # setting A: 40 answers, 20 wrong, a detector that separates them; setting B: 40 answers, only 3 wrong
+    labels = np.r_[np.tile([0, 1], 20), np.r_[np.ones(3), np.zeros(37)]].astype(int)
+    settings = ["A"] * 40 + ["B"] * 40
+    good = labels + rng.normal(0, 0.2, 80)
+    scores = {"dynamic": good, "dynamic_ctx": good.copy(), "lookback": rng.normal(0, 1, 80),
+              "logit": good.copy(), "string_match": rng.normal(0, 1, 80)}
+    table = es.comparison_table(labels, scores, np.arange(80), settings, n_resamples=200)
+    assert set(table["scope"]) == {"pooled", "A", "B"}
+    assert not table[table["scope"] == "B"]["evaluable"].any() and table[table["scope"] == "B"]["p_adjusted"].isna().all()
+    same = table[(table["a"] == "dynamic") & (table["b"] == "logit")]
+    assert (same["a_better"] + same["b_better"] == 0).all() and not same["testable"].any()  # identical scores
+    family = table["evaluable"] & table["testable"]
+    raw = table.loc[family, "sign_p"].to_numpy()
+    expected = np.minimum(1, np.maximum.accumulate(np.sort(raw) * np.arange(len(raw), 0, -1)))
+    assert sorted(table.loc[family, "p_adjusted"]) == pytest.approx(expected.tolist())
+    assert table["primary"].sum() == 1
+    data = es.data_table({"A": ([make_trace([11], [[[0, 0], [0, 0]]])] * 40, labels[:40]),
+                          "B": ([make_trace([11], [[[0, 0], [0, 0]]])] * 40, labels[40:])})
+    assert data["too_easy"].tolist() == [False, True]
+    text = es.verdict(es.auroc_intervals(labels, {**scores, "dynamic+logit": good}, n_resamples=100), table, data)
+    assert "B has only 3 wrong answers of 40 (fewer than 10): too easy" in text
+    assert text.count("Within A (n = 40, 20 wrong)") == 1  # the scope's sizes are stated once
+    small = es.data_table({"C": ([make_trace([11], [[[0, 0], [0, 0]]])] * 5, np.ones(5))})
+    assert es.difficulty_sentences(small) == ["C has 5 wrong and 0 right answers (fewer than 10 of each): too small "
+                                              "to evaluate an error detector on its own; its within-setting "
+                                              "comparisons are shown but not tested."]
+    assert "Primary comparison (declared): pooled, the context-only dynamic-head features beat the answer-in-context" in text
 
 
 def test_folds_need_both_classes():

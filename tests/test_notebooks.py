@@ -106,6 +106,23 @@ def test_dynamism_notebook_runs_with_tiny_parameters(smoke_run):
     churn = pd.read_csv(folder / "argmax_churn.csv")
     assert ((churn["share"].isna()) | churn["share"].between(0, 1)).all()
     assert (folder / "soft_dynamism.png").stat().st_size > 0
+    # Issue #31: the static set's stability, and the head-score files in Wu et al.'s format with their provenance
+    baselines = pd.read_csv(folder / "static_baselines_niah.csv")
+    assert set(baselines["baseline"]) == {"wu", "query_focused"} and set(baselines["static_k"]) == {20, 50, 100}
+    for name in ("static_stability_curve", "static_stability_seeds", "static_baselines_niah"):
+        for ext in ("csv", "md", "config.json"):
+            assert (folder / f"{name}.{ext}").exists()
+    stability = pd.read_csv(folder / "static_stability_curve.csv")
+    assert stability["overlap"].between(0, 1).all() and (stability["low"] <= stability["high"]).all()
+    from dynheads_tl.analysis.head_files import provenance_path, read_head_scores
+
+    for stem in ("smollm2-135m-instruct_static_wu", "smollm2-135m-instruct_dynamic_frequency"):
+        path = folder / "head_scores" / f"{stem}.json"
+        scores = read_head_scores(path, (30, 9))
+        assert (scores >= 0).all() and (stem.endswith("_static_wu") or (scores <= 1).all())  # a frequency is a share
+        info = json.loads(provenance_path(path).read_text())
+        assert info["seeds"] == [0, 1] and (info["layers"], info["heads"]) == (30, 9) and info["model_fingerprint"]
+        assert info["tokenizer_digest"] and info["chat_template_digest"] and info["libraries"]["transformers"]
 
 
 def _run(notebook, tmp_path, **extra):
@@ -129,7 +146,7 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke_run):
     grid = pd.read_csv(folder / "fig2_niah_masking.csv", keep_default_na=False)
     assert set(grid["condition"]) == {"none", "dynamic", "static", "static_matched", "random", "random_matched",
                                       "dynamic_nonstatic", "random_nonstatic", "static_nondynamic",
-                                      "random_nondynamic"}
+                                      "random_nondynamic", "query_matched"}  # query_matched: issue #31
     assert grid["accuracy"].between(0, 1).all()
     # Every run is also teacher-forced; with nothing masked the drop is exactly 0.
     assert (grid[grid["condition"] == "none"]["tf_drop"].astype(float) == 0).all() and (grid["tf_steps"].astype(int) > 0).all()
@@ -213,6 +230,12 @@ def test_correlation_notebook_runs_with_tiny_parameters(tmp_path):
     lead = pd.read_csv(folder / "lead_probes.csv")
     assert set(zip(lead["task"], lead["metric"])) == {("niah", "f1"), ("niah", "auprc"), ("hotpot", "r2")}
     assert (lead["vs_step_prior_low"] <= lead["vs_step_prior_high"]).all()
+    # means over splits by layout, with n and the number of layouts
+    assert (cca["splits"] == 2).all() and (cca["first_low"] <= cca["first"] + 1e-12).all()
+    assert (table2.iloc[:4]["splits"] == 2).all() and (table2.iloc[:4]["n_clusters"] <= table2.iloc[:4]["n_samples"]).all()
+    tests = pd.read_csv(folder / "lead_probes_tests.csv")
+    assert tests["primary"].sum() == 1 and tests["p_adjusted"].notna().any()
+    assert set(pd.read_csv(folder / "fig4_niah_cca_tests.csv")["b"]) == {"shuffled", "shuffled, same step"}
 
 
 @pytest.mark.notebook
@@ -262,13 +285,18 @@ def test_error_signal_notebook_runs_with_tiny_parameters(tmp_path):
     answers = pd.read_csv(folder / "answers.csv")
     assert list(answers["n"]) == [5, 8] and (answers["low"] <= answers["error_rate"]).all()
     table = pd.read_csv(folder / "auroc.csv")
-    assert list(table["group"]) == ["dynamic", "dynamic_ctx", "lookback", "logit", "dynamic+logit", "setting"]
+    assert list(table["group"]) == ["dynamic", "dynamic_ctx", "lookback", "logit", "dynamic+logit", "setting",
+                                    "string_match"]
     assert (table["n"] == 13).all() and table["auroc"].between(0, 1).all()
     assert (table["low"] <= table["auroc"] + 1e-12).all() and (table["auroc"] <= table["high"] + 1e-12).all()
-    assert table["dynamic_minus"].notna().sum() == 5 and table["dynamic_ctx_minus"].notna().sum() == 2
+    assert table["dynamic_minus"].notna().sum() == 6 and table["dynamic_ctx_minus"].notna().sum() == 2
+    comparisons = pd.read_csv(folder / "auroc_comparisons.csv")
+    assert comparisons["primary"].sum() == 1 and {"sign_p", "p_adjusted", "testable", "evaluable"} <= set(comparisons)
+    assert pd.read_csv(folder / "answers.csv")["too_easy"].all()  # the smoke sizes hold fewer than 10 wrong answers
     assert (folder / "roc_transfer.png").stat().st_size > 0 and (folder / "transfer.csv").exists()
     executed = (tmp_path / "05_error_signal.ipynb").read_text()
     assert "Verdict." in executed and "Lookback Lens (in-domain) 0.85-0.91" in executed
+    assert "to evaluate an error detector" in executed  # the smoke settings are too small to test on
 
 
 @pytest.mark.notebook
@@ -276,7 +304,7 @@ def test_kv_retention_notebook_runs_with_tiny_parameters(tmp_path):
     folder = _run("06_kv_retention", tmp_path, use_cache=False)
     table = pd.read_csv(folder / "retention.csv")
     assert list(table["strategy"][:2]) == ["full", "streaming"] and (table["n"] == 2).all()
-    assert set(table["strategy"]) == {"full", "streaming", "static", "predicted", "oracle", "random"}
+    assert set(table["strategy"]) == {"full", "streaming", "static", "query_static", "predicted", "oracle", "random"}
     assert set(table["budget"]) == {0.0, 0.05, 0.25, 1.0}
     assert (table["accuracy_low"] <= table["accuracy"]).all() and (table["accuracy"] <= table["accuracy_high"]).all()
     full = table.set_index("strategy").loc["full"]
@@ -286,3 +314,7 @@ def test_kv_retention_notebook_runs_with_tiny_parameters(tmp_path):
     assert set(memory["model"]) == {"smollm2-135m-instruct", "Llama-3.1-8B"} and "GiB_at_128k" in memory
     assert (folder / "retention.png").stat().st_size > 0
     assert "Verdict." in (tmp_path / "06_kv_retention.ipynb").read_text()
+    # Issue #31: the query-focused static set beside Wu's, with its computed sentence
+    query = pd.read_csv(folder / "predicted_vs_query_static.csv")
+    assert set(query["budget"]) == {0.05, 0.25} and (query["n"] == 2).all()
+    assert "With the query-focused static set as the static baseline" in (tmp_path / "06_kv_retention.ipynb").read_text()

@@ -1,6 +1,7 @@
 """The dynamic-RAG case study: trigger, windows, masking and the loop."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -87,6 +88,31 @@ def test_the_verdict_ranks_nothing_without_headroom():
         rows[column] = value
     verdict = rag_verdict(table4(rows), comparison_table(rows))
     assert "no strategy is ranked" in verdict and "beats" not in verdict and "for the record" in verdict
+
+
+def test_the_verdict_states_the_primary_first_and_what_the_design_could_detect():
+    import pandas as pd
+
+    from dynheads_tl.claims.rag_study import comparison_table, rag_verdict, table4
+
+    rows = pd.concat([_rows([1.0] * 8 + [0.0] * 7 + [0.5] * 15, [0.0] * 8 + [1.0] * 7 + [0.5] * 15, a="dynamic",
+                            b="dynamic_random"),
+                      _rows([1.0] * 4 + [0.5] * 26, [0.0] * 4 + [0.5] * 26)[lambda r: r["strategy"] == "static"]
+                      .assign(f1=[0.0] * 4 + [0.5] * 26),
+                      _rows([1.0] * 30, [0.0] * 30, a="full", b="none")], ignore_index=True)
+    # dynamic's own rows beside static: 4 questions won, 26 tied (from the dynamic_random block's first 30 rows)
+    rows.loc[(rows["strategy"] == "dynamic"), "f1"] = [1.0] * 4 + [0.5] * 26
+    for column, value in (("em", 0.0), ("retrievals", 1), ("visible_context_tokens", 10), ("context_tokens", 40),
+                          ("evidence_recall", 0.5)):
+        rows[column] = value
+    comparisons = comparison_table(rows).set_index(["a", "b"])
+    assert not comparisons.loc[("dynamic", "static"), "testable"]  # 4 differing questions: min p 0.125
+    assert np.isnan(comparisons.loc[("dynamic", "static"), "p_adjusted"])
+    assert comparisons.loc[("dynamic", "static"), "primary"] and comparisons["primary"].sum() == 1
+    verdict = rag_verdict(table4(rows), comparison_table(rows))
+    assert verdict.index("Primary comparison (declared): Dynamic (probe) and Static cannot be tested") < \
+        verdict.index("Dynamic (probe) and Dynamic Random")
+    assert "the design could detect F1 differences of about ±" in verdict
 
 
 def test_content_words_use_sklearn_stopwords():

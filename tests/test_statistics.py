@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from dynheads_tl.analysis.statistics import (bootstrap_interval, grouped_splits, holm_adjust, holm_testable,
-                                             mark_separated, n_to_resolve, paired_sign_test, sign_test_min_p)
+                                             mark_separated, n_to_resolve, paired_sign_test, resampled_t_interval,
+                                             resampled_t_test, sign_test_min_p)
 
 
 def test_a_cluster_bootstrap_is_wider_than_the_naive_one_on_clustered_data():
@@ -101,3 +102,18 @@ def test_n_to_resolve_scales_with_the_square_of_the_half_width():
     needed = n_to_resolve(interval, effect=interval.half_width / 2)  # an effect half the half-width needs 4x n
     assert needed == pytest.approx(4 * 40, abs=1)
     assert n_to_resolve(interval, effect=0.0) is None
+
+
+def test_the_corrected_resampled_t_interval_matches_a_hand_computation():
+    # 5 splits, test part a quarter of the training part: variance (1/5 + 1/4) * s², s² = 0.025, t_{0.975, 4} = 2.7764451
+    values = [0.1, 0.2, 0.3, 0.4, 0.5]
+    interval = resampled_t_interval(values, test_to_train=0.25)
+    se = np.sqrt(0.45 * 0.025)
+    assert interval.estimate == pytest.approx(0.3) and interval.n == 5
+    assert interval.high - 0.3 == pytest.approx(2.7764451 * se, rel=1e-6)
+    assert resampled_t_test(values, 0.25) == pytest.approx(2 * stats.t.sf(0.3 / se, 4))
+    # wider than the naive t-interval over splits (which treats overlapping splits as independent)
+    naive = stats.ttest_1samp(values, 0.0).pvalue
+    assert resampled_t_test(values, 0.25) > naive
+    assert np.isnan(resampled_t_test([0.2], 0.25)) and np.isnan(resampled_t_interval([0.2], 0.25).low)
+    assert resampled_t_test([0.0, 0.0], 0.25) == 1.0

@@ -6,20 +6,31 @@ step n + k (pairs that run past the end of a sample are dropped). Scores are min
 The score per head and step is its attention share on the evidence (Eq. 2's ratio; for NIAH the
 evidence is the needle), a continuous version of the retrieval pattern.
 
-Controls, because CCA overfits easily with few samples and many dimensions:
-- **held-out**: fit scaling, PCA and CCA on the training samples; correlate the canonical variates of
-  the held-out samples;
-- **shuffled**: pair each hidden state with the scores of another sample's step, fit and report
-  in-sample, which shows how high CCA goes on unrelated data of the same shape;
-- **shuffled, same step**: the same, but with another sample's scores *at the same step index*, which
-  keeps everything that depends only on the position in the answer (e.g. "the UUID starts at step 5").
-  The gap between held-out and this control is the part no position effect explains.
+Independent units. NIAH samples of different seeds share their layout (the depth and haystack offset; the seed
+changes only the UUID), so siblings of one layout are nearly the same sample: every split here is by *layout*
+(:func:`layout_groups`, :func:`~dynheads_tl.analysis.statistics.grouped_splits`), never by sample, and every
+table says how many samples and how many layouts (clusters) it rests on (SCIENCE 10).
+
+Controls, because CCA overfits easily with few samples and many dimensions, all computed on each of several
+grouped splits, fitted on the training layouts and scored on the held-out ones:
+- **in-sample**: the paper's measure (fit and score on the same rows; here the training part of each split);
+- **held-out**: fit scaling, PCA and CCA on the training layouts; correlate the canonical variates of
+  the held-out layouts;
+- **shuffled**: each hidden state paired with the scores of a step of a sample of *another layout*, on both
+  sides of the split, then fitted and scored as held-out: how high held-out CCA goes on unrelated pairs;
+- **shuffled, same step**: the same with the other layout's scores *at the same step index*, which keeps
+  everything that depends only on the position in the answer (e.g. "the UUID starts at step 5"). The gap
+  between held-out and this control is the part no position effect explains.
+Means over the splits carry the corrected resampled t-interval (Nadeau and Bengio 2003,
+:func:`~dynheads_tl.analysis.statistics.resampled_t_interval`): splits share most of their layouts, so a plain
+t-interval over them would be too narrow.
 
 Probes (Tables 2 and 3): an MLP from the hidden state to the per-head Eq. 1 pattern (multi-label
 classification, Asymmetric Loss, threshold maximising F1 on the validation PR curve) or to the Eq. 2
-scores (regression). Splits are 70/20/10 *by sample*. Baselines in the same tables: the static
-frequency prior (each head's training base rate), a step-aware prior (each head's rate at that decoding
-step) and a linear probe.
+scores (regression). Splits are train/validation/test *by layout*: the paper's 70/20/10, with the test part
+enlarged to at least ``min_test_samples`` samples where the data allow (:func:`probe_splits`). Baselines in the
+same tables: the static frequency prior (each head's training base rate), a step-aware prior (each head's rate
+at that decoding step) and a linear probe.
 """
 from __future__ import annotations
 
@@ -33,7 +44,35 @@ from sklearn.decomposition import PCA
 from sklearn.metrics import (average_precision_score, f1_score, mean_absolute_error, mean_squared_error,
                              precision_recall_curve, precision_score, r2_score, recall_score)
 
+from dynheads_tl.analysis.statistics import grouped_splits, resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.tracing import Trace
+
+# What makes two NIAH samples the same layout: the needle's depth and the haystack window (the seed changes only
+# the UUID). HotpotQA samples are one question each (a file's records recur across seeds).
+NIAH_LAYOUT_KEYS = ("haystack", "context_tokens", "depth", "haystack_offset")
+
+
+def layout_groups(traces: Sequence[Trace]) -> np.ndarray:
+    """One cluster label per trace (SCIENCE 10): NIAH traces with the same haystack, length, depth and haystack
+    offset share a label whatever their UUID; HotpotQA traces of the same question (record id) and layout share
+    one. A trace whose sample recipe is unknown (no ``meta``) is its own cluster."""
+    labels = []
+    for index, trace in enumerate(traces):
+        meta = trace.meta or {}
+        if trace.task == "niah" and "depth" in meta:
+            labels.append("niah|" + "|".join(str(meta.get(key)) for key in NIAH_LAYOUT_KEYS))
+        elif trace.task == "hotpot" and meta.get("id") is not None:
+            labels.append(f"hotpot|{meta['id']}|{meta.get('context_tokens')}|{meta.get('depth')}")
+        else:
+            labels.append(f"sample|{index}")
+    return np.array(labels)
+
+
+def sample_depth(trace: Trace) -> float:
+    """Where the evidence starts, as a fraction of the context (``actual_depth``; the requested depth, else 0)."""
+    meta = trace.meta or {}
+    value = meta.get("actual_depth", meta.get("depth"))
+    return float(value) if value is not None else 0.0
 
 
 # --- pairing -------------------------------------------------------------------------------------
@@ -165,45 +204,122 @@ def step_of(groups: np.ndarray) -> np.ndarray:
     return steps
 
 
-def shuffle_across_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0, *, same_step: bool = False) -> np.ndarray:
+def shuffle_across_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0, *, same_step: bool = False,
+                           clusters: np.ndarray | None = None) -> np.ndarray:
     """Each row gets the scores of a step of a *different* sample: a random step, or (``same_step``)
-    the same step index, which keeps whatever depends on the position in the answer alone."""
+    the same step index, which keeps whatever depends on the position in the answer alone. ``groups``: each
+    row's sample; ``clusters`` (one label per row, default the sample): the donor must come from another
+    cluster, so a NIAH row is never paired with its own layout's sibling (nearly the same sample)."""
     rng = np.random.default_rng(seed)
     shuffled = np.empty_like(y)
-    unique = np.unique(groups)
-    if len(unique) < 2:
-        raise ValueError("The shuffled control needs at least two samples.")
+    clusters = groups if clusters is None else np.asarray(clusters)
+    if len(np.unique(clusters)) < 2:
+        raise ValueError("The shuffled control needs at least two samples of different layouts.")
     steps = step_of(groups)
-    for g in unique:
-        for row in np.flatnonzero(groups == g):
-            candidates = np.flatnonzero((groups != g) & ((steps == steps[row]) if same_step else True))
+    for c in np.unique(clusters):
+        other = clusters != c
+        for row in np.flatnonzero(clusters == c):
+            candidates = np.flatnonzero(other & (steps == steps[row])) if same_step else np.empty(0, dtype=int)
             if len(candidates) == 0:
-                candidates = np.flatnonzero(groups != g)
+                candidates = np.flatnonzero(other)
             shuffled[row] = y[rng.choice(candidates)]
     return shuffled
 
 
-def cca_curve(traces: Sequence[Trace], ks: Sequence[int], *, seed: int = 0, held_out_fraction: float = 0.3,
-              **kwargs) -> pd.DataFrame:
-    """Fig 4 / Fig 8: for each lag k, in-sample, held-out and shuffled CCA summaries."""
-    train_samples, test_samples = split_by_sample(len(traces), [1 - held_out_fraction, held_out_fraction], seed)
+def layout_split(clusters: np.ndarray, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(train samples, test samples) of one grouped split: each layout wholly on one side."""
+    return grouped_splits(clusters, 1, test_fraction=test_fraction, seed=seed)[0]
+
+
+def _split_sizes(clusters: np.ndarray, train: np.ndarray, test: np.ndarray) -> dict[str, int]:
+    return {"train_samples": len(train), "train_clusters": len(set(clusters[train].tolist())),
+            "test_samples": len(test), "test_clusters": len(set(clusters[test].tolist())),
+            "n_samples": len(clusters), "n_clusters": len(set(clusters.tolist()))}
+
+
+def cca_curve(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[int] = (0,), *,
+              held_out_fraction: float = 0.3, clusters: np.ndarray | None = None, **kwargs) -> pd.DataFrame:
+    """Fig 4 / Fig 8 on every grouped split (one per seed in ``split_seeds``, layouts from :func:`layout_groups`
+    unless ``clusters`` gives them): for each lag k, one row per (k, split, control) with the in-sample (training
+    layouts), held-out and the two shuffled controls (both fitted on shuffled training pairs and scored on
+    shuffled held-out pairs, donors from other layouts). :func:`over_splits` averages them."""
+    clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
     rows = []
-    for k in ks:
-        try:
-            x, y, groups = lagged_pairs(traces, k)
-        except ValueError:
-            continue
-        for control, summary in (
-            ("in-sample", lambda: cca_in_sample(x, y, **kwargs)),
-            ("held-out", lambda: cca_held_out(x, y, groups, train_samples, test_samples, **kwargs)),
-            ("shuffled", lambda: cca_in_sample(x, shuffle_across_samples(y, groups, seed + k), **kwargs)),
-            ("shuffled, same step", lambda: cca_in_sample(
-                x, shuffle_across_samples(y, groups, seed + k, same_step=True), **kwargs)),
-        ):
+    for split_seed in split_seeds:
+        train_s, test_s = layout_split(clusters, split_seed, held_out_fraction)
+        sizes = _split_sizes(clusters, train_s, test_s)
+        for k in ks:
             try:
-                rows.append({"k": k, "control": control, "pairs": len(x), **summary()})
+                x, y, groups = lagged_pairs(traces, k)
             except ValueError:
                 continue
+            train, test = np.isin(groups, train_s), np.isin(groups, test_s)
+            pair_clusters = clusters[groups]
+
+            def shuffled(same_step: bool):
+                part = lambda m, offset: shuffle_across_samples(y[m], groups[m], split_seed * 1000 + k + offset,
+                                                                same_step=same_step, clusters=pair_clusters[m])
+                fit = fit_cca(x[train], part(train, 0), **kwargs)
+                return cca_summary(_canonical_correlations(*fit.transform(x[test], part(test, 500)), signed=True))
+
+            for control, summary in (
+                ("in-sample", lambda: cca_in_sample(x[train], y[train], **kwargs)),
+                ("held-out", lambda: cca_held_out(x, y, groups, train_s, test_s, **kwargs)),
+                ("shuffled", lambda: shuffled(False)),
+                ("shuffled, same step", lambda: shuffled(True)),
+            ):
+                try:
+                    rows.append({"k": k, "split_seed": split_seed, "control": control, "pairs": len(x),
+                                 "test_pairs": int(test.sum()), **sizes, **summary()})
+                except ValueError:
+                    continue
+    return pd.DataFrame(rows)
+
+
+def test_to_train_ratio(table: pd.DataFrame) -> float:
+    """n_test / n_train in layouts (independent units), averaged over the splits of ``table``: the overlap
+    correction of :func:`~dynheads_tl.analysis.statistics.resampled_t_interval`."""
+    return float((table["test_clusters"] / table["train_clusters"]).mean())
+
+
+def over_splits(table: pd.DataFrame, columns: Sequence[str] = ("first", "top10_mean", "top50_mean"),
+                by: Sequence[str] = ("k", "control")) -> pd.DataFrame:
+    """Per (k, control): the mean of each of ``columns`` over the splits with its corrected resampled 95%
+    t-interval (``<column>_low`` / ``_high``), ``splits``, and what each split held: ``test_samples`` /
+    ``test_clusters`` (mean per split) and ``n_samples`` / ``n_clusters`` (all of them)."""
+    rows = []
+    for key, part in table.groupby(list(by), sort=True):
+        ratio = test_to_train_ratio(part)
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for column in columns:
+            if column not in part:
+                continue
+            interval = resampled_t_interval(part[column], ratio)
+            row.update({column: interval.estimate, f"{column}_low": interval.low, f"{column}_high": interval.high})
+        row.update({"splits": int(part["split_seed"].nunique()), "test_samples": float(part["test_samples"].mean()),
+                    "test_clusters": float(part["test_clusters"].mean()),
+                    "n_samples": int(part["n_samples"].iloc[0]), "n_clusters": int(part["n_clusters"].iloc[0])})
+        if "pairs" in part:
+            row["pairs"] = int(part["pairs"].iloc[0])
+        if "first" in part and "leading" in part:
+            row["leading"] = float(part["leading"].mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paired_over_splits(table: pd.DataFrame, a: str, b: str, column: str = "first") -> pd.DataFrame:
+    """Per k: control ``a`` minus control ``b`` on the same splits (mean, corrected resampled 95% interval and
+    the two-sided corrected resampled t-test's p-value), for the verdicts' tests."""
+    rows = []
+    for k, part in table.groupby("k", sort=True):
+        wide = part.pivot(index="split_seed", columns="control", values=column)
+        if a not in wide or b not in wide:
+            continue
+        diff = (wide[a] - wide[b]).dropna()
+        ratio = test_to_train_ratio(part)
+        interval = resampled_t_interval(diff, ratio)
+        rows.append({"k": int(k), "a": a, "b": b, "difference": interval.estimate, "low": interval.low,
+                     "high": interval.high, "p": resampled_t_test(diff, ratio), "splits": interval.n})
     return pd.DataFrame(rows)
 
 
@@ -350,17 +466,43 @@ def step_rates(y_train: np.ndarray, train_steps: np.ndarray, *, fallback: np.nda
     return predict
 
 
+MIN_PROBE_TEST_SAMPLES = 20  # SCIENCE 12: a probe's test part holds at least this many samples where data allow
+MAX_PROBE_TEST_FRACTION = 1 / 3  # ... but never more than a third of the layouts (training keeps the majority)
+
+
+def probe_test_fraction(n_samples: int, min_test_samples: int = MIN_PROBE_TEST_SAMPLES,
+                        test_fraction: float = 0.1) -> float:
+    """The paper's 10% test share, raised to ``min_test_samples`` of ``n_samples`` and capped at
+    :data:`MAX_PROBE_TEST_FRACTION`."""
+    return min(max(test_fraction, min_test_samples / max(n_samples, 1)), MAX_PROBE_TEST_FRACTION)
+
+
+def probe_splits(clusters: np.ndarray, split_seed: int, *, min_test_samples: int = MIN_PROBE_TEST_SAMPLES,
+                 val_fraction: float = 0.2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, validation, test) sample indices of one split by layout (``clusters``): the test layouts first
+    (:func:`probe_test_fraction` of them), then ``val_fraction`` of all layouts from the rest for validation."""
+    clusters = np.asarray(clusters)
+    if len(set(clusters.tolist())) < 3:
+        raise ValueError(f"A train/validation/test split by layout needs at least 3 layouts, got "
+                         f"{len(set(clusters.tolist()))}.")
+    test_fraction = probe_test_fraction(len(clusters), min_test_samples)
+    rest, test = layout_split(clusters, split_seed, test_fraction)
+    inner_train, inner_val = layout_split(clusters[rest], 7919 + split_seed, min(val_fraction / (1 - test_fraction), 0.5))
+    return np.sort(rest[inner_train]), np.sort(rest[inner_val]), np.sort(test)
+
+
 def probe_table(traces: Sequence[Trace], task: Literal["classification", "regression"], config: ProbeConfig,
-                *, k: int = 0, split_seed: int = 0, linear_probe: bool = True) -> pd.DataFrame:
-    """Table 2 (classification of Eq. 1) or Table 3 (regression of Eq. 2 scores): MLP probe, linear probe,
-    the static-frequency prior and a step-aware prior (each head's rate at that decoding step: what the
-    position in the answer alone predicts), all scored on the 10% test samples. The linear probe is a
-    linear layer trained like the MLP (classification) or closed-form ridge regression (regression)."""
+                *, k: int = 0, split_seed: int = 0, linear_probe: bool = True, clusters: np.ndarray | None = None,
+                min_test_samples: int = MIN_PROBE_TEST_SAMPLES) -> pd.DataFrame:
+    """Table 2 (classification of Eq. 1) or Table 3 (regression of Eq. 2 scores) on one split by layout
+    (:func:`probe_splits`): MLP probe, linear probe, the static-frequency prior and a step-aware prior (each
+    head's rate at that decoding step: what the position in the answer alone predicts), all scored on the test
+    layouts. The linear probe is a linear layer trained like the MLP (classification) or closed-form ridge
+    regression (regression). Each row says how many samples and layouts the split's parts hold."""
     target = "eq1" if task == "classification" else "score"
     x, y, groups = lagged_pairs(traces, k, target)
-    train_s, val_s, test_s = split_by_sample(len(traces), [0.7, 0.2, 0.1], split_seed)
-    if len(test_s) == 0 or len(val_s) == 0:
-        raise ValueError(f"{len(traces)} samples are too few for a 70/20/10 split by sample; use at least 10.")
+    clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
+    train_s, val_s, test_s = probe_splits(clusters, split_seed, min_test_samples=min_test_samples)
     parts = [np.isin(groups, s) for s in (train_s, val_s, test_s)]
     if not all(part.any() for part in parts):
         raise ValueError(f"At k = {k}, a split of split seed {split_seed} has no pairs (samples too short).")
@@ -391,7 +533,8 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
         else:
             metrics = regression_metrics(yte, test_scores)
         table.append({"predictor": name, **metrics, "train_pairs": len(xtr), "test_pairs": len(xte),
-                      "test_positive_rate": float(yte.mean())})
+                      "test_positive_rate": float(yte.mean()), **_split_sizes(clusters, train_s, test_s),
+                      "val_samples": len(val_s)})
     return pd.DataFrame(table)
 
 
@@ -399,11 +542,12 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
 LEAD_KS = (0, 1, 2, 3, 5, 10)
 
 
-def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For every pair of :func:`lagged_pairs` (same order): the step index n of the hidden state, the token
-    that step reads (its input: the last prompt token at n = 0, else the token generated at n - 1), and the
-    token the target's step n + k reads (the same token when k = 0)."""
-    steps, tokens, target_tokens = [], [], []
+    that step reads (its input: the last prompt token at n = 0, else the token generated at n - 1), the
+    token the target's step n + k reads (the same token when k = 0), and the sample's evidence depth
+    (:func:`sample_depth`)."""
+    steps, tokens, target_tokens, depths = [], [], [], []
     for trace in traces:
         n = trace.n_steps - k
         if n <= 0:
@@ -412,9 +556,20 @@ def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.nda
         steps.append(np.arange(n))
         tokens.append(inputs[:n].numpy())
         target_tokens.append(inputs[k:k + n].numpy())
+        depths.append(np.full(n, sample_depth(trace)))
     if not steps:
         raise ValueError(f"No sample is longer than k = {k} steps.")
-    return np.concatenate(steps), np.concatenate(tokens), np.concatenate(target_tokens)
+    return np.concatenate(steps), np.concatenate(tokens), np.concatenate(target_tokens), np.concatenate(depths)
+
+
+DEPTH_DEGREE = 3  # the depth covariate: a cubic polynomial (held-out layouts have depths training never saw)
+
+
+def depth_design(depths: np.ndarray, degree: int = DEPTH_DEGREE) -> np.ndarray:
+    """Columns d, d², ..., d^degree of the evidence depth d (centred at 0.5), for the residualisation: a smooth
+    function of depth, so that it applies to the held-out layouts' depths, which one-hot levels would not."""
+    centred = np.asarray(depths, dtype=float) - 0.5
+    return np.stack([centred ** power for power in range(1, degree + 1)], axis=1)
 
 
 OTHER = -1  # the pooled level of tokens too rare in training to get their own column
@@ -462,28 +617,33 @@ def _first_and_top10(correlations: np.ndarray) -> dict[str, float]:
 
 
 def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[int], *,
-                     held_out_fraction: float = 0.3, min_token_count: int = 5, **kwargs) -> pd.DataFrame:
-    """Held-out CCA between hidden[n] and scores[n + k], raw and after removing what position and token
-    identity explain, for each lag and by-sample split. One row per (k, split seed, control):
+                     held_out_fraction: float = 0.3, min_token_count: int = 5, clusters: np.ndarray | None = None,
+                     **kwargs) -> pd.DataFrame:
+    """Held-out CCA between hidden[n] and scores[n + k], raw and after removing what position, depth and token
+    identity explain, for each lag and grouped split (by layout, :func:`layout_groups` unless ``clusters``).
+    One row per (k, split seed, control):
 
-    - ``held-out``: CCA fitted on the training samples, signed correlations of the held-out samples;
-    - ``held-out, residualised``: both sides first regressed, on the training samples, on the step index,
-      the token step n reads and the token step n + k reads (one-hot each; :func:`residualise`); CCA on
-      the residuals. Tokens seen fewer than ``min_token_count`` times in training are pooled into one level
-      for the fit, and held-out rows whose tokens are not frequent training tokens are left out (their
-      token effect could not be removed); ``test_rows_dropped`` says how many;
+    - ``held-out``: CCA fitted on the training layouts, signed correlations of the held-out layouts;
+    - ``held-out, residualised``: both sides first regressed, on the training layouts, on the step index,
+      the token step n reads and the token step n + k reads (one-hot each) and the evidence depth (a cubic,
+      :func:`depth_design`; :func:`residualise`); CCA on the residuals. Tokens seen fewer than
+      ``min_token_count`` times in training are pooled into one level for the fit, and held-out rows whose
+      tokens are not frequent training tokens are left out (their token effect could not be removed);
+      ``test_rows_dropped`` says how many;
     - ``held-out, residualised, chance``: the same fit, scored on held-out residuals whose scores come from
-      another held-out sample at the same step (the level of an unrelated pairing).
+      a held-out sample of another layout at the same step (the level of an unrelated pairing).
     Columns ``first`` (first canonical pair) and ``top10_mean`` (mean of the first 10 pairs)."""
+    clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
     rows = []
     for k in ks:
         try:
             x, y, groups = lagged_pairs(traces, k)
         except ValueError:
             continue
-        steps, tokens, target_tokens = pair_covariates(traces, k)
+        steps, tokens, target_tokens, depths = pair_covariates(traces, k)
+        depth_columns = depth_design(depths)
         for split_seed in split_seeds:
-            train_s, test_s = split_by_sample(len(traces), [1 - held_out_fraction, held_out_fraction], split_seed)
+            train_s, test_s = layout_split(clusters, split_seed, held_out_fraction)
             train, test = np.isin(groups, train_s), np.isin(groups, test_s)
             if train.sum() < 3:
                 continue
@@ -494,14 +654,18 @@ def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Se
             if len(np.unique(groups[covered])) < 2:
                 continue
             levels = [set(steps[train].tolist()), frequent | {OTHER}, frequent_target | {OTHER}]
-            design = lambda rows: covariate_design(
-                [steps[rows], pool(tokens[rows], frequent), pool(target_tokens[rows], frequent_target)], levels)
+            design = lambda rows: np.concatenate([covariate_design(
+                [steps[rows], pool(tokens[rows], frequent), pool(target_tokens[rows], frequent_target)], levels),
+                depth_columns[rows]], axis=1)
             d_train, d_test = design(train), design(covered)
             x_tr, x_te = residualise(x[train], x[covered], d_train, d_test)
             y_tr, y_te = residualise(y[train], y[covered], d_train, d_test)
-            y_te_chance = shuffle_across_samples(y_te, groups[covered], seed=split_seed + k, same_step=True)
+            if len(np.unique(clusters[groups[covered]])) < 2:
+                continue
+            y_te_chance = shuffle_across_samples(y_te, groups[covered], seed=split_seed + k, same_step=True,
+                                                 clusters=clusters[groups[covered]])
             base = {"k": k, "split_seed": split_seed, "train_pairs": int(train.sum()), "test_pairs": int(covered.sum()),
-                    "test_rows_dropped": int(test.sum() - covered.sum())}
+                    "test_rows_dropped": int(test.sum() - covered.sum()), **_split_sizes(clusters, train_s, test_s)}
             try:
                 raw = held_out_correlations(x[train], y[train], x[covered], y[covered], **kwargs)
                 fit = fit_cca(x_tr, y_tr, **kwargs)
@@ -517,19 +681,23 @@ def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Se
 
 def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "regression"], config: ProbeConfig,
                      ks: Sequence[int] = LEAD_KS, split_seeds: Sequence[int] = (0, 1, 2, 3, 4),
-                     progress_desc: str | None = None) -> pd.DataFrame:
+                     progress_desc: str | None = None, *, linear_ks: Sequence[int] = (),
+                     min_test_samples: int = MIN_PROBE_TEST_SAMPLES) -> pd.DataFrame:
     """Probes from hidden[n] to the target at step n + k (Eq. 1 sets for classification, Eq. 2 scores for
-    regression), for each k and each 70/20/10 by-sample split. One row per (k, split seed, predictor) with
-    F1 / AUPRC or R² on the test samples; predictors are the MLP probe, the static-frequency prior (the base
-    rate) and the step-aware prior (each head's rate at step n + k)."""
+    regression), for each k and each train/validation/test split by layout (:func:`probe_splits`). One row
+    per (k, split seed, predictor) with F1 / precision / recall / AUPRC or MSE / MAE / R² on the test layouts;
+    predictors are the MLP probe, the static-frequency prior (the base rate), the step-aware prior (each head's
+    rate at step n + k) and, at the lags in ``linear_ks``, the linear probe (Tables 2 and 3 read k = 0)."""
     from dynheads_tl.progress import progress
 
+    clusters = layout_groups(traces)
     jobs = [(k, s) for k in ks for s in split_seeds]
     rows = []
     for k, split_seed in (progress(jobs, desc=progress_desc) if progress_desc else jobs):
         try:
             table = probe_table(traces, task, ProbeConfig(**{**config.__dict__, "seed": split_seed}), k=k,
-                                split_seed=split_seed, linear_probe=False)
+                                split_seed=split_seed, linear_probe=k in linear_ks, clusters=clusters,
+                                min_test_samples=min_test_samples)
         except ValueError:
             continue
         for record in table.to_dict("records"):
@@ -538,21 +706,55 @@ def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "r
 
 
 def lead_differences(table: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per k: the probe's ``metric`` minus the base rate's and minus the step-aware prior's, each as a mean
-    over split seeds with a 95% t-interval (:func:`~dynheads_tl.analysis.statistics.t_interval`); ``splits``
-    counts the splits where the metric is defined (fewer than 2: NaN bounds, never a zero-width interval)."""
-    from dynheads_tl.analysis.statistics import t_interval
-
+    """Per k: the probe's ``metric`` minus the base rate's and minus the step-aware prior's on the same splits,
+    each as a mean over the splits with the corrected resampled 95% t-interval and the two-sided p-value of the
+    corrected resampled t-test (``<name>_p``; :func:`~dynheads_tl.analysis.statistics.resampled_t_interval`:
+    the splits share layouts); ``splits`` counts the splits where the metric is defined (fewer than 2: NaN
+    bounds, never a zero-width interval); ``test_samples`` / ``test_clusters`` per split (means) and
+    ``n_samples`` / ``n_clusters`` in all."""
     out = []
     for k, part in table.groupby("k"):
         wide = part.pivot(index="split_seed", columns="predictor", values=metric)
+        splits = part.drop_duplicates("split_seed")
+        ratio = test_to_train_ratio(splits)
         valid = int(wide["MLP probe"].notna().sum())
-        row = {"k": int(k), "metric": metric, "splits": valid, "probe": t_interval(wide["MLP probe"]).estimate}
+        row = {"k": int(k), "metric": metric, "splits": valid,
+               "probe": resampled_t_interval(wide["MLP probe"], ratio).estimate,
+               "test_samples": float(splits["test_samples"].mean()), "test_clusters": float(splits["test_clusters"].mean()),
+               "n_samples": int(splits["n_samples"].iloc[0]), "n_clusters": int(splits["n_clusters"].iloc[0])}
         for baseline, name in (("static-frequency prior", "vs_base_rate"), ("step-aware prior", "vs_step_prior")):
-            interval = t_interval(wide["MLP probe"] - wide[baseline])
-            row.update({name: interval.estimate, f"{name}_low": interval.low, f"{name}_high": interval.high})
+            difference = wide["MLP probe"] - wide[baseline]
+            interval = resampled_t_interval(difference, ratio)
+            row.update({name: interval.estimate, f"{name}_low": interval.low, f"{name}_high": interval.high,
+                        f"{name}_p": resampled_t_test(difference, ratio)})
         out.append(row)
     return pd.DataFrame(out)
+
+
+PROBE_METRICS = {"classification": ("f1", "precision", "recall", "auprc"), "regression": ("mse", "mae", "r2")}
+
+
+def probe_summary(raw: pd.DataFrame, task: Literal["classification", "regression"], k: int = 0) -> pd.DataFrame:
+    """Table 2 / Table 3: per predictor at lag ``k``, each metric's mean over the splits by layout with its
+    corrected resampled 95% t-interval (``<metric>_low`` / ``_high``), the number of splits and what each
+    split's test part held (``test_samples``, ``test_clusters``: means per split; ``n_samples``, ``n_clusters``:
+    the whole set)."""
+    part = raw[raw["k"] == k]
+    if part.empty:
+        return pd.DataFrame()
+    ratio = test_to_train_ratio(part.drop_duplicates("split_seed"))
+    rows = []
+    for predictor in dict.fromkeys(part["predictor"]):
+        rows_of = part[part["predictor"] == predictor]
+        row = {"predictor": predictor}
+        for metric in PROBE_METRICS[task]:
+            interval = resampled_t_interval(rows_of[metric], ratio)
+            row.update({metric: interval.estimate, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
+        row.update({"splits": int(rows_of["split_seed"].nunique()), "test_samples": float(rows_of["test_samples"].mean()),
+                    "test_clusters": float(rows_of["test_clusters"].mean()), "n_samples": int(rows_of["n_samples"].iloc[0]),
+                    "n_clusters": int(rows_of["n_clusters"].iloc[0])})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 @dataclass
@@ -582,3 +784,24 @@ class SetProbe:
     def predict(self, hidden: torch.Tensor) -> np.ndarray:
         """[layer * head] scores for the step after the one whose hidden state [d_model] is given."""
         return self.model.predict(hidden.float().cpu().numpy()[None])[0]
+
+
+def predictor_differences(raw: pd.DataFrame, metric: str, k: int = 0, reference: str = "MLP probe") -> pd.DataFrame:
+    """At lag ``k``: ``reference`` minus every other predictor on the same splits, in ``metric`` (mean, corrected
+    resampled 95% interval, two-sided corrected resampled t-test ``p``), one row per other predictor; for lower-
+    is-better metrics (MSE, MAE) the sign is as computed (reference minus other)."""
+    part = raw[raw["k"] == k]
+    if part.empty or reference not in set(part["predictor"]):
+        return pd.DataFrame()
+    wide = part.pivot(index="split_seed", columns="predictor", values=metric)
+    ratio = test_to_train_ratio(part.drop_duplicates("split_seed"))
+    rows = []
+    for other in dict.fromkeys(part["predictor"]):
+        if other == reference:
+            continue
+        difference = (wide[reference] - wide[other]).dropna()
+        interval = resampled_t_interval(difference, ratio)
+        rows.append({"k": k, "metric": metric, "a": reference, "b": other, "difference": interval.estimate,
+                     "low": interval.low, "high": interval.high, "p": resampled_t_test(difference, ratio),
+                     "splits": interval.n})
+    return pd.DataFrame(rows)

@@ -121,6 +121,35 @@ def grouped_splits(groups: Sequence | np.ndarray, n_splits: int = 5, *, test_fra
     return splits
 
 
+def resampled_t_interval(values: Sequence[float], test_to_train: float, confidence: float = 0.95) -> Interval:
+    """Mean of one statistic over repeated random train/test splits of the same units, with the corrected
+    resampled t-interval of Nadeau and Bengio (2003): the splits share most of their units, so the variance of
+    the mean is (1/J + n_test/n_train) s², not s²/J (J splits, ``test_to_train`` = n_test / n_train in
+    independent units). Student t with J - 1 degrees of freedom; NaNs dropped; fewer than two values: NaN bounds."""
+    data = np.asarray([v for v in values if v == v], dtype=float)
+    if len(data) == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    mean = float(data.mean())
+    if len(data) == 1:
+        return Interval(mean, float("nan"), float("nan"), 1)
+    se = float(np.sqrt((1 / len(data) + test_to_train) * data.var(ddof=1)))
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(data) - 1)) * se
+    return Interval(mean, mean - half, mean + half, len(data))
+
+
+def resampled_t_test(values: Sequence[float], test_to_train: float) -> float:
+    """Two-sided p-value of the corrected resampled t-test (:func:`resampled_t_interval`) that the statistic's
+    mean over the splits is 0. NaN with fewer than two values; 1 when every value is 0, 0 when all are equal
+    and not 0 (no spread)."""
+    data = np.asarray([v for v in values if v == v], dtype=float)
+    if len(data) < 2:
+        return float("nan")
+    se = float(np.sqrt((1 / len(data) + test_to_train) * data.var(ddof=1)))
+    if se == 0:
+        return 1.0 if data.mean() == 0 else 0.0
+    return float(2 * stats.t.sf(abs(data.mean()) / se, len(data) - 1))
+
+
 def ratio_of_sums(rows: np.ndarray) -> float:
     """Σ numerator / Σ denominator over rows of [numerator, denominator] (one row per sample): a pooled ratio,
     the statistic :func:`bootstrap_interval` resamples for pooled metrics. NaN when the denominators sum to 0."""

@@ -22,15 +22,26 @@ pass). Per answer (means over its decoding steps):
 - **Lookback-Lens-style ratio** per head (:func:`lookback_ratios`): mean attention per context token over mean
   attention per context token plus mean attention per generated token. "Context" is the sample's context span
   (the haystack or the paragraphs), not the whole prompt as in the Lookback Lens;
-- **logit baseline**: the kept tokens' mean and minimum log-probability and mean and maximum entropy.
+- **logit baseline**: the kept tokens' mean and minimum log-probability and mean and maximum entropy;
+- **answer-in-context string match** (:func:`context_match_share`, no training): the share of the answer's
+  tokens in its longest run copied verbatim from the context. The NIAH label (the UUID reproduced exactly) is
+  nearly this, so any detector must be read against it.
 
 Each feature group feeds a standardised logistic regression (scikit-learn, L2, C = 1, not tuned). Answers are
 split into folds stratified by (setting, label), with answers that share a sample seed (NIAH settings reuse the
-same needles, depths and offsets) kept in one fold; static heads and the probe are fitted on each fold's training
-answers only, and the training answers' own features are cross-fitted (:func:`crossfit_features`). AUROC of the
-out-of-fold scores with a cluster bootstrap interval (groups of answers resampled); differences between feature
-groups are paired (the same resamples). A setting-only classifier measures how much of the pooled AUROC is
-knowing the setting. Transfer trains on one setting and tests on another.
+same needles, depths and offsets, so a seed is a layout) kept in one fold (grouped folds, SCIENCE 10); static
+heads and the probe are fitted on each fold's training answers only, and the training answers' own features are
+cross-fitted (:func:`crossfit_features`). AUROC of the out-of-fold scores with a cluster bootstrap interval
+(groups of answers resampled). A setting-only classifier measures how much of the pooled AUROC is knowing the
+setting. Transfer trains on one setting and tests on another.
+
+Tests (SCIENCE 11, :func:`comparison_table`): every paired comparison the verdict reads (:data:`COMPARISONS`,
+pooled and within each setting) gets its cluster-bootstrap interval of the AUROC difference and an exact sign
+test over the layouts: each layout's share of the AUROC (its answers' placement values, which sum to the AUROC)
+under one detector against the other. Holm over the whole family, leaving out comparisons that cannot reach
+0.05 (too few layouts differ, Tarone) and settings too easy or too hard to evaluate (fewer than
+:data:`MIN_PER_CLASS` wrong or right answers, SCIENCE 12). The declared primary comparison (:data:`PRIMARY`):
+pooled, the context-only dynamic-head features against the answer-in-context string match.
 
 Labels: an answer is wrong when the UUID is not reproduced exactly (NIAH) or its token F1 is below 0.5
 (HotpotQA format). Per-token labels are not defined here.
@@ -62,13 +73,22 @@ CONTEXT_FEATURES = ("ctx_dt_size", "ctx_dt_active_share", "ctx_dt_context_mass",
                     "ctx_active_set_entropy")
 LOGIT_FEATURES = ("logprob_mean", "logprob_min", "entropy_mean", "entropy_max")
 GROUPS = ("dynamic", "dynamic_ctx", "lookback", "logit", "dynamic+logit")
+# Detectors that need no training: scored as they are, beside the classifiers.
+UNTRAINED_GROUPS = ("string_match",)
 # The pooled evaluation adds a classifier that knows only which setting an answer came from: settings differ in
 # error rate, so any feature that recognises the setting scores above 0.5 on pooled answers.
 POOLED_GROUPS = GROUPS + ("setting",)
 GROUP_NAMES = {"dynamic": "Dynamic-head features (knowing the evidence)",
                "dynamic_ctx": "Dynamic-head features (context only)", "lookback": "Lookback ratio (per head)",
                "logit": "Logit (probability, entropy)", "dynamic+logit": "Dynamic-head + logit",
-               "setting": "Setting only (one-hot)"}
+               "setting": "Setting only (one-hot)", "string_match": "Answer-in-context string match"}
+# Every paired comparison the verdict reads: (a, b) = a's AUROC minus b's, pooled and within each setting.
+COMPARISONS = (("dynamic", "lookback"), ("dynamic", "logit"), ("dynamic", "string_match"),
+               ("dynamic_ctx", "lookback"), ("dynamic_ctx", "logit"), ("dynamic_ctx", "string_match"),
+               ("dynamic+logit", "logit"))
+PRIMARY = ("pooled", "dynamic_ctx", "string_match")  # claim 5's declared primary comparison (scope, a, b)
+MIN_PER_CLASS = 10  # a setting with fewer wrong (or right) answers is too easy (too hard) to evaluate a detector
+ALPHA = 0.05
 ANCHORS = {"Lookback Lens (in-domain)": (0.85, 0.91), "Lookback Lens (across tasks)": (0.82, 0.85),
            "ReDeEP (RAGTruth, 7B-13B)": (0.75, 0.82)}
 
@@ -105,6 +125,25 @@ def context_copy_mask(trace: Trace) -> torch.Tensor:
     span = torch.zeros(len(ids), dtype=torch.bool)
     span[int(start): int(end)] = True
     return eq1_mask(trace.argmax_pos, ids, span, trace.tokens)
+
+
+def context_match_share(trace: Trace) -> float:
+    """The answer-in-context string match: the longest run of the answer's generated tokens that occurs verbatim
+    (same token ids, contiguous) in the context span, as a share of the answer's tokens. 1: the whole answer is
+    copied from the context; a garbled UUID keeps only its copied prefix. Needs no training and no knowledge of
+    where the evidence lies."""
+    start, end = trace.meta["context_span"]
+    context = trace.prompt_ids[int(start): int(end)].numpy()
+    answer = trace.tokens.numpy()
+    if len(answer) == 0 or len(context) == 0:
+        return 0.0
+    run = np.zeros(len(context), dtype=int)  # run[j]: the copied run ending at answer token i and context token j
+    best = 0
+    for token in answer:
+        previous = np.concatenate([[0], run[:-1]])
+        run = np.where(context == token, previous + 1, 0)
+        best = max(best, int(run.max()))
+    return best / len(answer)
 
 
 def _set_features(hits: torch.Tensor, mass: torch.Tensor, static: torch.Tensor) -> tuple[float, ...]:
@@ -278,7 +317,12 @@ def out_of_fold_scores(traces: list[Trace], labels: np.ndarray, static_k: int, n
         x_train["setting"], x_test["setting"] = onehot[train], onehot[test]
         for group in wanted:
             scores[group][test] = fit_predict(x_train[group], labels[train], x_test[group])
-    return scores
+    return {**scores, **untrained_scores(traces)}
+
+
+def untrained_scores(traces: list[Trace]) -> dict[str, np.ndarray]:
+    """The detectors without training (:data:`UNTRAINED_GROUPS`), as scores of "wrong" (higher = more likely)."""
+    return {"string_match": np.array([1.0 - context_match_share(t) for t in traces])}
 
 
 def auroc_intervals(labels: np.ndarray, scores: dict[str, np.ndarray], *, seed: int = 0, n_resamples: int = 2000,
@@ -348,63 +392,198 @@ def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: in
             if train_name == test_name or len(set(test_labels.tolist())) < 2:
                 continue
             x_test = feature_matrices(test_traces, train_traces, static_k)
-            scores = {g: fit_predict(x_train[g], train_labels, x_test[g]) for g in GROUPS}
+            scores = {**{g: fit_predict(x_train[g], train_labels, x_test[g]) for g in GROUPS},
+                      **untrained_scores(test_traces)}
             table = auroc_intervals(test_labels, scores, seed=seed, n_resamples=n_resamples)
             rows.append(table.assign(train=train_name, test=test_name))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def placement_contributions(labels: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's share of the AUROC: a wrong answer's placement value (the share of right answers it outscores,
+    ties half) over 2 n_wrong, a right answer's (the share of wrong answers that outscore it) over 2 n_right,
+    summed over the group's answers. The shares sum to the AUROC, so two detectors' shares, group by group, are
+    the paired units of :func:`comparison_table`'s sign test. Returns (group labels, shares)."""
+    labels, scores, groups = np.asarray(labels).astype(bool), np.asarray(scores, dtype=float), np.asarray(groups)
+    wrong, right = scores[labels], scores[~labels]
+    if len(wrong) == 0 or len(right) == 0:
+        raise ValueError("Placement values need both right and wrong answers.")
+    share = np.empty(len(scores))
+    share[labels] = (((wrong[:, None] > right[None, :]) + 0.5 * (wrong[:, None] == right[None, :])).mean(1)
+                     / (2 * len(wrong)))
+    share[~labels] = (((wrong[None, :] > right[:, None]) + 0.5 * (wrong[None, :] == right[:, None])).mean(1)
+                      / (2 * len(right)))
+    unique = np.array(list(dict.fromkeys(groups.tolist())))
+    return unique, np.array([share[groups == g].sum() for g in unique])
+
+
+def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: np.ndarray,
+                     settings: list[str] | None = None, *, seed: int = 0, n_resamples: int = 2000) -> pd.DataFrame:
+    """Every comparison of :data:`COMPARISONS` pooled and within each setting (``settings``: one name per answer),
+    one row each: the AUROC difference (a − b) with its cluster-bootstrap 95% interval (layouts resampled), the
+    layouts whose AUROC share favours each side and the exact two-sided sign test over them
+    (:func:`placement_contributions`, :func:`~dynheads_tl.analysis.statistics.paired_sign_test`), then Holm over
+    the whole family (:func:`~dynheads_tl.analysis.statistics.mark_separated` with ``testable_only``: comparisons
+    that cannot reach 0.05 leave it) with the scopes that have at least :data:`MIN_PER_CLASS` wrong and right
+    answers; ``half_width`` and ``n_to_resolve`` (layouts that would resolve the observed difference) say what the
+    design could detect; ``primary`` marks :data:`PRIMARY`."""
+    from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
+
+    labels, groups = np.asarray(labels), np.asarray(groups)
+    names = np.array(settings if settings is not None else ["pooled"] * len(labels))
+    scopes = [("pooled", np.ones(len(labels), dtype=bool))]
+    if settings is not None and len(set(names.tolist())) > 1:
+        scopes += [(name, names == name) for name in dict.fromkeys(names.tolist())]
+    rows = []
+    for scope, mask in scopes:
+        y, g = labels[mask], groups[mask]
+        if not 0 < y.sum() < len(y):
+            continue
+        pairs = [(a, b) for a, b in COMPARISONS if a in scores and b in scores]
+        draws = _paired_draws(y, {k: v[mask] for k, v in scores.items()}, g, pairs, seed=seed, n_resamples=n_resamples)
+        for a, b in pairs:
+            _, share_a = placement_contributions(y, scores[a][mask], g)
+            _, share_b = placement_contributions(y, scores[b][mask], g)
+            test = paired_sign_test(share_a, share_b, seed=seed)
+            diff = auroc(y, scores[a][mask]) - auroc(y, scores[b][mask])
+            low, high = _q(draws[(a, b)], 0.025), _q(draws[(a, b)], 0.975)
+            wrong, right = int(y.sum()), int(len(y) - y.sum())
+            interval = Interval(diff, low, high, int(len(y)), len(share_a))
+            rows.append({"scope": scope, "a": a, "b": b, "n": int(len(y)), "wrong": wrong, "right": right,
+                         "clusters": len(share_a), "difference": diff, "low": low, "high": high,
+                         "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p,
+                         "evaluable": wrong >= MIN_PER_CLASS and right >= MIN_PER_CLASS,
+                         "half_width": interval.half_width, "n_to_resolve": n_to_resolve(interval)})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table = mark_separated(table, ALPHA, family=table["evaluable"].to_numpy(), testable_only=True)
+    outside = ~table["evaluable"]
+    table.loc[outside, "p_adjusted"] = float("nan")
+    table.loc[outside, "separated"] = False
+    table["primary"] = [(r.scope, r.a, r.b) == PRIMARY for r in table.itertuples()]
+    return table
+
+
+def _paired_draws(labels, scores, groups, pairs, *, seed: int, n_resamples: int) -> dict[tuple[str, str], np.ndarray]:
+    """Cluster-bootstrap draws of each pair's AUROC difference (the same resampled layouts for both sides);
+    resamples with one class only are skipped."""
+    unique = list(dict.fromkeys(groups.tolist()))
+    members = [np.flatnonzero(groups == g) for g in unique]
+    rng = np.random.default_rng(seed)
+    draws: dict[tuple[str, str], list[float]] = {pair: [] for pair in pairs}
+    for _ in range(n_resamples):
+        index = np.concatenate([members[j] for j in rng.integers(0, len(unique), len(unique))])
+        if not 0 < labels[index].sum() < len(index):
+            continue
+        for a, b in pairs:
+            draws[(a, b)].append(auroc(labels[index], scores[a][index]) - auroc(labels[index], scores[b][index]))
+    return {pair: np.array(values) for pair, values in draws.items()}
 
 
 def _fmt(estimate: float, low: float, high: float, signed: bool = False) -> str:
     return format_interval(estimate, low, high, 3, signed=signed)
 
 
-def _word(d: tuple[float, float, float]) -> str:
-    return "beat" if d[1] > 0 else "fall below" if d[2] < 0 else "cannot be told apart from"
+def _p(value: float) -> str:
+    """``= 0.012``, ``< 0.001`` or ``n/a`` (not tested), to follow "p_adj"."""
+    return "n/a" if value != value else f"= {value:.3f}" if value >= 0.001 else "< 0.001"
 
 
-def _diff(row, prefix: str) -> tuple[float, float, float]:
-    return row[f"{prefix}_minus"], row[f"{prefix}_minus_low"], row[f"{prefix}_minus_high"]
+def _compared(row) -> str:
+    """One comparison in words: the verb, b's name and the numbers (interval, sign counts, adjusted p), and for a
+    comparison that cannot be told apart what the design could detect."""
+    name = GROUP_NAMES.get(row["b"], row["b"]).lower()
+    numbers = (f"{_fmt(row['difference'], row['low'], row['high'], signed=True)}, layouts {int(row['a_better'])}:"
+               f"{int(row['b_better'])}")
+    if not row["evaluable"]:
+        return f"are not tested against the {name} ({numbers}; too few wrong or right answers)"
+    if not row["testable"]:
+        return (f"cannot be tested against the {name} ({numbers}: too few layouts differ for a sign test to reach "
+                f"{ALPHA})")
+    if row["separated"]:
+        verb = "beat" if row["difference"] > 0 else "fall below"
+        return f"{verb} the {name} ({numbers}, p_adj {_p(row['p_adjusted'])})"
+    need = f", about {int(row['n_to_resolve'])} layouts would resolve the observed one" if row["n_to_resolve"] else ""
+    return (f"cannot be told apart from the {name} ({numbers}, p_adj {_p(row['p_adjusted'])}; the design could "
+            f"detect differences of about ±{row['half_width']:.3f}{need})")
 
 
-def verdict(table: pd.DataFrame, per_setting: pd.DataFrame | None = None) -> str:
+def difficulty_sentences(data: pd.DataFrame) -> list[str]:
+    """Settings with fewer than :data:`MIN_PER_CLASS` wrong answers are too easy to evaluate a detector, those with
+    fewer right ones too hard (SCIENCE 12): one computed sentence each."""
+    lines = []
+    for row in data.itertuples():
+        right = int(row.n) - int(row.wrong)
+        if row.wrong < MIN_PER_CLASS and right < MIN_PER_CLASS:
+            lines.append(f"{row.setting} has {int(row.wrong)} wrong and {right} right answers (fewer than "
+                         f"{MIN_PER_CLASS} of each): too small to evaluate an error detector on its own; its "
+                         "within-setting comparisons are shown but not tested.")
+        elif row.wrong < MIN_PER_CLASS:
+            lines.append(f"{row.setting} has only {int(row.wrong)} wrong answers of {int(row.n)} (fewer than "
+                         f"{MIN_PER_CLASS}): too easy to evaluate an error detector on its own; its within-setting "
+                         "comparisons are shown but not tested.")
+        elif right < MIN_PER_CLASS:
+            lines.append(f"{row.setting} has only {right} right answers of {int(row.n)} (fewer than {MIN_PER_CLASS}): "
+                         "too hard to evaluate an error detector on its own; its within-setting comparisons are shown "
+                         "but not tested.")
+    return lines
+
+
+def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame | None = None,
+            per_setting: pd.DataFrame | None = None) -> str:
     """Computed sentences: every group's pooled AUROC with its interval (beside what knowing only the setting
-    gives); whether the dynamic-head features, with and without knowing where the evidence is, beat, fall below
-    or cannot be told apart from each baseline (only where the paired interval excludes 0); what they add to the
-    logit features (paired); and the same comparisons within each setting."""
+    gives); which settings are too easy or too hard to evaluate (fewer than :data:`MIN_PER_CLASS` wrong or right
+    answers); the declared primary comparison; then every comparison of ``comparisons``
+    (:func:`comparison_table`) pooled and within each setting: "beat" / "fall below" only where the
+    Holm-adjusted sign test is below 0.05 and the paired interval excludes 0, else "cannot be told apart" with
+    the difference the design could detect, or "cannot be tested" where too few layouts differ."""
     t = table.set_index("group")
     ref = t.loc["dynamic"]
-    variants = [("dynamic", "the dynamic-head features that know the evidence"),
-                ("dynamic_ctx", "the context-only dynamic-head features")]
     lines = [f"On n = {int(ref['n'])} pooled answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
              + "; ".join(f"{r['method']} {_fmt(r['auroc'], r['low'], r['high'])}" for _, r in t.iterrows()) + "."]
     lines.append("The first group uses where the true evidence lies (the needle, the supporting sentence), which a "
                  "deployed detector does not know: an answer copied from the evidence is nearly always right, so "
                  "that group is an upper bound, not a detector. The context-only group and the baselines use no "
-                 "such knowledge.")
+                 "such knowledge; the answer-in-context string match is nearly the NIAH label itself.")
     if "setting" in t.index:
         lines.append("Settings differ in error rate, so pooled AUROC partly measures which setting an answer came "
                      "from; the setting-only classifier above is that part, and the within-setting numbers below "
                      "are free of it.")
-    for key, name in variants:
-        parts = [f"{_word(_diff(t.loc[g], key))} the {t.loc[g, 'method'].lower()} ({_fmt(*_diff(t.loc[g], key), signed=True)})"
-                 for g in ("lookback", "logit") if g in t.index and f"{key}_minus" in t.columns]
-        if key in t.index and parts:
-            lines.append(f"Pooled, {name} " + " and ".join(parts) + " (paired differences).")
-    if "dynamic+logit" in t.index and "minus_logit" in t.columns:
-        r = t.loc["dynamic+logit"]
-        d = (r["minus_logit"], r["minus_logit_low"], r["minus_logit_high"])
-        lines.append(f"Added to the logit features, the evidence-knowing features change AUROC by "
-                     f"{_fmt(*d, signed=True)} (paired).")
-    if per_setting is not None and len(per_setting):
-        for setting, part in per_setting.groupby("setting", sort=False):
-            p = part.set_index("group")
-            cells = ", ".join(f"{g} {_fmt(p.loc[g, 'auroc'], p.loc[g, 'low'], p.loc[g, 'high'])}"
-                              for g in ("dynamic", "dynamic_ctx", "lookback", "logit") if g in p.index)
-            words = "; ".join(f"{key} {_word(_diff(p.loc[g], key))} {g}"
-                              for key, name in variants for g in ("lookback", "logit")
-                              if key in p.index and g in p.index and f"{key}_minus" in p.columns)
-            lines.append(f"Within {setting} (n = {int(p.loc['dynamic', 'n'])}, {int(p.loc['dynamic', 'wrong'])} "
-                         f"wrong): {cells}; {words}.")
+    if data is not None:
+        lines += difficulty_sentences(data)
+    if comparisons.empty:
+        lines.append("No comparison could be made (a scope with one class only).")
+    else:
+        testable = comparisons[comparisons["evaluable"] & comparisons["testable"]]
+        lines.append(f"Tests: exact sign tests over layouts, Holm over the {len(testable)} testable comparisons of "
+                     f"this verdict ({int((comparisons['evaluable'] & ~comparisons['testable']).sum())} untestable, "
+                     f"{int((~comparisons['evaluable']).sum())} in scopes too easy or too hard, left out).")
+        primary = comparisons[comparisons["primary"]]
+        if len(primary):
+            lines.append("Primary comparison (declared): pooled, the context-only dynamic-head features "
+                         + _compared(primary.iloc[0]) + ".")
+        variants = (("dynamic", "the dynamic-head features that know the evidence"),
+                    ("dynamic_ctx", "the context-only dynamic-head features"))
+        for scope, part in comparisons.groupby("scope", sort=False):
+            where = "Pooled" if scope == "pooled" else f"Within {scope} (n = {int(part['n'].iloc[0])}, " \
+                                                        f"{int(part['wrong'].iloc[0])} wrong)"
+            if scope != "pooled" and per_setting is not None and len(per_setting):
+                p = per_setting[per_setting["setting"] == scope].set_index("group")
+                cells = ", ".join(f"{g} {_fmt(p.loc[g, 'auroc'], p.loc[g, 'low'], p.loc[g, 'high'])}"
+                                  for g in ("dynamic", "dynamic_ctx", "lookback", "logit", "string_match") if g in p.index)
+                where += f" [AUROC {cells}]"
+            short = "Pooled" if scope == "pooled" else f"Within {scope}"
+            for key, name in variants:
+                rows = part[(part["a"] == key) & ~part["primary"]]
+                if len(rows):
+                    lines.append(f"{where}, {name} " + "; ".join(_compared(r) for _, r in rows.iterrows()) + ".")
+                    where = short  # the scope's sizes and AUROCs are stated once
+            added = part[part["a"] == "dynamic+logit"]
+            if len(added):
+                lines.append(f"{where}, the evidence-knowing features added to the logit features "
+                             + _compared(added.iloc[0]).replace("the logit (probability, entropy)", "the logit features alone")
+                             + ".")
     lines.append("For scale only (other models and data): " + "; ".join(
         f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + ".")
     return " ".join(lines)
@@ -498,12 +677,16 @@ def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.
 
 
 def data_table(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> pd.DataFrame:
-    """Per setting: answers, wrong answers and the error rate with a Wilson interval."""
+    """Per setting: answers, wrong answers and the error rate with a Wilson interval, the layouts (independent
+    units) they hold, and whether the setting is too easy or too hard to evaluate a detector on
+    (:data:`MIN_PER_CLASS`)."""
     rows = []
     for name, (traces, labels) in sets.items():
         rate: Interval = wilson_interval(int(labels.sum()), len(labels))
-        rows.append({"setting": name, "n": len(labels), "wrong": int(labels.sum()), "error_rate": rate.estimate,
-                     "low": rate.low, "high": rate.high,
+        wrong = int(labels.sum())
+        rows.append({"setting": name, "n": len(labels), "wrong": wrong, "error_rate": rate.estimate,
+                     "low": rate.low, "high": rate.high, "layouts": len(set(answer_groups(traces).tolist())),
+                     "too_easy": wrong < MIN_PER_CLASS, "too_hard": len(labels) - wrong < MIN_PER_CLASS,
                      "mean_steps": float(np.mean([t.n_steps for t in traces]))})
     return pd.DataFrame(rows)
 

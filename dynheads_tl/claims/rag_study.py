@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, format_interval, mark_separated,
-                                             paired_sign_test, wilson_interval)
+from dynheads_tl.analysis.statistics import (bootstrap_interval, format_interval, mark_separated,
+                                             n_to_resolve, paired_sign_test, wilson_interval)
 from dynheads_tl.config import RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
@@ -79,23 +79,22 @@ def _paired_f1(rows: pd.DataFrame, a: str, b: str) -> pd.DataFrame | None:
     return joined if len(joined) else None
 
 
-def paired_f1_difference(rows: pd.DataFrame, a: str, b: str, seed: int = 0) -> Interval | None:
-    """Mean over questions of F1(a) − F1(b), paired on the question, with a bootstrap 95% interval."""
-    joined = _paired_f1(rows, a, b)
-    return None if joined is None else bootstrap_interval((joined["a"] - joined["b"]).to_numpy(), seed=seed)
-
-
 # Pairs the verdict compares on F1: the probe against each baseline, and the oracle against the static heads.
 COMPARISONS = (("dynamic", "static"), ("dynamic", "dynamic_random"), ("dynamic", "fixed_random"),
                ("oracle", "static"), ("static", "dynamic_random"))
+PRIMARY = ("dynamic", "static")  # the case study's declared primary comparison (the paper's Table 4 headline)
 
 
 def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:
     """Paired F1 differences (a − b) for the two bounds (full − none) and :data:`COMPARISONS`: the mean difference
     with a bootstrap 95% interval, how many questions differ and which way, and an exact two-sided sign test on
-    the questions that differ, Holm-adjusted over :data:`COMPARISONS`. ``separated``: the adjusted p-value is below
-    ``alpha`` and the interval excludes 0 (with most questions tied, a bootstrap interval alone excludes 0 too
-    easily: 4 wins and no loss in 30 questions give [+0.03, +0.27] but a sign-test p of 0.125)."""
+    the questions that differ, Holm-adjusted over :data:`COMPARISONS` that can reach ``alpha`` (``testable``:
+    a comparison with too few differing questions for any sign test to reach ``alpha`` leaves the family, Tarone;
+    the bounds are tested on their own). ``separated``: the adjusted p-value is below ``alpha`` and the interval
+    excludes 0 (with most questions tied, a bootstrap interval alone excludes 0 too easily: 4 wins and no loss in
+    30 questions give [+0.03, +0.27] but a sign-test p of 0.125). ``half_width`` and ``n_to_resolve`` (questions
+    that would resolve the observed difference) say what the design could detect; ``primary`` marks
+    :data:`PRIMARY`."""
     out = []
     for a, b in (("full", "none"),) + COMPARISONS:
         joined = _paired_f1(rows, a, b)
@@ -104,9 +103,10 @@ def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> 
         test = paired_sign_test(joined["a"].to_numpy(), joined["b"].to_numpy(), seed=seed)
         diff = test.difference
         out.append({"a": a, "b": b, "f1_difference": diff.estimate, "low": diff.low, "high": diff.high, "n": diff.n,
-                    "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p})
+                    "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p,
+                    "half_width": diff.half_width, "n_to_resolve": n_to_resolve(diff), "primary": (a, b) == PRIMARY})
     table = pd.DataFrame(out)
-    return table if table.empty else mark_separated(table, alpha, family=table["a"] != "full")
+    return table if table.empty else mark_separated(table, alpha, family=table["a"] != "full", testable_only=True)
 
 
 def _fmt(estimate: float, low: float, high: float) -> str:
@@ -115,9 +115,11 @@ def _fmt(estimate: float, low: float, high: float) -> str:
 
 def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
     """The case study in computed sentences: the headroom between the bounds, what each strategy opens against
-    chance, and which strategies differ on F1. A difference is claimed only where ``comparison_table`` marks it
-    separated (Holm-adjusted sign test and bootstrap interval), and no strategy is ranked at all when the bounds
-    leave no room (full context F1 below 0.5 or not separated from w/o RAG)."""
+    chance, and which strategies differ on F1, the declared primary comparison (:data:`PRIMARY`) first. A
+    difference is claimed only where ``comparison_table`` marks it separated (Holm-adjusted sign test and bootstrap
+    interval); a comparison that cannot be told apart says how large a difference the design could detect, one
+    that cannot reach significance at all (too few differing questions) says so; and no strategy is ranked at all
+    when the bounds leave no room (full context F1 below 0.5 or not separated from w/o RAG)."""
     t = table.set_index("strategy")
     lines, room = [], False
     if {"full", "none"} <= set(t.index):
@@ -137,19 +139,28 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
             r = t.loc[s]
             parts.append(f"{r['method']} {_fmt(r['recall_per_visible'], r['recall_per_visible_low'], r['recall_per_visible_high'])}")
         lines.append("Evidence recall per share of context opened (chance = 1): " + "; ".join(parts) + ".")
-    for row in comparisons.itertuples():
-        if row.a == "full":
-            continue
+    strategies = comparisons[comparisons["a"] != "full"] if len(comparisons) else comparisons
+    if len(strategies) and "primary" in strategies:
+        strategies = pd.concat([strategies[strategies["primary"]], strategies[~strategies["primary"]]])
+    for row in strategies.itertuples():
         name_a, name_b = STRATEGY_NAMES.get(row.a, row.a), STRATEGY_NAMES.get(row.b, row.b)
+        testable = bool(getattr(row, "testable", True))
+        adjusted = f"Holm-adjusted {row.p_adjusted:.3f}" if testable else "untestable, left out of the Holm family"
         numbers = (f"F1 difference {_fmt(row.f1_difference, row.low, row.high)}, paired over n = {row.n}; "
-                   f"{row.a_better} questions better, {row.b_better} worse, sign test p = {row.sign_p:.3f}, "
-                   f"Holm-adjusted {row.p_adjusted:.3f}")
+                   f"{row.a_better} questions better, {row.b_better} worse, sign test p = {row.sign_p:.3f}, {adjusted}")
+        lead = "Primary comparison (declared): " if getattr(row, "primary", False) else ""
         if not room:
-            lines.append(f"{name_a} against {name_b}, for the record ({numbers}).")
+            lines.append(f"{lead}{name_a} against {name_b}, for the record ({numbers}).")
         elif row.separated:
-            lines.append(f"{name_a} {'beats' if row.f1_difference > 0 else 'falls below'} {name_b} ({numbers}).")
+            lines.append(f"{lead}{name_a} {'beats' if row.f1_difference > 0 else 'falls below'} {name_b} ({numbers}).")
+        elif not testable:
+            lines.append(f"{lead}{name_a} and {name_b} cannot be tested: only {row.a_better + row.b_better} questions "
+                         f"differ, too few for a sign test to reach 0.05 ({numbers}).")
         else:
-            lines.append(f"{name_a} and {name_b} cannot be told apart ({numbers}).")
+            need = getattr(row, "n_to_resolve", None)
+            need = f"; about {int(need)} questions would resolve the observed one" if need == need and need else ""
+            lines.append(f"{lead}{name_a} and {name_b} cannot be told apart ({numbers}); the design could detect "
+                         f"F1 differences of about ±{row.half_width:.3f}{need}.")
     return " ".join(lines)
 
 
