@@ -187,7 +187,10 @@ def test_index_html_links_renderings_thumbnails_and_runs(clean_report):
     assert '<a href="executed/01_dynamism.ipynb">01_dynamism</a>' in page  # no rendering: the notebook itself
     image = "02_irreplaceability/fig6_hotpot_masking.png"
     assert re.search(rf'<a href="{image}"><img src="{image}"', page) and "max-width:100%" in page
-    assert "<h2>Runs</h2>" in page and "Run times are those of the last run" in page
+    assert '<h2 id="runs">Runs</h2>' in page and "Run times are those of the last run" in page
+    # model, preset and date once at the top, not on every row
+    assert re.search(r'<p class="meta"><strong>Runs:</strong> m · preset smoke · 2026-11-30</p>', page)
+    assert "smoke" not in fig6
     assert not list(clean_report.glob("*.tmp"))
     assert link_problems(clean_report) == []
 

@@ -54,7 +54,8 @@ def test_index_lists_every_item_and_only_what_exists(tmp_path):
     for item, *_ in PAPER_ITEMS:
         assert f"| {item} |" in index
     table1 = next(line for line in index.splitlines() if line.startswith("| Table 1 |"))
-    assert "Jaccard top-20 0.2500" in table1 and "40 of 270 ever active" in table1 and "smoke" in table1
+    assert "Jaccard top-20 0.2500" in table1 and "40 of 270 ever active" in table1
+    assert "Runs: m · preset smoke · 2026-11-30." in index  # model, preset and date once, above the table
     fig1 = next(line for line in index.splitlines() if line.startswith("| Fig 1 |"))
     assert "not produced" in fig1
     page = (tmp_path / "index.html").read_text()

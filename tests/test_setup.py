@@ -34,8 +34,13 @@ def test_torch_and_transformers_are_pinned():
 
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
-    commands = [l for l in ci.splitlines() if l.strip() and not l.startswith("#") and not l.startswith(("set ", "cd "))]
-    assert commands[0] == "make test", "CI runs the README's test command first"
+    # Top-level commands (not indented): set-up lines, then the README's test command, then the work-tree check;
+    # the only thing before `make test` is installing Chromium for the browser test.
+    commands = [l for l in ci.splitlines() if l.strip() and not l.startswith(("#", " ")) and
+                not l.startswith(("set ", "cd ", "export ", "if ", "fi"))]
+    assert commands[0] == "make test", "CI runs the README's test command, after installing Chromium only"
+    assert "apt-get install" in ci and "chromium" in ci and ci.index("chromium") < ci.index("make test")
+    assert "export CI=1" in ci, "CI tells the browser test not to skip"
     assert "git status --porcelain" in ci, "CI fails when the tests leave the work tree changed"
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make report" in readme

@@ -119,7 +119,8 @@ CONDITION_TITLES = {"none": "unmasked", "dynamic": "D_t masked", "static": "stat
                     "random_matched": "random |D_t| masked", "dynamic_nonstatic": "D_t \\ S_20 masked",
                     "random_nonstatic": "random |D_t \\ S_20| (outside S_20)",
                     "static_nondynamic": "S_20 \\ D_t masked",
-                    "random_nondynamic": "random |S_20 \\ D_t| (outside D_t)"}
+                    "random_nondynamic": "random |S_20 \\ D_t| (outside D_t)",
+                    "query_matched": "query-focused top-|D_t| masked"}
 # Conditions that mask the calibration's fixed k heads at every step; the other masked ones are sized by D_t.
 FIXED_K_CONDITIONS = ("static", "random")
 
@@ -135,33 +136,49 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
 
     Each panel's title gives the mean number of heads masked per step; the figure title gives n (runs per
     cell and per panel) and, with ``k``, which panels mask the fixed k and which a number set by D_t."""
+    from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+
     conditions = [c for c in CONDITION_TITLES if c in set(grid["condition"])]
     columns = min(4, len(conditions))
     rows = -(-len(conditions) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns + 1, 2.9 * rows + 1.0), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.2, 2.5 * rows + 1.3), sharey=True,
+                             squeeze=False, layout="constrained")
     flat = axes.flatten()
+
+    def cell(values: pd.Series) -> str:  # the cell's mean and 95% interval (Wilson for 0/1, bootstrap otherwise)
+        data = pd.to_numeric(values, errors="coerce").dropna().to_numpy(float)
+        binary = len(data) and set(np.unique(data)) <= {0.0, 1.0}
+        ci = wilson_interval(int(data.sum()), len(data)) if binary else bootstrap_interval(data)
+        return f"{ci.estimate:.2f}\n[{ci.low:.2f}, {ci.high:.2f}]"
+
+    image = None
     for ax, condition in zip(flat, conditions):
         part = grid[grid["condition"] == condition]
         table = part.pivot_table(index="context", columns="depth", values=metric, aggfunc="mean")
-        last = condition == conditions[-1]
-        sns.heatmap(table, ax=ax, vmin=0, vmax=1, cmap="RdYlGn", annot=True, fmt=".2f", cbar=last,
-                    cbar_kws={"label": f"mean {metric}"} if last else None)
-        heads = (f"\n{part['heads_masked_per_step'].mean():.1f} heads/step"
+        labels = part.groupby(["context", "depth"])[metric].apply(cell).unstack("depth").reindex(
+            index=table.index, columns=table.columns)
+        sns.heatmap(table, ax=ax, vmin=0, vmax=1, cmap="RdYlGn", annot=labels.to_numpy(), fmt="", cbar=False,
+                    annot_kws={"fontsize": 9})
+        image = ax.collections[0]
+        heads = (f" ({part['heads_masked_per_step'].mean():.1f} heads/step)"
                  if "heads_masked_per_step" in part and condition != "none" else "")
         ax.set_title(CONDITION_TITLES[condition] + heads, fontsize=9)
-        ax.set_xlabel("needle / evidence depth")
+        ax.set_xlabel("depth" if condition in conditions[-columns:] else "")
         ax.set_ylabel("context tokens" if ax in axes[:, 0] else "")
     for ax in flat[len(conditions):]:
         ax.set_visible(False)
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.6, aspect=30, label=f"mean {metric}")
     per_panel = grid.groupby("condition").size()
-    lines = [title, f"{_runs_per_cell(grid)} runs per cell, {int(per_panel.min())} per panel"]
+    fig.suptitle(title, fontsize=12)
+    note = (f"Each cell: mean {metric} with its 95% interval ({'Wilson' if metric in ('accuracy', 'em') else 'bootstrap'}); "
+            f"{_runs_per_cell(grid)} runs per cell, {int(per_panel.min())} per panel.")
     if k is not None:
         sized = [CONDITION_TITLES[c] for c in conditions if c not in FIXED_K_CONDITIONS + ("none",)]
         fixed = [CONDITION_TITLES[c] for c in conditions if c in FIXED_K_CONDITIONS]
-        lines.append(f"fixed k = {k} heads at every step: {', '.join(fixed) or 'none'}; "
-                     f"sized by D_t at each step: {', '.join(sized) or 'none'}")
-    fig.suptitle("\n".join(lines), fontsize=9)
-    fig.tight_layout()
+        note += (f"\nfixed k = {k} heads at every step: {', '.join(fixed) or 'none'}; "
+                 f"sized by D_t at each step: {', '.join(sized) or 'none'}")
+    fig.supxlabel(note, fontsize=8)
     return fig
 
 
@@ -181,7 +198,7 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: 
     """Fig 3 / Fig 7: ``metric`` vs k masked heads (with its 95% interval when the summary has
     ``{metric}_low`` / ``_high``), and compensation m_s on a second axis. ``ranking`` names how the k heads
     of each step are chosen, for the x-axis label (NIAH: Eq. 1; HotpotQA: Eq. 2)."""
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     if f"{metric}_low" in summary:
         yerr = _error_bars(summary, metric)
         ax.errorbar(summary["k"], summary[metric], yerr=yerr, marker="o", color="tab:blue", capsize=3, label=metric)
@@ -190,13 +207,17 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: 
     ax.set_xlabel(f"k heads masked per step (ranked: {ranking})", fontsize=8)
     ax.set_ylabel(metric, color="tab:blue")
     ax.set_ylim(-0.05, 1.05)
+    span = float(summary["k"].max() - summary["k"].min()) or 1.0
+    ax.set_xlim(float(summary["k"].min()) - 0.05 * span, float(summary["k"].max()) + 0.05 * span)
     twin = ax.twinx()
-    twin.plot(summary["k"], summary["m_s"], marker="s", color="tab:red", label="m_s")
-    twin.set_ylabel("m_s: new static-top-20 heads (max over steps)", color="tab:red")
-    twin.set_ylim(bottom=0)
-    n = f" (n = {int(summary['n'].min())} samples per k, 95% CI)" if "n" in summary else ""
-    ax.set_title(title + n, fontsize=10)
-    fig.tight_layout()
+    twin.plot(summary["k"], summary["m_s"], marker="s", color="tab:red", label="m_s (compensating static heads)")
+    twin.set_ylabel("m_s: static-top-20 heads", color="tab:red")
+    twin.set_ylim(-0.05 * max(float(summary["m_s"].max()), 1.0), None)
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=2, frameon=False)
+    n = f"\nn = {int(summary['n'].min())} samples per k, 95% CI" if "n" in summary else ""
+    fig.suptitle(title + n, fontsize=10)
     return fig
 
 
@@ -256,16 +277,59 @@ def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = 
         ax.plot(range(len(paper)), paper, color="black", marker="x", ls="", label="paper (Llama-3.1-8B)")
     ax.set_xlabel("lag k (hidden state at n, scores at n + k)")
     ax.set_ylabel("canonical correlation")
-    ax.set_ylim(-0.02, 1.02)
+    lowest = [0.0, *(line.get_ydata().min() for line in ax.get_lines() if len(line.get_ydata()))]
+    if residualised is not None and "first_low" in residualised:
+        lowest.append(float(residualised["first_low"].min()))
+    ax.set_ylim(min(lowest) - 0.05, 1.03)
     ax.set_title(title)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.set_size_inches(10.5, 4.2)
+    fig.tight_layout()
+    return fig
+
+
+def cca_splits_figure(summary: pd.DataFrame, title: str, paper: Sequence[float] | None = None,
+                      residualised: pd.DataFrame | None = None):
+    """Fig 4 / Fig 8 as means over splits by layout (``predictability.cca_table``'s summary): the first canonical
+    correlation vs lag k for the in-sample fit and the held-out fit and both shuffled controls (all fitted on the
+    training layouts and scored on the held-out ones), each with its 95% interval; with ``residualised``, the
+    held-out curve with step, tokens and depth regressed out and its chance pairing."""
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    styles = {"in-sample": ("tab:blue", "-"), "held-out": ("tab:green", "-"), "shuffled": ("tab:grey", "--"),
+              "shuffled, same step": ("tab:purple", "--")}
+    n = int(summary["splits"].min()) if len(summary) else 0
+    for control, (color, ls) in styles.items():
+        part = summary[summary["control"] == control].sort_values("k")
+        if part.empty:
+            continue
+        ax.errorbar(part["k"], part["first"], yerr=[part["first"] - part["first_low"], part["first_high"] - part["first"]],
+                    color=color, ls=ls, marker="o", capsize=3,
+                    label=f"{control}{' (training layouts)' if control == 'in-sample' else ', held-out layouts'}")
+    if residualised is not None:
+        for control, color, label in (("held-out, residualised", "tab:red", "held-out, step + tokens + depth regressed out"),
+                                      ("held-out, residualised, chance", "tab:orange", "the same, chance pairing")):
+            part = residualised[residualised["control"] == control].sort_values("k")
+            if part.empty:
+                continue
+            ax.errorbar(part["k"], part["first"], yerr=[part["first"] - part["first_low"], part["first_high"] - part["first"]],
+                        color=color, marker="s", capsize=3, label=label)
+    if paper is not None:
+        ax.plot(range(len(paper)), paper, color="black", marker="x", ls="", label="paper (Llama-3.1-8B, in-sample)")
+    sizes = (f"n = {int(summary['n_samples'].iloc[0])} samples, {int(summary['n_clusters'].iloc[0])} layouts"
+             if len(summary) else "")
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xlabel("lag k (hidden state at n, scores at n + k)")
+    ax.set_ylabel("first canonical correlation")
+    ax.set_ylim(min(-0.05, float(summary["first_low"].min()) - 0.02) if len(summary) else -0.05, 1.02)
+    ax.set_title(f"{title}\nmeans of {n} splits by layout, 95% corrected resampled CI; {sizes}", fontsize=9)
     ax.legend(fontsize=6.5, loc="lower left")
     fig.tight_layout()
     return fig
 
 
-def lead_figure(panels: Sequence[tuple[pd.DataFrame, str, str]], title: str):
+def lead_figure(panels: Sequence[tuple[pd.DataFrame, str, str]], title: str, split_label: str = "by-sample"):
     """Probe minus step-aware prior (and minus base rate) against k, with 95% intervals over splits; one
-    panel per (differences table, metric, panel title)."""
+    panel per (differences table, metric, panel title); ``split_label`` says how the splits were drawn."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (diffs, metric, panel_title) in zip(axes[0], panels):
         part = diffs[diffs["metric"] == metric].sort_values("k")
@@ -277,7 +341,7 @@ def lead_figure(panels: Sequence[tuple[pd.DataFrame, str, str]], title: str):
         ax.set_xlabel("k (hidden state at n, target at n + k)")
         ax.set_ylabel(f"difference in {metric.upper()}")
         n = int(part["splits"].min()) if len(part) else 0
-        ax.set_title(f"{panel_title}\n95% CI over {n} by-sample splits", fontsize=9)
+        ax.set_title(f"{panel_title}\n95% CI over {n} {split_label} splits", fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -298,6 +362,8 @@ def size_aware_figure(table: pd.DataFrame, title: str):
     draw(left, "jaccard_over_bound", "tab:green", "Jaccard / that bound")
     draw(right, "static_coverage", "tab:purple", "|D_t ∩ S_k| / |D_t|")
     draw(right, "share_outside_static", "tab:red", "share of activations outside S_k")
+    left.set_ylabel("Jaccard (and its size bound)")
+    right.set_ylabel("share of D_t's activations")
     for ax in (left, right):
         ax.set_xlabel("static set size k")
         ax.set_ylim(-0.02, 1.05)
@@ -340,7 +406,7 @@ def soft_dynamism_figure(table: pd.DataFrame, title: str, metrics: Sequence[str]
 def rind_calibration_figure(table: pd.DataFrame, threshold: float):
     """Each calibration answer's largest RIND value (answered without retrieval), wrong and right apart, with the
     chosen threshold."""
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plt.subplots(figsize=(6.4, 2.4))
     for wrong, colour, label in ((True, "tab:red", "wrong (F1 < 0.5)"), (False, "tab:green", "right")):
         values = table.loc[table["wrong"] == wrong, "rind_max"].to_numpy(float)
         if len(values):
@@ -348,9 +414,16 @@ def rind_calibration_figure(table: pd.DataFrame, threshold: float):
                        color=colour, label=f"{label} (n = {len(values)})", s=18)
     ax.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold:.2f}")
     ax.set_yticks([0, 1], ["wrong", "right"])
+    ax.set_ylim(-0.4, 1.4)
+    values = np.append(table["rind_max"].to_numpy(float), threshold)
+    values = values[np.isfinite(values)]
+    if len(values):
+        pad = 0.08 * (values.max() - values.min() or abs(values.max()) or 1.0)
+        ax.set_xlim(values.min() - pad, values.max() + pad)
     ax.set_xlabel("largest RIND value of the answer (no retrieval)")
-    ax.set_title("RIND threshold calibration")
-    ax.legend(fontsize=7, loc="best")
+    ax.set_ylabel("answer")
+    ax.set_title(f"RIND threshold calibration (n = {len(table)} answers)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 
@@ -408,7 +481,7 @@ def eq2_calibration_figure(curve: pd.DataFrame, title: str):
 def error_signal_figure(roc: pd.DataFrame, table: pd.DataFrame, transfer: pd.DataFrame, title: str):
     """Notebook 05: the out-of-fold ROC curve of every feature group (AUROC and its interval in the legend), and
     the transfer AUROC of every group per (train -> test) pair with 95% intervals; 0.5 is chance."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.4]})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 6.6), gridspec_kw={"width_ratios": [1, 1.4]})
     ax = axes[0]
     names = dict(zip(table["group"], table["method"]))
     for row in table.itertuples():
@@ -418,7 +491,10 @@ def error_signal_figure(roc: pd.DataFrame, table: pd.DataFrame, transfer: pd.Dat
     ax.set_xlabel("false positive rate (right answers flagged)")
     ax.set_ylabel("true positive rate (wrong answers flagged)")
     ax.set_title(f"pooled, out-of-fold (n = {int(table['n'].iloc[0])}, {int(table['wrong'].iloc[0])} wrong)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlim(-0.01, 1.01)
+    ax.set_ylim(-0.01, 1.01)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False,
+              title="feature group: AUROC [95% CI]", title_fontsize=7)  # below the axes, off the curves
     ax = axes[1]
     if len(transfer):
         pairs = list(dict.fromkeys(f"{a} -> {b}" for a, b in zip(transfer["train"], transfer["test"])))
@@ -435,7 +511,7 @@ def error_signal_figure(roc: pd.DataFrame, table: pd.DataFrame, transfer: pd.Dat
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("AUROC on the test setting")
         ax.set_title("transfer: train on one setting, test on another", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=2, frameon=False)
     else:
         ax.axis("off")
     fig.suptitle(title)
@@ -464,9 +540,11 @@ def retention_figure(table: pd.DataFrame, title: str):
         ax.set_xscale("log")
         ax.set_xticks(budgets, [f"{b:g}%" for b in budgets])
         ax.minorticks_off()
-        ax.set_xlabel("heads kept whole at each step (share of query heads; dashed: of KV heads)")
+        ax.set_xlabel("heads kept whole at each step\n(share of query heads; dashed: of KV heads)")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(len(labels), 5), frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05 + 0.045 * -(-len(labels) // 5), 1, 0.95))
     return fig

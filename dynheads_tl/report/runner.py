@@ -23,13 +23,17 @@ import importlib
 import json as _json
 import logging
 import os
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from dynheads_tl.report.index import build_index, read_runs, render_notebook_html
+from dynheads_tl.engine.models import cache_dir
 from dynheads_tl.engine.tracing import atomic_write_text
+from dynheads_tl.report.index import read_runs, render_notebook_html
+from dynheads_tl.report.site import render_site
+from dynheads_tl.store import HEAL_PREFIX, check_cache_writable, check_writable_folder
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +258,60 @@ def _eta(runs: dict[str, Any], remaining: list[str], preset: str, model: str) ->
     return ""
 
 
+@contextmanager
+def notebook_lock(path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (POSIX ``flock``: released when the process ends, even when it is
+    killed). When another run holds it, say so on the terminal and wait for it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: concurrent runs are not serialised
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            print(f"Waiting: {holder} is running {what}; this run continues when it finishes and reads what it "
+                  "computed from the cache (Ctrl-C to stop waiting).", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"a dynheads run (pid {os.getpid()}, since {datetime.datetime.now():%Y-%m-%d %H:%M})")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def heal_warnings(executed: Path) -> list[str]:
+    """The cache's heal warnings (:data:`~dynheads_tl.store.HEAL_PREFIX` lines) in an executed notebook's output."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(executed, as_version=4)
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                lines += [line.strip() for line in output.get("text", "").splitlines()
+                          if line.strip().startswith(HEAL_PREFIX)]
+    return lines
+
+
+def repeat_heal_warnings(executed: Path) -> None:
+    """Print the notebook's heal warnings on the terminal too (a kernel's log lands only in its notebook)."""
+    for line in heal_warnings(executed):
+        print(f"{executed.stem}: {line}", file=sys.stderr, flush=True)
+
+
 def run_report(*, preset: str = "default", model: str | None = None, only: str | None = None,
                overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None,
                cwd: str | Path | None = None, show_cells: bool = True) -> list[Path]:
@@ -283,6 +341,10 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     output_dir = output_dir if output_dir.is_absolute() else cwd / output_dir
     shown_output = _shown_path(output_dir, cwd)
 
+    # Folders first: a run that cannot write its results is refused before any notebook is checked or started.
+    for folder in (output_dir, output_dir / "executed"):
+        check_writable_folder(folder, "output folder", "choose another with --output-dir")
+    check_cache_writable()
     notebooks = list_notebooks(only)
     if not notebooks:
         raise FileNotFoundError(f"No notebooks found in {notebook_dir()}.")
@@ -311,26 +373,39 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", "smollm2-135m-instruct"))
             print(f"[{i}/{len(plans)}] {notebook.stem} (preset {preset}, output {shown_output}; "
                   f"{(time.time() - started) / 60:.1f} min so far{eta})", flush=True)
-            t0 = time.time()
             final = executed_dir / notebook.name
             partial = executed_dir / f".{notebook.stem}.partial.ipynb"
             failed = executed_dir / f"{notebook.stem}.failed.ipynb"
             shown_final = _shown_path(final, cwd)
-            try:
-                # Plain progress lines, and no library bars (transformers' "Loading weights"), in the saved notebooks.
-                with _environment(DYNHEADS_PROGRESS="plain", HF_HUB_DISABLE_PROGRESS_BARS="1"):
-                    papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
-                                               progress_bar=show_cells, kernel_name="python3")
-            except BaseException:
-                if partial.exists():
-                    _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
-                    partial.replace(failed)
-                    print(f"The failed run is kept in {_shown_path(failed, cwd)}; {shown_final} was left as it was.",
-                          flush=True)
-                raise
-            _relocate(partial, notebook, shown_final, cwd)
-            partial.replace(final)
+            # One run at a time per notebook on one cache and on one output folder: a second run waits, then reads
+            # what the first computed from the cache, and no two runs write one partial notebook.
+            with notebook_lock(cache_dir() / "locks" / f"{notebook.stem}.lock", f"{notebook.stem} on the cache "
+                               f"{cache_dir()}"), \
+                    notebook_lock(executed_dir / f".{notebook.stem}.lock", f"{notebook.stem} into {shown_output}"):
+                if partial.exists():  # nobody else holds the lock, so a killed run left it
+                    partial.unlink()
+                    print(f"Removed {_shown_path(partial, cwd)}, left by an earlier run that was stopped.", flush=True)
+                t0 = time.time()
+                try:
+                    # No progress lines, and no library bars (transformers' "Loading weights"), in the notebooks:
+                    # they are read as a report (the runner prints which notebook runs and the time so far).
+                    with _environment(DYNHEADS_PROGRESS="off", HF_HUB_DISABLE_PROGRESS_BARS="1"):
+                        papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
+                                                   progress_bar=show_cells, kernel_name="python3")
+                except BaseException as error:
+                    if partial.exists():
+                        _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
+                        partial.replace(failed)
+                        repeat_heal_warnings(failed)
+                        what = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+                        kept = (f"the finished {shown_final} of an earlier run was left as it was" if final.exists()
+                                else f"there is no finished {shown_final} yet")
+                        print(f"The {what} run is kept in {_shown_path(failed, cwd)}; {kept}.", flush=True)
+                    raise
+                _relocate(partial, notebook, shown_final, cwd)
+                partial.replace(final)
             failed.unlink(missing_ok=True)
+            repeat_heal_warnings(final)
             render_notebook_html(final)
             runs[notebook.stem] = {"model": parameters.get("model", "smollm2-135m-instruct"), "preset": preset,
                                    "parameters": {k: v for k, v in parameters.items() if k != "output_dir"},
@@ -339,7 +414,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             atomic_write_text(runs_path, _json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
             done.append(final)
     finally:
-        build_index(output_dir)
+        render_site(output_dir)  # every page (their previous / next links) and the index
     print(f"Report done in {(time.time() - started) / 60:.1f} min: {len(done)} notebook(s) in "
           f"{_shown_path(executed_dir, cwd)}; index: {_shown_path(output_dir / 'index.html', cwd)}", flush=True)
     return done

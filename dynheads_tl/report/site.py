@@ -1,0 +1,579 @@
+"""The report as a site: each executed notebook rendered as a page a researcher reads, beside the index.
+
+Everything here reads only what a run left in the output folder (the executed notebooks, the figures and
+tables, ``runs.json``), so the site can be re-rendered from a committed report without running a model::
+
+    python -m dynheads_tl.report.site papers_figures            # pages + index
+    python -m dynheads_tl.report.site papers_figures --readme README.md   # also the README's findings
+
+What a page gets that nbconvert alone does not give it:
+
+- **Math rendered offline.** ``$…$`` and ``$$…$$`` in Markdown become MathML at render time
+  (``latex2mathml``), which browsers draw natively: no script, no network, no raw TeX left.
+- **Navigation.** A contents sidebar (a header on narrow screens) with a link back to the index,
+  previous / next notebook, the page's own headings and its list of every output file.
+- **A report, not a log.** stderr and progress lines are dropped; the parameters cell and papermill's
+  injected-parameters cell are folded into one closed ``<details>``; tables longer than
+  :data:`MAX_TABLE_ROWS` are cut with the full CSV linked; long verdict paragraphs become bullets, one
+  sentence each (the sentences themselves are untouched).
+"""
+from __future__ import annotations
+
+import argparse
+import html as _html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from dynheads_tl.engine.tracing import atomic_write_text
+
+PAPER_URL = "https://arxiv.org/abs/2602.11162"
+PAPER_TITLE = "Retrieval Heads are Dynamic (arXiv 2602.11162)"
+MAX_TABLE_ROWS = 15  # longer tables are cut to TABLE_ROWS_SHOWN rows, with the CSV linked
+TABLE_ROWS_SHOWN = 10
+LONG_PARAGRAPH = 300  # characters: a verdict paragraph longer than this becomes one bullet per sentence
+
+NOTEBOOK_TITLES = {
+    "00_inspect_attention": "00 · Inspecting attention",
+    "01_dynamism": "01 · Claim 1: dynamism",
+    "02_irreplaceability": "02 · Claim 2: irreplaceability",
+    "03_correlation": "03 · Claim 3: predictability",
+    "04_dynamic_rag": "04 · Case study: dynamic RAG",
+    "05_error_signal": "05 · Beyond: is the answer wrong?",
+    "06_kv_retention": "06 · Beyond: per-step KV retention",
+}
+
+# --- TeX to MathML ---------------------------------------------------------------------------------
+
+_CODE_SPAN = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
+_DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.S)
+_INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\s)([^$\n]+?)(?<![\s\\])\$(?!\$)")
+
+
+def tex_to_mathml(tex: str, display: bool = False) -> str:
+    """One TeX formula as a MathML element (``latex2mathml``); a formula it cannot parse is shown as
+    plain text in a ``<code>`` element rather than as raw TeX between dollars."""
+    from latex2mathml.converter import convert
+
+    try:
+        mathml = convert(tex.strip(), display="block" if display else "inline")
+        # latex2mathml writes \setminus as U+29F5, which few fonts have; U+2216 is the usual set minus.
+        return mathml.replace("&#x029F5;", "&#x02216;")
+    except Exception:  # an unsupported command: readable, never a dollar-delimited source
+        return f'<code class="tex">{_html.escape(tex)}</code>'
+
+
+def markdown_math_to_mathml(text: str) -> str:
+    """Replace ``$$…$$`` and ``$…$`` in Markdown (outside code spans and fences) with MathML."""
+    parts = _CODE_SPAN.split(text)
+    for i in range(0, len(parts), 2):  # even parts are outside code
+        part = _DISPLAY_MATH.sub(lambda m: tex_to_mathml(m.group(1), display=True), parts[i])
+        parts[i] = _INLINE_MATH.sub(lambda m: tex_to_mathml(m.group(1)), part)
+    return "".join(parts)
+
+
+# Raw TeX a reader would see: $…$ around a backslash command, sub/superscript or a single letter.
+_RAW_TEX = re.compile(r"\$[^$\n<>]{0,80}?(\\[A-Za-z]+|[_^|{}]|\b[A-Za-z]\b)[^$\n<>]{0,80}?\$")
+
+
+def raw_tex(text: str) -> list[str]:
+    """Dollar-delimited TeX left in the visible text of an HTML page (scripts and styles left out)."""
+    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", text, flags=re.S | re.I)
+    visible = re.sub(r"<[^>]+>", " ", visible)
+    return sorted(set(m.group(0) for m in _RAW_TEX.finditer(_html.unescape(visible))))
+
+
+# --- sentences and verdicts ------------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?:\*\*)?\s+(?=(?:\*\*)?[A-Za-z(])")
+_ABBREVIATIONS = ("Eq.", "Fig.", "e.g.", "i.e.", "vs.", "cf.", "al.", "Tab.")
+
+
+def sentences(paragraph: str) -> list[str]:
+    """Split a paragraph into sentences at ". " before a letter, not after an abbreviation (Eq., Fig.)."""
+    out: list[str] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(paragraph):
+        candidate = paragraph[start:match.start()].strip()
+        if candidate.endswith(_ABBREVIATIONS):
+            continue
+        out.append(candidate)
+        start = match.end()
+    tail = paragraph[start:].strip()
+    if tail:
+        out.append(tail)
+    return [s for s in out if s]
+
+
+def verdict_bullets(markdown: str) -> str:
+    """Long paragraphs of a verdict as bullets, one sentence each; a leading ``**Verdict.**`` or a bold
+    wrapper stays as the list's bold lead. Bullets and short paragraphs are left as they are."""
+    blocks = re.split(r"\n\s*\n", markdown.strip())
+    out = []
+    for block in blocks:
+        lines = block.split("\n")
+        if len(block) <= LONG_PARAGRAPH or any(l.lstrip().startswith(("-", "*", "|", "#")) and
+                                                not l.lstrip().startswith("**") for l in lines):
+            out.append(_bullet_long_list_items(block))
+            continue
+        text = " ".join(l.strip() for l in lines)
+        lead = ""
+        m = re.match(r"^\*\*(Verdict\.|[^*]{1,40}:)\*\*\s*", text)
+        if m:
+            lead, text = f"**{m.group(1)}**", text[m.end():]
+        elif text.startswith("**") and text.endswith("**") and text.count("**") == 2:
+            text = text[2:-2]
+        items = "\n".join(f"- {s}" for s in sentences(text))
+        out.append((lead + "\n\n" if lead else "") + items)
+    return "\n\n".join(out)
+
+
+def _bullet_long_list_items(block: str) -> str:
+    """A bullet longer than :data:`LONG_PARAGRAPH` keeps its first sentence and nests the rest."""
+    lines = []
+    for line in block.split("\n"):
+        stripped = line.lstrip()
+        if stripped.startswith("- ") and len(stripped) > LONG_PARAGRAPH:
+            first, *rest = sentences(stripped[2:])
+            lines.append(f"- {first}")
+            lines += [f"    - {s}" for s in rest]
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+# --- the notebook's parts --------------------------------------------------------------------------
+
+_PROGRESS_LINE = re.compile(r"^.*(: \d+ to compute|: \d+/\d+ (after|done in) .*|^Notebook compute time: .*)$")
+
+
+def quiet_stream(text: str) -> str:
+    """A stdout stream without its progress lines (``…: 2/7 after 22 s, about 55 s left``) and compute times."""
+    return "".join(line for line in text.splitlines(keepends=True) if not _PROGRESS_LINE.match(line.rstrip("\n")))
+
+
+def _is_verdict_cell(source: str) -> bool:
+    return bool(re.search(r"verdict|summary_markdown", source, re.I))
+
+
+def _csv_links(source: str, folder: Path) -> list[Path]:
+    """The CSVs of ``folder`` whose names the cell's source spells (f-string fields match any word)."""
+    if not folder.is_dir():
+        return []
+    patterns = []
+    for literal in re.findall(r"""["']([\w{}.\- ]{3,80})["']""", source):
+        pattern = re.escape(literal)
+        pattern = re.sub(r"\\\{[^}]*\\\}|\{[^}]*\}", r"\\w+", pattern)
+        patterns.append(re.compile(pattern + r"$"))
+    return [csv for csv in sorted(folder.glob("*.csv")) if any(p.match(csv.stem) for p in patterns)]
+
+
+def shorten_table(html: str, note: str) -> str:
+    """An HTML table of more than :data:`MAX_TABLE_ROWS` body rows cut to :data:`TABLE_ROWS_SHOWN`, with
+    ``note`` (a sentence and links) after it; other HTML unchanged."""
+    body = re.search(r"<tbody>(.*?)</tbody>", html, re.S)
+    if not body:
+        return html
+    rows = re.findall(r"<tr\b.*?</tr>", body.group(1), re.S)
+    if len(rows) <= MAX_TABLE_ROWS:
+        return html
+    kept = "\n".join(rows[:TABLE_ROWS_SHOWN])
+    html = html[:body.start(1)] + "\n" + kept + "\n" + html[body.end(1):]
+    html = re.sub(r"<p>\d+ rows × \d+ columns</p>", "", html)
+    return html + f'<p class="shortened">Showing {TABLE_ROWS_SHOWN} of {len(rows)} rows. {note}</p>'
+
+
+def prepare_notebook(notebook, output_dir: Path, stem: str):
+    """A copy of an executed notebook ready to render (see the module docstring); ``notebook`` is untouched."""
+    import copy
+
+    import nbformat
+
+    nb = copy.deepcopy(notebook)
+    folder = output_dir / stem
+    cells, parameters = [], []
+    for cell in nb.cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell.cell_type == "code" and tags & {"parameters", "injected-parameters"}:
+            label = "injected by papermill for this run" if "injected-parameters" in tags else "the notebook's defaults"
+            parameters.append((label, cell.source))
+            if len(parameters) == 1:
+                cells.append(None)  # where the folded parameters go
+            continue
+        if cell.cell_type == "markdown":
+            cell.source = markdown_math_to_mathml(cell.source)
+        if cell.cell_type == "code":
+            outputs = []
+            for output in cell.get("outputs", []):
+                if output.output_type == "stream":
+                    if output.get("name") == "stderr":
+                        continue
+                    output.text = quiet_stream(output.text)
+                    if not output.text.strip():
+                        continue
+                data = output.get("data", {})
+                if "text/markdown" in data:
+                    text = data["text/markdown"]
+                    if _is_verdict_cell(cell.source):
+                        text = verdict_bullets(text)
+                    data["text/markdown"] = markdown_math_to_mathml(text)
+                if "text/html" in data and "<table" in data["text/html"]:
+                    links = _csv_links(cell.source, folder)
+                    note = (("Full table: " if len(links) == 1 else "Full tables of this cell: ") + ", ".join(f'<a href="../{stem}/{c.name}">{c.name}</a>' for c in links)
+                            if links else 'Every table of this notebook: <a href="#all-outputs">all outputs</a>')
+                    data["text/html"] = shorten_table(data["text/html"], note + ".")
+                outputs.append(output)
+            cell.outputs = outputs
+        cells.append(cell)
+    if parameters:
+        body = "".join(f"<p>{_html.escape(label)}:</p><pre>{_html.escape(source)}</pre>" for label, source in parameters)
+        folded = nbformat.v4.new_markdown_cell(
+            f'<details class="parameters"><summary>Parameters of this run</summary>{body}</details>')
+        cells = [folded if c is None else c for c in cells]
+    nb.cells = cells
+    return nb
+
+
+# --- sections: which heading makes which file ------------------------------------------------------
+
+_HEADING = re.compile(r'<h([1-3]) id="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    anchor: str
+    html: str  # the heading's content without its pilcrow link
+    position: int
+
+
+def headings(page: str) -> list[Heading]:
+    out = []
+    for m in _HEADING.finditer(page):
+        content = re.sub(r'<a class="anchor-link".*?</a>', "", m.group(3), flags=re.S).strip()
+        out.append(Heading(int(m.group(1)), m.group(2), content, m.start()))
+    return out
+
+
+def file_sections(notebook, page: str, output_dir: Path, stem: str) -> dict[str, str]:
+    """Each output file stem of the notebook's folder -> the anchor of the heading above the cell that
+    writes it (the first cell whose source spells its name), in the rendered ``page``."""
+    heads = headings(page)
+    folder = output_dir / stem
+    stems = sorted({p.name.split(".")[0] for p in folder.iterdir()}) if folder.is_dir() else []
+    sections: dict[str, str] = {}
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or not cell.get("id"):
+            continue
+        position = page.find(f'id="cell-id={cell.id}"')
+        above = [h for h in heads if h.position < position] if position >= 0 else []
+        if not above:
+            continue
+        for csv_or_file in _csv_links(cell.source, folder) + [p for s in stems if f'"{s}"' in cell.source
+                                                              for p in [folder / s]]:
+            sections.setdefault(csv_or_file.stem.split(".")[0], above[-1].anchor)
+    return sections
+
+
+# --- the page --------------------------------------------------------------------------------------
+
+SITE_STYLE = """
+:root{--nav:17rem}
+body.jp-Notebook{margin:0;padding:0}
+nav.site{box-sizing:border-box;font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;background:#f6f7f9;
+  border-bottom:1px solid #ddd;padding:.8em 1em}
+nav.site a{color:#0b57a4;text-decoration:none} nav.site a:hover{text-decoration:underline}
+nav.site .top{display:flex;flex-wrap:wrap;gap:.4em 1em;margin-bottom:.5em}
+nav.site ol{margin:.3em 0 0;padding-left:0;list-style:none} nav.site li{margin:.15em 0} nav.site li.h3{margin-left:.9em;font-size:.95em}
+nav.site details summary{cursor:pointer;font-weight:600}
+main.page{box-sizing:border-box;max-width:100%;padding:0 .5em}
+main.page .jp-Cell{max-width:100%}
+main.page .jp-OutputArea-output,main.page .jp-InputArea-editor,main.page .jp-RenderedHTMLCommon{overflow-x:auto;max-width:100%}
+main.page pre{white-space:pre-wrap;word-break:break-word}
+main.page img{max-width:100%;height:auto}
+details.parameters{margin:.5em 0;padding:.3em .6em;border:1px solid #ddd;background:#fafafa}
+p.shortened{font-size:.9em;color:#555}
+footer.site{font:14px system-ui,sans-serif;border-top:1px solid #ddd;margin-top:2em;padding:1em}
+footer.site ul{columns:2;column-gap:2em} @media (max-width:700px){footer.site ul{columns:1}}
+@media (min-width:1000px){
+  nav.site{position:fixed;top:0;left:0;bottom:0;width:var(--nav);overflow-y:auto;border-right:1px solid #ddd;border-bottom:0}
+  main.page,footer.site{margin-left:var(--nav)}
+  nav.site details{display:block} nav.site details>summary{display:none}
+}
+""".strip()
+
+
+def _file_groups(folder: Path, link_prefix: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The files of a notebook's folder grouped by stem: [(stem, [(label, href), ...]), ...], figures first."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    if not folder.is_dir():
+        return []
+    for path in sorted(folder.iterdir()):
+        if not path.is_file() or path.name.endswith(".tmp"):
+            continue
+        name_stem = path.name.split(".")[0]
+        label = "config" if path.name.endswith(".config.json") else path.suffix.lstrip(".")
+        groups.setdefault(name_stem, []).append((label, f"{link_prefix}{path.name}"))
+    order = {"png": 0, "pdf": 1, "csv": 2, "md": 3, "config": 4}
+    items = [(s, sorted(links, key=lambda l: order.get(l[0], 9))) for s, links in groups.items()]
+    return sorted(items, key=lambda g: (not any(label == "png" for label, _ in g[1]), g[0]))
+
+
+def outputs_list_html(folder: Path, link_prefix: str, sections: dict[str, str] | None = None,
+                      page_link: str = "") -> str:
+    """An "all outputs" list: each figure and table of the folder with links to every file it was written as,
+    and, where known, to the section of the notebook page that makes it."""
+    esc = _html.escape
+    rows = []
+    for name_stem, links in _file_groups(folder, link_prefix):
+        files = " · ".join(f'<a href="{esc(href)}">{esc(label)}</a>' for label, href in links)
+        kind = "figure" if any(label == "png" for label, _ in links) else "table"
+        section = (sections or {}).get(name_stem)
+        where = f' · <a href="{esc(page_link)}#{esc(section)}">section</a>' if section else ""
+        rows.append(f"<li><strong>{esc(name_stem)}</strong> ({kind}): {files}{where}</li>")
+    return "<ul>" + "".join(rows) + "</ul>" if rows else "<p>No output files.</p>"
+
+
+def notebook_order(output_dir: Path) -> list[str]:
+    return sorted(p.stem for p in (Path(output_dir) / "executed").glob("[0-9][0-9]_*.ipynb")
+                  if not p.name.endswith(".failed.ipynb"))
+
+
+def _nav(stem: str, order: list[str], heads: list[Heading], meta: str) -> str:
+    esc = _html.escape
+    i = order.index(stem) if stem in order else -1
+    prev_link = (f'<a href="{esc(order[i - 1])}.html" rel="prev">← {esc(NOTEBOOK_TITLES.get(order[i - 1], order[i - 1]))}</a>'
+                 if i > 0 else "")
+    next_link = (f'<a href="{esc(order[i + 1])}.html" rel="next">{esc(NOTEBOOK_TITLES.get(order[i + 1], order[i + 1]))} →</a>'
+                 if 0 <= i < len(order) - 1 else "")
+    contents = "".join(f'<li class="h{h.level}"><a href="#{esc(h.anchor)}">{h.html}</a></li>'
+                       for h in heads if h.level >= 2) + '<li><a href="#all-outputs">All outputs of this notebook</a></li>'
+    pages = "".join(f'<li><a href="{esc(s)}.html">{esc(NOTEBOOK_TITLES.get(s, s))}</a></li>' for s in order if s != stem)
+    return (f'<nav class="site" aria-label="Report"><div class="top"><a href="../index.html">↑ The report (index)</a>'
+            f'<a href="{PAPER_URL}">The paper</a></div>'
+            f'<div class="top">{prev_link}{next_link}</div>'
+            f'<div><strong>{esc(NOTEBOOK_TITLES.get(stem, stem))}</strong>'
+            + (f'<br><small>{esc(meta)}</small>' if meta else "") +
+            f'</div><details open><summary>Contents</summary><ol>{contents}</ol>'
+            f'<p><strong>Other notebooks</strong></p><ol>{pages}</ol></details></nav>'
+            # On a narrow screen the contents start folded, so the page's own text comes first.
+            '<script>if (window.innerWidth < 1000) document.querySelector("nav.site details").removeAttribute("open");'
+            '</script>')
+
+
+def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: str = "") -> Path:
+    """Render one executed notebook to ``<same folder>/<stem>.html`` as a page of the site; returns its path.
+
+    ``output_dir`` is the report folder (default: the notebook's folder's parent). The page loads nothing
+    from the network (nbconvert's CDN scripts are removed, math is MathML); it is written atomically.
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from dynheads_tl.report.index import _OFFLINE_TEMPLATE, remote_resources
+
+    executed_ipynb = Path(executed_ipynb)
+    output_dir = Path(output_dir) if output_dir is not None else executed_ipynb.parent.parent
+    stem = executed_ipynb.stem
+    notebook = nbformat.read(executed_ipynb, as_version=4)
+    prepared = prepare_notebook(notebook, output_dir, stem)
+    exporter = HTMLExporter(template_name="lab")
+    exporter.raw_template = _OFFLINE_TEMPLATE
+    page, _ = exporter.from_notebook_node(prepared, resources={"metadata": {"name": NOTEBOOK_TITLES.get(stem, stem)}})
+    remote = remote_resources(page)
+    if remote:
+        raise RuntimeError(f"The HTML rendering of {executed_ipynb.name} would load {remote} from the network; "
+                           "remove them so it opens offline.")
+    # nbconvert's heading-anchor filter round-trips headings through ElementTree, which writes MathML's
+    # namespace as a prefix (<ns0:math>) that browsers do not draw as math: put the plain elements back.
+    page = re.sub(r"<ns\d+:math\b", '<math xmlns="http://www.w3.org/1998/Math/MathML"', page)
+    page = re.sub(r"(</?)ns\d+:(\w+)", r"\1\2", page)
+    page = re.sub(r'\s+xmlns:ns\d+="[^"]*"', "", page)
+    heads = headings(page)
+    order = notebook_order(output_dir)
+    sections = file_sections(prepared, page, output_dir, stem)
+    footer = ('<footer class="site"><h2 id="all-outputs">All outputs of this notebook</h2>'
+              + outputs_list_html(output_dir / stem, f"../{stem}/", sections, "")
+              + f'<p><a href="../index.html">↑ The report (index)</a> · <a href="{stem}.ipynb">this notebook as .ipynb</a>'
+              f' · <a href="{PAPER_URL}">{_html.escape(PAPER_TITLE)}</a></p></footer>')
+    page = page.replace("</head>", f"<style>{SITE_STYLE}</style>\n</head>", 1)
+    page = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _nav(stem, order, heads, meta) + '<main class="page">',
+                  page, count=1)
+    page = page.replace("</body>", "</main>" + footer + "</body>", 1)
+    target = executed_ipynb.with_suffix(".html")
+    atomic_write_text(target, page)
+    return target
+
+
+def page_sections(output_dir: Path, stem: str) -> dict[str, str]:
+    """File stem -> section anchor of the rendered page ``executed/<stem>.html`` (empty when absent)."""
+    import nbformat
+
+    output_dir = Path(output_dir)
+    ipynb, page = output_dir / "executed" / f"{stem}.ipynb", output_dir / "executed" / f"{stem}.html"
+    if not (ipynb.exists() and page.exists()):
+        return {}
+    prepared = prepare_notebook(nbformat.read(ipynb, as_version=4), output_dir, stem)
+    return file_sections(prepared, page.read_text(encoding="utf-8"), output_dir, stem)
+
+
+# --- the README's findings -------------------------------------------------------------------------
+
+# Per notebook: (label, verdict source) — the verdict is the text/markdown output of the first code cell
+# whose source calls that function; the sentences quoted are those naming a judgement.
+FINDINGS = [
+    ("Claim 1, dynamism", "01_dynamism", "size_aware_verdict", r"^So "),
+    ("Claim 1, soft dynamism", "01_dynamism", "soft_verdict", r"^So "),
+    ("Claim 2, irreplaceability", "02_irreplaceability", "matched_controls_verdict(niah)", r"masking D_t against masking"),
+    ("Claim 3, predictability", "03_correlation", "beyond_position_verdict", r"^The hidden state predicts"),
+    ("Case study, dynamic RAG", "04_dynamic_rag", "rag_verdict", r"^Dynamic \(probe\) (beats|and)"),
+    ("Beyond 1, is the answer wrong?", "05_error_signal", "error_signal.verdict", r"^Pooled, the context-only"),
+    ("Beyond 2, per-step KV retention", "06_kv_retention", "kv_retention.verdict", r"smallest budget"),
+]
+FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
+
+
+def _verdict_cell(notebook, function: str):
+    """The first code cell whose source calls ``function`` and that shows Markdown, or None."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and function in cell.source:
+            if any(output.get("data", {}).get("text/markdown") for output in cell.get("outputs", [])):
+                return cell
+    return None
+
+
+def _verdict_text(notebook, function: str) -> str | None:
+    cell = _verdict_cell(notebook, function)
+    return next(o["data"]["text/markdown"] for o in cell.outputs if o.get("data", {}).get("text/markdown")) if cell else None
+
+
+def _verdict_anchor(notebook, function: str, page_path: Path) -> str:
+    """``#anchor`` of the heading above the verdict's cell in the rendered page, or "" when unknown."""
+    cell = _verdict_cell(notebook, function)
+    if cell is None or not cell.get("id") or not page_path.exists():
+        return ""
+    page = page_path.read_text(encoding="utf-8")
+    position = page.find(f'id="cell-id={cell.id}"')
+    above = [h for h in headings(page) if 0 <= h.position < position]
+    return f"#{above[-1].anchor}" if above else ""
+
+
+def _teacher_forced_clause(sentence: str) -> str:
+    """From a matched-controls sentence, its comparison and the teacher-forced verdict (the pre-declared
+    primary measure): "NIAH, masking D_t against …: <what the interval says>"."""
+    comparison = sentence.split(" (", 1)[0]
+    verdict = sentence.rsplit("):", 1)[-1].strip().rstrip(".")
+    return f"{comparison}, teacher-forced: {verdict}."
+
+
+def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
+    """[(label, notebook page with the verdict's section, sentences)] quoted from the executed notebooks'
+    computed verdicts (see FINDINGS)."""
+    import nbformat
+
+    output_dir = Path(output_dir)
+    out = []
+    for label, stem, function, pattern in FINDINGS:
+        path = output_dir / "executed" / f"{stem}.ipynb"
+        if not path.exists():
+            continue
+        notebook = nbformat.read(path, as_version=4)
+        text = _verdict_text(notebook, function)
+        if text is None:
+            continue
+        page = f"executed/{stem}.html" + _verdict_anchor(notebook, function, path.with_suffix(".html"))
+        chosen = []
+        for paragraph in re.split(r"\n\s*\n", text):
+            flat = re.sub(r"\*\*", "", " ".join(paragraph.split()))
+            lead = re.match(r"^([^:.]{2,30}): ", flat)  # "NIAH: …", "HotpotQA (synthetic): …"
+            picked = [s for s in sentences(flat) if re.search(pattern, s)]
+            chosen += [f"{lead.group(1)}: {s}" if lead and not s.startswith(lead.group(1)) else s for s in picked]
+        if stem == "02_irreplaceability":
+            chosen = [_teacher_forced_clause(s) for s in chosen][:2]
+        out.append((label, page, chosen[:2]))
+    return out
+
+
+def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
+    """The README's findings block (between its markers), from :func:`findings`."""
+    lines = []
+    from dynheads_tl.report.index import PAPER_ITEMS, _produced_files
+    from dynheads_tl.report.status import item_status
+
+    for label, page, chosen in findings(output_dir):
+        number = page.split("/")[1][:2]
+        lines.append(f"- **{label}** ([notebook {number}]({link_prefix}{page})): " + " ".join(chosen))
+    statuses = [f"{item} {item_status(output_dir, item).status}" for item, *_, stem, _ in PAPER_ITEMS
+                if _produced_files(Path(output_dir) / stem)]
+    if statuses:
+        lines.append(f"- **Status of each item** (computed from its CSV by `report/status.py`; "
+                     f"[the index]({link_prefix}index.html) has the numbers): " + "; ".join(statuses) + ".")
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, output_dir: Path, link_prefix: str = "papers_figures/") -> bool:
+    """Write :func:`findings_markdown` between the README's markers; True when the README changed."""
+    readme = Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    if FINDINGS_START not in text or FINDINGS_END not in text:
+        raise ValueError(f"{readme} has no {FINDINGS_START} … {FINDINGS_END} block to fill.")
+    head, rest = text.split(FINDINGS_START, 1)
+    _, tail = rest.split(FINDINGS_END, 1)
+    new = f"{head}{FINDINGS_START}\n{findings_markdown(output_dir, link_prefix)}\n{FINDINGS_END}{tail}"
+    if new != text:
+        atomic_write_text(readme, new)
+    return new != text
+
+
+def readme_findings(readme_text: str) -> str:
+    """The block between the README's findings markers, stripped."""
+    return readme_text.split(FINDINGS_START, 1)[1].split(FINDINGS_END, 1)[0].strip()
+
+
+# --- the whole site --------------------------------------------------------------------------------
+
+def run_meta(runs: dict) -> str:
+    """Model, preset and date of the runs, once: "m · preset p · 2026-12-01" (ranges where they differ)."""
+    if not runs:
+        return ""
+    models = sorted({str(r.get("model", "?")) for r in runs.values()})
+    presets = sorted({str(r.get("preset", "?")) for r in runs.values()})
+    dates = sorted({str(r.get("date", "?")) for r in runs.values()})
+    date = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return f"{', '.join(models)} · preset {', '.join(presets)} · {date}"
+
+
+def render_site(output_dir: Path, notebooks: Iterable[str] | None = None) -> list[Path]:
+    """Render every executed notebook of ``output_dir`` (or those named) as a page, then the index."""
+    from dynheads_tl.report.index import build_index, read_runs
+
+    output_dir = Path(output_dir)
+    meta = run_meta(read_runs(output_dir))
+    chosen = set(notebooks) if notebooks is not None else None
+    pages = [render_page(output_dir / "executed" / f"{stem}.ipynb", output_dir, meta=meta)
+             for stem in notebook_order(output_dir) if chosen is None or stem in chosen]
+    build_index(output_dir)
+    return pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dynheads_tl.report.site",
+        description="Re-render a report's pages and index from its executed notebooks (no model is run).")
+    parser.add_argument("output_dir", nargs="?", default="papers_figures", help="the report folder (default: papers_figures)")
+    parser.add_argument("--readme", default=None, help="also refresh the findings block of this README")
+    args = parser.parse_args(argv)
+    pages = render_site(Path(args.output_dir))
+    print(f"Rendered {len(pages)} page(s) and the index in {args.output_dir}.")
+    if args.readme:
+        import os
+
+        prefix = Path(os.path.relpath(Path(args.output_dir).resolve(), Path(args.readme).resolve().parent)).as_posix()
+        changed = update_readme(Path(args.readme), Path(args.output_dir), link_prefix=f"{prefix}/")
+        print(f"{args.readme}: findings {'updated' if changed else 'already current'}.")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

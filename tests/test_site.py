@@ -1,0 +1,198 @@
+"""The report site's renderer (math, progress, tables, verdicts, parameters), the index's statuses, and the
+README as a front door whose findings are the committed report's computed verdicts."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from dynheads_tl.report import site
+from dynheads_tl.report.status import item_status
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "papers_figures"
+README = ROOT / "README.md"
+
+
+# --- the README ------------------------------------------------------------------------------------
+
+def test_readme_findings_are_the_committed_reports_verdicts():
+    """The block between the README's markers is exactly what the executed notebooks' verdict outputs give
+    (refresh it with `python -m dynheads_tl.report.site papers_figures --readme README.md`)."""
+    expected = site.findings_markdown(COMMITTED)
+    assert len(expected.splitlines()) == len(site.FINDINGS) + 1, "every declared finding was found, and the statuses"
+    assert site.readme_findings(README.read_text()) == expected
+
+
+def test_readme_is_a_front_door():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200
+    for command in ("make report", "make test", "dynheads report --only", "from dynheads_tl.claims import"):
+        assert command in text
+    assert "https://arxiv.org/abs/2602.11162" in text
+    # No hand-typed result numbers: outside the findings block (quoted by code) no interval and no 0.xx value.
+    outside = text.replace(site.readme_findings(text), "")
+    assert not re.findall(r"\b0\.\d\d|\[[-−+]?\d+\.\d+, [-−+]?\d+\.\d+\]", outside)
+
+
+def test_readme_and_docs_links_resolve():
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    assert (ROOT / "docs" / "reliability.md").exists()
+    missing = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text()):
+            if not re.match(r"^[a-z]+:", target) and not (page.parent / target).exists():
+                missing.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not missing, "links to files that do not exist:\n" + "\n".join(missing)
+
+
+# --- the renderer's parts --------------------------------------------------------------------------
+
+def test_tex_becomes_mathml_outside_code():
+    text = site.markdown_math_to_mathml("Heads in $S_{20} \\setminus D_t$, `$not math$`, and $$a^2$$ top-20$|$.")
+    assert text.count("<math") == 3 and "`$not math$`" in text and "\\setminus" not in text
+    assert site.raw_tex(f"<p>{text}</p>") == []
+    assert site.raw_tex("<p>see $|E_t \\cap$ here</p><script>var s='$x_1$'</script>") == ["$|E_t \\cap$"]
+
+
+def test_progress_lines_are_dropped_and_other_output_kept():
+    stream = ("NIAH analysis (50 units in 7 batches): 7 to compute\nNIAH analysis (50 units in 7 batches): 2/7 after "
+              "22 s, about 55 s left\nk = 5; static top-5: ['L17H3']\nRAG (7 x 30): 210/210 done in 6.3 min\n"
+              "Notebook compute time: 6.4 min\n")
+    assert site.quiet_stream(stream) == "k = 5; static top-5: ['L17H3']\n"
+
+
+def test_long_tables_are_cut_with_the_csv_linked():
+    rows = "".join(f"<tr><td>{i}</td></tr>" for i in range(44))
+    html = f"<table><thead><tr><th>k</th></tr></thead><tbody>{rows}</tbody></table><p>44 rows × 1 columns</p>"
+    short = site.shorten_table(html, 'Full table: <a href="x.csv">x.csv</a>.')
+    assert short.count("<tr>") == 1 + site.TABLE_ROWS_SHOWN and "Showing 10 of 44 rows" in short and "x.csv" in short
+    small = "<table><tbody><tr><td>1</td></tr></tbody></table>"
+    assert site.shorten_table(small, "note") == small
+
+
+def test_verdict_paragraphs_become_one_bullet_per_sentence():
+    verdict = ("**Verdict.** " + "Bounds: full 0.53 [0.36, 0.69], none 0.00 (n = 30); this setting leaves room. " * 3
+               + "Dynamic (probe) and Static cannot be told apart (Eq. 2 heads, p = 0.44). Dynamic beats random.")
+    bullets = site.verdict_bullets(verdict)
+    lines = bullets.splitlines()
+    assert lines[0] == "**Verdict.**" and sum(l.startswith("- ") for l in lines) == 5
+    assert "- Dynamic (probe) and Static cannot be told apart (Eq. 2 heads, p = 0.44)." in lines
+    assert site.verdict_bullets("A short verdict. Two sentences.") == "A short verdict. Two sentences."
+
+
+def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
+    (tmp_path / "01_dynamism").mkdir()
+    (tmp_path / "01_dynamism" / "table1_niah.csv").write_text("a\n1\n")
+    rows = "".join(f"<tr><td>{i}</td></tr>" for i in range(30))
+    notebook = new_notebook(cells=[
+        new_markdown_cell("# Claim 1\nEq. 1 marks $h \\in D_t$."),
+        new_code_cell("n_analysis = 20", metadata={"tags": ["parameters"]}),
+        new_code_cell("# Parameters\noutput_dir = 'x'", metadata={"tags": ["injected-parameters"]}),
+        new_code_cell('figures.save_table(t, "table1_niah", out_dir, c)\nprint("ok")', outputs=[
+            new_output("stream", name="stderr", text="Loading weights 100%\n"),
+            new_output("stream", name="stdout", text="traces: 2/7 after 3 s, about 9 s left\nok\n"),
+            new_output("display_data", data={"text/html": f"<table><tbody>{rows}</tbody></table>", "text/plain": "t"})]),
+    ])
+    prepared = site.prepare_notebook(notebook, tmp_path, "01_dynamism")
+    assert len(prepared.cells) == 3 and prepared.cells[1].cell_type == "markdown"
+    assert prepared.cells[1].source.startswith('<details class="parameters">') and "n_analysis = 20" in prepared.cells[1].source
+    assert "<math" in prepared.cells[0].source and "$" not in prepared.cells[0].source
+    outputs = prepared.cells[2].outputs
+    assert [o.output_type for o in outputs] == ["stream", "display_data"] and outputs[0].text == "ok\n"
+    assert '<a href="../01_dynamism/table1_niah.csv">table1_niah.csv</a>' in outputs[1].data["text/html"]
+    assert len(notebook.cells) == 4  # the executed notebook itself is untouched
+
+
+def test_a_rendered_page_has_navigation_and_its_outputs(tmp_path):
+    pytest.importorskip("nbconvert")
+    (tmp_path / "01_dynamism").mkdir()
+    (tmp_path / "01_dynamism" / "table1_niah.csv").write_text("a\n1\n")
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    for stem in ("00_inspect_attention", "01_dynamism", "02_irreplaceability"):
+        nbformat.write(new_notebook(cells=[
+            new_markdown_cell("# Title\n## Table 1 — metrics $D_t$"),
+            new_code_cell('figures.save_table(t, "table1_niah", out_dir, c)')]), executed / f"{stem}.ipynb")
+    page = site.render_page(executed / "01_dynamism.ipynb", tmp_path).read_text()
+    assert '<a href="../index.html">' in page and site.PAPER_URL in page
+    assert 'href="00_inspect_attention.html" rel="prev"' in page and 'href="02_irreplaceability.html" rel="next"' in page
+    assert 'id="all-outputs"' in page and 'href="../01_dynamism/table1_niah.csv"' in page
+    assert site.raw_tex(page) == [] and "<math" in page and "ns0:" not in page
+    sections = site.page_sections(tmp_path, "01_dynamism")
+    assert sections["table1_niah"].startswith("Table-1")
+
+
+# --- statuses --------------------------------------------------------------------------------------
+
+def _table4(tmp_path: Path, bounds_separated: bool, difference: float, separated: bool) -> Path:
+    folder = tmp_path / "04_dynamic_rag"
+    folder.mkdir(parents=True)
+    (folder / "table4_rag.csv").write_text(
+        "strategy,f1,f1_low,f1_high\ndynamic,0.5,0.4,0.6\nstatic,0.3,0.2,0.4\nfull,0.6,0.5,0.7\nnone,0.0,0.0,0.0\n")
+    (folder / "table4_comparisons.csv").write_text(
+        "a,b,f1_difference,low,high,n,p_adjusted,separated\n"
+        f"full,none,0.6,{0.4 if bounds_separated else -0.1},0.7,30,0.001,{bounds_separated}\n"
+        f"dynamic,static,{difference},{difference - 0.1},{difference + 0.1},30,0.01,{separated}\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("bounds, difference, separated, status", [
+    (False, 0.2, True, "no headroom"), (True, 0.2, True, "reproduced"), (True, -0.2, True, "not reproduced"),
+    (True, 0.05, False, "undetermined")])
+def test_table4_status_follows_its_rule(tmp_path, bounds, difference, separated, status):
+    found = item_status(_table4(tmp_path, bounds, difference, separated), "Table 4")
+    assert found.status == status and "n = 30 questions" in found.headline
+
+
+def test_every_committed_item_has_a_computed_status():
+    from dynheads_tl.report.index import PAPER_ITEMS
+
+    statuses = {item: item_status(COMMITTED, item) for item, *_ in PAPER_ITEMS}
+    assert not [item for item, s in statuses.items() if s.status == "see files"]
+    for item, found in statuses.items():
+        if found.status != "qualitative":
+            assert "n = " in found.headline and "[" in found.headline or item == "Beyond 0", (item, found.headline)
+
+
+# --- figures: nothing clipped, legends outside the data --------------------------------------------------
+
+def test_cca_figure_shows_a_chance_curve_below_zero_and_keeps_its_legend_off_the_data():
+    import pandas as pd
+
+    from dynheads_tl.report.figures import cca_figure
+
+    curve = pd.DataFrame({"k": [0, 1, 0, 1], "control": ["held-out", "held-out", "shuffled", "shuffled"],
+                          "first": [0.9, 0.8, 0.3, 0.3]})
+    resid = pd.DataFrame({"k": [0, 1], "control": ["held-out, residualised, chance"] * 2, "first": [-0.02, -0.04],
+                          "first_low": [-0.08, -0.1], "first_high": [0.03, 0.02], "splits": [5, 5]})
+    fig = cca_figure(curve, "t", residualised=resid)
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] < -0.1  # the lowest interval end is drawn, not cut at 0
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, not over the curves
+
+
+def test_every_figure_and_table_of_the_committed_report_is_linked_from_the_index():
+    from html.parser import HTMLParser
+
+    class Links(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.links = set()
+
+        def handle_starttag(self, tag, attrs):
+            self.links |= {v for k, v in attrs if k in ("href", "src") and v}
+
+    parser = Links()
+    parser.feed((COMMITTED / "index.html").read_text(encoding="utf-8"))
+    outputs = {p.relative_to(COMMITTED).as_posix() for p in COMMITTED.glob("*/*")
+               if p.suffix in (".png", ".csv", ".md") and p.parent.name != "executed"}
+    assert len(outputs) > 60
+    assert sorted(outputs - parser.links) == []
+    index = (COMMITTED / "index.html").read_text(encoding="utf-8")
+    assert "<th>status</th>" in index and site.PAPER_URL in index
