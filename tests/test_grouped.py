@@ -272,3 +272,42 @@ def test_embedded_niah_batch_with_shared_prefixes_equals_todays_path(embedded_mo
     assert_same_traces(fast, today)
     decoder = BatchDecoder(embedded_model, [s.prompt_ids for s in samples])
     assert decoder.prefilled_positions < 0.8 * decoder.prompt_positions, "the needles sit after a shared haystack"
+
+
+def test_every_hook_point_the_grouped_step_claims_fires_on_both_paths(tiny_llama):
+    """The hook points the grouped step says it fires (all but the ones that send a step down the eager path) do
+    fire there, each of them, and the same ones fire on the eager reference."""
+    from dynheads_tl.engine.grouped import _fired_hook_points
+
+    claimed = _fired_hook_points(tiny_llama)
+    names = [name for name, point in tiny_llama.hook_dict.items() if id(point) in claimed]
+    assert any(name.endswith("attn.hook_pattern") for name in names)
+    fired_on = {}
+    for path in ("grouped", "eager"):
+        fired: set[str] = set()
+        hooks = [(name, lambda tensor, hook, seen=fired: seen.add(hook.name)) for name in names]
+        decoder = BatchDecoder(tiny_llama, [[1, 5, 7, 9], [1, 5, 8]], attention=path)
+        with tiny_llama.hooks(fwd_hooks=hooks):
+            decoder.step()
+        assert decoder.last_path == path
+        fired_on[path] = fired
+    assert len(fired_on["grouped"]) > 50
+    assert fired_on["grouped"] == fired_on["eager"]
+    # Aliased names (hook_z is o.hook_in) share one hook point; a point claimed but fired under none of its names
+    # on either path (the rotary embedding's, which a decode step does not run through its hook) stays silent on
+    # both, so no hook runs on one path and not on the other.
+    silent = {name for name in names if id(tiny_llama.hook_dict[name]) not in
+              {id(tiny_llama.hook_dict[fired]) for fired in fired_on["grouped"]}}
+    assert silent <= {"rotary_emb.hook_out", "hook_pos_embed"}, silent
+
+
+def test_a_sliding_window_stated_only_in_the_config_is_not_taken_for_full_attention():
+    """Mistral states its window only as ``config.sliding_window`` (no use_sliding_window, no layer_types)."""
+    from types import SimpleNamespace
+
+    from transformers import MistralConfig
+
+    from dynheads_tl.engine.grouped import _architecture_problem
+
+    fake = SimpleNamespace(original_model=SimpleNamespace(model=SimpleNamespace(layers=[]), config=MistralConfig()))
+    assert _architecture_problem(fake) == "the model uses sliding-window attention"

@@ -148,6 +148,43 @@ def test_table4_status_follows_its_rule(tmp_path, bounds, difference, separated,
     assert found.status == status and "n = 30 questions" in found.headline
 
 
+@pytest.mark.parametrize("low, high, status", [
+    (0.30, 0.37, "reproduced"), (0.50, 0.60, "weaker"), (0.91, 0.97, "not reproduced"),
+    (0.20, 0.95, "undetermined"), (0.35, 0.50, "undetermined")])
+def test_table1_status_needs_the_whole_interval_on_one_side(tmp_path, low, high, status):
+    folder = tmp_path / "01_dynamism"
+    folder.mkdir()
+    (folder / "table1_intervals.csv").write_text(
+        "task,metric,value,low,high,n_samples,n_seeds\n"
+        f"niah,jaccard_adjacent,{(low + high) / 2},{low},{high},60,3\n")
+    assert item_status(tmp_path, "Table 1").status == status
+
+
+def _cca_report(tmp_path: Path, tests: list[tuple[float, bool]] | None) -> Path:
+    folder = tmp_path / "03_correlation"
+    folder.mkdir()
+    rows = ["k,control,pairs,first,leading"]
+    for k in range(len(tests or [(0, False), (0, False)])):
+        rows += [f"{k},held-out,100,0.9,0.9", f"{k},shuffled,100,0.1,0.1", f"{k},shuffled, same step,100,0.5,0.5"]
+    (folder / "fig4_niah_cca.csv").write_text("\n".join(rows).replace("shuffled, same step", '"shuffled, same step"')
+                                              + "\n")
+    if tests is not None:
+        lines = ["k,a,b,difference,low,high,p,p_adjusted,separated,splits"]
+        for k, (difference, separated) in enumerate(tests):
+            lines.append(f'{k},held-out,"shuffled, same step",{difference},{difference - 0.1},{difference + 0.1},'
+                         f"0.01,0.02,{separated},5")
+        (folder / "fig4_niah_cca_tests.csv").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("tests, status", [
+    (None, "undetermined"),  # point estimates only: held-out above the shuffle at every lag is no status
+    ([(0.4, True), (0.3, True)], "reproduced"), ([(0.4, True), (0.01, False)], "weaker"),
+    ([(0.02, False), (0.01, False)], "undetermined"), ([(-0.3, True), (-0.2, True)], "not reproduced")])
+def test_cca_status_reads_the_notebooks_corrected_tests(tmp_path, tests, status):
+    assert item_status(_cca_report(tmp_path, tests), "Fig 4").status == status
+
+
 def test_every_committed_item_has_a_computed_status():
     from dynheads_tl.report.index import PAPER_ITEMS
 

@@ -30,6 +30,9 @@ def test_pure_noise_overlaps_at_chance_and_the_curve_cannot_settle():
     # expectation (draws that exhaust the samples are complementary halves of one data set, so not independent).
     curve = split_half_curve(_scores(40, [], noise=1.0), k=5, sizes=[1, 2, 3, 4, 5], n_resamples=300, seed=1)
     assert curve["overlap"].between(0.15, 0.35).all()
+    assert (curve["chance"] == 0.25).all()
+    assert stable_size(curve) is None, "a curve at chance has no stable size"
+    assert "no more than chance (0.25" in stability_verdict(curve)
     rising = pd.DataFrame({"calibration_size": [1, 2, 3], "overlap": [0.2, 0.5, 0.9], "low": 0.0, "high": 1.0, "k": 5,
                            "n_samples": 6, "n_resamples": 10})
     assert stable_size(rising) is None

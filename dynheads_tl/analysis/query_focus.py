@@ -14,7 +14,7 @@ heads, reading the *query*, attend to the gold document, before any answer exist
 
 For NIAH the gold document is the needle span; the query is the question and the instruction and template tokens
 after it. All layers and heads are computed at once from one hooked forward pass per prompt (the hooks reduce each
-pattern to the query rows' mean before the next layer runs). This module is the score only; no claim reads it yet.
+pattern to the query rows' mean before the next layer runs). This module is the score only; claims 1, 2 and 6 read it.
 """
 from __future__ import annotations
 

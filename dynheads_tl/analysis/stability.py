@@ -56,15 +56,26 @@ def split_half_curve(per_sample: Float[Tensor, "sample layer head"], k: int = 20
             values.append(_overlap(_top_k(a, k), _top_k(b, k), k))
         values = np.array(values)
         rows.append({"calibration_size": m, "overlap": float(values.mean()), "low": float(np.quantile(values, 0.025)),
-                     "high": float(np.quantile(values, 0.975)), "k": k, "n_samples": n, "n_resamples": n_resamples})
+                     "high": float(np.quantile(values, 0.975)), "k": k, "n_samples": n, "n_resamples": n_resamples,
+                     # two top-k sets drawn at random from all heads share k / heads of their heads on average
+                     "chance": k / scores.shape[1]})
     return pd.DataFrame(rows)
+
+
+def above_chance(curve: pd.DataFrame, tolerance: float = 0.05) -> bool:
+    """Whether the mean split-half overlap at the largest size exceeds the chance overlap (``chance``, k / heads: two
+    random top-k sets) by more than ``tolerance``: only then is there a static set whose stability can be asked
+    about."""
+    chance = float(curve["chance"].iloc[-1]) if "chance" in curve else 0.0
+    return float(curve["overlap"].iloc[-1]) > chance + tolerance
 
 
 def stable_size(curve: pd.DataFrame, tolerance: float = 0.05) -> int | None:
     """The smallest calibration size whose mean split-half overlap is within ``tolerance`` (absolute) of the largest
     size's: where more samples stop changing S_k by more than that. None when only the largest size qualifies and the
-    curve is still rising into it (the data cannot say where S_k settles)."""
-    if curve.empty:
+    curve is still rising into it (the data cannot say where S_k settles), or when the overlap at the largest size is
+    no more than chance (:func:`above_chance`: there is no stable set to speak of)."""
+    if curve.empty or not above_chance(curve, tolerance):
         return None
     last = float(curve["overlap"].iloc[-1])
     within = curve[curve["overlap"] >= last - tolerance]
@@ -100,7 +111,10 @@ def stability_verdict(curve: pd.DataFrame, seeds: pd.DataFrame | None = None, to
     text = (f"Two disjoint calibrations of {int(last['calibration_size'])} samples each share "
             f"{last['overlap']:.2f} of their top-{k} heads on average (95% of draws in [{last['low']:.2f}, "
             f"{last['high']:.2f}]; {n} samples, {int(last['n_resamples'])} draws). ")
-    if size is None:
+    if not above_chance(curve, tolerance):
+        text += (f"That is no more than chance ({float(last['chance']):.2f}, the overlap of two top-{k} sets drawn at "
+                 f"random): these calibrations find no stable S_{k}, and no calibration size can be read off.")
+    elif size is None:
         text += (f"The overlap is still rising at the largest size the {n} samples allow, so they cannot say at which "
                  f"calibration size S_{k} stops changing: more calibration samples would.")
     else:

@@ -166,7 +166,10 @@ def _architecture_problem(model) -> str | None:
     if network is None or not hasattr(network, "layers"):
         return "the bridge wraps no decoder stack at original_model.model.layers"
     config = model.original_model.config
-    if getattr(config, "use_sliding_window", False) or set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+    # Mistral states its window only as config.sliding_window (no use_sliding_window, no layer_types), and its
+    # attention reads it from the config at run time; Qwen2 sets it to None when the window is off.
+    if (getattr(config, "use_sliding_window", False) or getattr(config, "sliding_window", None) is not None
+            or set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}):
         return "the model uses sliding-window attention"
     for name in ("rope_scaling",):
         scaling = getattr(config, name, None)
