@@ -47,13 +47,19 @@ class Interval:
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     """Mean of ``values`` with a Student-t interval; NaNs are dropped. With fewer than two values there is
     no interval: the bounds are NaN (and no value at all gives a NaN estimate, n = 0)."""
+    return _student_t(values, confidence, lambda data: data.std(ddof=1) / np.sqrt(len(data)))
+
+
+def _student_t(values: Sequence[float], confidence: float, standard_error: Callable[[np.ndarray], float]) -> Interval:
+    """Mean of ``values`` (NaNs dropped) ± Student t (n - 1 degrees of freedom) × ``standard_error(values)``;
+    NaN bounds with fewer than two values, and a NaN estimate with none."""
     data = np.asarray([v for v in values if v == v], dtype=float)
     if len(data) == 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0)
     mean = float(data.mean())
     if len(data) == 1:
         return Interval(mean, float("nan"), float("nan"), 1)
-    half = float(stats.t.ppf(0.5 + confidence / 2, len(data) - 1) * data.std(ddof=1) / np.sqrt(len(data)))
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(data) - 1)) * float(standard_error(data))
     return Interval(mean, mean - half, mean + half, len(data))
 
 
@@ -126,15 +132,8 @@ def resampled_t_interval(values: Sequence[float], test_to_train: float, confiden
     resampled t-interval of Nadeau and Bengio (2003): the splits share most of their units, so the variance of
     the mean is (1/J + n_test/n_train) s², not s²/J (J splits, ``test_to_train`` = n_test / n_train in
     independent units). Student t with J - 1 degrees of freedom; NaNs dropped; fewer than two values: NaN bounds."""
-    data = np.asarray([v for v in values if v == v], dtype=float)
-    if len(data) == 0:
-        return Interval(float("nan"), float("nan"), float("nan"), 0)
-    mean = float(data.mean())
-    if len(data) == 1:
-        return Interval(mean, float("nan"), float("nan"), 1)
-    se = float(np.sqrt((1 / len(data) + test_to_train) * data.var(ddof=1)))
-    half = float(stats.t.ppf(0.5 + confidence / 2, len(data) - 1)) * se
-    return Interval(mean, mean - half, mean + half, len(data))
+    return _student_t(values, confidence,
+                      lambda data: np.sqrt((1 / len(data) + test_to_train) * data.var(ddof=1)))
 
 
 def resampled_t_test(values: Sequence[float], test_to_train: float) -> float:
