@@ -29,7 +29,7 @@ import torch
 import dynheads_tl
 from dynheads_tl import TraceConfig, fast_twin, trace_batch, trace_generation
 from dynheads_tl.engine.grouped import attention_path
-from dynheads_tl.engine.tracing import BatchDecoder, prefix_plan, prefix_sharing
+from dynheads_tl.engine.decoder import BatchDecoder, prefix_plan, prefix_sharing
 from dynheads_tl.tasks import make_niah_samples
 
 

@@ -18,7 +18,7 @@ import dynheads_tl
 from dynheads_tl import trace_batch, trace_generation
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
 from dynheads_tl.engine.grouped import attention_path
-from dynheads_tl.engine.tracing import prefix_sharing
+from dynheads_tl.engine.decoder import prefix_sharing
 from dynheads_tl.tasks import make_niah_samples
 
 

@@ -3,7 +3,7 @@
     python bench/estimate_paper_gpu_hours.py
     python bench/estimate_paper_gpu_hours.py --overhead 0.1 --bandwidth 1.5e12
 
-Units are counted from the preset's parameters (``dynheads_tl.report.runner.PRESETS["paper"]``), with each
+Units are counted from the preset's parameters (each claim's ``CLAIM.presets["paper"]``), with each
 notebook's batching. Each unit's cost follows the structure measured on the CPU here (``bench/bench_tracing.py``,
 ``bench/bench_ablation.py``): a fixed cost per forward of the hooked bridge (hooks, kernel launches) plus a part
 linear in rows x context length (reading the KV cache, and eager attention's keys and values repeated to every
@@ -20,7 +20,7 @@ from dynheads_tl.claims.dynamism import DynamismConfig
 from dynheads_tl.claims.irreplaceability import GRID_CONDITIONS
 from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.sizing import PAPER_MODEL_SHAPES
-from dynheads_tl.report.runner import PRESETS
+from dynheads_tl.claims import all_claims
 
 LLAMA = next(shape for shape in PAPER_MODEL_SHAPES if shape.name == "Llama-3.1-8B-Instruct")
 HOTPOT_TOKENS = 500  # the synthetic HotpotQA prompts: 499 tokens on average with the embedded model's tokenizer
@@ -59,15 +59,14 @@ class CostModel:
 
 def paper_units(cost: CostModel) -> list[tuple[str, int, float]]:
     """(notebook, units, GPU-seconds) of the paper preset."""
-    p = PRESETS["paper"]
+    p = {claim.notebook: claim.preset("paper") for claim in all_claims()}
     out = []
     n1 = p["01_dynamism"]
     seeds, steps = len(n1["seeds"]), n1["max_new_tokens"]
     niah = seeds * (n1["n_calibration"] + n1["n_analysis"])
     hotpot = seeds * (n1["n_hotpot"] // 2 + n1["n_hotpot"] + n1["n_hotpot"] // 2)  # calibration, analysis, placebo
-    haystacks = len(n1.get("setting_haystacks", DynamismConfig().setting_haystacks))
-    settings = [(context, haystacks * (n1["n_setting"] + n1["n_setting_calibration"]))
-                for context in n1["setting_contexts"]]
+    settings = [(context, n1["n_setting"] + n1["n_setting_calibration"])
+                for _, context in DynamismConfig(**{"niah_settings": n1["niah_settings"]}).settings]
     traced = n1.get("trace_batch_size", DynamismConfig().trace_batch_size)  # every trace set, in batches
     seconds = (cost.batches(niah, traced, n1["context_tokens"], steps)
                + cost.batches(hotpot, traced, HOTPOT_TOKENS, HOTPOT_STEPS)

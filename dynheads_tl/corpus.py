@@ -15,12 +15,13 @@ from typing import Any
 
 from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
 from dynheads_tl.engine.models import model_fingerprint, model_name
-from dynheads_tl.engine.tracing import Trace, TraceConfig, trace_batch, trace_generation
+from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces
+from dynheads_tl.engine.tracing import trace_batch, trace_generation
 from dynheads_tl.executors import compute_missing
-from dynheads_tl.store import cached_traces, traces_path
+from dynheads_tl.store import traces_path
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
 from dynheads_tl.engine.equations import Eq2Rule
-from dynheads_tl.tasks.common import placebo_sample, prompt_digest
+from dynheads_tl.tasks.common import mix_seed, placebo_sample, prompt_digest
 from dynheads_tl.tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
 
 # Seed offsets of the sample splits (added to a run's seed); each names what its samples are for.
@@ -29,17 +30,36 @@ SEED_OFFSETS = {
     "analysis": 2000,              # claims 1/3: the dynamic analysis
     "layout_calibration": 3000,    # claim 1, settings with random depth and haystack offset: static heads
     "layout_analysis": 4000,       # claim 1, the same settings: soft dynamism
-    "ablation_calibration": 5000,  # claim 2: static set and k
-    "ablation_grid": 6000,         # claim 2: grid cells
-    "distractor_pool": 6000 + 7919,  # claim 2: HotpotQA distractor paragraphs of the grid
-    "progressive": 7000,           # claim 2: progressive-masking samples
-    "rag_evaluation": 9000,        # case study: evaluation questions
-    "rag_calibration": 9500,       # case study: questions that set the RIND threshold
-    "rag_train": 9700,             # case study, headroom setting: static heads and probe training
     "placebo": 11000,              # HotpotQA placebo evidence spans (Eq. 2 calibration)
-    "error_signal": 12000,         # notebook 05: HotpotQA-format answers, right and wrong
-    "retention": 13000,            # notebook 06: NIAH answers under per-step KV retention
 }
+
+
+def parse_setting(spec: str) -> tuple[str, int]:
+    """A NIAH setting as every notebook spells it, ``"haystack:context_tokens"`` (``"prose:1000"``,
+    ``"wu:PATH:2000"``: the length is after the last colon), as (haystack, context tokens)."""
+    haystack, sep, tokens = str(spec).rpartition(":")
+    if not sep or not haystack or not tokens.isdigit() or int(tokens) < 16:
+        raise ValueError(f"NIAH setting {spec!r} must read 'haystack:context_tokens' (e.g. 'prose:2000').")
+    return haystack, int(tokens)
+
+
+def check_settings(specs, name: str, model: str, max_new_tokens: int) -> list[tuple[str, int]]:
+    """Parameter ``name``: a non-empty list of distinct ``"haystack:context_tokens"`` settings, each haystack
+    readable and each length fitting the model's window (:func:`~dynheads_tl.tasks.check_context_fits`). Returns
+    them parsed."""
+    from dynheads_tl.config import model_context_window
+    from dynheads_tl.tasks import check_context_fits, check_haystack
+
+    if not isinstance(specs, list) or not specs or not all(isinstance(s, str) for s in specs):
+        raise ValueError(f"Parameter '{name}' must be a non-empty list of 'haystack:tokens' strings, got {specs!r}.")
+    parsed = [parse_setting(spec) for spec in specs]
+    if len(set(parsed)) != len(parsed):
+        raise ValueError(f"Parameter '{name}' names a setting twice: {specs!r}.")
+    window = model_context_window(model)
+    for haystack, tokens in parsed:
+        check_haystack(haystack)
+        check_context_fits(tokens, max_new_tokens, window, name=name)
+    return parsed
 
 
 @dataclass
@@ -227,7 +247,7 @@ def placebo_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     """``samples`` traced with their evidence moved to random context positions of the same sizes
     (:func:`~dynheads_tl.tasks.common.placebo_sample`, seeded per sample from ``seed``): the generations are the
     real ones, the Eq. 2 shares those of spans no head has reason to read. Cached under ``key`` + placebo."""
-    placebo = [placebo_sample(sample, SEED_OFFSETS["placebo"] + seed * 1000 + i) for i, sample in enumerate(samples)]
+    placebo = [placebo_sample(sample, SEED_OFFSETS["placebo"] + mix_seed(seed, i, 1000)) for i, sample in enumerate(samples)]
     return collect_traces(model, placebo, trace_config, {**key, "placebo": seed}, use_cache=use_cache, desc=desc,
                           batch_size=batch_size)
 

@@ -1,12 +1,16 @@
 """On-disk cache keyed by a hash of the config that produced a result; atomic writes; self-healing reads.
 
+The bottom layer: it imports nothing else of the package, so every layer above (the engine's trace files, the
+claims' results, the report's pages and figures) writes through the same :func:`atomic_write`.
+
 An interrupted run resumes: finished entries are read back, and a half-written file never exists
 under its final name (writes go to a temporary file that is renamed when complete, see
-:func:`dynheads_tl.engine.tracing.atomic_write`). An entry that cannot be read anyway (truncated by a full
+:func:`atomic_write`). An entry that cannot be read anyway (truncated by a full
 disk or a copy, or written by an older layout) is moved aside to ``NAME.corrupt`` with a warning and
 recomputed, so one damaged file costs one recomputation instead of failing every later run. An entry this run
 may not read (its permissions) is treated the same way; when it cannot be replaced either, the run stops with a
-:class:`CacheError` sentence, never a traceback.
+:class:`CacheError` sentence, never a traceback. Traces are cached through the same keys and healing by
+:func:`dynheads_tl.engine.trace_data.cached_traces`.
 """
 from __future__ import annotations
 
@@ -14,16 +18,55 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 from pathlib import Path
-from typing import Any, Callable
-
-from dynheads_tl.engine.models import cache_dir
-from dynheads_tl.engine.tracing import Trace, UnreadableFileError, atomic_write_text, load_traces, save_traces
+from typing import Any, BinaryIO, Callable
 
 logger = logging.getLogger(__name__)
 # Bump when what a key means changes, so older entries are never read as new ones.
 # 2: model keys carry models.model_fingerprint (what the model is), not only the name it was loaded by.
 STORE_VERSION = 2
+
+
+def cache_dir() -> Path:
+    """The cache's root: ``$DYNHEADS_CACHE`` or ``~/.cache/dynheads_tl`` (converted models, traces, results, locks)."""
+    root = os.environ.get("DYNHEADS_CACHE") or Path.home() / ".cache" / "dynheads_tl"
+    return Path(root).expanduser()
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` all at once or not at all: ``write`` fills a temporary file in the same folder,
+    which is flushed to disk and then renamed over ``path``.
+
+    Why: a run killed mid-write (or a full disk) must never leave a half-written file under the final
+    name, since every later run would read it as a finished result. The temporary name ends in
+    ``.tmp`` and is removed if ``write`` fails. This is the one writer for every cache and result file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # the data is on disk before the name points at it
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """:func:`atomic_write` for UTF-8 text (JSON results, sidecars, CSV and Markdown tables)."""
+    return atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """:func:`atomic_write` for ``torch.save``."""
+    import torch
+
+    return atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -93,8 +136,6 @@ def quarantine(path: Path, error: BaseException) -> Path:
 
 def _probe_write(folder: Path) -> None:
     """Create and remove a file in ``folder`` (tests replace it to act as a non-root user would see)."""
-    import tempfile
-
     with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
         pass
 
@@ -131,28 +172,6 @@ def check_cache_writable(root: Path | None = None) -> Path:
         if (root / sub).exists():
             check_writable_folder(root / sub, "cache folder", hint)
     return root
-
-
-def cached_traces(config: dict[str, Any], compute: Callable[[], list[Trace]], *,
-                  root: Path | None = None, use_cache: bool = True) -> list[Trace]:
-    """Load the traces for ``config`` if present and readable, else compute, save atomically and
-    return them (an unreadable entry is set aside, see :func:`quarantine`)."""
-    path = traces_path(config, root)
-    if use_cache and path.exists():
-        try:
-            traces = load_traces(path)
-            logger.info("cache hit %s", path.name)
-            return traces
-        except UnreadableFileError as error:
-            quarantine(path, error.__cause__ or error)
-        except (PermissionError, IsADirectoryError) as error:  # not damage, but this run cannot read it either
-            quarantine(path, error)
-    traces = compute()
-    if use_cache:
-        save_traces(traces, path)
-        # Sidecar for people browsing the cache; written after the traces, so it never describes a missing file.
-        atomic_write_text(path.with_suffix(".json"), json.dumps(config, indent=1, sort_keys=True, default=str))
-    return traces
 
 
 def result_path(config: dict[str, Any], root: Path | None = None) -> Path:

@@ -44,9 +44,8 @@ sample = build_niah_sample(lm.tokenizer, NiahConfig(context_tokens=context_token
 inspected = inspect_attention.trace_with_rows(lm, sample, TraceConfig(max_new_tokens=max_new_tokens))
 trace = inspected.trace
 chosen = int(trace.retrieval_mask.flatten(1).sum(1).argmax()) if step == -1 else min(step, trace.n_steps - 1)
-out_dir = f"{output_dir}/00_inspect_attention"
-run_config = {"notebook": "00_inspect_attention", "model": model, "context_tokens": context_tokens, "depth": depth,
-              "seed": seed, "max_new_tokens": max_new_tokens, "step": chosen}
+out_dir, run_config = inspect_attention.CLAIM.outputs(config)  # the claim's output folder and run record
+run_config["step"] = chosen
 print(f"Needle: {sample.meta['needle_text']}")
 print(f"Response: {trace.response!r}")
 print(f"Showing step {chosen}: generating {inspected.tokens[len(trace.prompt_ids) + chosen]!r}, "

@@ -38,8 +38,7 @@ static_k = 20  # size of the static retrieval set
 static_sizes = [20, 50, 100]  # static set sizes for the sweep
 static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
 seeds = [0, 1, 2]  # one full run per seed; the first is the headline run
-setting_haystacks = ["filler", "prose"]  # soft dynamism: haystacks of the settings
-setting_contexts = [500, 1000]  # soft dynamism: context lengths of the settings (x each haystack)
+niah_settings = ["filler:500", "filler:1000", "prose:500", "prose:1000"]  # soft dynamism: settings, 'haystack:tokens'
 n_setting = 50  # soft dynamism: analysis samples per setting (random depth and haystack offset)
 n_setting_calibration = 8  # soft dynamism: calibration samples per setting (its static set)
 copy_thresholds = [0.1, 0.3, 0.5]  # soft dynamism: copy / evidence mass thresholds
@@ -65,8 +64,7 @@ from dynheads_tl.report.index import hotpot_label
 
 started = time.time()
 config = dynamism.DynamismConfig.from_namespace(globals())
-out_dir = f"{config.output_dir}/01_dynamism"
-run_config = {"notebook": "01_dynamism", **config.__dict__}
+out_dir, run_config = dynamism.CLAIM.outputs(config)  # the claim's output folder and run record
 config
 
 # %%
@@ -113,9 +111,10 @@ display(table_niah.round(4))
 display(table_hotpot.round(4))
 
 # %% [markdown]
-# The same metrics with 95% bootstrap intervals over analysis samples, pooling every seed's samples (each against
-# its own seed's static set). Heads ever active and entropy count distinct heads, which a resample can only lose,
-# so their intervals lean low.
+# The same metrics with 95% bootstrap intervals, pooling every seed's samples (each against its own seed's static
+# set). The seeds change only the UUID, so the samples of one depth are siblings of one layout: the bootstrap
+# resamples whole layouts (`n_layouts`), not samples. Heads ever active and entropy count distinct heads, which a
+# resample can only lose, so their intervals lean low (an interval can exclude its own estimate).
 
 # %%
 table1_ci = pd.concat([dynamism.table1_intervals(results[task], config.static_k) for task in ("niah", "hotpot")],
@@ -205,7 +204,7 @@ display(sweep.round(4))
 # retrieval ever leaves the static set, and widening S_k lowers it by arithmetic alone. So beside the paper's
 # Jaccard: its size bound min(|D_t|, k) / max(|D_t|, k), the Jaccard divided by that bound, static coverage
 # |D_t ∩ S_k| / |D_t|, and the share of all activations that fall outside S_k. Analysis samples of every seed
-# are pooled, each against its own seed's static set; intervals are 95% bootstraps over samples.
+# are pooled, each against its own seed's static set; intervals are 95% bootstraps over layouts (`n_layouts`).
 
 # %%
 size_aware = pd.concat([dynamism.size_aware_table(results[task], config.static_sizes) for task in ("niah", "hotpot")],

@@ -36,14 +36,16 @@
 # with the same two passes per step (the clean pass gives $D_t$, reading the forced gold token as the
 # generated one in Eq. 1; the masked pass gives the masked logits), and each step records the gold token's
 # log-probability in both passes. The **drop** (clean − masked, nats) is 0 exactly where nothing was masked.
-# The gold continuation is the needle sentence for NIAH ("The magic word is <uuid>.", which is what the
+# The gold continuation is the needle sentence for NIAH (`The magic word is <uuid>.`, which is what the
 # model's correct answers reproduce, and whose tokens lie in the needle span), and the gold answer for
 # HotpotQA.
 #
 # **Statistics.** Accuracy and EM carry Wilson 95% intervals; F1 and the log-probability drops carry
 # percentile-bootstrap 95% intervals over samples. Every condition runs on the same samples, so two conditions
-# are compared through their paired per-sample difference: a verdict says they differ only when the 95%
-# bootstrap interval of that difference excludes 0, and needs at least 5 paired samples.
+# are compared through their paired per-sample difference: a verdict says they differ only when an exact sign
+# test on the samples where they differ is significant after correction (the declared primary comparison alone,
+# Holm over all the others) and the 95% bootstrap interval of the difference excludes 0; it needs at least 5
+# paired samples, and a "cannot be told apart" states the smallest difference the design could detect.
 #
 # **Grid size.** With 10 conditions, each run both generated and teacher-forced, the default grid is one
 # context × two depths × 5 runs per task (10 samples per condition), so that the whole report fits in 60
@@ -96,8 +98,7 @@ from dynheads_tl.report.index import hotpot_label
 
 started = time.time()
 config = irreplaceability.IrreplaceabilityConfig.from_namespace(globals())
-out_dir = f"{config.output_dir}/02_irreplaceability"
-run_config = {"notebook": "02_irreplaceability", **config.__dict__}
+out_dir, run_config = irreplaceability.CLAIM.outputs(config)  # the claim's output folder and run record
 config
 
 # %%
@@ -135,8 +136,6 @@ figures.save_table(summary_niah, "niah_conditions", out_dir, run_config)
 fig = figures.controls_figure(summary_niah, "accuracy", "NIAH: masking conditions")
 display(Image(filename=str(figures.save_figure(fig, "niah_controls", out_dir, summary_niah, run_config))))
 display(summary_niah.round(3))
-display(Markdown(irreplaceability.matched_controls_verdict(niah)))
-display(Markdown(f"**{irreplaceability.query_baseline_verdict(niah)}**"))  # the query-focused static baseline
 
 # %% [markdown]
 # ## Fig 3 — NIAH progressive masking
@@ -191,8 +190,6 @@ figures.save_table(summary_hotpot, "hotpot_conditions", out_dir, run_config)
 fig = figures.controls_figure(summary_hotpot, "f1", f"{hotpot_label('synthetic')}: masking conditions")
 display(Image(filename=str(figures.save_figure(fig, "hotpot_controls", out_dir, summary_hotpot, run_config))))
 display(summary_hotpot.round(3))
-display(Markdown(irreplaceability.matched_controls_verdict(hotpot)))
-display(Markdown(f"**{irreplaceability.query_baseline_verdict(hotpot)}**"))  # the query-focused static baseline
 
 # %%
 prog_hotpot = irreplaceability.progressive_summary(hotpot)
@@ -207,8 +204,27 @@ display(checks_hotpot)
 display(hotpot.compensation)
 
 # %% [markdown]
+# ## Every comparison, tested
+# One row per comparison, task and measure (`comparisons.csv`): the paired difference a − b with its bootstrap
+# 95% interval, the samples on which each side's masking hurt more, the exact sign test, and the Holm-adjusted
+# p-value. The **primary** comparison, declared before the data (NIAH, $D_t$ against as many top static heads,
+# teacher-forced drop), is tested alone; every other one is secondary, and Holm runs over the secondary
+# comparisons of both tasks that can reach 0.05 at all (a comparison with too few differing samples leaves the
+# family and is reported as untestable). A free-generation ranking needs headroom: the unmasked interval must
+# reach 0.5, else that metric is not ranked.
+
+# %%
+results = {"niah": niah, "hotpot": hotpot}
+comparisons = irreplaceability.comparison_table(results)
+figures.save_table(comparisons, "comparisons", out_dir, run_config)
+display(Markdown(irreplaceability.primary_verdict(comparisons)))
+for result in results.values():
+    display(Markdown(irreplaceability.matched_controls_verdict(result, comparisons)))
+    display(Markdown(irreplaceability.query_baseline_verdict(result, comparisons)))  # the query-focused baseline
+
+# %% [markdown]
 # ## How our numbers compare with the paper's
 
 # %%
-display(Markdown(irreplaceability.summary_markdown({"niah": niah, "hotpot": hotpot}, config.model)))
+display(Markdown(irreplaceability.summary_markdown(results, config.model, comparisons)))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

@@ -68,23 +68,22 @@ import pandas as pd
 from IPython.display import Image, Markdown, display
 
 import dynheads_tl
-from dynheads_tl.analysis import correlation
+from dynheads_tl.analysis.correlation import layout_groups
 from dynheads_tl.report import figures
-from dynheads_tl.claims import predictability
+from dynheads_tl.claims import correlation
 from dynheads_tl.report.index import hotpot_label
 
 started = time.time()
-config = predictability.PredictabilityConfig.from_namespace(globals())
-out_dir = f"{config.output_dir}/03_correlation"
-run_config = {"notebook": "03_correlation", **config.__dict__}
+config = correlation.PredictabilityConfig.from_namespace(globals())
+out_dir, run_config = correlation.CLAIM.outputs(config)  # the claim's output folder and run record
 config
 
 # %%
 lm = config.start()  # the model, and the backend that computes the units
-niah_traces, hotpot_traces = predictability.gather_traces(lm, config)
+niah_traces, hotpot_traces = correlation.gather_traces(lm, config)
 print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} steps) in "
-      f"{len(set(correlation.layout_groups(niah_traces)))} layouts, {len(hotpot_traces)} HotpotQA traces "
-      f"({sum(t.n_steps for t in hotpot_traces)} steps) of {len(set(correlation.layout_groups(hotpot_traces)))} questions")
+      f"{len(set(layout_groups(niah_traces)))} layouts, {len(hotpot_traces)} HotpotQA traces "
+      f"({sum(t.n_steps for t in hotpot_traces)} steps) of {len(set(layout_groups(hotpot_traces)))} questions")
 
 # %% [markdown]
 # ## Fig 4 — NIAH: CCA between the hidden state at $n$ and retrieval scores at $n + k$
@@ -103,35 +102,35 @@ print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} st
 # held-out with each control on the same splits (corrected resampled t-test, Holm over lags × controls).
 
 # %%
-cca_niah_raw, cca_niah = predictability.cca_table(niah_traces, config)
-resid_niah = predictability.residualised_table(niah_traces, config)
-resid_niah_summary = predictability.residualised_summary(resid_niah)
+cca_niah_raw, cca_niah = correlation.cca_table(niah_traces, config)
+resid_niah = correlation.residualised_table(niah_traces, config)
+resid_niah_summary = correlation.residualised_summary(resid_niah)
 figures.save_table(cca_niah_raw, "fig4_niah_cca_per_split", out_dir, run_config)
-figures.save_table(predictability.cca_tests(cca_niah_raw), "fig4_niah_cca_tests", out_dir, run_config)
+figures.save_table(correlation.cca_tests(cca_niah_raw), "fig4_niah_cca_tests", out_dir, run_config)
 figures.save_table(resid_niah_summary, "fig4_niah_cca_residualised", out_dir, run_config)
-fig = figures.cca_splits_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=predictability.PAPER_FIG4,
+fig = figures.cca_splits_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=correlation.PAPER_FIG4,
                                 residualised=resid_niah_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig4_niah_cca", out_dir, cca_niah, run_config))))
 display(cca_niah.round(3))
 display(resid_niah_summary.round(3))
-display(predictability.cca_tests(cca_niah_raw).round(3))
+display(correlation.cca_tests(cca_niah_raw).round(3))
 
 # %% [markdown]
 # ## Fig 8 — HotpotQA: the same with Eq. 2 scores
 
 # %%
-cca_hotpot_raw, cca_hotpot = predictability.cca_table(hotpot_traces, config)
-resid_hotpot = predictability.residualised_table(hotpot_traces, config)
-resid_hotpot_summary = predictability.residualised_summary(resid_hotpot)
+cca_hotpot_raw, cca_hotpot = correlation.cca_table(hotpot_traces, config)
+resid_hotpot = correlation.residualised_table(hotpot_traces, config)
+resid_hotpot_summary = correlation.residualised_summary(resid_hotpot)
 figures.save_table(cca_hotpot_raw, "fig8_hotpot_cca_per_split", out_dir, run_config)
-figures.save_table(predictability.cca_tests(cca_hotpot_raw), "fig8_hotpot_cca_tests", out_dir, run_config)
+figures.save_table(correlation.cca_tests(cca_hotpot_raw), "fig8_hotpot_cca_tests", out_dir, run_config)
 figures.save_table(resid_hotpot_summary, "fig8_hotpot_cca_residualised", out_dir, run_config)
 fig = figures.cca_splits_figure(cca_hotpot, f"Fig 8 ({hotpot_label(config.hotpot_source)}): CCA vs lag",
                                 residualised=resid_hotpot_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig8_hotpot_cca", out_dir, cca_hotpot, run_config))))
 display(cca_hotpot.round(3))
 display(resid_hotpot_summary.round(3))
-display(predictability.cca_tests(cca_hotpot_raw).round(3))
+display(correlation.cca_tests(cca_hotpot_raw).round(3))
 
 # %% [markdown]
 # ## Table 2 — NIAH probe: hidden state → Eq. 1 pattern at the same step
@@ -142,11 +141,11 @@ display(predictability.cca_tests(cca_hotpot_raw).round(3))
 # are their $k = 0$ rows. The last row is the paper's (Llama-3.1-8B-Instruct), for reference.
 
 # %%
-lead_niah_raw, lead_niah = predictability.lead_probes(niah_traces, "classification", config, "NIAH probes k ahead")
-table2, table2_tests = predictability.probe_table_over_splits(lead_niah_raw, "classification")
-figures.save_table(predictability.with_paper_row(table2, "table2"), "table2_niah_probe", out_dir, run_config)
+lead_niah_raw, lead_niah = correlation.lead_probes(niah_traces, "classification", config, "NIAH probes k ahead")
+table2, table2_tests = correlation.probe_table_over_splits(lead_niah_raw, "classification")
+figures.save_table(correlation.with_paper_row(table2, "table2"), "table2_niah_probe", out_dir, run_config)
 figures.save_table(table2_tests, "table2_niah_probe_tests", out_dir, run_config)
-display(predictability.with_paper_row(table2, "table2").round(4))
+display(correlation.with_paper_row(table2, "table2").round(4))
 display(table2_tests.round(4))
 
 # %% [markdown]
@@ -155,11 +154,11 @@ display(table2_tests.round(4))
 # (Llama-3.1-8B-Instruct).
 
 # %%
-lead_hotpot_raw, lead_hotpot = predictability.lead_probes(hotpot_traces, "regression", config, "HotpotQA probes k ahead")
-table3, table3_tests = predictability.probe_table_over_splits(lead_hotpot_raw, "regression")
-figures.save_table(predictability.with_paper_row(table3, "table3"), "table3_hotpot_probe", out_dir, run_config)
+lead_hotpot_raw, lead_hotpot = correlation.lead_probes(hotpot_traces, "regression", config, "HotpotQA probes k ahead")
+table3, table3_tests = correlation.probe_table_over_splits(lead_hotpot_raw, "regression")
+figures.save_table(correlation.with_paper_row(table3, "table3"), "table3_hotpot_probe", out_dir, run_config)
 figures.save_table(table3_tests, "table3_hotpot_probe_tests", out_dir, run_config)
-display(predictability.with_paper_row(table3, "table3").round(4))
+display(correlation.with_paper_row(table3, "table3").round(4))
 display(table3_tests.round(4))
 
 # %% [markdown]
@@ -187,9 +186,9 @@ display(lead.round(3))
 # ## Verdict: is the hidden state predictive beyond position?
 
 # %%
-verdict = predictability.beyond_position_verdict(lead_niah, lead_hotpot, resid_niah, resid_hotpot,
+verdict = correlation.beyond_position_verdict(lead_niah, lead_hotpot, resid_niah, resid_hotpot,
                                                  n_splits=config.n_splits, hotpot_name=hotpot_label(config.hotpot_source))
-lag_tests = predictability.lag_tests(lead_niah, lead_hotpot, n_splits=config.n_splits)
+lag_tests = correlation.lag_tests(lead_niah, lead_hotpot, n_splits=config.n_splits)
 figures.save_table(lag_tests, "lead_probes_tests", out_dir, run_config)
 display(lag_tests.round(4))
 display(Markdown(f"**{verdict}**"))
@@ -198,6 +197,6 @@ display(Markdown(f"**{verdict}**"))
 # ## How our numbers compare with the paper's
 
 # %%
-display(Markdown(predictability.summary_markdown(cca_niah_raw, cca_hotpot_raw, table2, table2_tests, table3, table3_tests,
+display(Markdown(correlation.summary_markdown(cca_niah_raw, cca_hotpot_raw, table2, table2_tests, table3, table3_tests,
                                                  config.model, hotpot_label(config.hotpot_source), config.probe_min_test)))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

@@ -61,13 +61,12 @@ from IPython.display import Image, Markdown, display
 
 import dynheads_tl
 from dynheads_tl.report import figures
-from dynheads_tl.claims import rag_study
+from dynheads_tl.claims import dynamic_rag
 from dynheads_tl.protocols import rag
 
 started = time.time()
-config = rag_study.RagStudyConfig.from_namespace(globals())
-out_dir = f"{config.output_dir}/04_dynamic_rag"
-run_config = {"notebook": "04_dynamic_rag", **config.__dict__}
+config = dynamic_rag.RagStudyConfig.from_namespace(globals())
+out_dir, run_config = dynamic_rag.CLAIM.outputs(config)  # the claim's output folder and run record
 config
 
 # %% [markdown]
@@ -81,16 +80,16 @@ config
 
 # %%
 lm = config.start()  # the model, and the backend that computes the units
-threshold, rind_table = rag_study.calibrate_rind(lm, config)
+threshold, rind_table = dynamic_rag.calibrate_rind(lm, config)
 if len(rind_table):
     figures.save_table(rind_table, "rind_calibration", out_dir, run_config)
     fig = figures.rind_calibration_figure(rind_table, threshold)
     display(Image(filename=str(figures.save_figure(fig, "rind_calibration", out_dir, rind_table, run_config))))
-display(Markdown(rag_study.rind_sentence(rind_table, threshold)))
+display(Markdown(dynamic_rag.rind_sentence(rind_table, threshold)))
 
 # %%
-static_scores, probe = rag_study.train_head_probe(lm, config)
-samples = rag_study.evaluation_samples(lm, config)
+static_scores, probe = dynamic_rag.train_head_probe(lm, config)
+samples = dynamic_rag.evaluation_samples(lm, config)
 print(f"{len(samples)} evaluation questions ({config.rag_setting} setting); static top-5 heads: "
       f"{[divmod(int(i), lm.cfg.n_heads) for i in static_scores.flatten().topk(5).indices]}")
 
@@ -99,7 +98,7 @@ print(f"{len(samples)} evaluation questions ({config.rag_setting} setting); stat
 
 # %%
 rows = rag.run_strategies(lm, samples, config.strategies, config.rag_config(threshold), static_scores=static_scores,
-                          probe=probe, cache_key=rag_study.answers_cache_key(config, "evaluation", probe))
+                          probe=probe, cache_key=dynamic_rag.answers_cache_key(config, "evaluation", probe))
 figures.save_table(rows.drop(columns=["response"]), "rag_runs", out_dir, run_config);
 
 # %% [markdown]
@@ -110,8 +109,8 @@ figures.save_table(rows.drop(columns=["response"]), "rag_runs", out_dir, run_con
 # Llama-3.2-3B-Instruct are beside ours (labelled).
 
 # %%
-table = rag_study.table4(rows, seed=config.seed)
-comparisons = rag_study.comparison_table(rows, seed=config.seed)
+table = dynamic_rag.table4(rows, seed=config.seed)
+comparisons = dynamic_rag.comparison_table(rows, seed=config.seed)
 figures.save_table(table, "table4_rag", out_dir, run_config)
 figures.save_table(comparisons, "table4_comparisons", out_dir, run_config)
 display(table.round(4))
@@ -135,6 +134,6 @@ display(rows[["strategy", "gold", "response", "retrievals"]].head(2 * len(config
 # the sentence says how large an F1 difference the design could have detected.
 
 # %%
-verdict = rag_study.rag_verdict(table, comparisons)
-display(Markdown(rag_study.summary_markdown(table, config) + "\n\n**Verdict.** " + verdict))
+verdict = dynamic_rag.rag_verdict(table, comparisons)
+display(Markdown(dynamic_rag.summary_markdown(table, config) + "\n\n**Verdict.** " + verdict))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

@@ -71,8 +71,7 @@ from dynheads_tl.report import figures
 
 started = time.time()
 config = error_signal.ErrorSignalConfig.from_namespace(globals())
-out_dir = f"{config.output_dir}/05_error_signal"
-run_config = {"notebook": "05_error_signal", **config.__dict__}
+out_dir, run_config = error_signal.CLAIM.outputs(config)  # the claim's output folder and run record
 config
 
 # %%

@@ -1,4 +1,4 @@
-"""Shared fixtures: seeded RNGs, the embedded model (once per module), tiny random models; and the test groups.
+"""Shared fixtures: seeded RNGs, the embedded model (loaded once per session), tiny random models; and the test groups.
 
 Every test lands in one group, so the fast ones can run alone (``pytest -m unit`` takes seconds):
 - ``notebook``: executes a notebook through papermill (marked by hand);
@@ -45,8 +45,10 @@ def seed_everything():
     yield
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def embedded_model():
+    """The embedded model on the CPU, shared by every module: no test changes it (hooks are added in contexts, and
+    monkeypatches of its fast twin are undone after each test)."""
     return dynheads_tl.load_model("smollm2-135m-instruct", device="cpu")
 
 

@@ -1,21 +1,27 @@
 """The per-step two-pass protocol (claim 2) on the embedded model."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
-from dynheads_tl.protocols.ablation import (
-    AblationSetup, AblationTrace, Job, compensation, compensation_table, gold_token_ids, make_selector, random_heads,
-    run_condition, run_jobs, select_dynamic_nonstatic, select_fixed, select_random_matched, select_random_nondynamic,
-    select_random_nonstatic, select_static_nondynamic,
-    select_top_ranked, two_pass_batch, two_pass_generation, StepView,
-)
-from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.protocols import ablation_experiments as experiments
+from dynheads_tl.protocols.ablation_experiments import Job, run_condition, run_jobs
+from dynheads_tl.protocols.ablation_metrics import compensation, compensation_table
+from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, make_selector
+from dynheads_tl.protocols.selectors import (random_heads, select_dynamic, select_dynamic_nonstatic, select_fixed,
+                                             select_random_matched, select_random_nondynamic, select_random_nonstatic,
+                                             select_static_matched, select_static_nondynamic, select_top_ranked)
+from dynheads_tl.protocols.stepwise import StepView, gold_token_ids
+from dynheads_tl.protocols.two_pass import AblationTrace, two_pass_batch, two_pass_generation
+from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.tasks import make_niah_samples
-from dynheads_tl.engine.tracing import Decoder
+from dynheads_tl.engine.decoder import Decoder
+from factories import make_trace
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +131,6 @@ def test_compensation_counts_new_static_heads(embedded_model, sample, setup):
 
 
 def test_static_matched_masks_as_many_top_static_heads_as_d_t():
-    from dynheads_tl.protocols.ablation import select_static_matched
-
     order = torch.tensor([5, 0, 3, 1, 2, 4])  # flat indices of a [2, 3] grid, best first
     retrieval = torch.zeros(2, 3, dtype=torch.bool)
     view = lambda r: StepView(0, 1, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3), r)
@@ -136,8 +140,6 @@ def test_static_matched_masks_as_many_top_static_heads_as_d_t():
 
 
 def test_static_matched_condition_follows_the_clean_pass_sizes(embedded_model, sample, setup):
-    from dataclasses import replace
-
     with pytest.raises(ValueError, match="static_order"):
         run_condition(embedded_model, sample, "static_matched", setup, CONFIG)
     ranked = replace(setup, static_order=torch.randperm(270, generator=torch.Generator().manual_seed(1)))
@@ -279,16 +281,19 @@ def test_make_selector_builds_the_new_conditions():
     select, k = make_selector(model, "random_matched", setup, sample_seed=5)
     assert k is None and int(select(_view(retrieval, 3)).sum()) == 2
     assert torch.equal(select(_view(retrieval, 3)), select_random_matched(2 * 1_000_003 + 5)(_view(retrieval, 3)))
-    with pytest.raises(ValueError, match="random_matched"):
+    # make_selector is the registry's lookup: every entry builds, an unknown name is answered with the keys.
+    ordered = replace(setup, static_order=torch.arange(12), query_order=torch.arange(12).flip(0))
+    for condition in CONDITIONS:
+        chosen = make_selector(model, condition, ordered, k=2)[0](_view(retrieval))
+        assert chosen is None or chosen.shape == (3, 4), condition
+    with pytest.raises(ValueError, match=", ".join(CONDITIONS)):  # random_matched among them
         make_selector(model, "random_unmatched", setup)
+
 
 
 # --- m_s leaves out the heads masked at the step ----------------------------------------------------
 def _trace(argmax_pos: torch.Tensor, support: torch.Tensor, tokens: list[int]) -> Trace:
-    steps = len(tokens)
-    return Trace(tokens=torch.tensor(tokens), argmax_pos=argmax_pos, support_score=support,
-                 hidden=torch.zeros(steps, 4), prompt_ids=torch.tensor([5, 6, 7, 8]), evidence_spans=[(1, 3)],
-                 task="niah", answers=["x"], response="")
+    return make_trace(tokens, argmax_pos, support, prompt_ids=[5, 6, 7, 8], evidence_spans=[(1, 3)], response="")
 
 
 def test_m_s_never_counts_a_head_masked_at_that_step():
@@ -431,45 +436,41 @@ def test_cached_grid_runs_teacher_forced_jobs_apart_and_joins_their_scores(monke
                                                                            tiny_sample):
     import pandas as pd
 
-    from dynheads_tl.protocols import ablation
-
     monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
     _, model = tiny_llama
     static = _mask((model.cfg.n_layers, model.cfg.n_heads), (0, 1), (1, 2))
     setup = AblationSetup(static_mask=static, static_top20=static, k=2)
     batches = []
-    original = ablation.run_jobs
+    original = experiments.run_jobs
 
     def recording(model, jobs, *args, **kwargs):
         batches.append([(job.condition, job.teacher_forced) for job in jobs])
         return original(model, jobs, *args, **kwargs)
 
-    monkeypatch.setattr(ablation, "run_jobs", recording)
+    monkeypatch.setattr(experiments, "run_jobs", recording)
     cells = [({"context": 120, "depth": 0.5, "run": 0}, tiny_sample)]
     config = TraceConfig(max_new_tokens=3)
-    grid = ablation.grid_experiment(model, cells, setup, config, conditions=["none", "static"], cache_key={"t": 1})
+    grid = experiments.grid_experiment(model, cells, setup, config, conditions=["none", "static"], cache_key={"t": 1})
     assert batches == [[("none", False), ("static", False)], [("none", True), ("static", True)]]
     gold = gold_token_ids(model.tokenizer, tiny_sample)
     none, masked = grid.set_index("condition").loc["none"], grid.set_index("condition").loc["static"]
     assert none["tf_drop"] == 0 and none["tf_masked_steps"] == 0 and pd.isna(none["tf_drop_masked"])
     assert masked["tf_steps"] == masked["tf_masked_steps"] == len(gold) and masked["tf_heads_masked_per_step"] == 2
     assert none["heads_masked_per_step"] == 0 and masked["heads_masked_per_step"] == 2  # the free runs' own
-    again = ablation.grid_experiment(model, cells, setup, config, conditions=["none", "static"], cache_key={"t": 1})
+    again = experiments.grid_experiment(model, cells, setup, config, conditions=["none", "static"], cache_key={"t": 1})
     assert len(batches) == 2, "everything read back from the cache"
     pd.testing.assert_frame_equal(again, grid)
 
 
 def test_progressive_batches_several_samples_and_k0_is_the_unmasked_run(monkeypatch, tiny_llama):
-    from dynheads_tl.protocols import ablation
-
     _, model = tiny_llama
     samples = make_niah_samples(model.tokenizer, n=3, context_tokens=100, seed=6, max_new_tokens=4, max_tokens=512)
     static = _mask((model.cfg.n_layers, model.cfg.n_heads), (0, 1), (1, 2))
     setup = AblationSetup(static_mask=static, static_top20=static, k=2)
     batches = []
-    original = ablation.run_jobs
-    monkeypatch.setattr(ablation, "run_jobs", lambda model, jobs, *a, **kw: batches.append(len(jobs)) or original(model, jobs, *a, **kw))
-    rows, new_heads = ablation.progressive_experiment(model, samples, setup, TraceConfig(max_new_tokens=4), [0, 3],
+    original = experiments.run_jobs
+    monkeypatch.setattr(experiments, "run_jobs", lambda model, jobs, *a, **kw: batches.append(len(jobs)) or original(model, jobs, *a, **kw))
+    rows, new_heads = experiments.progressive_experiment(model, samples, setup, TraceConfig(max_new_tokens=4), [0, 3],
                                                       batch_size=6)
     assert batches == [6, 3], "two samples' three runs share a batch, the third sample runs alone"
     assert rows["sample"].tolist() == [0, 0, 1, 1, 2, 2] and rows["k"].tolist() == [0, 3] * 3
@@ -485,7 +486,6 @@ def test_online_chance_rule_marks_what_the_trace_marks_offline(tiny_llama):
     lengths (left padding)."""
     from dynheads_tl.analysis.scoring import dynamic_sets
     from dynheads_tl.engine.equations import Eq2Rule
-    from dynheads_tl.protocols.ablation import select_dynamic
     from dynheads_tl.tasks import make_hotpot_samples
 
     _, model = tiny_llama

@@ -20,11 +20,12 @@ from dynheads_tl.engine import models
 from dynheads_tl.corpus import collect_traces
 from dynheads_tl.tasks import make_niah_samples
 from dynheads_tl.tasks.common import Sample
-from dynheads_tl.engine.tracing import (
-    Trace, TraceConfig, UnreadableFileError, atomic_write, atomic_write_text, load_traces, save_traces,
-    trace_generation,
-)
+from dynheads_tl.engine import trace_data
+from dynheads_tl.engine.trace_data import Trace, TraceConfig, UnreadableFileError, load_traces, save_traces
+from dynheads_tl.engine.tracing import trace_generation
+from dynheads_tl.store import atomic_write, atomic_write_text
 from conftest import build_tiny_model
+from factories import make_trace
 
 TRACE_CONFIG = TraceConfig(max_new_tokens=6)
 
@@ -53,9 +54,8 @@ def samples(tiny_model):
 
 
 def small_trace() -> Trace:
-    return Trace(tokens=torch.tensor([5, 6]), argmax_pos=torch.zeros(2, 2, 4, dtype=torch.long),
-                 support_score=torch.rand(2, 2, 4), hidden=torch.rand(2, 8), prompt_ids=torch.arange(10),
-                 evidence_spans=[(3, 5)], task="niah", answers=["x"], response="x", config={"a": 1})
+    return make_trace([5, 6], torch.zeros(2, 2, 4, dtype=torch.long), torch.rand(2, 2, 4), hidden=torch.rand(2, 8),
+                      prompt_ids=torch.arange(10), evidence_spans=[(3, 5)], config={"a": 1})
 
 
 def assert_same_traces(first: list[Trace], second: list[Trace]) -> None:
@@ -102,7 +102,7 @@ def test_trace_entry_of_an_older_layout_is_recomputed(tmp_path, caplog):
     del old[0]["info"]  # as if written before the field existed
     torch.save(old, path)
     with caplog.at_level(logging.WARNING, logger="dynheads_tl.store"):
-        traces = store.cached_traces(config, lambda: [small_trace()], root=tmp_path)
+        traces = trace_data.cached_traces(config, lambda: [small_trace()], root=tmp_path)
     assert len(traces) == 1 and str(path) in caplog.text
     assert_same_traces(load_traces(path), traces)
 

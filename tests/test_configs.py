@@ -5,8 +5,8 @@ import pytest
 
 from dynheads_tl.claims.dynamism import DynamismConfig
 from dynheads_tl.claims.irreplaceability import IrreplaceabilityConfig
-from dynheads_tl.claims.predictability import PredictabilityConfig
-from dynheads_tl.claims.rag_study import RagStudyConfig
+from dynheads_tl.claims.correlation import PredictabilityConfig
+from dynheads_tl.claims.dynamic_rag import RagStudyConfig
 
 CONFIGS = [DynamismConfig, IrreplaceabilityConfig, PredictabilityConfig, RagStudyConfig]
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from dynheads_tl import Trace
+from factories import make_trace
 from dynheads_tl.analysis.correlation import (
     ProbeConfig, asymmetric_loss, best_f1_threshold, cca_curve, cca_held_out, classification_metrics,
     lagged_pairs, probe_table, shuffle_across_samples, split_by_sample, train_probe,
@@ -33,11 +33,10 @@ def synthetic_traces(n_samples=40, steps=20, planted=True, lag=0, seed=0):
         retrieving = torch.tensor(scores > 0.5).reshape(steps, N_LAYERS, N_HEADS)
         # Evidence span [0, 2) holds token 5; position 3 holds token 9 (outside the span).
         argmax = torch.where(retrieving, torch.tensor(0), torch.tensor(3))
-        traces.append(Trace(
-            tokens=torch.full((steps,), 5), argmax_pos=argmax,
-            support_score=torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
-            hidden=torch.tensor(hidden, dtype=torch.float32), prompt_ids=torch.tensor([5, 5, 7, 9]),
-            evidence_spans=[(0, 2)], task="niah", answers=["x"], response="x"))
+        traces.append(make_trace(
+            torch.full((steps,), 5), argmax,
+            torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
+            hidden=torch.tensor(hidden, dtype=torch.float32), prompt_ids=[5, 5, 7, 9], evidence_spans=[(0, 2)]))
     return traces
 
 
@@ -183,11 +182,10 @@ def positional_traces(n_samples=40, steps=12, hidden_signal=False, seed=0):
         scores = step_y + token_y[inputs] + rng.normal(size=(steps, N_LAYERS * N_HEADS))
         if hidden_signal:
             scores = scores + latent @ w
-        traces.append(Trace(
-            tokens=torch.tensor(tokens), argmax_pos=torch.zeros(steps, N_LAYERS, N_HEADS, dtype=torch.long),
-            support_score=torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
-            hidden=torch.tensor(hidden, dtype=torch.float32), prompt_ids=torch.tensor(prompt),
-            evidence_spans=[(0, 1)], task="niah", answers=["x"], response="x"))
+        traces.append(make_trace(
+            torch.tensor(tokens), None, torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
+            hidden=torch.tensor(hidden, dtype=torch.float32), layers=N_LAYERS, heads=N_HEADS,
+            prompt_ids=torch.tensor(prompt), evidence_spans=[(0, 1)]))
     return traces
 
 
@@ -297,11 +295,10 @@ def leaky_token_traces(n_samples=60, steps=10, vocabulary=200, seed=0):
         inputs = np.concatenate([prompt[-1:], tokens[:-1]])
         hidden = step_x + token_x[inputs] + rng.normal(size=(steps, D_MODEL))
         scores = step_y + token_y[tokens] + rng.normal(size=(steps, N_LAYERS * N_HEADS))  # reads the next input
-        traces.append(Trace(
-            tokens=torch.tensor(tokens), argmax_pos=torch.zeros(steps, N_LAYERS, N_HEADS, dtype=torch.long),
-            support_score=torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
-            hidden=torch.tensor(hidden, dtype=torch.float32), prompt_ids=torch.tensor(prompt),
-            evidence_spans=[(0, 1)], task="niah", answers=["x"], response="x"))
+        traces.append(make_trace(
+            torch.tensor(tokens), None, torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
+            hidden=torch.tensor(hidden, dtype=torch.float32), layers=N_LAYERS, heads=N_HEADS,
+            prompt_ids=torch.tensor(prompt), evidence_spans=[(0, 1)]))
     return traces
 
 
@@ -327,7 +324,7 @@ def test_held_out_correlations_are_signed():
 
 
 def test_the_verdict_never_counts_a_lag_without_all_splits():
-    from dynheads_tl.claims.predictability import beyond_position_verdict, lag_tests
+    from dynheads_tl.claims.correlation import beyond_position_verdict, lag_tests
 
     def diffs(metric, rows):
         return pd.DataFrame([{"k": k, "metric": metric, "splits": n, "probe": 0.5, "vs_base_rate": 0.1,
@@ -356,7 +353,7 @@ def test_the_verdict_never_counts_a_lag_without_all_splits():
 
 
 def test_claim3_tables_over_splits_state_n_and_layouts():
-    from dynheads_tl.claims.predictability import (PredictabilityConfig, cca_table, lead_probes,
+    from dynheads_tl.claims.correlation import (PredictabilityConfig, cca_table, lead_probes,
                                                    probe_table_over_splits, summary_markdown)
 
     traces = clustered_traces(n_layouts=12, per_layout=3, steps=10)

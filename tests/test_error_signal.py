@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from dynheads_tl.analysis.classification import auroc, folds
 from dynheads_tl.claims import error_signal as es
-from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.engine.trace_data import Trace
+import factories
 
 PROMPT = [10, 11, 12, 13, 14, 15]
 EVIDENCE = [(2, 5)]  # tokens 12, 13, 14
@@ -19,15 +21,13 @@ def make_trace(tokens, argmax_pos, *, evidence_mass=None, context_mass=None, gen
                logprob=None, entropy=None, hidden=None) -> Trace:
     steps = len(tokens)
     zeros = torch.zeros(steps, 2, 2)
-    return Trace(tokens=torch.tensor(tokens), argmax_pos=torch.tensor(argmax_pos), prompt_ids=torch.tensor(PROMPT),
-                 support_score=zeros.clone() if support is None else support,
-                 hidden=torch.zeros(steps, 3) if hidden is None else hidden,
-                 evidence_spans=EVIDENCE, task="niah", answers=["x"], response="x", meta={"context_span": [0, 6]},
-                 evidence_mass=zeros.clone() if evidence_mass is None else evidence_mass,
-                 context_mass=zeros.clone() if context_mass is None else context_mass,
-                 generated_mass=zeros.clone() if generated_mass is None else generated_mass,
-                 token_logprob=torch.zeros(steps) if logprob is None else logprob,
-                 token_entropy=torch.zeros(steps) if entropy is None else entropy)
+    return factories.make_trace(tokens, argmax_pos, support, hidden=hidden, d_model=3, prompt_ids=PROMPT,
+                                evidence_spans=EVIDENCE, meta={"context_span": [0, 6]},
+                                evidence_mass=zeros.clone() if evidence_mass is None else evidence_mass,
+                                context_mass=zeros.clone() if context_mass is None else context_mass,
+                                generated_mass=zeros.clone() if generated_mass is None else generated_mass,
+                                token_logprob=torch.zeros(steps) if logprob is None else logprob,
+                                token_entropy=torch.zeros(steps) if entropy is None else entropy)
 
 
 def known_trace() -> Trace:
@@ -116,12 +116,12 @@ def test_planted_signal_reaches_auroc_near_one_and_shuffled_labels_near_half():
     traces, labels = _planted(120, seed=0)
     scores = es.out_of_fold_scores(traces, labels, static_k=2, n_folds=5, seed=0)
     for group in ("dynamic", "logit", "dynamic+logit"):
-        assert es.auroc(labels, scores[group]) > 0.95, group
-    assert abs(es.auroc(labels, scores["lookback"]) - 0.5) < 0.2  # the attention masses carry no signal here
+        assert auroc(labels, scores[group]) > 0.95, group
+    assert abs(auroc(labels, scores["lookback"]) - 0.5) < 0.2  # the attention masses carry no signal here
     shuffled = np.random.default_rng(1).permutation(labels)
     null = es.out_of_fold_scores(traces, shuffled, static_k=2, n_folds=5, seed=0)
     for group in es.GROUPS:
-        assert abs(es.auroc(shuffled, null[group]) - 0.5) < 0.2, group
+        assert abs(auroc(shuffled, null[group]) - 0.5) < 0.2, group
 
 
 def test_auroc_intervals_and_verdict_words():
@@ -139,16 +139,6 @@ def test_auroc_intervals_and_verdict_words():
     # dynamic and logit both separate perfectly: no layout differs, so no sign test can reach 0.05
     assert "cannot be tested against the logit" in text and "Holm over the 1 testable comparisons" in text
     assert "Lookback Lens (in-domain) 0.85-0.91" in text
-
-
-def test_placement_shares_sum_to_the_auroc_by_hand():
-    # wrong answers score 0.9 and 0.4, right ones 0.5 and 0.1: of the 4 (wrong, right) pairs, 3 are ordered -> 0.75.
-    labels, scores = np.array([1, 1, 0, 0]), np.array([0.9, 0.4, 0.5, 0.1])
-    groups, shares = es.placement_contributions(labels, scores, np.array(["a", "b", "a", "b"]))
-    # wrong 0.9 outscores both right answers (1/(2*2) each... placement 1 -> 1/4), wrong 0.4 one of two (1/8);
-    # right 0.5 is outscored by one wrong (1/8), right 0.1 by both (1/4)
-    assert groups.tolist() == ["a", "b"] and shares.tolist() == pytest.approx([0.25 + 0.125, 0.125 + 0.25])
-    assert shares.sum() == pytest.approx(es.auroc(labels, scores)) == pytest.approx(0.75)
 
 
 def test_answer_in_context_string_match_by_hand():
@@ -190,12 +180,6 @@ def test_comparisons_leave_untestable_and_too_easy_scopes_out_of_holm():
     assert "Primary comparison (declared): pooled, the context-only dynamic-head features beat the answer-in-context" in text
 
 
-def test_folds_need_both_classes():
-    with pytest.raises(ValueError, match="2 right and 2 wrong"):
-        es.folds(np.array([0, 0, 0, 1]), 5, 0)
-    assert len(es.folds(np.array([0, 1] * 3), 5, 0)) == 3  # capped by the smaller class
-
-
 @pytest.mark.parametrize("bad, match", [({"niah_settings": ["prose"]}, "haystack:context_tokens"),
                                         ({"niah_settings": [], "n_hotpot": 0}, "No data"),
                                         ({"n_folds": 1}, "n_folds"), ({"hotpot_setting": "x"}, "hotpot_setting")])
@@ -204,26 +188,18 @@ def test_config_rejects_bad_parameters(bad, match):
         es.ErrorSignalConfig(**bad)
 
 
-def test_auroc_equals_scikit_learn_with_ties():
-    from sklearn.metrics import roc_auc_score
-
-    rng = np.random.default_rng(3)
-    labels = rng.integers(0, 2, 200)
-    scores = np.round(rng.normal(labels * 0.5, 1.0), 1)  # rounded: many ties
-    assert es.auroc(labels, scores) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
-    assert np.isnan(es.auroc(np.zeros(5), np.arange(5)))
-
-
 def test_fold_fitting_never_sees_the_test_answers_and_groups_stay_together(monkeypatch):
     traces, labels = _planted(40, seed=2)
     for i, t in enumerate(traces):
         t.meta["seed"] = i // 2  # pairs of answers share a sample seed (as NIAH settings do)
     fitted = []
-    real = es.static_heads
-    monkeypatch.setattr(es, "static_heads",
+    from dynheads_tl.claims.error_signal import features
+
+    real = features.static_heads
+    monkeypatch.setattr(features, "static_heads",
                         lambda fit, k, **kw: fitted.append({id(t) for t in fit}) or real(fit, k, **kw))
     groups = es.answer_groups(traces)
-    splits = es.folds(labels, 4, 0, groups=groups)
+    splits = folds(labels, 4, 0, groups=groups)
     for train, test in splits:
         assert not set(groups[train]) & set(groups[test])  # a pair is never split across train and test
     es.out_of_fold_scores(traces, labels, static_k=2, n_folds=4, seed=0)

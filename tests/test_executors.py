@@ -1,9 +1,11 @@
 """Executors (units computed locally or on a Ray cluster), the device / dtype / backend parameters, and the Ray
-backend against the local one on the embedded model, with a worker killed mid-run.
+backend against the local one on the embedded model: a notebook's ``backend="ray"`` reaching a Ray executor, notebook
+02's ablation units (each kind of selector, progressive masking, teacher forcing, Eq. 1 and Eq. 2) and traced
+samples with a worker killed mid-run, each equal to the local backend's results.
 
-The notebook-level comparison (the smoke preset of notebooks 01 and 02 on a two-worker local cluster against the
-local backend: traces, and ablation runs of the grid and progressive masking) is in tests/test_notebooks.py,
-beside the local runs it reuses."""
+Two of the four kinds of units are run on Ray here: traces (every notebook that traces goes through them) and
+ablation runs (notebook 02). Notebook 04's RAG answers and notebook 06's retention samples go through the same
+executor interface (:func:`dynheads_tl.executors.compute_missing`) but are not run on Ray by the tests."""
 from __future__ import annotations
 
 import sys
@@ -70,9 +72,10 @@ def test_auto_means_cuda_with_bfloat16_on_a_gpu_and_cpu_with_float32_otherwise()
 
 
 def test_every_unit_notebook_takes_the_backend_and_every_notebook_the_device():
-    from dynheads_tl.report.runner import NOTEBOOK_CONFIGS, config_class
+    from dynheads_tl.claims import all_claims
+    from dynheads_tl.report.runner import config_class
 
-    for stem in NOTEBOOK_CONFIGS:
+    for stem in [claim.notebook for claim in all_claims()]:
         fields = set(config_class(stem).__dataclass_fields__)
         assert {"device", "dtype"} <= fields, stem
         if stem != "00_inspect_attention":  # one traced sample, no units
@@ -119,8 +122,15 @@ def test_memory_per_unit_is_computed_from_the_config():
 
 
 # --- Ray on the embedded model ------------------------------------------------------------------------------
+# One two-worker local cluster for the module (its actors load the model once); each test makes it the current
+# executor with monkeypatch, which puts the previous one back without closing the pool (use_executor would close it).
 
-ray = pytest.importorskip("ray")
+try:
+    import ray
+except ImportError:  # the tests above still run; these skip
+    ray = None
+
+needs_ray = pytest.mark.skipif(ray is None, reason='Ray is not installed (pip install -e ".[ray]")')
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +143,11 @@ def ray_executor(embedded_model):
     yield executor
     executor.close()
     use_executor(LocalExecutor())
+
+
+def _make_current(monkeypatch, executor):
+    """``executor`` is the current one until the test ends; the previous one comes back then, and neither is closed."""
+    monkeypatch.setattr(executors, "_CURRENT", executor)
 
 
 class _one_thread:
@@ -162,14 +177,36 @@ def _same_traces(a, b):
         torch.testing.assert_close(x.hidden, y.hidden, atol=1e-6, rtol=1e-6)
 
 
-def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model):
+def _same_frames(local, remote, name):
+    """The same rows and columns; a column whose cells are all numbers or missing matches to 1e-6 with its missing
+    cells in the same places, any other column exactly (responses, head sets)."""
+    import pandas as pd
+
+    assert list(local.columns) == list(remote.columns) and local.shape == remote.shape, name
+    assert len(local), f"{name}: no rows to compare"
+    for column in local.columns:
+        a, b = local[column], remote[column]
+        x, y = (pd.to_numeric(c, errors="coerce").astype(float) for c in (a, b))
+        if (a.isna() | x.notna()).all() and (b.isna() | y.notna()).all() and x.notna().any():
+            assert x.isna().equals(y.isna()), f"{name}: {column} (missing cells)"
+            assert not ((x - y).abs() > 1e-6).any(), f"{name}: {column}"
+        else:
+            assert a.astype(str).tolist() == b.astype(str).tolist(), f"{name}: {column}"
+
+
+@needs_ray
+def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model, tmp_path):
     """Workers whose model is not the driver's are refused, and stopped: a second call starts a new pool and refuses
-    it again, so nothing is ever computed (and cached under the driver's fingerprint) by the wrong model."""
+    it again, so nothing is ever computed (and cached under the driver's fingerprint) by the wrong model. The
+    workers load a tiny random model (one worker: each call starts one)."""
+    from conftest import build_tiny_model
     from dynheads_tl.corpus import trace_units
+    from dynheads_tl.engine.models import model_fingerprint
     from dynheads_tl.engine.tracing import TraceConfig
 
-    executor = RayExecutor(ModelLoader("smollm2-135m-instruct", "cpu", "float32"), num_cpus=2,
-                           expected_fingerprint="not-this-model")
+    other = build_tiny_model("llama", tmp_path / "other")
+    executor = RayExecutor(ModelLoader(str(other), "cpu", "float32"), num_cpus=2, actors=1,
+                           expected_fingerprint=model_fingerprint(embedded_model))
     try:
         for _ in range(2):
             with pytest.raises(RuntimeError, match="is not the driver's model"):
@@ -180,6 +217,97 @@ def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model
         executor.close()
 
 
+@needs_ray
+def test_a_notebook_asking_for_ray_hands_its_units_to_ray_workers_with_its_model(embedded_model, monkeypatch):
+    """``backend="ray"`` in a notebook's parameters: ``config.start()`` (which every unit notebook calls) makes a Ray
+    executor current whose actors load the notebook's model with its device and dtype, and must match the driver's
+    fingerprint. Nothing starts until a unit is computed (the tests below compute units on such an executor)."""
+    from dynheads_tl.engine.models import model_fingerprint
+    from dynheads_tl.claims import all_claims
+    from dynheads_tl.report.runner import config_class, notebook_dir
+
+    _make_current(monkeypatch, LocalExecutor())
+    unit_notebooks = [claim.notebook for claim in all_claims() if "backend" in config_class(claim.notebook).__dataclass_fields__]
+    assert len(unit_notebooks) == 6
+    for stem in unit_notebooks:
+        assert "lm = config.start()" in (notebook_dir() / f"{stem}.ipynb").read_text(), stem
+        cls = config_class(stem)
+        monkeypatch.setattr(cls, "load_model", lambda self: embedded_model)  # the driver's model, not a new load
+        config = cls(backend="ray", device="cpu", dtype="float32")
+        assert config.start() is embedded_model
+        executor = executors.current_executor()
+        assert isinstance(executor, RayExecutor) and executor.actors == [], stem
+        assert (executor.load.name, executor.load.device, executor.load.dtype) == (config.model, "cpu", "float32")
+        assert executor.expected_fingerprint == model_fingerprint(embedded_model) and executor.address == ""
+        executor.close()
+
+
+@needs_ray
+def test_ray_ablation_runs_equal_local_runs(embedded_model, ray_executor, monkeypatch):
+    """Notebook 02's units on two workers: a NIAH grid cell under a condition of each kind of selector (two batches,
+    which may come back in either order), progressive masking with k = 0 and 5, and a HotpotQA cell under Eq. 2's
+    chance rule, generated and teacher-forced. Every row equals the local backend's, with one torch thread on both
+    sides: responses and masked heads exactly, numbers to 1e-6."""
+    from dynheads_tl.analysis.scoring import static_top_k
+    from dynheads_tl.claims.irreplaceability import GRID_CONDITIONS
+    from dynheads_tl.engine.equations import Eq2Rule
+    from dynheads_tl.engine.tracing import TraceConfig
+    from dynheads_tl.protocols.ablation import AblationSetup, grid_experiment, progressive_experiment
+    from dynheads_tl.tasks import make_hotpot_samples
+
+    model = embedded_model
+    scores = torch.rand(model.cfg.n_layers, model.cfg.n_heads, generator=torch.Generator().manual_seed(5))
+    order = torch.argsort(scores.flatten(), descending=True, stable=True)
+
+    def setup(kind, threshold):
+        return AblationSetup(static_mask=static_top_k(scores, 4), static_top20=static_top_k(scores, 20), k=4,
+                             kind=kind, threshold=threshold, seed=3, static_order=order, query_order=order.flip(0))
+
+    [niah] = _niah(model, 1)
+    [hotpot] = make_hotpot_samples(model.tokenizer, n=1, seed=3, context_tokens=250, max_tokens=int(model.cfg.n_ctx))
+    niah_setup, hotpot_setup = setup("eq1", 0.1), setup("eq2", Eq2Rule("chance", 3.0))
+    niah_config, hotpot_config = TraceConfig(max_new_tokens=8), TraceConfig(max_new_tokens=4)
+
+    # A condition of each kind of selector (each reads another part of the setup on the worker).
+    conditions = ["none", "dynamic", "static", "static_matched", "query_matched", "random_matched", "random_nondynamic"]
+
+    def run():
+        grid = grid_experiment(model, [({"context": 300, "depth": 0.5, "run": 0}, niah)], niah_setup, niah_config,
+                               conditions=conditions, batch_size=4, teacher_forced=False)
+        progressive, new_heads = progressive_experiment(model, [niah], niah_setup, niah_config, [0, 5], batch_size=3)
+        hotpot_grid = grid_experiment(model, [({"context": 250, "depth": 0.5, "run": 0}, hotpot)], hotpot_setup,
+                                      hotpot_config, conditions=["none", "dynamic", "static"], batch_size=3,
+                                      teacher_forced=True)
+        return grid, progressive, new_heads, hotpot_grid
+
+    _make_current(monkeypatch, LocalExecutor())
+    with _one_thread():
+        local = run()
+    batches = []
+    original = ray_executor.map
+
+    def counting(model, compute, batches_, **kwargs):
+        batches.append((compute.__name__, len(batches_)))
+        yield from original(model, compute, batches_, **kwargs)
+
+    monkeypatch.setattr(ray_executor, "map", counting)
+    _make_current(monkeypatch, ray_executor)
+    remote = run()
+    # Every run went to the workers: 7 NIAH runs in batches of 4, the progressive sample's 3 runs, 3 generated and 3
+    # teacher-forced HotpotQA runs (teacher forcing feeds the whole gold continuation: the short HotpotQA answer).
+    assert batches == [("ablation_units", 2), ("ablation_units", 1), ("ablation_units", 2)]
+    grid, progressive, new_heads, hotpot_grid = local
+    assert list(grid["condition"]) == conditions and set(conditions) <= set(GRID_CONDITIONS)
+    assert (grid.set_index("condition").loc["dynamic", "heads_ever_masked"] != ""), "D_t is masked: the runs differ"
+    assert (progressive["k"] == 5).any() and (progressive["heads_ever_masked"] != "").any()
+    assert (hotpot_grid["tf_steps"] > 0).all(), "the HotpotQA runs were teacher-forced too"
+    _same_frames(grid, remote[0], "NIAH grid")
+    _same_frames(progressive, remote[1], "progressive")
+    assert torch.equal(new_heads, remote[2])
+    _same_frames(hotpot_grid, remote[3], "HotpotQA grid")
+
+
+@needs_ray
 def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_model, ray_executor, tmp_path,
                                                                     monkeypatch):
     """Four traced samples, one per batch, on two workers; one worker is killed while it traces. The lost batch is
@@ -189,7 +317,7 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
     from dynheads_tl.engine.tracing import TraceConfig
 
     samples, config = _niah(embedded_model, 4), TraceConfig(max_new_tokens=12)
-    use_executor(LocalExecutor())
+    _make_current(monkeypatch, LocalExecutor())
     with _one_thread():
         local = collect_traces(embedded_model, samples, config, {"test": "local"}, use_cache=False)
 
@@ -208,15 +336,16 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
             time.sleep(0.05)
 
     killer = threading.Thread(target=kill_one_mid_batch, daemon=True)
-    use_executor(ray_executor)
+    retried = ray_executor.retried
+    _make_current(monkeypatch, ray_executor)
     killer.start()
     remote = collect_traces(embedded_model, samples, config, {"test": "ray"}, use_cache=True)
     killer.join(timeout=5)
-    use_executor(LocalExecutor())
     assert killed, "no worker was killed while it had a batch"
-    assert ray_executor.retried >= 1
+    assert ray_executor.retried >= retried + 1
     _same_traces(local, remote)
     # Written by the driver, one entry per sample, and read back from there on the next call.
     assert len(list(tmp_path.glob("traces/*.pt"))) == len(samples)
+    _make_current(monkeypatch, LocalExecutor())
     again = collect_traces(embedded_model, samples, config, {"test": "ray"}, use_cache=True)
     _same_traces(remote, again)

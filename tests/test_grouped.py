@@ -14,7 +14,8 @@ from dynheads_tl import TraceConfig
 from dynheads_tl.engine.grouped import (StaticKVCache, attention_path, choose_path, default_attention,
                                         grouped_unsupported, unfired_hooks)
 from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention, retain_heads
-from dynheads_tl.engine.tracing import BatchDecoder, trace_batch, trace_generation
+from dynheads_tl.engine.decoder import BatchDecoder
+from dynheads_tl.engine.tracing import trace_batch, trace_generation
 from dynheads_tl.tasks import make_niah_samples
 from conftest import build_tiny_model
 
@@ -262,7 +263,7 @@ def test_only_twin_prefilled_positions_are_shared(tiny_llama):
 def test_embedded_niah_batch_with_shared_prefixes_equals_todays_path(embedded_model):
     """Samples of one haystack share it up to their needles: shared prefill + grouped attention against the
     eager path without sharing (the computation before either existed)."""
-    from dynheads_tl.engine.tracing import prefix_sharing
+    from dynheads_tl.engine.decoder import prefix_sharing
 
     samples = make_niah_samples(embedded_model.tokenizer, n=3, context_tokens=240, seed=7, max_new_tokens=10)
     config = TraceConfig(max_new_tokens=10)

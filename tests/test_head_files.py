@@ -12,6 +12,7 @@ from dynheads_tl.analysis.head_files import (check_head_file, provenance_path, r
                                              wu_json, write_head_scores)
 from dynheads_tl.analysis.scoring import static_retrieval_per_sample, static_retrieval_scores
 from dynheads_tl.config import model_head_shape
+from factories import make_trace
 
 EMBEDDED = "smollm2-135m-instruct"
 
@@ -51,9 +52,7 @@ def test_csv_and_wu_json_give_the_same_scores(tmp_path):
 def test_suite_scores_written_and_read_back_give_the_same_static_set(tmp_path):
     # Hand-built traces of 2 layers x 2 heads: the per-sample terms, their file and the static score agree.
     prompt = torch.tensor([10, 11, 30, 31, 12])
-    traces = [Trace(tokens=torch.tensor([30, 31]), argmax_pos=torch.tensor(pos), support_score=torch.zeros(2, 2, 2),
-                    hidden=torch.zeros(2, 4), prompt_ids=prompt, evidence_spans=[(2, 4)], task="niah",
-                    answers=["abc"], response="abc")
+    traces = [make_trace([30, 31], pos, prompt_ids=prompt, evidence_spans=[(2, 4)], answers=["abc"], response="abc")
               for pos in ([[[2, 0], [0, 3]], [[3, 0], [0, 0]]], [[[0, 0], [2, 0]], [[0, 3], [0, 0]]])]
     per_sample = static_retrieval_per_sample(traces, rouge_filter=0.5)
     path = write_head_scores(tmp_path / "s.json", per_sample, {})
@@ -102,9 +101,8 @@ def test_a_matching_file_becomes_the_claims_static_set(tmp_path):
     config = DynamismConfig.from_params({"static_source": str(path)})
     torch.testing.assert_close(config.static_override(), scores)
     # One hand-built analysis trace; no calibration answer passes the filter, so only the file can give a static set.
-    trace = Trace(tokens=torch.tensor([5]), argmax_pos=torch.zeros(1, 30, 9, dtype=torch.long),
-                  support_score=torch.zeros(1, 30, 9), hidden=torch.zeros(1, 4), prompt_ids=torch.tensor([5, 6]),
-                  evidence_spans=[(0, 1)], task="niah", answers=["abc"], response="abc")
+    trace = make_trace([5], layers=30, heads=9, prompt_ids=[5, 6], evidence_spans=[(0, 1)], answers=["abc"],
+                       response="abc")
     failed = Trace(**{**trace.__dict__, "response": "no idea"})
     result = analyse_task("niah", [failed], [trace], config, seed=0)
     torch.testing.assert_close(result.static_scores, scores)

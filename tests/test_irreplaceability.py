@@ -14,7 +14,6 @@ from dynheads_tl.claims.irreplaceability import (GRID_CONDITIONS, TaskAblation, 
                                                  protocol_checks, summary_markdown)
 from dynheads_tl.protocols.ablation import AblationSetup
 from dynheads_tl.report import figures
-from dynheads_tl.report.index import _headline
 
 matplotlib.use("Agg")
 
@@ -141,16 +140,26 @@ def test_figures_show_n_and_which_panels_use_k():
     assert "n = 10 runs per condition" in fig._suptitle.get_text() and len(fig.axes) == 2
 
 
-def test_index_headline_quotes_intervals_for_new_runs_and_keeps_old_runs_as_they_were(tmp_path):
-    stem = tmp_path / "fig2_niah_masking"
-    _grid().to_csv(stem.with_suffix(".csv"), index=False)
-    text = _headline(stem)
+def test_index_row_quotes_intervals_and_its_status_reads_the_exact_tests(tmp_path):
+    """The claim's declared index row (Fig 2): the headline from the grid's CSV, the status from comparisons.csv."""
+    from dynheads_tl.claims.irreplaceability import CLAIM, comparison_table
+
+    item = next(i for i in CLAIM.items if i.item == "Fig 2")
+    _grid().to_csv(tmp_path / "fig2_niah_masking.csv", index=False)
+    text = item.headline(tmp_path)
     assert text.startswith("accuracy (Wilson 95%, n = 10 per condition): none 1.00 [0.72, 1.00], dynamic 0.00 [0.00, 0.28]")
     assert "teacher-forced gold log-prob drop" in text and "dynamic nonstatic" in text
     old = _grid().drop(columns=[c for c in _grid().columns if c.startswith("tf_")])
-    old = old[old["condition"].isin(["none", "dynamic", "static", "static_matched", "random"])]
-    old.to_csv(stem.with_suffix(".csv"), index=False)
-    assert _headline(stem) == "none 1.00, dynamic 0.00, static 0.00, static matched 0.00, random 1.00 (accuracy)"
+    old.to_csv(tmp_path / "fig2_niah_masking.csv", index=False)  # a run without teacher forcing: no drops quoted
+    assert "teacher-forced" not in item.headline(tmp_path)
+    condition_summary(_result(_grid())).to_csv(tmp_path / "niah_conditions.csv", index=False)
+    comparison_table({"niah": _result(_grid())}).to_csv(tmp_path / "comparisons.csv", index=False)
+    # D_t hurts more than |D_t| random heads on every sample, but equals the top-|D_t| static heads: undetermined.
+    assert item.status(tmp_path).status == "undetermined"
+    grid = _grid()
+    grid.loc[grid["condition"] == "dynamic", "tf_drop"] += 0.5
+    comparison_table({"niah": _result(grid)}).to_csv(tmp_path / "comparisons.csv", index=False)
+    assert item.status(tmp_path).status == "reproduced"
 
 
 def test_defaults_fit_the_budget_and_grid_has_every_condition():
@@ -174,3 +183,50 @@ def test_query_baseline_verdict_says_whether_the_stronger_baseline_changes_the_r
     grid = _grid()
     grid = grid[grid["condition"] != "query_matched"]
     assert query_baseline_verdict(_result(grid)) == "NIAH: the query-focused baseline was not run."
+
+
+def test_comparison_table_tests_every_pair_with_holm_and_a_declared_primary():
+    """Issue #32: every paired comparison gets an exact sign test (scipy's binomial test on the differing samples),
+    Holm runs over the secondary comparisons that can reach 0.05 (untestable ones leave the family), the primary is
+    tested alone, and a free-generation ranking needs headroom."""
+    from scipy import stats
+
+    from dynheads_tl.analysis.statistics import holm_adjust
+    from dynheads_tl.claims.irreplaceability import PRIMARY, comparison_table, primary_verdict
+
+    table = comparison_table({"niah": _result(_grid())})
+    row = table[(table["a"] == "dynamic") & (table["b"] == "random_matched") & (table["metric"] == "accuracy")].iloc[0]
+    # 0/10 against 10/10: D_t's masking is worse on all 10 samples.
+    assert (row["a_worse"], row["b_worse"]) == (10, 0)
+    assert row["sign_p"] == pytest.approx(stats.binomtest(10, 10, 0.5).pvalue)
+    family = table[table["evaluable"] & ~table["primary"] & table["testable"]]
+    assert family["p_adjusted"].tolist() == pytest.approx(holm_adjust(family["sign_p"].tolist()))
+    untestable = table[~table["testable"]]
+    assert len(untestable) and untestable["p_adjusted"].isna().all() and not untestable["separated"].any()
+    primary = table[table["primary"]].iloc[0]
+    assert tuple(primary[["task", "a", "b", "metric"]]) == PRIMARY
+    assert primary["p_adjusted"] == primary["sign_p"] or primary["p_adjusted"] != primary["p_adjusted"]
+    assert row["separated"] and "D_t hurts more" not in primary_verdict(table).split(":")[0]
+    # Identical drops on every sample (dynamic vs static_matched): no difference claimed.
+    assert "**undetermined**" in primary_verdict(table)
+
+    # No headroom: with the unmasked accuracy at 0, accuracy comparisons are not ranked, drops still are.
+    grid = _grid()
+    grid.loc[grid["condition"] == "none", "accuracy"] = 0.0
+    flat = comparison_table({"niah": _result(grid)})
+    accuracy_rows = flat[flat["metric"] == "accuracy"]
+    assert not accuracy_rows["headroom"].any() and not accuracy_rows["separated"].any()
+    assert flat[flat["metric"] == "tf_drop"]["headroom"].all()
+    assert "not ranked: the unmasked run has no headroom" in matched_controls_verdict(_result(grid), flat)
+
+
+def test_primary_verdict_reproduced_when_d_t_hurts_more_on_enough_samples():
+    from dynheads_tl.claims.irreplaceability import comparison_table, primary_verdict
+
+    grid = _grid()
+    worse = grid["condition"] == "dynamic"
+    grid.loc[worse, "tf_drop"] = grid.loc[worse, "tf_drop"] + 0.5  # D_t now hurts more on every sample
+    text = primary_verdict(comparison_table({"niah": _result(grid)}))
+    assert "**reproduced**" in text and "D_t hurt more on 10, the static heads on 0" in text
+    grid.loc[worse, "tf_drop"] = grid.loc[worse, "tf_drop"] - 1.0  # now the static heads hurt more
+    assert "**not reproduced**" in primary_verdict(comparison_table({"niah": _result(grid)}))

@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pandas as pd
 import pytest
 
-from dynheads_tl.report.runner import PRESETS
+from dynheads_tl.report.runner import preset_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -38,37 +45,158 @@ def test_notebook_matches_its_jupytext_source(path):
     assert [(c.cell_type, c.source) for c in from_py.cells] == [(c.cell_type, c.source) for c in from_nb.cells]
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """``run(notebook, **parameters)``: the notebook's smoke preset with ``parameters`` through papermill, run once
-    per module (the Ray comparison below reuses the local runs of the tests before it); returns its figures folder.
+# --- the notebooks, run --------------------------------------------------------------------------------------
+# Each test below reads one notebook's run: the smoke preset (``dynheads report --preset smoke``) with the test's
+# smaller sizes on top (``SMOKE``: fewer samples and steps, every code path of the notebook kept), its outputs in a
+# temporary folder. The module starts every run its selected tests need at once, as subprocesses, as many at a
+# time as the machine has cores and each with its share of the torch threads: a notebook spends much of its time
+# in one-core Python (kernel start, imports, pandas, figures), which a second run fills.
 
-    The kernels run one torch thread, as each Ray actor does: results then match across backends to the last bit,
-    where different thread counts change float reductions (about 3e-6 on a log-probability)."""
-    import os
+SMOKE: dict[str, dict] = {
+    "00_inspect_attention": {"context_tokens": 120, "max_new_tokens": 16},
+    "01_dynamism": {},
+    "02_irreplaceability": {},
+    "03_correlation": {},
+    "04_dynamic_rag": {},
+    "05_error_signal": {},
+    "06_kv_retention": {},
+}
+# Longest first (seconds alone on 2 cores, measured), so that the last run to finish is a short one.
+EXPECTED_SECONDS = {"02_irreplaceability": 180, "01_dynamism": 125, "06_kv_retention": 80, "03_correlation": 55,
+                    "05_error_signal": 50, "04_dynamic_rag": 40, "00_inspect_attention": 20}
+_READS: dict[str, str] = {}  # test function -> the notebook it reads
 
-    done = {}
 
-    def run(notebook: str, **extra):
-        key = (notebook, tuple(sorted(extra.items())))
-        if key not in done:
-            saved = os.environ.get("OMP_NUM_THREADS")
-            os.environ["OMP_NUM_THREADS"] = "1"
-            try:
-                done[key] = _run(notebook, tmp_path_factory.mktemp(notebook), **extra)
-            finally:
-                if saved is None:
-                    os.environ.pop("OMP_NUM_THREADS", None)
+def reads(notebook: str):
+    """Mark a test as reading ``notebook``'s run (a ``notebook`` test, started with the module's other runs)."""
+    def mark(test):
+        _READS[test.__name__] = notebook
+        return pytest.mark.notebook(test)
+    return mark
+
+
+_PAPERMILL = """
+import json, sys
+import papermill
+args = json.loads(sys.argv[1])
+papermill.execute_notebook(args["input"], args["output"], parameters=args["parameters"], cwd=args["cwd"],
+                           kernel_name="python3", progress_bar=False)
+"""
+
+
+class SmokeRuns:
+    """The notebooks' runs as subprocesses (papermill, each in a new session), ``workers`` at a time, in the order
+    given; :meth:`result` waits for one and fails the test with the end of its log if it failed."""
+
+    def __init__(self, notebooks: list[str], base, workers: int):
+        self.queue = list(dict.fromkeys(notebooks))
+        self.workers = max(1, workers)
+        self.threads = max(1, (os.cpu_count() or 1) // self.workers)
+        self.base, self.running, self.done = base, {}, {}
+        self.changed = threading.Condition()
+        self.stopping = False
+        self.scheduler = threading.Thread(target=self._schedule, daemon=True)
+        self.scheduler.start()
+
+    def _start(self, notebook: str) -> None:
+        folder = self.base.mktemp(notebook)
+        executed = folder / f"{notebook}.ipynb"
+        parameters = {**preset_parameters("smoke", notebook), "use_cache": False, **SMOKE[notebook],
+                      "output_dir": str(folder / "figs")}
+        if notebook == "00_inspect_attention":
+            parameters.pop("use_cache")  # it has no cache
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        log = open(folder / "papermill.log", "wb")
+        args = {"input": str(ROOT / "notebooks" / f"{notebook}.ipynb"), "output": str(executed),
+                "parameters": parameters, "cwd": str(ROOT)}
+        process = subprocess.Popen([sys.executable, "-c", _PAPERMILL, json.dumps(args)], env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        self.running[notebook] = (process, time.time(), folder, executed)
+
+    def _schedule(self) -> None:
+        while True:
+            with self.changed:
+                if self.stopping:
+                    return
+                while self.queue and len(self.running) < self.workers:
+                    self._start(self.queue.pop(0))
+                for notebook, (process, started, folder, executed) in list(self.running.items()):
+                    if process.poll() is not None:
+                        del self.running[notebook]
+                        self.done[notebook] = SmokeRun(notebook, process.returncode, time.time() - started,
+                                                       folder / "figs" / notebook, executed, folder / "papermill.log")
+                        self.changed.notify_all()
+                if not self.queue and not self.running:
+                    self.changed.wait(1.0)  # idle until result() queues another run
                 else:
-                    os.environ["OMP_NUM_THREADS"] = saved
-        return done[key]
+                    self.changed.wait(0.2)
 
-    return run
+    def result(self, notebook: str) -> "SmokeRun":
+        with self.changed:
+            if notebook not in self.done and notebook not in self.running and notebook not in self.queue:
+                self.queue.append(notebook)
+                self.changed.notify_all()
+            while notebook not in self.done:
+                self.changed.wait(1.0)
+            run = self.done[notebook]
+        if run.returncode != 0:
+            log = run.log.read_text(errors="replace")
+            pytest.fail(f"{notebook} failed (exit {run.returncode}); end of its papermill log:\n{log[-6000:]}",
+                        pytrace=False)
+        return run
+
+    def stop(self) -> None:
+        """Interrupt the runs still going (an interrupted or failed session): papermill stops its kernel."""
+        with self.changed:
+            self.stopping, self.queue = True, []
+            self.changed.notify_all()
+            running = list(self.running.values())
+        for process, *_ in running:
+            try:
+                os.killpg(process.pid, signal.SIGINT)
+                process.wait(timeout=15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
-@pytest.mark.notebook
-def test_dynamism_notebook_runs_with_tiny_parameters(smoke_run):
-    folder = smoke_run("01_dynamism", use_cache=False)
+@dataclass
+class SmokeRun:
+    notebook: str
+    returncode: int
+    seconds: float
+    figures: Path  # the notebook's output folder (output_dir / notebook)
+    executed: Path  # the executed notebook
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def smoke(request, tmp_path_factory):
+    """``smoke(notebook)``: that notebook's finished run (:class:`SmokeRun`). The first call starts the runs of every
+    selected test of this module, longest first."""
+    selected = [_READS[item.function.__name__] for item in request.session.items
+                if getattr(item, "module", None) is request.module and getattr(item, "function", None) is not None
+                and item.function.__name__ in _READS]
+    order = sorted(dict.fromkeys(selected), key=lambda nb: -EXPECTED_SECONDS.get(nb, 0))
+    runs = None
+
+    def result(notebook: str) -> SmokeRun:
+        nonlocal runs
+        if runs is None:
+            runs = SmokeRuns(order, tmp_path_factory, workers=min(len(order) or 1, os.cpu_count() or 1))
+        return runs.result(notebook)
+
+    yield result
+    if runs is not None:
+        runs.stop()
+
+
+@reads("01_dynamism")
+def test_dynamism_notebook_runs_with_tiny_parameters(smoke):
+    folder = smoke("01_dynamism").figures
     for name in ("fig1_niah_heatmap", "fig5_hotpot_heatmap", "long_tail_niah", "long_tail_hotpot"):
         for ext in ("png", "pdf", "csv", "config.json"):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
@@ -125,21 +253,9 @@ def test_dynamism_notebook_runs_with_tiny_parameters(smoke_run):
         assert info["tokenizer_digest"] and info["chat_template_digest"] and info["libraries"]["transformers"]
 
 
-def _run(notebook, tmp_path, **extra):
-    import papermill
-
-    out = tmp_path / "figs"
-    papermill.execute_notebook(
-        str(ROOT / "notebooks" / f"{notebook}.ipynb"), str(tmp_path / f"{notebook}.ipynb"),
-        parameters={**PRESETS["smoke"][notebook], "output_dir": str(out), **extra},
-        cwd=str(ROOT), kernel_name="python3", progress_bar=False,
-    )
-    return out / notebook
-
-
-@pytest.mark.notebook
-def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke_run):
-    folder = smoke_run("02_irreplaceability", use_cache=False)
+@reads("02_irreplaceability")
+def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke):
+    folder = smoke("02_irreplaceability").figures
     for name in ("fig2_niah_masking", "fig3_niah_progressive", "fig6_hotpot_masking", "fig7_hotpot_progressive"):
         for ext in ("png", "pdf", "csv", "config.json"):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
@@ -174,41 +290,9 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke_run):
     assert hotpot["f1"].between(0, 1).all() and hotpot["em"].between(0, 1).all()
 
 
-def _same_tables(local: Path, remote: Path) -> int:
-    """``local`` and ``remote`` hold the same CSVs, with the same columns and rows: a column whose filled cells are
-    all numbers matches to 1e-6 with its blanks in the same places, any other column exactly. Returns how many
-    tables were compared."""
-    tables = sorted(p.relative_to(local) for p in local.rglob("*.csv"))
-    assert tables == sorted(p.relative_to(remote) for p in remote.rglob("*.csv"))
-    for table in tables:
-        a = pd.read_csv(local / table, keep_default_na=False)
-        b = pd.read_csv(remote / table, keep_default_na=False)
-        assert list(a.columns) == list(b.columns) and a.shape == b.shape, table.name
-        for column in a.columns:
-            x, y = (pd.to_numeric(t[column].replace("", float("nan")), errors="coerce").astype(float) for t in (a, b))
-            filled = a[column].astype(str) != ""
-            if x[filled].notna().all() and len(x[filled]):  # a numeric column, blanks allowed
-                assert (a[column].astype(str) == "").equals(b[column].astype(str) == ""), f"{table.name}: {column}"
-                assert not ((x - y).abs() > 1e-6).any(), f"{table.name}: {column}"
-            else:
-                assert a[column].astype(str).tolist() == b[column].astype(str).tolist(), f"{table.name}: {column}"
-    return len(tables)
-
-
-@pytest.mark.notebook
-@pytest.mark.parametrize("notebook", ["01_dynamism", "02_irreplaceability"])
-def test_the_ray_backend_reproduces_the_local_smoke_run(smoke_run, notebook):
-    """The smoke preset on a local Ray cluster (this machine's CPUs: two workers in CI) gives the local backend's
-    tables, with one torch thread on both sides: tokens, responses and head sets exactly, numbers to 1e-6."""
-    pytest.importorskip("ray")
-    local = smoke_run(notebook, use_cache=False)
-    remote = smoke_run(notebook, use_cache=False, backend="ray")
-    assert _same_tables(local, remote) >= 10
-
-
-@pytest.mark.notebook
-def test_correlation_notebook_runs_with_tiny_parameters(tmp_path):
-    folder = _run("03_correlation", tmp_path, use_cache=False)
+@reads("03_correlation")
+def test_correlation_notebook_runs_with_tiny_parameters(smoke):
+    folder = smoke("03_correlation").figures
     cca = pd.read_csv(folder / "fig4_niah_cca.csv")
     assert set(cca["control"]) == {"in-sample", "held-out", "shuffled", "shuffled, same step"}
     assert sorted(set(cca["k"])) == [0, 1, 2]
@@ -238,16 +322,10 @@ def test_correlation_notebook_runs_with_tiny_parameters(tmp_path):
     assert set(pd.read_csv(folder / "fig4_niah_cca_tests.csv")["b"]) == {"shuffled", "shuffled, same step"}
 
 
-@pytest.mark.notebook
-def test_inspect_notebook_renders_offline(tmp_path):
-    import papermill
-
-    out = tmp_path / "figs"
-    executed = tmp_path / "00.ipynb"
-    papermill.execute_notebook(str(ROOT / "notebooks" / "00_inspect_attention.ipynb"), str(executed),
-                               parameters={"context_tokens": 120, "max_new_tokens": 16, "output_dir": str(out)},
-                               cwd=str(ROOT), kernel_name="python3", progress_bar=False)
-    nb = nbformat.read(executed, as_version=4)
+@reads("00_inspect_attention")
+def test_inspect_notebook_renders_offline(smoke):
+    run = smoke("00_inspect_attention")
+    nb = nbformat.read(run.executed, as_version=4)
     html = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
             if "text/html" in o.get("data", {})]
     views = [h for h in html if "CircuitsVis.render" in h]
@@ -257,12 +335,12 @@ def test_inspect_notebook_renders_offline(tmp_path):
         assert len(view) > 500_000
         assert "«" in view or "\\u00ab" in view, "needle tokens are marked"
     for name in ("step_attention", "answer_heatmap"):
-        assert (out / "00_inspect_attention" / f"{name}.png").stat().st_size > 0
+        assert (run.figures / f"{name}.png").stat().st_size > 0
 
 
-@pytest.mark.notebook
-def test_rag_notebook_runs_with_tiny_parameters(tmp_path):
-    folder = _run("04_dynamic_rag", tmp_path, use_cache=False)
+@reads("04_dynamic_rag")
+def test_rag_notebook_runs_with_tiny_parameters(smoke):
+    folder = smoke("04_dynamic_rag").figures
     table = pd.read_csv(folder / "table4_rag.csv")
     assert list(table["strategy"]) == ["dynamic", "static", "none", "full"]
     assert table["em"].between(0, 1).all() and table["f1"].between(0, 1).all()
@@ -279,9 +357,10 @@ def test_rag_notebook_runs_with_tiny_parameters(tmp_path):
     assert len(rind) == 3 and {"rind_max", "wrong"} <= set(rind.columns)
 
 
-@pytest.mark.notebook
-def test_error_signal_notebook_runs_with_tiny_parameters(tmp_path):
-    folder = _run("05_error_signal", tmp_path, use_cache=False)
+@reads("05_error_signal")
+def test_error_signal_notebook_runs_with_tiny_parameters(smoke):
+    run = smoke("05_error_signal")
+    folder = run.figures
     answers = pd.read_csv(folder / "answers.csv")
     assert list(answers["n"]) == [5, 8] and (answers["low"] <= answers["error_rate"]).all()
     table = pd.read_csv(folder / "auroc.csv")
@@ -294,14 +373,16 @@ def test_error_signal_notebook_runs_with_tiny_parameters(tmp_path):
     assert comparisons["primary"].sum() == 1 and {"sign_p", "p_adjusted", "testable", "evaluable"} <= set(comparisons)
     assert pd.read_csv(folder / "answers.csv")["too_easy"].all()  # the smoke sizes hold fewer than 10 wrong answers
     assert (folder / "roc_transfer.png").stat().st_size > 0 and (folder / "transfer.csv").exists()
-    executed = (tmp_path / "05_error_signal.ipynb").read_text()
+    executed = run.executed.read_text()
     assert "Verdict." in executed and "Lookback Lens (in-domain) 0.85-0.91" in executed
     assert "to evaluate an error detector" in executed  # the smoke settings are too small to test on
 
 
-@pytest.mark.notebook
-def test_kv_retention_notebook_runs_with_tiny_parameters(tmp_path):
-    folder = _run("06_kv_retention", tmp_path, use_cache=False)
+@reads("06_kv_retention")
+def test_kv_retention_notebook_runs_with_tiny_parameters(smoke):
+    run = smoke("06_kv_retention")
+    folder = run.figures
+    executed = run.executed.read_text()
     table = pd.read_csv(folder / "retention.csv")
     assert list(table["strategy"][:2]) == ["full", "streaming"] and (table["n"] == 2).all()
     assert set(table["strategy"]) == {"full", "streaming", "static", "query_static", "predicted", "oracle", "random"}
@@ -313,8 +394,8 @@ def test_kv_retention_notebook_runs_with_tiny_parameters(tmp_path):
     memory = pd.read_csv(folder / "kv_memory_computed.csv")
     assert set(memory["model"]) == {"smollm2-135m-instruct", "Llama-3.1-8B"} and "GiB_at_128k" in memory
     assert (folder / "retention.png").stat().st_size > 0
-    assert "Verdict." in (tmp_path / "06_kv_retention.ipynb").read_text()
+    assert "Verdict." in executed
     # Issue #31: the query-focused static set beside Wu's, with its computed sentence
     query = pd.read_csv(folder / "predicted_vs_query_static.csv")
     assert set(query["budget"]) == {0.05, 0.25} and (query["n"] == 2).all()
-    assert "With the query-focused static set as the static baseline" in (tmp_path / "06_kv_retention.ipynb").read_text()
+    assert "With the query-focused static set as the static baseline" in executed

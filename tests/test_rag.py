@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from dynheads_tl.claims.rag_study import table4
+from dynheads_tl.claims.dynamic_rag import table4
 from dynheads_tl.protocols.rag import (
     HeadSelector, RagConfig, calibrate_rind_threshold, is_content_word, rag_generate, rind_scores, segment_attention,
     sentence_start, run_strategies, windows_from_positions, word_starts,
@@ -64,7 +64,7 @@ def test_holm_adjustment_on_a_known_case():
 
 
 def test_a_few_wins_among_ties_are_not_called_a_difference():
-    from dynheads_tl.claims.rag_study import comparison_table
+    from dynheads_tl.claims.dynamic_rag import comparison_table
 
     # 30 questions, 26 tied, 4 won by a: the bootstrap interval excludes 0 but a sign test gives p = 0.125
     table = comparison_table(_rows([1.0] * 4 + [0.5] * 26, [0.0] * 4 + [0.5] * 26)).set_index("a")
@@ -79,7 +79,7 @@ def test_a_few_wins_among_ties_are_not_called_a_difference():
 def test_the_verdict_ranks_nothing_without_headroom():
     import pandas as pd
 
-    from dynheads_tl.claims.rag_study import comparison_table, rag_verdict, table4
+    from dynheads_tl.claims.dynamic_rag import comparison_table, rag_verdict, table4
 
     rows = pd.concat([_rows([1.0] * 20 + [0.5] * 10, [0.0] * 20 + [0.5] * 10),
                       _rows([0.3] * 30, [0.2] * 30, a="full", b="none")], ignore_index=True)
@@ -93,7 +93,7 @@ def test_the_verdict_ranks_nothing_without_headroom():
 def test_the_verdict_states_the_primary_first_and_what_the_design_could_detect():
     import pandas as pd
 
-    from dynheads_tl.claims.rag_study import comparison_table, rag_verdict, table4
+    from dynheads_tl.claims.dynamic_rag import comparison_table, rag_verdict, table4
 
     rows = pd.concat([_rows([1.0] * 8 + [0.0] * 7 + [0.5] * 15, [0.0] * 8 + [1.0] * 7 + [0.5] * 15, a="dynamic",
                             b="dynamic_random"),
@@ -201,7 +201,7 @@ def _official_records(n: int) -> list[dict]:
 def test_an_official_format_file_feeds_every_split(embedded_model, tmp_path, setting, paragraphs):
     import json
 
-    from dynheads_tl.claims.rag_study import RagStudyConfig, split_samples
+    from dynheads_tl.claims.dynamic_rag import RagStudyConfig, split_samples
 
     records = _official_records(7)
     path = tmp_path / "dev_distractor.json"
@@ -428,7 +428,7 @@ def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(embedded_
 
 
 def test_a_trained_probe_is_named_by_its_weights():
-    from dynheads_tl.claims.rag_study import HeadProbe, RagStudyConfig, answers_cache_key
+    from dynheads_tl.claims.dynamic_rag import HeadProbe, RagStudyConfig, answers_cache_key
 
     torch.manual_seed(0)
     network = torch.nn.Linear(4, 6)

@@ -22,11 +22,12 @@ import pytest
 import torch
 
 from dynheads_tl import store
-from dynheads_tl.engine import models, preflight
-from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.engine import models, preflight, trace_data
+from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.executors import check_ray_address
 from dynheads_tl.report import cli
 from dynheads_tl.report import runner as report
+from factories import make_trace
 from test_runner import tiny_suite  # noqa: F401  (the one-cell notebook suite, a fixture)
 
 
@@ -196,22 +197,21 @@ def test_the_embedded_context_window_and_head_shape_are_read_without_converting(
 
 # --- the cache under faults ---------------------------------------------------------------------------
 def _trace() -> Trace:
-    return Trace(tokens=torch.tensor([5, 6]), argmax_pos=torch.zeros(2, 2, 4, dtype=torch.long),
-                 support_score=torch.zeros(2, 2, 4), hidden=torch.zeros(2, 8), prompt_ids=torch.arange(10),
-                 evidence_spans=[(2, 5)], task="niah", answers=["a"], response="a")
+    return make_trace([5, 6], heads=4, d_model=8, prompt_ids=torch.arange(10), evidence_spans=[(2, 5)], answers=["a"],
+                      response="a")
 
 
 def test_an_unreadable_trace_entry_is_named_set_aside_and_recomputed(tmp_path, monkeypatch, caplog):
     config = {"what": "unreadable"}
-    computed = store.cached_traces(config, lambda: [_trace()], root=tmp_path)
+    computed = trace_data.cached_traces(config, lambda: [_trace()], root=tmp_path)
     path = store.traces_path(config, tmp_path)
 
     def denied(p, *rest):
         raise PermissionError(13, "Permission denied", str(p))
 
-    monkeypatch.setattr(store, "load_traces", denied)
+    monkeypatch.setattr(trace_data, "load_traces", denied)
     with caplog.at_level(logging.WARNING, logger="dynheads_tl.store"):
-        again = store.cached_traces(config, lambda: computed, root=tmp_path)
+        again = trace_data.cached_traces(config, lambda: computed, root=tmp_path)
     assert len(again) == 1 and torch.equal(again[0].tokens, computed[0].tokens)
     [message] = [r.getMessage() for r in caplog.records]
     assert message.startswith(f"{store.HEAL_PREFIX}{path} is unreadable (permission denied)")
@@ -243,7 +243,7 @@ def test_a_heal_warning_drops_torchs_unsafe_advice(tmp_path, caplog):
     path = tmp_path / "old.pt"
     torch.save([{"when": time.struct_time((2026, 1, 1, 0, 0, 0, 0, 1, 0))}], path)  # refused by weights_only
     with pytest.raises(Exception) as raised:
-        store.load_traces(path)
+        trace_data.load_traces(path)
     with caplog.at_level(logging.WARNING, logger="dynheads_tl.store"):
         store.quarantine(path, raised.value.__cause__ or raised.value)
     [message] = [r.getMessage() for r in caplog.records]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dynheads_tl import load_traces
-from dynheads_tl.report.index import PAPER_ITEMS, build_index
+from dynheads_tl.report.index import build_index, index_items
 from dynheads_tl.report.runner import list_notebooks, run_report
 from conftest import build_tiny_model
 
@@ -51,15 +51,15 @@ def test_index_lists_every_item_and_only_what_exists(tmp_path):
     (tmp_path / "runs.json").write_text(json.dumps({"01_dynamism": {"model": "m", "preset": "smoke", "date": "2026-11-30",
                                                                     "minutes": 1.5, "parameters": {}}}))
     index = build_index(tmp_path).read_text()
-    for item, *_ in PAPER_ITEMS:
-        assert f"| {item} |" in index
+    for _, item in index_items():
+        assert f"| {item.item} |" in index
     table1 = next(line for line in index.splitlines() if line.startswith("| Table 1 |"))
     assert "Jaccard top-20 0.2500" in table1 and "40 of 270 ever active" in table1
     assert "Runs: m · preset smoke · 2026-11-30." in index  # model, preset and date once, above the table
     fig1 = next(line for line in index.splitlines() if line.startswith("| Fig 1 |"))
     assert "not produced" in fig1
     page = (tmp_path / "index.html").read_text()
-    assert "<table>" in page and page.count("not produced") == len(PAPER_ITEMS) - 1
+    assert "<table>" in page and page.count("not produced") == len(index_items()) - 1
     assert '<a href="01_dynamism/table1_niah.csv">csv</a>' in page and str(tmp_path) not in index + page
 
 
@@ -110,3 +110,21 @@ def test_killed_run_resumes_without_recomputing_and_matches(tmp_path):
         for name in ("tokens", "argmax_pos", "support_score", "hidden"):
             assert torch.equal(getattr(ta, name), getattr(tb, name))
     assert not list(traces_dir.glob("*.tmp*")), "no half-written file is left under a final name"
+
+
+def test_the_index_links_each_models_head_score_files_with_their_provenance(tmp_path):
+    """Issue #31: the report links the head-score files notebook 01 writes, per model, beside their provenance."""
+    heads = tmp_path / "01_dynamism" / "head_scores"
+    heads.mkdir(parents=True)
+    (heads / "tiny_static_wu.json").write_text(json.dumps({"0-0": [0.5]}))
+    (heads / "tiny_static_wu.provenance.json").write_text(json.dumps({"model": "tiny-model", "score": "Wu et al.",
+                                                                      "n": 4, "n_kept": 3}))
+    (heads / "other_dynamic_frequency.json").write_text(json.dumps({"0-0": [0.1]}))  # no provenance beside it
+    index = build_index(tmp_path).read_text()
+    assert "## Head-score files" in index
+    assert ("| tiny-model | Wu et al. | 3 | [01_dynamism/head_scores/tiny_static_wu.json]"
+            "(01_dynamism/head_scores/tiny_static_wu.json) | [provenance](01_dynamism/head_scores/"
+            "tiny_static_wu.provenance.json) |") in index
+    assert "other_dynamic_frequency.json) | – |" in index
+    page = (tmp_path / "index.html").read_text()
+    assert 'id="head-scores"' in page and 'href="01_dynamism/head_scores/tiny_static_wu.provenance.json"' in page

@@ -7,7 +7,7 @@ import torch
 
 from dynheads_tl.claims import kv_retention
 from dynheads_tl.protocols import retention as rt
-from dynheads_tl.protocols.ablation import StepView, two_pass_generation
+from dynheads_tl.protocols.stepwise import StepView
 
 
 def _view(step=0, retrieval=None, support=None, hidden=None):
@@ -62,7 +62,8 @@ def test_memory_arithmetic():
 
 def test_config_rejects_bad_parameters():
     for bad, match in (({"budgets": [0.0]}, "budgets"), ({"strategies": ["full"]}, "strategies"),
-                       ({"granularities": ["layer"]}, "granularities")):
+                       ({"granularities": ["layer"]}, "granularities"),
+                       ({"niah_setting": "filler"}, "must read 'haystack:context_tokens'")):
         with pytest.raises(ValueError, match=match):
             kv_retention.RetentionConfig(**bad)
 
@@ -94,17 +95,15 @@ def test_every_head_retained_is_the_full_cache_and_none_is_streaming(embedded_mo
     shape = (embedded_model.cfg.n_layers, embedded_model.cfg.n_heads)
     plain = trace_generation(embedded_model, sample, config)
     # An explicit all-heads set (not the selector's shortcut): the retained pass runs nothing restricted.
-    every = two_pass_generation(embedded_model, sample, lambda view: torch.ones(shape, dtype=torch.bool), config,
-                                keep_cache="masked", intervention="retain")
-    assert every.masked.tokens.tolist() == plain.tokens.tolist()
-    torch.testing.assert_close(every.masked.hidden, plain.hidden, atol=0, rtol=0)
-    none = two_pass_generation(embedded_model, sample, rt.retention_selector(None, 0), config, keep_cache="masked",
-                               intervention="retain")
+    every = rt.retain_generation(embedded_model, sample, lambda view: torch.ones(shape, dtype=torch.bool), config)
+    assert every.retained.tokens.tolist() == plain.tokens.tolist()
+    torch.testing.assert_close(every.retained.hidden, plain.hidden, atol=0, rtol=0)
+    none = rt.retain_generation(embedded_model, sample, rt.retention_selector(None, 0), config)
     reference = _streaming_reference(embedded_model, sample, config)
-    assert none.masked.tokens.tolist() == reference.tokens.tolist()
-    torch.testing.assert_close(none.masked.hidden, reference.hidden, atol=1e-5, rtol=1e-5)
-    assert none.masked.tokens.tolist() != plain.tokens.tolist()  # the needle is out of every head's reach
-    assert int(none.masked_heads.sum()) == 0 and bool(every.masked_heads.all())
+    assert none.retained.tokens.tolist() == reference.tokens.tolist()
+    torch.testing.assert_close(none.retained.hidden, reference.hidden, atol=1e-5, rtol=1e-5)
+    assert none.retained.tokens.tolist() != plain.tokens.tolist()  # the needle is out of every head's reach
+    assert int(none.retained_heads.sum()) == 0 and bool(every.retained_heads.all())
 
 
 def _rows(wins_at: dict[float, int], n: int = 12):
@@ -127,12 +126,35 @@ def test_predicted_beats_static_only_when_the_sign_test_agrees():
     rows = _rows({0.1: 4, 0.5: 11})
     table = kv_retention.summary(rows)
     comparisons = kv_retention.predicted_vs_static(rows).set_index("budget")
-    # 4 wins, no loss: the bootstrap interval excludes 0 but the sign test (p = 0.125) does not agree
+    # 4 wins, no loss: the bootstrap interval excludes 0, but no sign test on 4 differing samples can reach 0.05
+    # (its smallest p is 0.125), so the comparison leaves the Holm family (Tarone) and is never separated.
     assert comparisons.loc[0.1, "low"] > 0 and not comparisons.loc[0.1, "separated"]
-    assert comparisons.loc[0.5, "separated"] and comparisons.loc[0.5, "p_adjusted"] < 0.05
+    assert not comparisons.loc[0.1, "testable"] and comparisons.loc[0.1, "p_adjusted"] != comparisons.loc[0.1, "p_adjusted"]
+    # The family is the testable rest: accuracy at 50% (11 wins) and the log-probabilities at 50% (11 wins; the
+    # 10% log-probabilities differ on 4 samples only, so they leave too). Holm over two equal p-values doubles them.
+    from scipy import stats
+    p11 = stats.binomtest(11, 11, 0.5).pvalue
+    assert comparisons.loc[0.5, "p_adjusted"] == pytest.approx(2 * p11)
+    assert comparisons.loc[0.5, "logprob_p_adjusted"] == pytest.approx(2 * p11)
+    assert comparisons.loc[0.5, "separated"] and comparisons.loc[0.5, "logprob_separated"]
     text = kv_retention.verdict(table, kv_retention.predicted_vs_static(rows))
-    assert "query heads 10%: cannot be told apart" in text and "query heads 50%: beats" in text
+    assert "query heads 10%: accuracy cannot be told apart" in text
+    assert "untestable: 4 samples differ" in text
+    assert "query heads 50%: predicted beats static on accuracy" in text
+    assert "predicted keeps the gold answer more likely" in text
     assert "reaches 95% of the full cache's (point estimates) is predicted at no budget tried" in text
+
+
+def test_primary_comparison_averages_the_kv_budgets_per_sample_and_is_tested_alone():
+    rows = _rows({0.1: 4, 0.5: 11})
+    assert kv_retention.primary_comparison(rows) is None  # no KV-head budgets in these rows
+    assert "not run" in kv_retention.primary_verdict(None)
+    rows.loc[rows["granularity"] == "query", "granularity"] = "kv"
+    primary = kv_retention.primary_comparison(rows)
+    # Per sample: mean over the two budgets of (predicted − static): 1.0 for samples 0-3, 0.5 for 4-10, 0 for 11.
+    assert primary["n"] == 12 and primary["difference"] == pytest.approx((4 * 1.0 + 7 * 0.5) / 12)
+    assert (primary["predicted_better"], primary["static_better"]) == (11, 0)
+    assert primary["separated"] and "**supported**" in kv_retention.primary_verdict(primary)
 
 
 def test_retention_config_needs_a_visible_key():
@@ -145,7 +167,7 @@ def test_one_pass_equals_the_two_pass_retained_pass_batched_and_alone(embedded_m
     with different retained sets, left-padded in one batch, give what each gives alone; the probe's view holds
     the previous step's hidden state of the kept pass."""
     from dynheads_tl.engine.tracing import TraceConfig
-    from dynheads_tl.protocols.ablation import two_pass_batch
+    from dynheads_tl.protocols.two_pass import two_pass_batch
     from dynheads_tl.tasks import make_niah_samples
 
     samples = make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=[300, 380], seed=23, random_layout=True,
@@ -160,24 +182,23 @@ def test_one_pass_equals_the_two_pass_retained_pass_batched_and_alone(embedded_m
 
     selectors = [rt.retention_selector(rt.fixed_scores(torch.rand(shape, generator=torch.Generator().manual_seed(1))), 40),
                  rt.retention_selector(rt.predicted_scores(probe, torch.zeros(shape)), 40)]
-    protocol = dict(keep_cache="masked", intervention="retain")
-    batched = two_pass_batch(embedded_model, list(zip(samples, selectors)), config, clean_pass=False, **protocol)
+    batched = rt.retain_batch(embedded_model, list(zip(samples, selectors)), config, clean_pass=False)
     seen_batched = list(seen)
     for b, (sample, select) in enumerate(zip(samples, selectors)):
         seen.clear()
-        one = two_pass_batch(embedded_model, [(sample, select)], config, clean_pass=False, **protocol)[0]
+        one = rt.retain_batch(embedded_model, [(sample, select)], config, clean_pass=False)[0]
         seen_one = list(seen)
-        two = two_pass_batch(embedded_model, [(sample, select)], config, **protocol)[0]
-        assert one.masked.tokens.tolist() == two.masked.tokens.tolist() == batched[b].masked.tokens.tolist()
-        torch.testing.assert_close(one.masked.hidden, two.masked.hidden, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(one.masked.hidden, batched[b].masked.hidden, atol=1e-4, rtol=1e-4)
-        assert torch.equal(one.masked_heads, two.masked_heads)
+        two = rt.retain_batch(embedded_model, [(sample, select)], config)[0]
+        assert one.retained.tokens.tolist() == two.retained.tokens.tolist() == batched[b].retained.tokens.tolist()
+        torch.testing.assert_close(one.retained.hidden, two.retained.hidden, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(one.retained.hidden, batched[b].retained.hidden, atol=1e-4, rtol=1e-4)
+        assert torch.equal(one.retained_heads, two.retained_heads)
         if b == 1:  # the probe read the kept pass's hidden state of step t - 1 at step t
-            assert len(seen_one) == one.masked.n_steps - 1
+            assert len(seen_one) == one.retained.n_steps - 1
             for t, hidden in enumerate(seen_one, start=1):
-                torch.testing.assert_close(hidden, one.masked.hidden[t - 1], atol=0, rtol=0)
-    assert len(seen_batched) == batched[1].masked.n_steps - 1  # row 0's selector never calls the probe
-    with pytest.raises(ValueError, match="clean_pass=False"):
+                torch.testing.assert_close(hidden, one.retained.hidden[t - 1], atol=0, rtol=0)
+    assert len(seen_batched) == batched[1].retained.n_steps - 1  # row 0's selector never calls the probe
+    with pytest.raises(TypeError, match="clean_pass"):  # only retention may skip the clean pass
         two_pass_batch(embedded_model, [(samples[0], selectors[0])], config, clean_pass=False)
 
 
@@ -186,7 +207,7 @@ def test_samples_decoded_together_give_what_each_gives_alone(embedded_model):
     responses and accuracies are those of each sample run alone, and the log-probabilities agree to rounding."""
     import numpy as np
 
-    config = kv_retention.RetentionConfig(haystack="filler", context_tokens=200, max_new_tokens=12, n_samples=2,
+    config = kv_retention.RetentionConfig(niah_setting="filler:200", max_new_tokens=12, n_samples=2,
                                           budgets=[0.25], strategies=["static", "predicted"], granularities=["query"], batch_size=8,
                                           use_cache=False)
     samples = kv_retention.evaluation_samples(embedded_model, config)

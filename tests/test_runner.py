@@ -17,8 +17,11 @@ import pytest
 from dynheads_tl.report import cli
 from dynheads_tl.report import runner as report
 from dynheads_tl.config import NotebookConfig
-from dynheads_tl.report.runner import (NOTEBOOK_CONFIGS, PRESETS, config_class, default_output_dir, list_notebooks,
-                                notebook_parameters, run_report)
+from dynheads_tl import claims
+from dynheads_tl.report.runner import (config_class, default_output_dir, list_notebooks, notebook_parameters,
+                                       preset_names, run_report)
+
+STEMS = [claim.notebook for claim in claims.all_claims()]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +44,7 @@ def test_only_needs_an_exact_name_or_an_unambiguous_prefix():
         list_notebooks("99")
 
 
-@pytest.mark.parametrize("stem", sorted(NOTEBOOK_CONFIGS))
+@pytest.mark.parametrize("stem", STEMS)
 def test_each_notebook_declares_exactly_its_config_fields_with_the_same_defaults(stem):
     declared = {name: ast.literal_eval(text) for name, text in notebook_parameters(
         report.notebook_dir() / f"{stem}.ipynb").items()}
@@ -51,13 +54,39 @@ def test_each_notebook_declares_exactly_its_config_fields_with_the_same_defaults
     assert declared == defaults
 
 
-def test_every_notebook_has_a_registered_config_and_presets_name_real_parameters():
+def test_every_notebook_has_a_declared_claim_and_presets_name_real_parameters():
     stems = [nb.stem for nb in list_notebooks()]
-    assert sorted(stems) == sorted(NOTEBOOK_CONFIGS)
-    for preset in PRESETS.values():
-        for stem, parameters in preset.items():
-            fields = {f.name for f in dataclasses.fields(config_class(stem))}
-            assert set(parameters) <= fields, (stem, set(parameters) - fields)
+    assert stems == STEMS, "one claim per notebook, in notebook order"
+    assert set(preset_names()) >= {"default", "smoke", "paper"}
+    for claim in claims.all_claims():
+        assert claim.name == claim.notebook.partition("_")[2]
+        assert claim.config.__module__.startswith(f"dynheads_tl.claims.{claim.name}."), "the claim's folder holds its config"
+        for preset, parameters in claim.presets.items():
+            fields = {f.name for f in dataclasses.fields(claim.config)}
+            assert set(parameters) <= fields, (claim.notebook, preset, set(parameters) - fields)
+
+
+def test_seed_offsets_are_declared_once_and_never_shared():
+    """Each claim declares the seed offsets of its own splits (``CLAIM.seeds``); the shared ones are the corpus's.
+    No two splits may draw the same seeds."""
+    from dynheads_tl.corpus import SEED_OFFSETS
+
+    declared = [("corpus", name, value) for name, value in SEED_OFFSETS.items()]
+    declared += [(claim.notebook, name, value) for claim in claims.all_claims() for name, value in claim.seeds.items()]
+    names = [name for _, name, _ in declared]
+    values = [value for _, _, value in declared]
+    assert len(set(names)) == len(names) and len(set(values)) == len(values), declared
+
+
+def test_a_claim_declaration_is_checked_when_it_is_made():
+    from dynheads_tl.claim import Claim
+
+    with pytest.raises(ValueError, match="stem is NN_name"):
+        Claim(notebook="tiny", config=TinyConfig)
+    with pytest.raises(ValueError, match=r"preset 'smoke' sets \['nope'\], which TinyConfig does not have"):
+        Claim(notebook="01_tiny", config=TinyConfig, presets={"smoke": {"nope": 1}})
+    with pytest.raises(ValueError, match="default preset is the config's own defaults"):
+        Claim(notebook="01_tiny", config=TinyConfig, presets={"default": {"value": 2}})
 
 
 def test_impossible_values_and_missing_files_fail_before_any_notebook_starts(tmp_path):
@@ -105,15 +134,74 @@ def _tiny_notebook(folder: Path) -> Path:
     return path
 
 
+# A throwaway claim in a temporary package: its folder exports CLAIM, and one line in CLAIM_PACKAGES registers it.
+TINY_CLAIM = '''
+from dataclasses import dataclass
+from pathlib import Path
+
+from dynheads_tl.claim import Claim, Finding, PaperItem, Status
+from dynheads_tl.config import NotebookConfig
+
+
+@dataclass
+class TinyConfig(NotebookConfig):
+    fail: bool = False
+    value: int = 1
+    output_dir: str = "papers_figures"
+
+    def __post_init__(self):
+        if self.value < 0:
+            raise ValueError(f"Parameter 'value' must be >= 0, got {self.value!r}.")
+
+
+def headline(folder: Path) -> str:
+    return f"value {(folder / 'value.txt').read_text()}"
+
+
+def status(folder: Path) -> Status:
+    """Supported when the value written is above 5."""
+    value = int((folder / "value.txt").read_text())
+    return Status("supported" if value > 5 else "not supported", f"value {value}; n = 1")
+
+
+CLAIM = Claim(notebook="01_tiny", config=TinyConfig, title="Tiny claim", presets={"smoke": {"value": 3}},
+              items=(PaperItem("Beyond 9", "a tiny measurement", "not in the paper", "value", 99, headline, status),),
+              findings=(Finding("Tiny finding", "print(value)", r"."),), seeds={"tiny": 987_654})
+'''
+
+
 @pytest.fixture
 def tiny_suite(tmp_path, monkeypatch):
     notebooks = tmp_path / "notebooks"
     _tiny_notebook(notebooks)
+    package = tmp_path / "packages" / "tinyclaim"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(TINY_CLAIM)
+    monkeypatch.syspath_prepend(str(tmp_path / "packages"))
     monkeypatch.setattr(report, "notebook_dir", lambda: notebooks)
-    monkeypatch.setitem(report.NOTEBOOK_CONFIGS, "01_tiny", f"{__name__}:TinyConfig")
+    monkeypatch.setattr(claims, "CLAIM_PACKAGES", ["tinyclaim"])
     work = tmp_path / "work"
     work.mkdir()
     return work
+
+
+def test_a_new_claim_is_one_folder_and_one_line_and_the_report_reads_it(tiny_suite):
+    """Issue #29: a throwaway claim in a temporary package is validated, run, indexed and given a status through
+    its declaration alone: no table in the report layer names it."""
+    work = tiny_suite
+    with pytest.raises(ValueError, match="01_tiny: Parameter 'value' must be >= 0"):
+        run_report(only="01_tiny", overrides={"value": -1}, cwd=work, show_cells=False)
+    run_report(only="01_tiny", preset="smoke", cwd=work, show_cells=False)
+    out = work / "runs" / "smoke"
+    assert (out / "01_tiny" / "value.txt").read_text() == "3", "the claim's smoke preset was applied"
+    index = (out / "README.md").read_text()
+    row = next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
+    assert "a tiny measurement" in row and "value 3" in row and "not supported" in row
+    page = (out / "executed" / "01_tiny.html").read_text()
+    assert "01 · Tiny claim" in page, "the site titles the page from the claim"
+    run_report(only="01_tiny", overrides={"value": 7}, cwd=work, show_cells=False)
+    index = (work / "runs" / "default" / "README.md").read_text()
+    assert "| supported |" in next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
 
 
 def test_a_failed_run_keeps_the_finished_notebook_and_records_relative_paths(tiny_suite):

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from dynheads_tl import Trace
+from factories import make_trace
 from dynheads_tl.analysis.scoring import (
     activation_frequency, calibrate_chance_factor, distinct_heads_curve, dynamic_sets, dynamism_metrics, eq2_rule_curve,
     jaccard, static_retrieval_scores, static_top_k,
@@ -17,14 +17,8 @@ from dynheads_tl.tasks.metrics import rouge1_recall, rouge_l
 
 def hand_trace(argmax_pos, tokens, prompt_ids, span, response="the magic word is abc", scores=None,
                answer="abc"):
-    argmax_pos = torch.tensor(argmax_pos)
-    steps, layers, heads = argmax_pos.shape
-    return Trace(
-        tokens=torch.tensor(tokens), argmax_pos=argmax_pos,
-        support_score=torch.zeros(steps, layers, heads) if scores is None else torch.tensor(scores),
-        hidden=torch.zeros(steps, 4), prompt_ids=torch.tensor(prompt_ids), evidence_spans=[span],
-        task="niah", answers=[answer], response=response, meta={"needle_text": f"the magic word is {answer}"},
-    )
+    return make_trace(tokens, argmax_pos, scores, prompt_ids=prompt_ids, evidence_spans=[span], answers=[answer],
+                      response=response, meta={"needle_text": f"the magic word is {answer}"})
 
 
 # prompt: positions 0..7, needle span [3, 6) holds tokens 30, 31, 32

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from dynheads_tl.report import site
+from dynheads_tl.report import findings, site
 from dynheads_tl.report.status import item_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,9 +22,9 @@ README = ROOT / "README.md"
 def test_readme_findings_are_the_committed_reports_verdicts():
     """The block between the README's markers is exactly what the executed notebooks' verdict outputs give
     (refresh it with `python -m dynheads_tl.report.site papers_figures --readme README.md`)."""
-    expected = site.findings_markdown(COMMITTED)
-    assert len(expected.splitlines()) == len(site.FINDINGS) + 1, "every declared finding was found, and the statuses"
-    assert site.readme_findings(README.read_text()) == expected
+    expected = findings.findings_markdown(COMMITTED)
+    assert len(expected.splitlines()) == len(findings.declared_findings()) + 1, "every declared finding was found, and the statuses"
+    assert findings.readme_findings(README.read_text()) == expected
 
 
 def test_readme_is_a_front_door():
@@ -34,7 +34,7 @@ def test_readme_is_a_front_door():
         assert command in text
     assert "https://arxiv.org/abs/2602.11162" in text
     # No hand-typed result numbers: outside the findings block (quoted by code) no interval and no 0.xx value.
-    outside = text.replace(site.readme_findings(text), "")
+    outside = text.replace(findings.readme_findings(text), "")
     assert not re.findall(r"\b0\.\d\d|\[[-−+]?\d+\.\d+, [-−+]?\d+\.\d+\]", outside)
 
 
@@ -186,9 +186,9 @@ def test_cca_status_reads_the_notebooks_corrected_tests(tmp_path, tests, status)
 
 
 def test_every_committed_item_has_a_computed_status():
-    from dynheads_tl.report.index import PAPER_ITEMS
+    from dynheads_tl.report.index import index_items
 
-    statuses = {item: item_status(COMMITTED, item) for item, *_ in PAPER_ITEMS}
+    statuses = {item.item: item_status(COMMITTED, item.item) for _, item in index_items()}
     assert not [item for item, s in statuses.items() if s.status == "see files"]
     for item, found in statuses.items():
         if found.status != "qualitative":
@@ -233,3 +233,15 @@ def test_every_figure_and_table_of_the_committed_report_is_linked_from_the_index
     assert sorted(outputs - parser.links) == []
     index = (COMMITTED / "index.html").read_text(encoding="utf-8")
     assert "<th>status</th>" in index and site.PAPER_URL in index
+
+
+def test_a_declared_finding_missing_from_an_older_run_is_said_to_be_missing(tmp_path, monkeypatch):
+    """A run made before a claim declared a verdict quotes nothing for it, and says so, instead of dropping it."""
+    (tmp_path / "executed").mkdir()
+    nb = new_notebook(cells=[new_code_cell("print('an older cell')")])
+    nbformat.write(nb, tmp_path / "executed" / "06_kv_retention.ipynb")
+    monkeypatch.setattr(findings, "declared_findings",
+                        lambda: [("Beyond 2", "06_kv_retention", "kv_retention.primary_verdict", r"^Primary", 1)])
+    assert findings.findings(tmp_path) == [("Beyond 2", "executed/06_kv_retention.html",
+                                            ["not in this run: its executed notebook predates this verdict "
+                                             "(`kv_retention.primary_verdict`); the next run adds it."])]

@@ -9,7 +9,9 @@ import dynheads_tl
 from dynheads_tl import Trace, TraceConfig, trace_generation
 from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
-from dynheads_tl.engine.tracing import Decoder, Greedy, build_trace, decode
+from dynheads_tl.engine.decoder import Decoder
+from dynheads_tl.engine.recorder import build_trace
+from dynheads_tl.engine.tracing import Greedy, decode
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynheads_tl import Trace
+from factories import make_trace
 from dynheads_tl.tasks import check_haystack, make_niah_samples
 from dynheads_tl.tasks.wu_detect import (WU_DECODE_STEPS, load_wu_detection, newline_stop, truncate_at_newline,
                                          wu_needle_span)
@@ -79,10 +79,9 @@ def test_newline_stop_and_truncation_by_hand(tokenizer):
     assert newline_stop(tokenizer, ids) == newline + 1
     assert newline_stop(tokenizer, ids[:newline]) == newline
     steps = len(ids)
-    trace = Trace(tokens=torch.tensor(ids), argmax_pos=torch.arange(steps * 2).reshape(steps, 1, 2),
-                  support_score=torch.rand(steps, 1, 2), hidden=torch.rand(steps, 4), prompt_ids=torch.arange(5),
-                  evidence_spans=[(1, 3)], task="niah", answers=["yes"], response=tokenizer.decode(ids),
-                  token_logprob=torch.rand(steps))
+    trace = make_trace(ids, torch.arange(steps * 2).reshape(steps, 1, 2), torch.rand(steps, 1, 2),
+                       hidden=torch.rand(steps, 4), prompt_ids=torch.arange(5), evidence_spans=[(1, 3)], answers=["yes"],
+                       response=tokenizer.decode(ids), token_logprob=torch.rand(steps))
     cut = truncate_at_newline(trace, tokenizer)
     assert cut.n_steps == newline + 1 and cut.response == "yes it is\n"
     assert torch.equal(cut.argmax_pos, trace.argmax_pos[:newline + 1])

@@ -45,7 +45,8 @@ from sklearn.metrics import (average_precision_score, f1_score, mean_absolute_er
                              precision_recall_curve, precision_score, r2_score, recall_score)
 
 from dynheads_tl.analysis.statistics import grouped_splits, resampled_t_interval, resampled_t_test
-from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.engine.trace_data import Trace
+from dynheads_tl.tasks.common import mix_seed
 
 # What makes two NIAH samples the same layout: the needle's depth and the haystack window (the seed changes only
 # the UUID). HotpotQA samples are one question each (a file's records recur across seeds).
@@ -257,7 +258,7 @@ def cca_curve(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[
             pair_clusters = clusters[groups]
 
             def shuffled(same_step: bool):
-                part = lambda m, offset: shuffle_across_samples(y[m], groups[m], split_seed * 1000 + k + offset,
+                part = lambda m, offset: shuffle_across_samples(y[m], groups[m], mix_seed(split_seed, k + offset, 1000),
                                                                 same_step=same_step, clusters=pair_clusters[m])
                 fit = fit_cca(x[train], part(train, 0), **kwargs)
                 return cca_summary(_canonical_correlations(*fit.transform(x[test], part(test, 500)), signed=True))

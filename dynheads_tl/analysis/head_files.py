@@ -204,7 +204,7 @@ def write_head_scores(path: str | Path, scores: Tensor | Sequence[Tensor], info:
     """Write ``scores`` (one [layer, head] tensor, or one per sample) in Wu et al.'s JSON format at ``path``, and
     ``info`` (see :func:`provenance`) beside it (:func:`provenance_path`); both atomically. Overwrites, never
     appends (Wu's script appends a rerun's samples to an existing file)."""
-    from dynheads_tl.engine.tracing import atomic_write_text
+    from dynheads_tl.store import atomic_write_text
 
     path = Path(path)
     if path.suffix != ".json":

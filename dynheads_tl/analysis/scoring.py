@@ -18,7 +18,7 @@ from torch import Tensor
 
 from dynheads_tl.tasks.metrics import rouge1_recall
 from dynheads_tl.engine.equations import Eq2Rule
-from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.engine.trace_data import Trace
 
 DynamicKind = Literal["eq1", "eq2"]
 
@@ -129,10 +129,6 @@ def static_top_k(scores: Float[Tensor, "layer head"], k: int = 20) -> Bool[Tenso
     return mask.reshape(scores.shape)
 
 
-def heads_of(mask: Bool[Tensor, "layer head"]) -> list[tuple[int, int]]:
-    return [tuple(int(i) for i in idx) for idx in mask.nonzero()]
-
-
 def jaccard(a: Tensor, b: Tensor) -> float:
     """|a ∩ b| / |a ∪ b| of two boolean masks; NaN when both are empty."""
     a, b = a.bool().flatten(), b.bool().flatten()
@@ -236,9 +232,11 @@ SIZE_AWARE_METRICS = {
 }
 
 
-def size_aware_metrics(per_sample: Sequence[dict[str, float]], *, seed: int = 0) -> list[dict[str, float]]:
+def size_aware_metrics(per_sample: Sequence[dict[str, float]], *, seed: int = 0,
+                       clusters: Sequence | None = None) -> list[dict[str, float]]:
     """Each metric of :data:`SIZE_AWARE_METRICS` pooled over samples (a ratio of sums), with a percentile
-    bootstrap 95% interval that resamples samples; ``share_outside_static`` = 1 − ``share_inside_static``."""
+    bootstrap 95% interval that resamples samples, or whole ``clusters`` (one label per sample, e.g. its NIAH
+    layout; ``n_layouts`` then says how many); ``share_outside_static`` = 1 − ``share_inside_static``."""
     from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums
 
     if not per_sample:
@@ -246,12 +244,13 @@ def size_aware_metrics(per_sample: Sequence[dict[str, float]], *, seed: int = 0)
     rows = []
     for name, (numerator, denominator) in SIZE_AWARE_METRICS.items():
         values = np.array([[s[numerator], s[denominator]] for s in per_sample])
-        interval = bootstrap_interval(values, ratio_of_sums, seed=seed)
+        interval = bootstrap_interval(values, ratio_of_sums, seed=seed, clusters=clusters)
+        layouts = {"n_layouts": interval.clusters} if clusters is not None else {}
         rows.append({"metric": name, "value": interval.estimate, "low": interval.low, "high": interval.high,
-                     "n_samples": interval.n})
+                     "n_samples": interval.n, **layouts})
         if name == "share_inside_static":
             rows.append({"metric": "share_outside_static", "value": 1 - interval.estimate, "low": 1 - interval.high,
-                         "high": 1 - interval.low, "n_samples": interval.n})
+                         "high": 1 - interval.low, "n_samples": interval.n, **layouts})
     return rows
 
 

@@ -29,6 +29,8 @@ from typing import Literal
 
 import torch
 
+from dynheads_tl.store import cache_dir
+
 logger = logging.getLogger(__name__)
 
 EMBEDDED_MODELS: dict[str, dict[str, str]] = {
@@ -57,12 +59,6 @@ _CONVERSION_VERSION = "1"
 
 class ModelNotFoundError(ValueError):
     """A model name that is neither embedded, a paper alias, a local folder nor a hub id."""
-
-
-def cache_dir() -> Path:
-    """Where converted models live: ``$DYNHEADS_CACHE`` or ``~/.cache/dynheads_tl``."""
-    root = os.environ.get("DYNHEADS_CACHE") or Path.home() / ".cache" / "dynheads_tl"
-    return Path(root).expanduser()
 
 
 def valid_names() -> list[str]:

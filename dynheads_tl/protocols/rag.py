@@ -57,6 +57,7 @@ from dynheads_tl.engine.tracing import BatchLoop, StepPolicy, Trace, TraceConfig
 from dynheads_tl.executors import compute_missing
 from dynheads_tl.tasks.common import Sample
 from dynheads_tl.tasks.metrics import exact_match, token_f1
+from dynheads_tl.tasks.common import WIDE_STRIDE, mix_seed
 
 Strategy = Literal["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full"]
 STRATEGIES: tuple[str, ...] = ("dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full")
@@ -69,7 +70,7 @@ class RagConfig(Eq2Settings):
     top_k_positions: int = 4
     cluster_gap: int = 8
     window: int = 12
-    # None: the study calibrates it (rag_study.calibrate_rind); a strategy that retrieves needs a number (1.0 is
+    # None: the study calibrates it (dynamic_rag.calibrate_rind); a strategy that retrieves needs a number (1.0 is
     # the value of a word with its sentence's average attention and 1 nat of entropy).
     rind_threshold: float | None = None
     max_retrievals: int = 1
@@ -218,7 +219,7 @@ class HeadSelector:
         self.fixed: Tensor | None = None
 
     def new_sample(self, sample_seed: int) -> None:
-        self.generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + sample_seed)
+        self.generator = torch.Generator().manual_seed(mix_seed(self.config.seed, sample_seed, WIDE_STRIDE))
         self.fixed = self._random()
 
     def _random(self) -> Tensor:
@@ -270,7 +271,7 @@ class RagPolicy(StepPolicy):
     def __init__(self, model, sample: Sample, selector: HeadSelector, config: RagConfig):
         if config.rind_threshold is None and selector.strategy not in ("none", "full"):
             raise ValueError(f"RagConfig.rind_threshold is None: the {selector.strategy!r} strategy retrieves when RIND "
-                             "exceeds it, so it needs a number (rag_study.calibrate_rind calibrates one).")
+                             "exceeds it, so it needs a number (dynamic_rag.calibrate_rind calibrates one).")
         self.model, self.sample, self.selector, self.config = model, sample, selector, config
         self.strategy = selector.strategy
         self.device = next(model.parameters()).device

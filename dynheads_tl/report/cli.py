@@ -10,7 +10,7 @@ import sys
 
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
-from dynheads_tl.report.runner import PRESETS, run_report
+from dynheads_tl.report.runner import preset_names, run_report
 
 
 def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                     "notebooks (.ipynb and .html), runs.json and index.html. Every parameter is checked before "
                     "the first notebook starts; traces and ablation runs are cached under $DYNHEADS_CACHE, so "
                     "an interrupted run resumes where it stopped.")
-    p_report.add_argument("--preset", default="default", choices=sorted(PRESETS),
+    p_report.add_argument("--preset", default="default", choices=preset_names(),
                           help="parameter set: 'default' (the committed report's), 'smoke' (tiny, a few minutes), "
                                "'paper' (the paper's grids and Llama-3.1-8B, for a GPU); default: %(default)s")
     p_report.add_argument("--model", default=None,

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from dynheads_tl.engine.tracing import atomic_write_text
+from dynheads_tl.store import atomic_write_text
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None}  # byte-identical reruns
 
@@ -251,7 +251,7 @@ def controls_figure(summary: pd.DataFrame, metric: str, title: str):
 def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = None,
                residualised: pd.DataFrame | None = None):
     """Fig 4 / Fig 8: the first canonical correlation vs lag k, with controls and the in-sample top-10/50
-    means; with ``residualised`` (from ``predictability.residualised_summary``), the held-out curve after
+    means; with ``residualised`` (from ``correlation.residualised_summary``), the held-out curve after
     step and current token are regressed out, and its chance pairing, as means over splits with intervals."""
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
     value = "first" if "first" in curve else "leading"
@@ -290,7 +290,7 @@ def cca_figure(curve: pd.DataFrame, title: str, paper: Sequence[float] | None = 
 
 def cca_splits_figure(summary: pd.DataFrame, title: str, paper: Sequence[float] | None = None,
                       residualised: pd.DataFrame | None = None):
-    """Fig 4 / Fig 8 as means over splits by layout (``predictability.cca_table``'s summary): the first canonical
+    """Fig 4 / Fig 8 as means over splits by layout (``claims.correlation.cca_table``'s summary): the first canonical
     correlation vs lag k for the in-sample fit and the held-out fit and both shuffled controls (all fitted on the
     training layouts and scored on the held-out ones), each with its 95% interval; with ``residualised``, the
     held-out curve with step, tokens and depth regressed out and its chance pairing."""

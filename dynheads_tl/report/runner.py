@@ -12,14 +12,13 @@ moved into place only when it finishes, so a failed run never replaces a finishe
 failed copy is kept beside it as ``<notebook>.failed.ipynb`` for debugging.
 
 Validation. Before the first notebook starts, every notebook's parameters (its defaults, the preset's and
-the overrides) are built into its config class (:data:`NOTEBOOK_CONFIGS`), which checks every value and
+the overrides) are built into its config class (its claim's ``CLAIM.config``), which checks every value and
 every input file that can be checked without loading the model.
 """
 from __future__ import annotations
 
 import ast
 import datetime
-import importlib
 import json as _json
 import logging
 import os
@@ -29,11 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from dynheads_tl.engine.models import cache_dir
-from dynheads_tl.engine.tracing import atomic_write_text
 from dynheads_tl.report.index import read_runs, render_notebook_html
 from dynheads_tl.report.site import render_site
-from dynheads_tl.store import HEAL_PREFIX, check_cache_writable, check_writable_folder
+from dynheads_tl.store import HEAL_PREFIX, atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
 
 logger = logging.getLogger(__name__)
 
@@ -43,75 +40,24 @@ RUNS_DIR = Path("runs")  # every other run: runs/<preset>/ (git-ignored)
 # may differ from the local process's): a run that sets only these is still the preset's own run.
 EXECUTION_ONLY = {"backend", "ray_address"}
 
-# Each notebook's config class: the runner builds it from the parameters to check every value before
-# any notebook starts, and the notebook builds the same class in its first cell.
-NOTEBOOK_CONFIGS: dict[str, str] = {
-    "00_inspect_attention": "dynheads_tl.claims.inspect_attention:InspectConfig",
-    "01_dynamism": "dynheads_tl.claims.dynamism:DynamismConfig",
-    "02_irreplaceability": "dynheads_tl.claims.irreplaceability:IrreplaceabilityConfig",
-    "03_correlation": "dynheads_tl.claims.predictability:PredictabilityConfig",
-    "04_dynamic_rag": "dynheads_tl.claims.rag_study:RagStudyConfig",
-    "05_error_signal": "dynheads_tl.claims.error_signal:ErrorSignalConfig",
-    "06_kv_retention": "dynheads_tl.claims.kv_retention:RetentionConfig",
-}
+# Presets every claim may fill in: ``default`` is each config's own defaults, ``smoke`` the smallest run that takes
+# every code path (the tests' notebook runs), ``paper`` the paper's grid on its model. Each claim declares its own
+# overrides (``Claim.presets``); a claim may add a preset of its own.
+BUILTIN_PRESETS = ("default", "smoke", "paper")
 
-# Per-notebook parameter presets. "default" is each notebook's own parameters cell.
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "smoke": {
-        # max_new_tokens 32: the answer must be reproduced for Wu et al.'s ROUGE filter (> 0.5 recall of the
-        # UUID, about 25 tokens) to keep any calibration sample, so shorter answers leave no static heads.
-        "01_dynamism": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32,
-                        "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1], "setting_haystacks": ["prose"],
-                        "setting_contexts": [300], "n_setting": 3, "n_setting_calibration": 2},
-        "02_irreplaceability": {"niah_contexts": [300], "niah_depths": [0.2, 0.8], "hotpot_contexts": [250],
-                                "hotpot_depths": [0.5], "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 32,
-                                "hotpot_max_new_tokens": 8, "progressive_k_max": 10, "progressive_k_step": 5,
-                                "n_progressive": 1, "progressive_context": 300},
-        "03_correlation": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32,
-                           "n_hotpot": 4, "hotpot_max_new_tokens": 8, "seeds": [0, 1], "max_lag": 2,
-                           "probe_epochs": 5, "probe_hidden": [32], "lead_ks": [0, 2], "n_splits": 2},
-        "04_dynamic_rag": {"n_samples": 2, "n_rind_calibration": 3, "strategies": ["dynamic", "static", "none", "full"],
-                           "max_new_tokens": 8,
-                           "train_seeds": [0, 1], "n_hotpot_train": 4, "probe_hidden": [32], "probe_epochs": 5},
-        # the same NIAH setting as 01's smoke run (its cache), short answers; 2 folds need 2 wrong answers
-        "05_error_signal": {"niah_settings": ["prose:300"], "n_setting": 3, "n_setting_calibration": 2,
-                            "max_new_tokens": 32, "n_hotpot": 8, "hotpot_max_new_tokens": 8, "n_folds": 2},
-        # 01's smoke setting (prose 300), two samples, two budgets, every strategy
-        "06_kv_retention": {"haystack": "prose", "context_tokens": 300, "n_setting": 3, "n_setting_calibration": 2,
-                            "max_new_tokens": 32, "n_samples": 2, "budgets": [0.05, 0.25]},
-    },
-    "default": {},
-    "paper": {
-        "01_dynamism": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
-                        "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
-                        "setting_contexts": [5000, 20000], "n_setting": 100, "n_setting_calibration": 20},
-        "02_irreplaceability": {"model": "meta-llama/Llama-3.1-8B-Instruct",
-                                "niah_contexts": [5000, 10000, 20000, 30000, 40000, 50000],
-                                "niah_depths": [0.0, 0.25, 0.5, 0.75, 1.0],
-                                "hotpot_contexts": [250, 1000, 2000, 3000, 3750],
-                                "hotpot_depths": [0.05, 0.25, 0.5, 0.75, 0.95], "runs_per_cell": 5,
-                                "n_calibration": 100, "max_new_tokens": 64, "progressive_k_max": 70,
-                                "progressive_k_step": 5, "n_progressive": 20, "progressive_context": 20000,
-                                # KV cache of Llama-3.1-8B at 50k tokens: ~6.4 GB per row in bf16; the calibration
-                                # traces cycle through the contexts, so a batch is padded to the widest of them
-                                "batch_size": 4, "trace_batch_size": 4},
-        "03_correlation": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
-                           "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
-                           "probe_preset": "paper"},
-        # the paper's multi-hop setting, with windows sized for 10-paragraph contexts
-        "04_dynamic_rag": {"model": "meta-llama/Llama-3.1-8B-Instruct", "rag_setting": "multihop", "n_samples": 500,
-                           "n_rind_calibration": 100, "n_hotpot_train": 100, "window": 24, "top_k_positions": 8,
-                           "max_retrievals": 2,
-                           "max_new_tokens": 64, "probe_hidden": [8192, 4096, 4096], "probe_epochs": 100},
-        "05_error_signal": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_settings": ["prose:5000", "prose:20000"],
-                            "n_setting": 100, "n_setting_calibration": 20, "max_new_tokens": 64, "n_hotpot": 200,
-                            "hotpot_setting": "multihop"},
-        "06_kv_retention": {"model": "meta-llama/Llama-3.1-8B-Instruct", "context_tokens": 20000, "n_setting": 100,
-                            "n_setting_calibration": 20, "n_samples": 100, "max_new_tokens": 64,
-                            "budgets": [0.01, 0.02, 0.05, 0.1, 0.25, 0.5], "granularities": ["query", "kv"],
-                            "batch_size": 4},
-    },
-}
+
+def preset_names() -> list[str]:
+    """Every preset a run may name: the built-in ones and any a claim declares."""
+    from dynheads_tl.claims import all_claims
+
+    return sorted(set(BUILTIN_PRESETS) | {name for claim in all_claims() for name in claim.presets})
+
+
+def preset_parameters(preset: str, stem: str) -> dict[str, Any]:
+    """Notebook ``stem``'s parameter overrides in ``preset`` (its claim's declaration; empty: the defaults)."""
+    from dynheads_tl.claims import claim_for
+
+    return claim_for(stem).preset(preset)
 
 
 def notebook_dir() -> Path:
@@ -166,11 +112,10 @@ def _literal(text: str) -> Any:
 
 
 def config_class(stem: str):
-    """The config class registered for notebook ``stem`` (see :data:`NOTEBOOK_CONFIGS`)."""
-    if stem not in NOTEBOOK_CONFIGS:
-        raise ValueError(f"Notebook {stem!r} has no registered config class; add it to NOTEBOOK_CONFIGS.")
-    module, name = NOTEBOOK_CONFIGS[stem].split(":")
-    return getattr(importlib.import_module(module), name)
+    """The config class that notebook ``stem``'s claim declares (``Claim.config``)."""
+    from dynheads_tl.claims import claim_for
+
+    return claim_for(stem).config
 
 
 def validate_overrides(notebook: Path, parameters: dict[str, Any], declared: dict[str, Any] | None = None) -> None:
@@ -325,8 +270,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     """
     import papermill
 
-    if preset not in PRESETS:
-        raise ValueError(f"Unknown preset {preset!r}; presets are {sorted(PRESETS)}.")
+    if preset not in preset_names():
+        raise ValueError(f"Unknown preset {preset!r}; presets are {preset_names()}.")
     overrides = dict(overrides or {})
     if "output_dir" in overrides:
         asked = overrides.pop("output_dir")
@@ -355,7 +300,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
         raise ValueError(f"No notebook has the parameter(s) {sorted(unused)}; the parameters are {sorted(known)}.")
     plans = []
     for notebook in notebooks:
-        parameters = dict(PRESETS[preset].get(notebook.stem, {}))
+        parameters = preset_parameters(preset, notebook.stem)
         if model:
             parameters["model"] = model
         parameters.update({k: v for k, v in overrides.items() if k in declared[notebook]})

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from dynheads_tl.engine.tracing import atomic_write_text
+from dynheads_tl.store import atomic_write_text
 
 PAPER_URL = "https://arxiv.org/abs/2602.11162"
 PAPER_TITLE = "Retrieval Heads are Dynamic (arXiv 2602.11162)"
@@ -34,15 +34,14 @@ MAX_TABLE_ROWS = 15  # longer tables are cut to TABLE_ROWS_SHOWN rows, with the 
 TABLE_ROWS_SHOWN = 10
 LONG_PARAGRAPH = 300  # characters: a verdict paragraph longer than this becomes one bullet per sentence
 
-NOTEBOOK_TITLES = {
-    "00_inspect_attention": "00 · Inspecting attention",
-    "01_dynamism": "01 · Claim 1: dynamism",
-    "02_irreplaceability": "02 · Claim 2: irreplaceability",
-    "03_correlation": "03 · Claim 3: predictability",
-    "04_dynamic_rag": "04 · Case study: dynamic RAG",
-    "05_error_signal": "05 · Beyond: is the answer wrong?",
-    "06_kv_retention": "06 · Beyond: per-step KV retention",
-}
+def notebook_title(stem: str) -> str:
+    """The page title of notebook ``stem`` as its claim declares it (``"02 · Claim 2: irreplaceability"``)."""
+    from dynheads_tl.claims import claim_for
+
+    try:
+        return claim_for(stem).page_title
+    except ValueError:
+        return stem
 
 # --- TeX to MathML ---------------------------------------------------------------------------------
 
@@ -343,17 +342,17 @@ def notebook_order(output_dir: Path) -> list[str]:
 def _nav(stem: str, order: list[str], heads: list[Heading], meta: str) -> str:
     esc = _html.escape
     i = order.index(stem) if stem in order else -1
-    prev_link = (f'<a href="{esc(order[i - 1])}.html" rel="prev">← {esc(NOTEBOOK_TITLES.get(order[i - 1], order[i - 1]))}</a>'
+    prev_link = (f'<a href="{esc(order[i - 1])}.html" rel="prev">← {esc(notebook_title(order[i - 1]))}</a>'
                  if i > 0 else "")
-    next_link = (f'<a href="{esc(order[i + 1])}.html" rel="next">{esc(NOTEBOOK_TITLES.get(order[i + 1], order[i + 1]))} →</a>'
+    next_link = (f'<a href="{esc(order[i + 1])}.html" rel="next">{esc(notebook_title(order[i + 1]))} →</a>'
                  if 0 <= i < len(order) - 1 else "")
     contents = "".join(f'<li class="h{h.level}"><a href="#{esc(h.anchor)}">{h.html}</a></li>'
                        for h in heads if h.level >= 2) + '<li><a href="#all-outputs">All outputs of this notebook</a></li>'
-    pages = "".join(f'<li><a href="{esc(s)}.html">{esc(NOTEBOOK_TITLES.get(s, s))}</a></li>' for s in order if s != stem)
+    pages = "".join(f'<li><a href="{esc(s)}.html">{esc(notebook_title(s))}</a></li>' for s in order if s != stem)
     return (f'<nav class="site" aria-label="Report"><div class="top"><a href="../index.html">↑ The report (index)</a>'
             f'<a href="{PAPER_URL}">The paper</a></div>'
             f'<div class="top">{prev_link}{next_link}</div>'
-            f'<div><strong>{esc(NOTEBOOK_TITLES.get(stem, stem))}</strong>'
+            f'<div><strong>{esc(notebook_title(stem))}</strong>'
             + (f'<br><small>{esc(meta)}</small>' if meta else "") +
             f'</div><details open><summary>Contents</summary><ol>{contents}</ol>'
             f'<p><strong>Other notebooks</strong></p><ol>{pages}</ol></details></nav>'
@@ -380,7 +379,7 @@ def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: s
     prepared = prepare_notebook(notebook, output_dir, stem)
     exporter = HTMLExporter(template_name="lab")
     exporter.raw_template = _OFFLINE_TEMPLATE
-    page, _ = exporter.from_notebook_node(prepared, resources={"metadata": {"name": NOTEBOOK_TITLES.get(stem, stem)}})
+    page, _ = exporter.from_notebook_node(prepared, resources={"metadata": {"name": notebook_title(stem)}})
     remote = remote_resources(page)
     if remote:
         raise RuntimeError(f"The HTML rendering of {executed_ipynb.name} would load {remote} from the network; "
@@ -416,119 +415,6 @@ def page_sections(output_dir: Path, stem: str) -> dict[str, str]:
         return {}
     prepared = prepare_notebook(nbformat.read(ipynb, as_version=4), output_dir, stem)
     return file_sections(prepared, page.read_text(encoding="utf-8"), output_dir, stem)
-
-
-# --- the README's findings -------------------------------------------------------------------------
-
-# Per notebook: (label, verdict source) — the verdict is the text/markdown output of the first code cell
-# whose source calls that function; the sentences quoted are those naming a judgement.
-FINDINGS = [
-    ("Claim 1, dynamism", "01_dynamism", "size_aware_verdict", r"^So "),
-    ("Claim 1, soft dynamism", "01_dynamism", "soft_verdict", r"^So "),
-    ("Claim 2, irreplaceability", "02_irreplaceability", "matched_controls_verdict(niah)", r"masking D_t against masking"),
-    ("Claim 3, predictability", "03_correlation", "beyond_position_verdict", r"^The hidden state predicts"),
-    ("Case study, dynamic RAG", "04_dynamic_rag", "rag_verdict", r"^Dynamic \(probe\) (beats|and)"),
-    ("Beyond 1, is the answer wrong?", "05_error_signal", "error_signal.verdict", r"^Pooled, the context-only"),
-    ("Beyond 2, per-step KV retention", "06_kv_retention", "kv_retention.verdict", r"smallest budget"),
-]
-FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
-
-
-def _verdict_cell(notebook, function: str):
-    """The first code cell whose source calls ``function`` and that shows Markdown, or None."""
-    for cell in notebook.cells:
-        if cell.cell_type == "code" and function in cell.source:
-            if any(output.get("data", {}).get("text/markdown") for output in cell.get("outputs", [])):
-                return cell
-    return None
-
-
-def _verdict_text(notebook, function: str) -> str | None:
-    cell = _verdict_cell(notebook, function)
-    return next(o["data"]["text/markdown"] for o in cell.outputs if o.get("data", {}).get("text/markdown")) if cell else None
-
-
-def _verdict_anchor(notebook, function: str, page_path: Path) -> str:
-    """``#anchor`` of the heading above the verdict's cell in the rendered page, or "" when unknown."""
-    cell = _verdict_cell(notebook, function)
-    if cell is None or not cell.get("id") or not page_path.exists():
-        return ""
-    page = page_path.read_text(encoding="utf-8")
-    position = page.find(f'id="cell-id={cell.id}"')
-    above = [h for h in headings(page) if 0 <= h.position < position]
-    return f"#{above[-1].anchor}" if above else ""
-
-
-def _teacher_forced_clause(sentence: str) -> str:
-    """From a matched-controls sentence, its comparison and the teacher-forced verdict (the pre-declared
-    primary measure): "NIAH, masking D_t against …: <what the interval says>"."""
-    comparison = sentence.split(" (", 1)[0]
-    verdict = sentence.rsplit("):", 1)[-1].strip().rstrip(".")
-    return f"{comparison}, teacher-forced: {verdict}."
-
-
-def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
-    """[(label, notebook page with the verdict's section, sentences)] quoted from the executed notebooks'
-    computed verdicts (see FINDINGS)."""
-    import nbformat
-
-    output_dir = Path(output_dir)
-    out = []
-    for label, stem, function, pattern in FINDINGS:
-        path = output_dir / "executed" / f"{stem}.ipynb"
-        if not path.exists():
-            continue
-        notebook = nbformat.read(path, as_version=4)
-        text = _verdict_text(notebook, function)
-        if text is None:
-            continue
-        page = f"executed/{stem}.html" + _verdict_anchor(notebook, function, path.with_suffix(".html"))
-        chosen = []
-        for paragraph in re.split(r"\n\s*\n", text):
-            flat = re.sub(r"\*\*", "", " ".join(paragraph.split()))
-            lead = re.match(r"^([^:.]{2,30}): ", flat)  # "NIAH: …", "HotpotQA (synthetic): …"
-            picked = [s for s in sentences(flat) if re.search(pattern, s)]
-            chosen += [f"{lead.group(1)}: {s}" if lead and not s.startswith(lead.group(1)) else s for s in picked]
-        if stem == "02_irreplaceability":
-            chosen = [_teacher_forced_clause(s) for s in chosen][:2]
-        out.append((label, page, chosen[:2]))
-    return out
-
-
-def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
-    """The README's findings block (between its markers), from :func:`findings`."""
-    lines = []
-    from dynheads_tl.report.index import PAPER_ITEMS, _produced_files
-    from dynheads_tl.report.status import item_status
-
-    for label, page, chosen in findings(output_dir):
-        number = page.split("/")[1][:2]
-        lines.append(f"- **{label}** ([notebook {number}]({link_prefix}{page})): " + " ".join(chosen))
-    statuses = [f"{item} {item_status(output_dir, item).status}" for item, *_, stem, _ in PAPER_ITEMS
-                if _produced_files(Path(output_dir) / stem)]
-    if statuses:
-        lines.append(f"- **Status of each item** (computed from its CSV by `report/status.py`; "
-                     f"[the index]({link_prefix}index.html) has the numbers): " + "; ".join(statuses) + ".")
-    return "\n".join(lines)
-
-
-def update_readme(readme: Path, output_dir: Path, link_prefix: str = "papers_figures/") -> bool:
-    """Write :func:`findings_markdown` between the README's markers; True when the README changed."""
-    readme = Path(readme)
-    text = readme.read_text(encoding="utf-8")
-    if FINDINGS_START not in text or FINDINGS_END not in text:
-        raise ValueError(f"{readme} has no {FINDINGS_START} … {FINDINGS_END} block to fill.")
-    head, rest = text.split(FINDINGS_START, 1)
-    _, tail = rest.split(FINDINGS_END, 1)
-    new = f"{head}{FINDINGS_START}\n{findings_markdown(output_dir, link_prefix)}\n{FINDINGS_END}{tail}"
-    if new != text:
-        atomic_write_text(readme, new)
-    return new != text
-
-
-def readme_findings(readme_text: str) -> str:
-    """The block between the README's findings markers, stripped."""
-    return readme_text.split(FINDINGS_START, 1)[1].split(FINDINGS_END, 1)[0].strip()
 
 
 # --- the whole site --------------------------------------------------------------------------------
@@ -568,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Rendered {len(pages)} page(s) and the index in {args.output_dir}.")
     if args.readme:
         import os
+
+        from dynheads_tl.report.findings import update_readme
 
         prefix = Path(os.path.relpath(Path(args.output_dir).resolve(), Path(args.readme).resolve().parent)).as_posix()
         changed = update_readme(Path(args.readme), Path(args.output_dir), link_prefix=f"{prefix}/")

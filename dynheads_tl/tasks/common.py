@@ -41,6 +41,18 @@ class Sample:
         return sum(end - start for start, end in self.evidence_spans)
 
 
+# Strides that keep mixed seeds apart: a stride larger than any index a run uses means two (seed, index) pairs
+# never give one number. SAMPLE_STRIDE for samples and decoding steps, WIDE_STRIDE where the index is itself a seed.
+SAMPLE_STRIDE = 100_003
+WIDE_STRIDE = 1_000_003
+
+
+def mix_seed(seed: int, index: int, stride: int = SAMPLE_STRIDE) -> int:
+    """The one way this package derives a seed from a run's seed and an index (a sample, a step, a split):
+    ``seed * stride + index``. Different seeds give disjoint ranges as long as ``index < stride``."""
+    return seed * stride + index
+
+
 def build_chat_prompt(tokenizer, context: str, question: str, instruction: str,
                       demonstrations: Sequence[tuple[str, str, str]] = ()) -> str:
     """The paper's prompt (App. A.1) rendered with the model's own chat template. ``demonstrations``

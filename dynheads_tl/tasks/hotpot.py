@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from .common import (
     Sample,
+    mix_seed,
     build_chat_prompt,
     check_context_cannot_fit,
     check_fits,
@@ -530,7 +531,7 @@ def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | No
     if context_tokens:
         pool += [tuple(p) for r in synthetic_hotpot_records(64, seed=seed + 7919) for p in r["context"]]
     return [
-        build_hotpot_sample(tokenizer, record, HotpotConfig(context_tokens, depth, seed=seed * 1000 + i,
+        build_hotpot_sample(tokenizer, record, HotpotConfig(context_tokens, depth, seed=mix_seed(seed, i, 1000),
                                                             demonstrations=demonstrations),
                             max_tokens=max_tokens, distractor_pool=pool)
         for i, record in enumerate(records[:n])

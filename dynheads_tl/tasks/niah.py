@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from .common import (
     NIAH_INSTRUCTION,
+    mix_seed,
     Sample,
     build_chat_prompt,
     check_context_cannot_fit,
@@ -183,7 +184,7 @@ def make_niah_samples(
     skipped at the start of the haystack) uniformly from [0, ``max_offset``), both from the sample's seed, so
     that samples (and seeds) differ in where the needle sits and in the text around it, not only in the UUID.
 
-    Sample ``i`` uses seed ``seed * 100_003 + i``, so two splits with different ``seed`` never
+    Sample ``i`` uses seed ``mix_seed(seed, i)``, so two splits with different ``seed`` never
     share a needle. Without ``max_tokens`` the tokenizer's own limit is used when it knows one
     (:func:`~dynheads_tl.tasks.common.tokenizer_max_tokens`), so a prompt longer than the model's
     window fails here instead of at generation.
@@ -209,13 +210,13 @@ def make_niah_samples(
         depth = depths[i % len(depths)] if depths else (i + 0.5) / max(n, 1)
         layout = {}
         if random_layout:
-            rng = random.Random(f"layout:{seed * 100_003 + i}")
+            rng = random.Random(f"layout:{mix_seed(seed, i)}")
             depth = round(rng.random(), 4)
             layout = {"haystack_offset": rng.randrange(max_offset)}
         config = NiahConfig(
             context_tokens=lengths[i % len(lengths)],
             depth=depth,
-            seed=seed * 100_003 + i,
+            seed=mix_seed(seed, i),
             **layout,
             **overrides,
         )

@@ -1,0 +1,142 @@
+"""What a claim declares about itself, so that the report layer can iterate over the claims and keep no
+per-claim tables of its own.
+
+Each folder ``dynheads_tl/claims/<name>/`` exports one :class:`Claim` as ``CLAIM``: its notebook, its config class,
+its presets (the parameters that differ from the config's defaults), its index rows (:class:`PaperItem`, each with
+the paper's numbers typed once, a headline and a status read from the files the notebook wrote) and its seed
+offsets. ``dynheads_tl.claims.CLAIMS`` lists them in notebook order; adding a notebook is one folder and one line
+there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+# Index statuses. Of the paper's items: reproduced, weaker (the same direction, less strongly than the paper), not
+# reproduced, undetermined (the intervals cannot tell), no headroom (the setting does not separate its bounds, so
+# the comparison says nothing) and qualitative (a picture, no verdict). Items beyond the paper test a hypothesis
+# of ours: supported, partly supported, not supported, undetermined, no headroom, or descriptive (a measurement
+# with no hypothesis attached).
+PAPER_STATUSES = ("reproduced", "weaker", "not reproduced", "undetermined", "no headroom", "qualitative")
+BEYOND_STATUSES = ("supported", "partly supported", "not supported", "undetermined", "no headroom", "descriptive")
+
+
+@dataclass(frozen=True)
+class Status:
+    """An index row's computed status, the headline number with its interval and n, and the rule that gave it."""
+
+    status: str
+    headline: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class PaperItem:
+    """One row of the report's index.
+
+    ``output`` is the file stem inside the claim's output folder (``fig2_niah_masking``: the notebook wrote
+    ``fig2_niah_masking.png`` / ``.csv`` there). ``headline(stem)`` returns the "ours" cell from those files (every
+    number of the item); ``status(folder)`` returns its :class:`Status` from the folder's CSVs (the rule is in the
+    function's docstring). ``position`` orders the index (the paper's order: tables and figures, then ours).
+    ``hotpot``: its data are HotpotQA-format questions, labelled synthetic unless the run names a real file. (The
+    index deep-links each row to the notebook heading above the cell that wrote its files: ``report.site``.)"""
+
+    item: str
+    what: str
+    paper: str
+    output: str
+    position: float
+    headline: Callable[[Path], str] | None = None
+    status: Callable[[Path], Status] | None = None
+    hotpot: bool = False
+
+    @property
+    def beyond(self) -> bool:
+        return self.item.startswith("Beyond")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A verdict the README quotes: ``label`` names it; the sentences quoted are those of the Markdown output of the
+    first code cell of the executed notebook whose source contains ``call``, that match ``pattern``."""
+
+    label: str
+    call: str
+    pattern: str
+    limit: int = 2  # sentences quoted at most
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A notebook's declaration: ``notebook`` is its stem (``02_irreplaceability``, the file name in
+    ``notebooks/`` and the output folder's name), ``config`` its config class, ``presets`` its parameter overrides
+    per preset (``{"smoke": {...}, "paper": {...}}``; ``default`` is the config's own defaults), ``title`` the name
+    of its page in the report's site, ``items`` its
+    index rows, ``findings`` the verdicts the README quotes, ``seeds`` the seed offsets of the sample splits only
+    this claim draws (added to a run's seed; the shared ones are ``corpus.SEED_OFFSETS``)."""
+
+    notebook: str
+    config: type
+    title: str = ""  # the site's name for the notebook's page ("Claim 2: irreplaceability")
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    items: tuple[PaperItem, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    seeds: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        number, _, name = self.notebook.partition("_")
+        if not (number.isdigit() and name):
+            raise ValueError(f"A claim's notebook stem is NN_name, got {self.notebook!r}.")
+        if "default" in self.presets and self.presets["default"]:
+            raise ValueError(f"{self.notebook}: the default preset is the config's own defaults; change those instead.")
+        fields = set(getattr(self.config, "__dataclass_fields__", {}))
+        for preset, values in self.presets.items():
+            unknown = sorted(set(values) - fields)
+            if unknown:
+                raise ValueError(f"{self.notebook}: preset {preset!r} sets {unknown}, which "
+                                 f"{self.config.__name__} does not have.")
+
+    @property
+    def name(self) -> str:
+        """The claim's folder name: the notebook stem without its number (``irreplaceability``)."""
+        return self.notebook.partition("_")[2]
+
+    @property
+    def page_title(self) -> str:
+        """``"02 · Claim 2: irreplaceability"``: the notebook's number and title (its stem when untitled)."""
+        return f"{self.notebook[:2]} · {self.title}" if self.title else self.notebook
+
+    def preset(self, name: str) -> dict[str, Any]:
+        """This claim's overrides in preset ``name`` (empty where the preset leaves it at its defaults)."""
+        return dict(self.presets.get(name, {}))
+
+    def output_folder(self, output_dir: str | Path) -> str:
+        """Where the notebook writes its figures and tables: ``<output_dir>/<notebook stem>``."""
+        return f"{output_dir}/{self.notebook}"
+
+    def outputs(self, config) -> tuple[str, dict[str, Any]]:
+        """A notebook's setup line: (its output folder, the run config written beside every figure and table)."""
+        return self.output_folder(config.output_dir), {"notebook": self.notebook, **config.__dict__}
+
+
+def ci_text(value: float, low: float, high: float, digits: int = 2, signed: bool = False) -> str:
+    """``value [low, high]`` for an index cell, with true minus signs."""
+    f = f"{{:{'+' if signed else ''}.{digits}f}}"
+    return f"{f.format(value)} [{f.format(low)}, {f.format(high)}]".replace("-", "−")
+
+
+def is_true(value) -> bool:
+    """A boolean read back from a CSV (``True``, ``"True"``, ``"true"``)."""
+    return str(value).strip().lower() == "true"
+
+
+def sidecar(folder: Path, stem: str) -> dict[str, Any]:
+    """The run config written beside ``<folder>/<stem>.*`` (``<stem>.config.json``); empty when absent."""
+    import json
+
+    path = Path(folder) / f"{stem}.config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

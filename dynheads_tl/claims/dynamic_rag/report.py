@@ -1,0 +1,203 @@
+"""The dynamic-RAG case study's report part: the paper's Table 4, the computed verdict and the index row.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sidecar
+from dynheads_tl.analysis.statistics import bootstrap_interval, format_interval, wilson_interval
+
+from .config import SEEDS, RagStudyConfig
+from .pipeline import _recall_per_visible
+
+__all__ = [
+    "PAPER_TABLE4", "STRATEGY_NAMES", "table4", "rag_verdict", "SETTING_TEXT", "summary_markdown", "rind_sentence",
+]
+
+
+PAPER_TABLE4 = {
+    "Llama-3.1-8B-Instruct": {"dynamic": (0.456, 0.5586), "static": (0.398, 0.5098), "dynamic_random": (0.272, 0.3670),
+                              "fixed_random": (0.272, 0.3763), "none": (0.252, 0.3257)},
+    "Llama-3.2-3B-Instruct": {"dynamic": (0.384, 0.4993), "static": (0.428, 0.5386)},
+}
+
+
+STRATEGY_NAMES = {"dynamic": "Dynamic (probe)", "oracle": "Oracle (actual heads)", "static": "Static",
+                  "dynamic_random": "Dynamic Random", "fixed_random": "Fixed Random", "none": "w/o RAG",
+                  "full": "Full context (upper bound)"}
+
+
+def table4(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Table 4 with n and 95% intervals: EM (Wilson), F1 and evidence recall per visible share (bootstrap over
+    questions), retrievals per answer, the share of context opened, and the paper's numbers beside ours."""
+    records = []
+    for strategy, part in rows.groupby("strategy", sort=False):
+        n = len(part)
+        em = wilson_interval(int(part["em"].sum()), n)
+        f1 = bootstrap_interval(part["f1"].to_numpy(float), seed=seed)
+        ratio = bootstrap_interval(part[["evidence_recall", "visible_context_tokens", "context_tokens"]].to_numpy(float),
+                                   _recall_per_visible, seed=seed)
+        records.append({"strategy": strategy, "method": STRATEGY_NAMES.get(strategy, strategy), "n": n,
+                        "em": em.estimate, "em_low": em.low, "em_high": em.high,
+                        "f1": f1.estimate, "f1_low": f1.low, "f1_high": f1.high,
+                        "retrievals": float(part["retrievals"].mean()),
+                        "visible_context_share": float(part["visible_context_tokens"].sum() / part["context_tokens"].sum()),
+                        "evidence_recall": float(part["evidence_recall"].mean()),
+                        "recall_per_visible": ratio.estimate, "recall_per_visible_low": ratio.low,
+                        "recall_per_visible_high": ratio.high})
+    summary = pd.DataFrame(records)
+    for paper_model, values in PAPER_TABLE4.items():
+        summary[f"paper EM/F1 {paper_model}"] = summary["strategy"].map(
+            lambda s: f"{values[s][0]:.3f}/{values[s][1]:.4f}" if s in values else "–")
+    return summary
+
+
+def _fmt(estimate: float, low: float, high: float) -> str:
+    return format_interval(estimate, low, high, 3)
+
+
+def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
+    """The case study in computed sentences: the headroom between the bounds, what each strategy opens against
+    chance, and which strategies differ on F1, the declared primary comparison (:data:`PRIMARY`) first. A
+    difference is claimed only where ``comparison_table`` marks it separated (Holm-adjusted sign test and bootstrap
+    interval); a comparison that cannot be told apart says how large a difference the design could detect, one
+    that cannot reach significance at all (too few differing questions) says so; and no strategy is ranked at all
+    when the bounds leave no room (full context F1 below 0.5 or not separated from w/o RAG)."""
+    t = table.set_index("strategy")
+    lines, room = [], False
+    if {"full", "none"} <= set(t.index):
+        full, none = t.loc["full"], t.loc["none"]
+        bound = comparisons[(comparisons["a"] == "full") & (comparisons["b"] == "none")]
+        gap = ("" if bound.empty else
+               f"; full − none {_fmt(*bound.iloc[0][['f1_difference', 'low', 'high']])}")
+        room = not bound.empty and bool(bound.iloc[0]["separated"]) and float(full["f1"]) >= 0.5
+        lines.append(f"Bounds: full context F1 {_fmt(full['f1'], full['f1_low'], full['f1_high'])}, w/o RAG "
+                     f"{_fmt(none['f1'], none['f1_low'], none['f1_high'])} (n = {int(full['n'])}){gap}: this setting "
+                     + ("leaves room for retrieval to help." if room else
+                        "leaves little room for retrieval to help, so no strategy is ranked below."))
+    opened = [s for s in ("dynamic", "oracle", "static", "dynamic_random", "fixed_random") if s in t.index]
+    if opened:
+        parts = []
+        for s in opened:
+            r = t.loc[s]
+            parts.append(f"{r['method']} {_fmt(r['recall_per_visible'], r['recall_per_visible_low'], r['recall_per_visible_high'])}")
+        lines.append("Evidence recall per share of context opened (chance = 1): " + "; ".join(parts) + ".")
+    strategies = comparisons[comparisons["a"] != "full"] if len(comparisons) else comparisons
+    if len(strategies) and "primary" in strategies:
+        strategies = pd.concat([strategies[strategies["primary"]], strategies[~strategies["primary"]]])
+    for row in strategies.itertuples():
+        name_a, name_b = STRATEGY_NAMES.get(row.a, row.a), STRATEGY_NAMES.get(row.b, row.b)
+        testable = bool(getattr(row, "testable", True))
+        adjusted = f"Holm-adjusted {row.p_adjusted:.3f}" if testable else "untestable, left out of the Holm family"
+        numbers = (f"F1 difference {_fmt(row.f1_difference, row.low, row.high)}, paired over n = {row.n}; "
+                   f"{row.a_better} questions better, {row.b_better} worse, sign test p = {row.sign_p:.3f}, {adjusted}")
+        lead = "Primary comparison (declared): " if getattr(row, "primary", False) else ""
+        if not room:
+            lines.append(f"{lead}{name_a} against {name_b}, for the record ({numbers}).")
+        elif row.separated:
+            lines.append(f"{lead}{name_a} {'beats' if row.f1_difference > 0 else 'falls below'} {name_b} ({numbers}).")
+        elif not testable:
+            lines.append(f"{lead}{name_a} and {name_b} cannot be tested: only {row.a_better + row.b_better} questions "
+                         f"differ, too few for a sign test to reach 0.05 ({numbers}).")
+        else:
+            need = getattr(row, "n_to_resolve", None)
+            need = f"; about {int(need)} questions would resolve the observed one" if need == need and need else ""
+            lines.append(f"{lead}{name_a} and {name_b} cannot be told apart ({numbers}); the design could detect "
+                         f"F1 differences of about ±{row.half_width:.3f}{need}.")
+    return " ".join(lines)
+
+
+SETTING_TEXT = {"multihop": "synthetic multi-hop HotpotQA-format questions (bridge and comparison, 10 paragraphs)",
+                "headroom": "synthetic single-hop HotpotQA-format questions (the gold paragraph and one distractor, "
+                            "two worked examples before the question)"}
+
+
+def summary_markdown(table: pd.DataFrame, config: RagStudyConfig) -> str:
+    """What was run, and per strategy EM / F1 with intervals and what it opened (numbers only; the verdict is
+    :func:`rag_verdict`)."""
+    data = SETTING_TEXT[config.rag_setting] if config.hotpot_source == "synthetic" else \
+        f"HotpotQA records from {config.hotpot_source!r} ({config.rag_setting} setting)"
+    lines = [f"**Model:** {config.model}; {data}; n = {int(table['n'].min())} evaluation questions per strategy."]
+    for r in table.itertuples():
+        opened = ("" if r.strategy in ("none", "full") else
+                  f", {r.retrievals:.2f} retrievals/answer, {100 * r.visible_context_share:.0f}% of the context opened, "
+                  f"{100 * r.evidence_recall:.0f}% of supporting-fact tokens opened")
+        lines.append(f"- **{r.method}**: EM {_fmt(r.em, r.em_low, r.em_high)}, F1 {_fmt(r.f1, r.f1_low, r.f1_high)}{opened}.")
+    paper = PAPER_TABLE4["Llama-3.1-8B-Instruct"]
+    lines.append(f"- Paper (Llama-3.1-8B): Dynamic {paper['dynamic'][0]:.3f}/{paper['dynamic'][1]:.4f} against Static "
+                 f"{paper['static'][0]:.3f}/{paper['static'][1]:.4f}; Llama-3.2-3B reverses the order.")
+    return "\n".join(lines)
+
+
+def rind_sentence(table: pd.DataFrame, threshold: float) -> str:
+    """The RIND threshold in one computed sentence: given, or calibrated and how it splits the calibration answers."""
+    if table.empty:
+        return f"RIND threshold {threshold:.3f} (given as a parameter, not calibrated)."
+    wrong, right = table[table["wrong"]], table[~table["wrong"]]
+    fire = lambda part: f"{int((part['rind_max'] > threshold).sum())} of {len(part)}"
+    return (f"RIND threshold {threshold:.3f}, calibrated on n = {len(table)} questions answered without retrieval: it "
+            f"fires on {fire(wrong)} wrong answers and {fire(right)} right ones (F1 < 0.5 counts as wrong)."
+            + (" Every calibration answer is wrong without the context, so the threshold sits below every positive "
+               "value: retrieval fires whenever RIND flags any content word." if right.empty else ""))
+
+
+# --- the index: the case study's row, read from the files the notebook wrote ----------------------
+def _table4_headline(folder: Path) -> str:
+    frame = pd.read_csv(folder / "table4_rag.csv")
+    if "f1_low" not in frame:  # runs made before the intervals
+        return "; ".join(f"{r.strategy} {r.em:.3f}/{r.f1:.3f}" for r in frame.itertuples())
+    parts = [f"{r.strategy} EM {r.em:.2f} [{r.em_low:.2f}, {r.em_high:.2f}], F1 {r.f1:.2f} [{r.f1_low:.2f}, "
+             f"{r.f1_high:.2f}]" + ("" if r.strategy in ("none", "full") else
+                                    f", recall/opened {r.recall_per_visible:.2f}") for r in frame.itertuples()]
+    setting = sidecar(folder, "table4_rag").get("rag_setting", "multihop")
+    return (f"{setting} setting, n = {int(frame['n'].min())} questions: " + "; ".join(parts)
+            + " (EM Wilson, F1 bootstrap 95%; recall/opened: chance = 1)")
+
+
+def _table4_status(folder: Path) -> Status:
+    """Paired F1 differences with a Holm-adjusted sign test (``separated``): no headroom unless full context
+    beats no retrieval; reproduced when dynamic beats static, not reproduced when static beats dynamic,
+    undetermined otherwise."""
+    table = pd.read_csv(folder / "table4_rag.csv").set_index("strategy")
+    comp = pd.read_csv(folder / "table4_comparisons.csv")
+    pair = lambda a, b: comp[(comp["a"] == a) & (comp["b"] == b)].iloc[0]
+    bounds, ds = pair("full", "none"), pair("dynamic", "static")
+    if not (is_true(bounds.separated) and bounds.f1_difference > 0):
+        verdict = "no headroom"
+    elif is_true(ds.separated):
+        verdict = "reproduced" if ds.f1_difference > 0 else "not reproduced"
+    else:
+        verdict = "undetermined"
+    f1 = lambda s: ci_text(table.loc[s, "f1"], table.loc[s, "f1_low"], table.loc[s, "f1_high"])
+    return Status(verdict, f"F1 dynamic {f1('dynamic')} vs static {f1('static')}, paired "
+                           f"{ci_text(ds.f1_difference, ds.low, ds.high, signed=True)} (Holm p = {ds.p_adjusted:.2f}); "
+                           f"n = {int(ds.n)} questions")
+
+
+_L = PAPER_TABLE4["Llama-3.1-8B-Instruct"]
+CLAIM = Claim(
+    notebook="04_dynamic_rag",
+    title="Case study: dynamic RAG",
+    config=RagStudyConfig,
+    presets={
+        "smoke": {"n_samples": 2, "n_rind_calibration": 3, "strategies": ["dynamic", "static", "none", "full"],
+                  "max_new_tokens": 8, "train_seeds": [0, 1], "n_hotpot_train": 4, "probe_hidden": [32],
+                  "probe_epochs": 5},
+        # the paper's multi-hop setting, with windows sized for 10-paragraph contexts
+        "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "rag_setting": "multihop", "n_samples": 500,
+                  "n_rind_calibration": 100, "n_hotpot_train": 100, "window": 24, "top_k_positions": 8,
+                  "max_retrievals": 2, "max_new_tokens": 64, "probe_hidden": [8192, 4096, 4096], "probe_epochs": 100},
+    },
+    items=(
+        PaperItem("Table 4", "Dynamic RAG EM / F1",
+                  "Llama-3.1-8B " + ", ".join(f"{name} {_L[key][0]:.3f}/{_L[key][1]:.4f}".replace(" 0.", " .")
+                                              .replace("/0.", "/.")
+                                              for name, key in (("Dynamic", "dynamic"), ("Static", "static"),
+                                                                ("w/o RAG", "none"))),
+                  "table4_rag", 12, _table4_headline, _table4_status, hotpot=True),
+    ),
+    findings=(Finding("Case study, dynamic RAG", "rag_verdict", r"^Dynamic \(probe\) (beats|and)"),),
+    seeds=SEEDS,
+)

@@ -1,0 +1,111 @@
+"""Notebook 05's parameters, and what its comparisons declare: the feature groups, the comparisons, the primary one,
+the level and the smallest class a setting needs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints
+from dynheads_tl.corpus import TraceSettings, check_settings, parse_setting
+
+__all__ = [
+    "SEEDS", "DYNAMIC_FEATURES", "CONTEXT_FEATURES", "LOGIT_FEATURES", "GROUPS", "UNTRAINED_GROUPS", "POOLED_GROUPS",
+    "GROUP_NAMES", "COMPARISONS", "PRIMARY", "MIN_PER_CLASS", "ALPHA", "ErrorSignalConfig", "setting_name",
+]
+
+
+# Seed offsets of notebook 05's own sample splits (added to a run's seed; CLAIM.seeds).
+SEEDS = {"error_signal": 12000}  # HotpotQA-format answers, right and wrong
+
+
+DYNAMIC_FEATURES = ("dt_size", "dt_active_share", "dt_evidence_mass", "static_evidence_mass", "active_set_entropy",
+                    "eq2_max", "eq2_top10", "probe_gap")
+
+
+# The same idea without knowing where the true evidence is (what a deployed detector has): D_t counted over the
+# whole context span, heads' attention mass on the context, static heads ranked by that copy rate.
+CONTEXT_FEATURES = ("ctx_dt_size", "ctx_dt_active_share", "ctx_dt_context_mass", "ctx_static_context_mass",
+                    "ctx_active_set_entropy")
+
+
+LOGIT_FEATURES = ("logprob_mean", "logprob_min", "entropy_mean", "entropy_max")
+
+
+GROUPS = ("dynamic", "dynamic_ctx", "lookback", "logit", "dynamic+logit")
+
+
+# Detectors that need no training: scored as they are, beside the classifiers.
+UNTRAINED_GROUPS = ("string_match",)
+
+
+# The pooled evaluation adds a classifier that knows only which setting an answer came from: settings differ in
+# error rate, so any feature that recognises the setting scores above 0.5 on pooled answers.
+POOLED_GROUPS = GROUPS + ("setting",)
+
+
+GROUP_NAMES = {"dynamic": "Dynamic-head features (knowing the evidence)",
+               "dynamic_ctx": "Dynamic-head features (context only)", "lookback": "Lookback ratio (per head)",
+               "logit": "Logit (probability, entropy)", "dynamic+logit": "Dynamic-head + logit",
+               "setting": "Setting only (one-hot)", "string_match": "Answer-in-context string match"}
+
+
+# Every paired comparison the verdict reads: (a, b) = a's AUROC minus b's, pooled and within each setting.
+COMPARISONS = (("dynamic", "lookback"), ("dynamic", "logit"), ("dynamic", "string_match"),
+               ("dynamic_ctx", "lookback"), ("dynamic_ctx", "logit"), ("dynamic_ctx", "string_match"),
+               ("dynamic+logit", "logit"))
+
+
+PRIMARY = ("pooled", "dynamic_ctx", "string_match")  # claim 5's declared primary comparison (scope, a, b)
+
+
+MIN_PER_CLASS = 10  # a setting with fewer wrong (or right) answers is too easy (too hard) to evaluate a detector
+
+
+ALPHA = 0.05
+
+
+# --- the notebook's pipeline ------------------------------------------------------------------------
+@dataclass
+class ErrorSignalConfig(TraceSettings, RunSettings, NotebookConfig):
+    """Notebook 05's parameters. NIAH settings are ``"haystack:context_tokens"`` strings; each is traced as
+    notebook 01's soft-dynamism settings are (random depth and haystack offset, ``n_setting_calibration`` +
+    ``n_setting`` samples, both pooled here), so a setting that notebook 01 ran is read from its cache.
+    ``n_hotpot``: HotpotQA-format answers of the headroom setting (0 leaves them out)."""
+
+    model: str = "smollm2-135m-instruct"
+    niah_settings: list[str] = field(default_factory=lambda: ["prose:1000", "filler:1000"])
+    n_setting: int = 24
+    n_setting_calibration: int = 8
+    n_hotpot: int = 40
+    hotpot_setting: str = "headroom"
+    static_k: int = 20
+    n_folds: int = 5
+    seed: int = 0
+    output_dir: str = "papers_figures"
+    use_cache: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_ints(self, ("n_setting", "n_setting_calibration", "static_k"))
+        check_ints(self, ("n_hotpot", "seed"), minimum=0)
+        check_ints(self, ("n_folds",), minimum=2)
+        from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+
+        check_choice(self, "hotpot_setting", list(HOTPOT_SETTINGS))
+        if not isinstance(self.niah_settings, list) or not all(isinstance(s, str) for s in self.niah_settings):
+            raise ValueError(f"Parameter 'niah_settings' must be a list of 'haystack:tokens' strings, got {self.niah_settings!r}.")
+        if not self.niah_settings and self.n_hotpot == 0:
+            raise ValueError("No data: give at least one NIAH setting or n_hotpot > 0.")
+        names = [setting_name(spec) for spec in self.niah_settings]
+        if len(set(names)) < len(names):
+            raise ValueError(f"Parameter 'niah_settings' names a setting twice: {self.niah_settings!r}.")
+
+    def check_inputs(self) -> None:
+        """Each NIAH setting's haystack, and its length against the model's window (the one check every notebook's
+        settings get: :func:`~dynheads_tl.corpus.check_settings`)."""
+        if self.niah_settings:
+            check_settings(self.niah_settings, "niah_settings", self.model, self.max_new_tokens)
+
+
+def setting_name(spec: str) -> str:
+    haystack, tokens = parse_setting(spec)
+    return f"NIAH {haystack} {tokens}"

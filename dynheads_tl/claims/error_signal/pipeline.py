@@ -1,0 +1,238 @@
+"""Notebook 05's pipeline: the answers (NIAH settings shared with notebook 01's cache, HotpotQA-format questions),
+out-of-fold detector scores with grouped folds, AUROC intervals, transfer across settings and the paired tests.
+"""
+from __future__ import annotations
+
+import logging
+import numpy as np
+import pandas as pd
+
+from dynheads_tl.analysis.classification import (auroc, bootstrap_aurocs, fit_predict, folds, paired_auroc_draws,
+                                                 placement_contributions, quantile)
+from dynheads_tl.analysis.statistics import Interval, wilson_interval
+from dynheads_tl.corpus import collect_traces, layout_traces, parse_setting
+from dynheads_tl.engine.tracing import Trace, TraceConfig
+from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
+
+from .config import (ALPHA, COMPARISONS, GROUP_NAMES, GROUPS, MIN_PER_CLASS, POOLED_GROUPS, PRIMARY, SEEDS,
+                     ErrorSignalConfig, setting_name)
+from .features import context_match_share, feature_matrices
+
+__all__ = [
+    "crossfit_features", "answer_groups", "out_of_fold_scores", "untrained_scores", "auroc_intervals",
+    "transfer_table", "comparison_table", "gather", "data_table", "pooled", "per_setting_table",
+]
+
+
+logger = logging.getLogger(__name__)
+
+
+# --- evaluation -------------------------------------------------------------------------------------
+def crossfit_features(traces: list[Trace], static_k: int, *, n_inner: int = 5, seed: int = 0,
+                      groups: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Training answers' features with the static heads and the probe fitted on the *other* inner folds, so that
+    the classifier trains on features made as the test answers' are (fitted without them)."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = np.arange(len(traces)) if groups is None else np.asarray(groups)
+    k = min(n_inner, len(set(groups.tolist())))
+    out: dict[str, np.ndarray] = {}
+    for fit, held in GroupKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(traces)), groups=groups):
+        x = feature_matrices([traces[i] for i in held], [traces[i] for i in fit], static_k)
+        for group, matrix in x.items():
+            out.setdefault(group, np.zeros((len(traces), matrix.shape[1])))[held] = matrix
+    return out
+
+
+def answer_groups(traces: list[Trace]) -> np.ndarray:
+    """One id per answer such that answers sharing a sample seed (NIAH: the same needle, depth and haystack offset
+    in another setting) share it."""
+    return np.array([f"{t.task}:{t.meta.get('seed', i)}" for i, t in enumerate(traces)])
+
+
+def out_of_fold_scores(traces: list[Trace], labels: np.ndarray, static_k: int, n_folds: int, seed: int,
+                       settings: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Each group's out-of-fold probability of "wrong" per answer. Folds keep answers of one sample seed together
+    and are stratified by (setting, label); static heads and probe are refitted inside every fold, and the
+    training answers' features are cross-fitted (:func:`crossfit_features`). With ``settings``, the
+    setting-only baseline (one-hot) is scored too."""
+    groups = answer_groups(traces)
+    names = np.array(settings if settings is not None else ["all"] * len(traces))
+    strata = np.array([f"{n}|{int(y)}" for n, y in zip(names, labels)])
+    onehot = (names[:, None] == np.array(sorted(set(names.tolist())))[None, :]).astype(float)
+    wanted = POOLED_GROUPS if settings is not None else GROUPS
+    scores = {group: np.zeros(len(traces)) for group in wanted}
+    for train, test in folds(labels, n_folds, seed, groups=groups, strata=strata):
+        fit = [traces[i] for i in train]
+        x_train = crossfit_features(fit, static_k, seed=seed, groups=groups[train])
+        x_test = feature_matrices([traces[i] for i in test], fit, static_k)
+        x_train["setting"], x_test["setting"] = onehot[train], onehot[test]
+        for group in wanted:
+            scores[group][test] = fit_predict(x_train[group], labels[train], x_test[group])
+    return {**scores, **untrained_scores(traces)}
+
+
+def untrained_scores(traces: list[Trace]) -> dict[str, np.ndarray]:
+    """The detectors without training (:data:`UNTRAINED_GROUPS`), as scores of "wrong" (higher = more likely)."""
+    return {"string_match": np.array([1.0 - context_match_share(t) for t in traces])}
+
+
+def auroc_intervals(labels: np.ndarray, scores: dict[str, np.ndarray], *, seed: int = 0, n_resamples: int = 2000,
+                    reference: str = "dynamic", groups: np.ndarray | None = None) -> pd.DataFrame:
+    """AUROC of every group with a percentile bootstrap interval, and its paired difference from ``reference``
+    (the same resampled answers for both); ``dynamic+logit`` also gets its paired difference from ``logit``.
+    With ``groups``, whole groups are resampled (a cluster bootstrap: answers sharing a sample seed move
+    together). Resamples with one class only are skipped."""
+    labels = np.asarray(labels)
+    groups = np.arange(len(labels)) if groups is None else np.asarray(groups)
+    draws = bootstrap_aurocs(labels, scores, groups, seed=seed, n_resamples=n_resamples)
+
+    def paired(a: str, b: str, name: str) -> dict[str, float]:
+        diff = np.array(draws[a]) - np.array(draws[b])
+        return {name: auroc(labels, scores[a]) - auroc(labels, scores[b]), f"{name}_low": quantile(diff, 0.025),
+                f"{name}_high": quantile(diff, 0.975)}
+
+    rows = []
+    for group, s in scores.items():
+        values = np.array(draws[group])
+        row = {"group": group, "method": GROUP_NAMES.get(group, group), "n": len(labels), "wrong": int(labels.sum()),
+               "auroc": auroc(labels, s), "low": quantile(values, 0.025), "high": quantile(values, 0.975)}
+        if reference in scores and group != reference:
+            row.update(paired(reference, group, f"{reference}_minus"))
+        if "dynamic_ctx" in scores and group in ("lookback", "logit"):
+            row.update(paired("dynamic_ctx", group, "dynamic_ctx_minus"))
+        if group == "dynamic+logit" and "logit" in scores:
+            row.update(paired(group, "logit", "minus_logit"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: int, *, seed: int = 0,
+                   n_resamples: int = 1000) -> pd.DataFrame:
+    """AUROC of every group trained on all answers of one setting and tested on another's, with a bootstrap
+    interval over the test answers; pairs whose test or training setting holds one class only are left out."""
+    rows = []
+    for train_name, (train_traces, train_labels) in sets.items():
+        if len(set(train_labels.tolist())) < 2:
+            continue
+        # The training setting's cross-fitted features serve every test setting: computed once.
+        x_train = crossfit_features(train_traces, static_k, seed=seed, groups=answer_groups(train_traces))
+        for test_name, (test_traces, test_labels) in sets.items():
+            if train_name == test_name or len(set(test_labels.tolist())) < 2:
+                continue
+            x_test = feature_matrices(test_traces, train_traces, static_k)
+            scores = {**{g: fit_predict(x_train[g], train_labels, x_test[g]) for g in GROUPS},
+                      **untrained_scores(test_traces)}
+            table = auroc_intervals(test_labels, scores, seed=seed, n_resamples=n_resamples)
+            rows.append(table.assign(train=train_name, test=test_name))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: np.ndarray,
+                     settings: list[str] | None = None, *, seed: int = 0, n_resamples: int = 2000) -> pd.DataFrame:
+    """Every comparison of :data:`COMPARISONS` pooled and within each setting (``settings``: one name per answer),
+    one row each: the AUROC difference (a − b) with its cluster-bootstrap 95% interval (layouts resampled), the
+    layouts whose AUROC share favours each side and the exact two-sided sign test over them
+    (:func:`placement_contributions`, :func:`~dynheads_tl.analysis.statistics.paired_sign_test`), then Holm over
+    the whole family (:func:`~dynheads_tl.analysis.statistics.mark_separated` with ``testable_only``: comparisons
+    that cannot reach 0.05 leave it) with the scopes that have at least :data:`MIN_PER_CLASS` wrong and right
+    answers; ``half_width`` and ``n_to_resolve`` (layouts that would resolve the observed difference) say what the
+    design could detect; ``primary`` marks :data:`PRIMARY`."""
+    from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
+
+    labels, groups = np.asarray(labels), np.asarray(groups)
+    names = np.array(settings if settings is not None else ["pooled"] * len(labels))
+    scopes = [("pooled", np.ones(len(labels), dtype=bool))]
+    if settings is not None and len(set(names.tolist())) > 1:
+        scopes += [(name, names == name) for name in dict.fromkeys(names.tolist())]
+    rows = []
+    for scope, mask in scopes:
+        y, g = labels[mask], groups[mask]
+        if not 0 < y.sum() < len(y):
+            continue
+        pairs = [(a, b) for a, b in COMPARISONS if a in scores and b in scores]
+        draws = paired_auroc_draws(y, {k: v[mask] for k, v in scores.items()}, g, pairs, seed=seed,
+                                   n_resamples=n_resamples)
+        for a, b in pairs:
+            _, share_a = placement_contributions(y, scores[a][mask], g)
+            _, share_b = placement_contributions(y, scores[b][mask], g)
+            test = paired_sign_test(share_a, share_b, seed=seed)
+            diff = auroc(y, scores[a][mask]) - auroc(y, scores[b][mask])
+            low, high = quantile(draws[(a, b)], 0.025), quantile(draws[(a, b)], 0.975)
+            wrong, right = int(y.sum()), int(len(y) - y.sum())
+            interval = Interval(diff, low, high, int(len(y)), len(share_a))
+            rows.append({"scope": scope, "a": a, "b": b, "n": int(len(y)), "wrong": wrong, "right": right,
+                         "clusters": len(share_a), "difference": diff, "low": low, "high": high,
+                         "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p,
+                         "evaluable": wrong >= MIN_PER_CLASS and right >= MIN_PER_CLASS,
+                         "half_width": interval.half_width, "n_to_resolve": n_to_resolve(interval)})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table = mark_separated(table, ALPHA, family=table["evaluable"].to_numpy(), testable_only=True)
+    outside = ~table["evaluable"]
+    table.loc[outside, "p_adjusted"] = float("nan")
+    table.loc[outside, "separated"] = False
+    table["primary"] = [(r.scope, r.a, r.b) == PRIMARY for r in table.itertuples()]
+    return table
+
+
+def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.ndarray]]:
+    """Per setting, its traces (with signals) and labels (1 = wrong)."""
+    from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+
+    sets = {}
+    for spec in config.niah_settings:
+        haystack, tokens = parse_setting(spec)
+        calibration, analysis = layout_traces(model, config, haystack=haystack, context_tokens=tokens,
+                                              n_calibration=config.n_setting_calibration, n_analysis=config.n_setting,
+                                              seed=config.seed, use_cache=config.use_cache,
+                                              batch_size=config.trace_batch_size)
+        traces = calibration + analysis
+        sets[setting_name(spec)] = (traces, np.array([1 - niah_accuracy(t.response, t.answers[0]) for t in traces]))
+    if config.n_hotpot:
+        setting = HOTPOT_SETTINGS[config.hotpot_setting]
+        seed = SEEDS["error_signal"] + config.seed
+        samples = setting.samples(model.tokenizer, config.n_hotpot, seed, max_tokens=int(model.cfg.n_ctx))
+        trace_config = TraceConfig(max_new_tokens=config.hotpot_max_new_tokens, sink_tokens=config.sink_tokens,
+                                   local_window=config.local_window, signals=True)
+        spec = dict(task="hotpot", split="error_signal", setting=config.hotpot_setting, n=config.n_hotpot, seed=seed)
+        traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                                batch_size=config.trace_batch_size, desc=f"HotpotQA {config.hotpot_setting} answers")
+        sets[f"HotpotQA {config.hotpot_setting} (synthetic)"] = (
+            traces, np.array([float(token_f1(t.response, t.answers[0]) < 0.5) for t in traces]))
+    return sets
+
+
+def data_table(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> pd.DataFrame:
+    """Per setting: answers, wrong answers and the error rate with a Wilson interval, the layouts (independent
+    units) they hold, and whether the setting is too easy or too hard to evaluate a detector on
+    (:data:`MIN_PER_CLASS`)."""
+    rows = []
+    for name, (traces, labels) in sets.items():
+        rate: Interval = wilson_interval(int(labels.sum()), len(labels))
+        wrong = int(labels.sum())
+        rows.append({"setting": name, "n": len(labels), "wrong": wrong, "error_rate": rate.estimate,
+                     "low": rate.low, "high": rate.high, "layouts": len(set(answer_groups(traces).tolist())),
+                     "too_easy": wrong < MIN_PER_CLASS, "too_hard": len(labels) - wrong < MIN_PER_CLASS,
+                     "mean_steps": float(np.mean([t.n_steps for t in traces]))})
+    return pd.DataFrame(rows)
+
+
+def pooled(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> tuple[list[Trace], np.ndarray, list[str]]:
+    traces = [t for ts, _ in sets.values() for t in ts]
+    labels = np.concatenate([labels for _, labels in sets.values()])
+    names = [name for name, (ts, _) in sets.items() for _ in ts]
+    return traces, labels, names
+
+
+def per_setting_table(labels: np.ndarray, scores: dict[str, np.ndarray], names: list[str], *,
+                      seed: int = 0) -> pd.DataFrame:
+    """The pooled cross-validation's out-of-fold AUROC within each setting (settings with both classes)."""
+    names_arr, frames = np.array(names), []
+    for name in dict.fromkeys(names):
+        part = names_arr == name
+        if 0 < labels[part].sum() < part.sum():
+            frames.append(auroc_intervals(labels[part], {g: s[part] for g, s in scores.items() if g != "setting"},
+                                          seed=seed, n_resamples=1000).assign(setting=name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

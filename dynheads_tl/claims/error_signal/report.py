@@ -1,0 +1,177 @@
+"""Notebook 05's report part: the computed verdict sentences, the scale of other detectors, and the index row.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dynheads_tl.analysis.statistics import format_interval
+from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text
+
+from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, SEEDS, ErrorSignalConfig
+
+__all__ = ["ANCHORS", "CLAIM", "difficulty_sentences", "verdict"]
+
+
+ANCHORS = {"Lookback Lens (in-domain)": (0.85, 0.91), "Lookback Lens (across tasks)": (0.82, 0.85),
+           "ReDeEP (RAGTruth, 7B-13B)": (0.75, 0.82)}
+
+
+def _fmt(estimate: float, low: float, high: float, signed: bool = False) -> str:
+    return format_interval(estimate, low, high, 3, signed=signed)
+
+
+def _p(value: float) -> str:
+    """``= 0.012``, ``< 0.001`` or ``n/a`` (not tested), to follow "p_adj"."""
+    return "n/a" if value != value else f"= {value:.3f}" if value >= 0.001 else "< 0.001"
+
+
+def _compared(row) -> str:
+    """One comparison in words: the verb, b's name and the numbers (interval, sign counts, adjusted p), and for a
+    comparison that cannot be told apart what the design could detect."""
+    name = GROUP_NAMES.get(row["b"], row["b"]).lower()
+    numbers = (f"{_fmt(row['difference'], row['low'], row['high'], signed=True)}, layouts {int(row['a_better'])}:"
+               f"{int(row['b_better'])}")
+    if not row["evaluable"]:
+        return f"are not tested against the {name} ({numbers}; too few wrong or right answers)"
+    if not row["testable"]:
+        return (f"cannot be tested against the {name} ({numbers}: too few layouts differ for a sign test to reach "
+                f"{ALPHA})")
+    if row["separated"]:
+        verb = "beat" if row["difference"] > 0 else "fall below"
+        return f"{verb} the {name} ({numbers}, p_adj {_p(row['p_adjusted'])})"
+    need = f", about {int(row['n_to_resolve'])} layouts would resolve the observed one" if row["n_to_resolve"] else ""
+    return (f"cannot be told apart from the {name} ({numbers}, p_adj {_p(row['p_adjusted'])}; the design could "
+            f"detect differences of about ±{row['half_width']:.3f}{need})")
+
+
+def difficulty_sentences(data: pd.DataFrame) -> list[str]:
+    """Settings with fewer than :data:`MIN_PER_CLASS` wrong answers are too easy to evaluate a detector, those with
+    fewer right ones too hard (SCIENCE 12): one computed sentence each."""
+    lines = []
+    for row in data.itertuples():
+        right = int(row.n) - int(row.wrong)
+        if row.wrong < MIN_PER_CLASS and right < MIN_PER_CLASS:
+            lines.append(f"{row.setting} has {int(row.wrong)} wrong and {right} right answers (fewer than "
+                         f"{MIN_PER_CLASS} of each): too small to evaluate an error detector on its own; its "
+                         "within-setting comparisons are shown but not tested.")
+        elif row.wrong < MIN_PER_CLASS:
+            lines.append(f"{row.setting} has only {int(row.wrong)} wrong answers of {int(row.n)} (fewer than "
+                         f"{MIN_PER_CLASS}): too easy to evaluate an error detector on its own; its within-setting "
+                         "comparisons are shown but not tested.")
+        elif right < MIN_PER_CLASS:
+            lines.append(f"{row.setting} has only {right} right answers of {int(row.n)} (fewer than {MIN_PER_CLASS}): "
+                         "too hard to evaluate an error detector on its own; its within-setting comparisons are shown "
+                         "but not tested.")
+    return lines
+
+
+def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame | None = None,
+            per_setting: pd.DataFrame | None = None) -> str:
+    """Computed sentences: every group's pooled AUROC with its interval (beside what knowing only the setting
+    gives); which settings are too easy or too hard to evaluate (fewer than :data:`MIN_PER_CLASS` wrong or right
+    answers); the declared primary comparison; then every comparison of ``comparisons``
+    (:func:`comparison_table`) pooled and within each setting: "beat" / "fall below" only where the
+    Holm-adjusted sign test is below 0.05 and the paired interval excludes 0, else "cannot be told apart" with
+    the difference the design could detect, or "cannot be tested" where too few layouts differ."""
+    t = table.set_index("group")
+    ref = t.loc["dynamic"]
+    lines = [f"On n = {int(ref['n'])} pooled answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
+             + "; ".join(f"{r['method']} {_fmt(r['auroc'], r['low'], r['high'])}" for _, r in t.iterrows()) + "."]
+    lines.append("The first group uses where the true evidence lies (the needle, the supporting sentence), which a "
+                 "deployed detector does not know: an answer copied from the evidence is nearly always right, so "
+                 "that group is an upper bound, not a detector. The context-only group and the baselines use no "
+                 "such knowledge; the answer-in-context string match is nearly the NIAH label itself.")
+    if "setting" in t.index:
+        lines.append("Settings differ in error rate, so pooled AUROC partly measures which setting an answer came "
+                     "from; the setting-only classifier above is that part, and the within-setting numbers below "
+                     "are free of it.")
+    if data is not None:
+        lines += difficulty_sentences(data)
+    if comparisons.empty:
+        lines.append("No comparison could be made (a scope with one class only).")
+    else:
+        testable = comparisons[comparisons["evaluable"] & comparisons["testable"]]
+        lines.append(f"Tests: exact sign tests over layouts, Holm over the {len(testable)} testable comparisons of "
+                     f"this verdict ({int((comparisons['evaluable'] & ~comparisons['testable']).sum())} untestable, "
+                     f"{int((~comparisons['evaluable']).sum())} in scopes too easy or too hard, left out).")
+        primary = comparisons[comparisons["primary"]]
+        if len(primary):
+            lines.append("Primary comparison (declared): pooled, the context-only dynamic-head features "
+                         + _compared(primary.iloc[0]) + ".")
+        variants = (("dynamic", "the dynamic-head features that know the evidence"),
+                    ("dynamic_ctx", "the context-only dynamic-head features"))
+        for scope, part in comparisons.groupby("scope", sort=False):
+            where = "Pooled" if scope == "pooled" else f"Within {scope} (n = {int(part['n'].iloc[0])}, " \
+                                                        f"{int(part['wrong'].iloc[0])} wrong)"
+            if scope != "pooled" and per_setting is not None and len(per_setting):
+                p = per_setting[per_setting["setting"] == scope].set_index("group")
+                cells = ", ".join(f"{g} {_fmt(p.loc[g, 'auroc'], p.loc[g, 'low'], p.loc[g, 'high'])}"
+                                  for g in ("dynamic", "dynamic_ctx", "lookback", "logit", "string_match") if g in p.index)
+                where += f" [AUROC {cells}]"
+            short = "Pooled" if scope == "pooled" else f"Within {scope}"
+            for key, name in variants:
+                rows = part[(part["a"] == key) & ~part["primary"]]
+                if len(rows):
+                    lines.append(f"{where}, {name} " + "; ".join(_compared(r) for _, r in rows.iterrows()) + ".")
+                    where = short  # the scope's sizes and AUROCs are stated once
+            added = part[part["a"] == "dynamic+logit"]
+            if len(added):
+                lines.append(f"{where}, the evidence-knowing features added to the logit features "
+                             + _compared(added.iloc[0]).replace("the logit (probability, entropy)", "the logit features alone")
+                             + ".")
+    lines.append("For scale only (other models and data): " + "; ".join(
+        f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + ".")
+    return " ".join(lines)
+
+
+# --- the index: notebook 05's row, read from the files the notebook wrote -------------------------
+def _auroc_headline(folder: Path) -> str:
+    frame = pd.read_csv(folder / "auroc.csv")
+    parts = [f"{r.method} {r.auroc:.2f} [{r.low:.2f}, {r.high:.2f}]" for r in frame.itertuples()]
+    diff = lambda r, key: (f"vs {r.group} {getattr(r, key + '_minus'):+.2f} [{getattr(r, key + '_minus_low'):+.2f}, "
+                           f"{getattr(r, key + '_minus_high'):+.2f}]")
+    rows = [r for r in frame.itertuples() if r.group in ("lookback", "logit")]
+    text = (f"n = {int(frame['n'].iloc[0])} pooled answers ({int(frame['wrong'].iloc[0])} wrong): " + "; ".join(parts)
+            + "; evidence-knowing features " + ", ".join(diff(r, "dynamic") for r in rows))
+    if "dynamic_ctx_minus" in frame:
+        text += "; context-only features " + ", ".join(diff(r, "dynamic_ctx") for r in rows)
+    return text + " (paired)"
+
+
+def _auroc_status(folder: Path) -> Status:
+    """Do context-only dynamic-head features flag wrong answers better than a Lookback-style ratio? Supported when
+    the paired AUROC difference's interval is above 0, not supported when below, undetermined when it contains 0
+    (cluster bootstrap 95%)."""
+    frame = pd.read_csv(folder / "auroc.csv").set_index("group")
+    look = frame.loc["lookback"]
+    d, lo, hi = look.dynamic_ctx_minus, look.dynamic_ctx_minus_low, look.dynamic_ctx_minus_high
+    verdict = "supported" if lo > 0 else "not supported" if hi < 0 else "undetermined"
+    ctx = frame.loc["dynamic_ctx"]
+    return Status(verdict, f"AUROC context-only {ci_text(ctx.auroc, ctx.low, ctx.high)} vs Lookback "
+                           f"{ci_text(look.auroc, look.low, look.high)}, paired {ci_text(d, lo, hi, signed=True)}; "
+                           f"n = {int(ctx.n)} answers ({int(ctx.wrong)} wrong)")
+
+
+CLAIM = Claim(
+    notebook="05_error_signal",
+    title="Beyond: is the answer wrong?",
+    config=ErrorSignalConfig,
+    presets={
+        # the same NIAH setting as 01's smoke run (its cache), short answers; 2 folds need 2 wrong answers
+        "smoke": {"niah_settings": ["prose:300"], "n_setting": 3, "n_setting_calibration": 2, "max_new_tokens": 32,
+                  "n_hotpot": 8, "hotpot_max_new_tokens": 8, "n_folds": 2},
+        "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_settings": ["prose:5000", "prose:20000"],
+                  "n_setting": 100, "n_setting_calibration": 20, "max_new_tokens": 64, "n_hotpot": 200,
+                  "hotpot_setting": "multihop"},
+    },
+    items=(
+        PaperItem("Beyond 5", "Is the answer wrong? Dynamic-head features against a Lookback-style ratio and the "
+                  "logits (out-of-fold AUROC, 95% bootstrap CI)",
+                  "not in the paper; for scale, on other models and data: Lookback Lens AUROC .85–.91 in-domain, "
+                  ".82–.85 across tasks; ReDeEP .75–.82", "auroc", 25, _auroc_headline, _auroc_status, hotpot=True),
+    ),
+    findings=(Finding("Beyond 1, is the answer wrong?", "error_signal.verdict", r"^Pooled, the context-only"),),
+    seeds=SEEDS,
+)

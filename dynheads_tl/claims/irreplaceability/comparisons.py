@@ -1,0 +1,175 @@
+"""Claim 2's numbers and tests: every condition with its interval, the paired comparisons with exact sign tests and
+Holm, the headroom gate, the progressive curve and the protocol's own checks.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
+
+from .config import ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY
+from .pipeline import TaskAblation
+
+__all__ = [
+    "metric_interval", "condition_summary", "paired_difference", "comparison_table", "protocol_checks",
+    "progressive_summary",
+]
+
+
+def metric_interval(values: pd.Series, metric: str, seed: int = 0) -> Interval:
+    """The 95% interval of a per-sample metric: Wilson for a 0/1 proportion (NIAH accuracy, EM), a
+    percentile bootstrap over samples otherwise (F1, ROUGE-L, log-probability drops). NaNs are left out."""
+    data = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=float)
+    if len(data) == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    if metric in ("accuracy", "em"):
+        return wilson_interval(int(round(data.sum())), len(data))
+    return bootstrap_interval(data, seed=seed)
+
+
+def condition_summary(result: TaskAblation) -> pd.DataFrame:
+    """One row per masking condition: n (runs = samples), the metrics with 95% intervals
+    (:func:`metric_interval`; ``*_low`` / ``*_high``), m_s and the mean heads masked per step, in free
+    generation and under teacher forcing (``tf_`` columns: per-step drop of the gold token's log-probability,
+    over all gold steps and over the steps where something was masked, in nats)."""
+    grid = result.grid
+    metrics = [c for c in ("accuracy", "f1", "em", "rouge_l", "tf_drop", "tf_drop_masked") if c in grid]
+    rows = []
+    for condition, part in grid.groupby("condition", sort=False):
+        row = {"condition": condition, "n": len(part), "k_static_random": result.setup.k}
+        for metric in metrics:
+            interval = metric_interval(part[metric], metric)
+            row.update({metric: interval.estimate, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
+            if metric == "tf_drop_masked":
+                row["n_tf_masked"] = interval.n  # samples with at least one masked step
+        for column in ("m_s", "heads_masked_per_step", "tf_heads_masked_per_step", "tf_steps"):
+            if column in part:
+                row[column] = float(part[column].mean())
+        for column in ("m_s", "heads_masked_per_step"):  # bootstrap 95% over samples
+            if column in part and len(part.dropna(subset=[column])):
+                interval = bootstrap_interval(part[column].dropna().to_numpy(dtype=float))
+                row.update({f"{column}_low": interval.low, f"{column}_high": interval.high})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _paired(result: "TaskAblation", a: str, b: str, metric: str) -> pd.DataFrame | None:
+    """Conditions a and b side by side on ``metric``, one row per sample (grid cell and run); None when absent."""
+    keys = [c for c in ("context", "depth", "run") if c in result.grid]
+    if metric not in result.grid:
+        return None
+    side = lambda c: result.grid[result.grid["condition"] == c].set_index(keys)[metric].astype(float)
+    joined = pd.concat([side(a).rename("a"), side(b).rename("b")], axis=1, join="inner").dropna()
+    return None if joined.empty else joined
+
+
+def paired_difference(result: "TaskAblation", a: str, b: str, metric: str, seed: int = 0) -> Interval | None:
+    """Mean over samples of (condition a − condition b) on ``metric``, pairing the two conditions' runs on the same
+    sample (grid cell and run), with a percentile-bootstrap 95% interval that resamples samples. Every condition
+    runs on the same samples, so this interval is much narrower than the two conditions' own intervals suggest."""
+    joined = _paired(result, a, b, metric)
+    return None if joined is None else bootstrap_interval((joined["a"] - joined["b"]).to_numpy(), seed=seed)
+
+
+def _has_headroom(result: "TaskAblation", metric: str) -> bool:
+    if metric == "tf_drop":
+        return True
+    unmasked = _condition_interval(result, "none", metric)
+    return unmasked is not None and unmasked.high >= HEADROOM_FLOOR
+
+
+def comparison_table(results: "dict[str, TaskAblation] | TaskAblation", *, alpha: float = ALPHA,
+                     seed: int = 0) -> pd.DataFrame:
+    """Every comparison of :data:`COMPARISONS` on each task, on the free-generation metric and on the teacher-forced
+    drop: one row each, with the paired difference a − b (bootstrap 95% over samples, ``n`` samples, each NIAH run
+    its own haystack offset and UUID), the exact two-sided sign test on the samples where the two differ
+    (:func:`~dynheads_tl.analysis.statistics.paired_sign_test`; ``a_worse`` / ``b_worse``: samples where a's / b's
+    masking hurt more), and:
+
+    - ``evaluable``: at least :data:`MIN_SAMPLES_TO_COMPARE` pairs and headroom (:data:`HEADROOM_FLOOR`);
+    - ``primary``: :data:`PRIMARY`, tested alone (its ``p_adjusted`` is its own ``sign_p``);
+    - ``p_adjusted``: Holm over the evaluable secondary comparisons of both tasks that can reach ``alpha`` at all
+      (``testable``: enough differing samples, Tarone); NaN for the untestable;
+    - ``separated``: evaluable, adjusted p below ``alpha`` and the interval away from 0;
+    - ``half_width`` and ``n_to_resolve``: the smallest difference the design could detect, and about how many
+      samples would resolve the observed one."""
+    from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
+
+    results = {results.task: results} if isinstance(results, TaskAblation) else results
+    rows = []
+    for task, result in results.items():
+        for metric in (result.metric, "tf_drop"):
+            worse_is_higher = metric == "tf_drop"
+            for a, b, _, _ in COMPARISONS:
+                joined = _paired(result, a, b, metric)
+                if joined is None:
+                    continue
+                test = paired_sign_test(joined["a"].to_numpy(), joined["b"].to_numpy(), seed=seed)
+                diff = test.difference
+                a_worse, b_worse = (test.a_better, test.b_better) if worse_is_higher else (test.b_better, test.a_better)
+                rows.append({"task": task, "a": a, "b": b, "metric": metric, "n": diff.n,
+                             "difference": diff.estimate, "low": diff.low, "high": diff.high,
+                             "a_worse": a_worse, "b_worse": b_worse, "a_better": b_worse, "b_better": a_worse,
+                             "sign_p": test.sign_p, "headroom": _has_headroom(result, metric),
+                             "evaluable": diff.n >= MIN_SAMPLES_TO_COMPARE and _has_headroom(result, metric),
+                             "primary": (task, a, b, metric) == PRIMARY,
+                             "half_width": diff.half_width, "n_to_resolve": n_to_resolve(diff)})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table = mark_separated(table, alpha, family=(table["evaluable"] & ~table["primary"]).to_numpy(), testable_only=True)
+    table["separated"] = table["separated"] & table["evaluable"]
+    return table
+
+
+def _row(table: pd.DataFrame, task: str, a: str, b: str, metric: str):
+    hit = table[(table["task"] == task) & (table["a"] == a) & (table["b"] == b) & (table["metric"] == metric)] \
+        if not table.empty else table
+    return None if hit.empty else hit.iloc[0]
+
+
+def _condition_interval(result: TaskAblation, condition: str, metric: str) -> Interval | None:
+    part = result.grid[result.grid["condition"] == condition]
+    if part.empty or metric not in part:
+        return None
+    return metric_interval(part[metric], metric)
+
+
+def _heads(result: TaskAblation, condition: str, column: str = "heads_masked_per_step") -> float:
+    part = result.grid[result.grid["condition"] == condition]
+    return float(part[column].mean()) if column in part and len(part) else float("nan")
+
+
+def protocol_checks(result: TaskAblation) -> pd.DataFrame:
+    """Sanity checks of the protocol on this run's own outputs (shown in the notebook, tested):
+    k = 0 must reproduce the unmasked generation, and the three conditions must mask different heads."""
+    prog = result.progressive
+    k0 = prog[prog["k"] == 0]
+    same = int((k0["response"] == k0["unmasked_response"]).sum())
+    masked = result.grid.pivot_table(index=[c for c in ("context", "depth", "run") if c in result.grid],
+                                     columns="condition", values="heads_ever_masked", aggfunc="first").fillna("")
+    differ = int(((masked["dynamic"] != masked["static"]) & (masked["static"] != masked["random"])
+                  & (masked["dynamic"] != masked["random"])).sum())
+    rows = [
+        {"check": "progressive k = 0 gives the unmasked response", "passed": f"{same}/{len(k0)}",
+         "ok": same == len(k0)},
+        {"check": "grid runs where dynamic, static and random mask different heads", "passed": f"{differ}/{len(masked)}",
+         "ok": differ == len(masked)},
+    ]
+    if "tf_drop" in result.grid:
+        unmasked = result.grid[result.grid["condition"] == "none"]["tf_drop"]
+        exact = int((unmasked == 0).sum())
+        rows.append({"check": "teacher-forced, nothing masked: the drop is exactly 0", "passed": f"{exact}/{len(unmasked)}",
+                     "ok": exact == len(unmasked)})
+    return pd.DataFrame(rows)
+
+
+def progressive_summary(result: TaskAblation) -> pd.DataFrame:
+    """Per k: n (samples), the metric with its 95% interval (:func:`metric_interval`) and mean m_s."""
+    rows = []
+    for k, part in result.progressive.groupby("k"):
+        interval = metric_interval(part[result.metric], result.metric)
+        rows.append({"k": int(k), "n": len(part), result.metric: interval.estimate,
+                     f"{result.metric}_low": interval.low, f"{result.metric}_high": interval.high,
+                     "m_s": float(part["m_s"].mean())})
+    return pd.DataFrame(rows)

@@ -1,0 +1,194 @@
+"""Notebook 06's report part: the computed verdict sentences, the scale of other methods, and the index row.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dynheads_tl.analysis.statistics import format_interval
+from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true
+
+from .config import SEEDS, RetentionConfig
+
+__all__ = ["ANCHORS", "primary_verdict", "query_baseline_verdict", "verdict"]
+
+
+ANCHORS = {"DuoAttention": "NIAH intact with 25% (MHA) / 50% (GQA) of heads on full attention",
+           "HeadKV": "97% of full-cache quality with 1.5% of the cache"}
+
+
+def primary_verdict(primary: dict | None) -> str:
+    """The primary comparison (:func:`primary_comparison`) in one computed sentence: supported when predicted
+    retention keeps the gold answer more likely (separated above 0), not supported when static does (separated
+    below 0), undetermined otherwise, with the smallest effect the design could detect."""
+    if primary is None:
+        return "Primary comparison (predicted against static retention over the KV-head budgets): not run."
+    numbers = (f"predicted − static gold log-probability {_fmt(primary['difference'], primary['low'], primary['high'], True)} "
+               f"nats per token, averaged over the KV-head budgets {', '.join(f'{b:.0%}' for b in primary['budgets'])}; "
+               f"n = {primary['n']} samples, {primary['predicted_better']} favour predicted and "
+               f"{primary['static_better']} static; sign test p = {primary['sign_p']:.3g}")
+    lead = "Primary comparison (predicted against static retention over the KV-head budgets): "
+    if primary["separated"]:
+        word = "**supported**: predicted retention keeps the gold answer more likely" if primary["difference"] > 0 \
+            else "**not supported**: static retention keeps the gold answer more likely"
+        return f"{lead}{word} ({numbers})."
+    need = primary["n_to_resolve"]
+    need = f"; about {int(need)} samples would resolve the observed difference" if need else ""
+    return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}); the design could detect differences "
+            f"of about ±{primary['half_width']:.2f} nats{need}.")
+
+
+def query_baseline_verdict(comparisons: pd.DataFrame, query_comparisons: pd.DataFrame) -> str:
+    """Issue #31's question for notebook 06, computed: does "predicted against static retention" read the same at
+    every (granularity, budget) when the static set is the query-focused one (QRHead-style) instead of Wu et al.'s?
+    Each comparison's reading is "beats", "falls below" (only where :func:`predicted_vs_static` marks it separated,
+    Holm-adjusted) or "cannot be told apart"; the conclusion "does not change" when every budget reads the same."""
+    if comparisons.empty or query_comparisons.empty:
+        return "The query-focused static strategy was not run beside Wu et al.'s static set."
+
+    def reading(r):
+        return ("beats" if r.accuracy_difference > 0 else "falls below") if r.separated else "cannot be told apart from"
+
+    wu = {(r.granularity, r.budget): reading(r) for r in comparisons.itertuples()}
+    query = {(r.granularity, r.budget): (reading(r), r) for r in query_comparisons.itertuples()}
+    parts, changed = [], []
+    for key, (word, r) in query.items():
+        parts.append(f"{key[0]} heads {key[1]:.0%}: predicted {word} the query-focused static set (accuracy "
+                     f"{_fmt(r.accuracy_difference, r.low, r.high, True)}, n = {r.n}, Holm-adjusted sign-test p = "
+                     f"{r.p_adjusted:.2f}; against Wu's: {wu.get(key, 'not run')})")
+        if wu.get(key) != word:
+            changed.append(f"{key[0]} {key[1]:.0%}")
+    return ("With the query-focused static set as the static baseline: " + "; ".join(parts) + ". The conclusion "
+            + ("does not change at any budget." if not changed else f"changes at {', '.join(changed)}."))
+
+
+def _fmt(e, lo, hi, signed=False):
+    return format_interval(e, lo, hi, 2, signed=signed)
+
+
+def _p_text(p_adjusted: float, differing: int) -> str:
+    if p_adjusted != p_adjusted:  # NaN: left out of the family
+        return f"untestable: {int(differing)} samples differ, too few for a sign test to reach 0.05"
+    return f"Holm-adjusted sign-test p = {p_adjusted:.2f}"
+
+
+def verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
+    """Computed sentences: whether the setting separates the full cache from streaming; the smallest budget at
+    which each strategy reaches 95% of the full cache's accuracy (point estimates, said so); and, at each budget,
+    predicted against static retention, claimed only where :func:`predicted_vs_static` marks it separated (accuracy
+    and gold log-probability, Holm over both measures at every budget, untestable comparisons left out)."""
+    t = table.set_index(["strategy", "granularity"])
+    full, streaming = t.loc[("full", "query")], t.loc[("streaming", "query")]
+    lines = [f"Full cache accuracy {_fmt(full['accuracy'], full['accuracy_low'], full['accuracy_high'])}, streaming "
+             f"only {_fmt(streaming['accuracy'], streaming['accuracy_low'], streaming['accuracy_high'])} (n = "
+             f"{int(full['n'])} samples, Wilson 95%)."]
+    room = bool(full["accuracy_low"] > streaming["accuracy_high"])
+    if not room:
+        lines.append("The two bounds' intervals overlap, so this setting cannot rank retention strategies; the "
+                     "comparisons below are for the record.")
+    target = 0.95 * float(full["accuracy"])
+    for granularity in dict.fromkeys(table["granularity"]):
+        part = table[(table["granularity"] == granularity) & ~table["strategy"].isin(["full", "streaming"])]
+        if part.empty or full["accuracy"] <= 0:
+            continue
+        reach = []
+        for strategy, rows_s in part.groupby("strategy", sort=False):
+            ok = rows_s[rows_s["accuracy"] >= target].sort_values("budget")
+            reach.append(f"{strategy} at {ok['budget'].iloc[0]:.0%}" if len(ok) else f"{strategy} at no budget tried")
+        lines.append(f"{granularity}-head budgets: the smallest budget whose accuracy reaches 95% of the full "
+                     "cache's (point estimates) is " + ", ".join(reach) + ".")
+    if len(comparisons):
+        parts = []
+        for r in comparisons.itertuples():
+            word = ("accuracy for the record" if not room else
+                    ("predicted beats static on accuracy" if r.accuracy_difference > 0 else
+                     "static beats predicted on accuracy") if r.separated else "accuracy cannot be told apart")
+            lp_word = ("" if not room or not getattr(r, "logprob_separated", False) else
+                       " predicted keeps the gold answer more likely" if r.logprob_difference > 0 else
+                       " static keeps the gold answer more likely")
+            parts.append(f"{r.granularity} heads {r.budget:.0%}: {word} "
+                         f"({_fmt(r.accuracy_difference, r.low, r.high, True)}, {r.predicted_better} samples better "
+                         f"and {r.static_better} worse, {_p_text(r.p_adjusted, r.predicted_better + r.static_better)}; "
+                         f"the design could detect about ±{r.half_width:.2f}); gold log-prob "
+                         f"{_fmt(r.logprob_difference, r.logprob_low, r.logprob_high, True)} nats/token "
+                         f"({_p_text(getattr(r, 'logprob_p_adjusted', float('nan')), getattr(r, 'logprob_predicted_better', 0) + getattr(r, 'logprob_static_better', 0))})"
+                         + (f":{lp_word}" if lp_word else ""))
+        lines.append("Predicted against static retention, paired by sample: " + "; ".join(parts) + ".")
+    lines.append("A per-step strategy keeps a different set of KV heads whole at every step, so it needs the evicted "
+                 "entries stored elsewhere (host memory, say); the memory tables count only what is kept on the "
+                 "device.")
+    lines.append("For scale (other models): " + "; ".join(f"{k}: {v}" for k, v in ANCHORS.items()) + ".")
+    return " ".join(lines)
+
+
+# --- the index: notebook 06's row, read from the files the notebook wrote -------------------------
+def _retention_headline(folder: Path) -> str:
+    frame = pd.read_csv(folder / "retention.csv")
+    bounds = frame.set_index("strategy")
+    head = (f"full cache {bounds.loc['full', 'accuracy']:.2f} [{bounds.loc['full', 'accuracy_low']:.2f}, "
+            f"{bounds.loc['full', 'accuracy_high']:.2f}], streaming {bounds.loc['streaming', 'accuracy']:.2f} "
+            f"[{bounds.loc['streaming', 'accuracy_low']:.2f}, {bounds.loc['streaming', 'accuracy_high']:.2f}]")
+    parts = []
+    for budget, part in frame[~frame["strategy"].isin(["full", "streaming"])].groupby("budget"):
+        parts.append(f"{budget:.0%}: " + ", ".join(
+            f"{r.strategy}{'' if r.granularity == 'query' else ' (KV)'} {r.accuracy:.2f} [{r.accuracy_low:.2f}, "
+            f"{r.accuracy_high:.2f}]" for r in part.itertuples()))
+    return f"n = {int(frame['n'].min())} samples; {head}; " + "; ".join(parts)
+
+
+def _retention_status(folder: Path) -> Status:
+    """No headroom unless the full cache's accuracy interval lies above streaming's. Then the declared primary
+    comparison (``primary_comparison.csv``: predicted − static gold log-probability over the KV-head budgets, exact
+    sign test at 0.05 and the interval away from 0) decides: supported when predicted is separated above static,
+    not supported when below, undetermined otherwise. A run without that file reads the per-budget accuracy
+    comparisons (Holm-adjusted): supported when predicted beats static at some budget, not supported when static
+    beats predicted at some budget, undetermined when none is separated."""
+    frame = pd.read_csv(folder / "retention.csv")
+    comp = pd.read_csv(folder / "predicted_vs_static.csv")
+    full = frame[frame["strategy"] == "full"].iloc[0]
+    stream = frame[frame["strategy"] == "streaming"].iloc[0]
+    separated = comp[comp["separated"].map(is_true)]
+    primary_path = folder / "primary_comparison.csv"
+    primary = pd.read_csv(primary_path).iloc[0] if primary_path.exists() else None
+    if full.accuracy_low <= stream.accuracy_high:
+        verdict = "no headroom"
+    elif primary is not None:
+        verdict = ("supported" if is_true(primary.separated) and primary.difference > 0 else
+                   "not supported" if is_true(primary.separated) else "undetermined")
+    elif len(separated):
+        verdict = "supported" if (separated["accuracy_difference"] > 0).any() else "not supported"
+    else:
+        verdict = "undetermined"
+    lead = (f"primary: predicted − static gold log-prob {ci_text(primary.difference, primary.low, primary.high, signed=True)} "
+            f"nats/token over the KV-head budgets (sign test p = {primary.sign_p:.3g}, n = {int(primary.n)}); "
+            if primary is not None else "")
+    return Status(verdict, lead + f"full cache {ci_text(full.accuracy, full.accuracy_low, full.accuracy_high)}; "
+                                  f"n = {int(full.n)} samples; {len(separated)} of {len(comp)} per-budget accuracy "
+                                  "comparisons separated")
+
+
+CLAIM = Claim(
+    notebook="06_kv_retention",
+    title="Beyond: per-step KV retention",
+    config=RetentionConfig,
+    presets={
+        # 01's smoke setting (prose 300), two samples, two budgets, every strategy
+        "smoke": {"niah_setting": "prose:300", "n_setting": 3, "n_setting_calibration": 2,
+                  "max_new_tokens": 32, "n_samples": 2, "budgets": [0.05, 0.25]},
+        # SCIENCE 12's power: 30 samples per compared condition (2.5x the default's answers)
+        "thorough": {"n_samples": 30},
+        "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_setting": "filler:20000", "n_setting": 100,
+                  "n_setting_calibration": 20, "n_samples": 100, "max_new_tokens": 64,
+                  "budgets": [0.01, 0.02, 0.05, 0.1, 0.25, 0.5], "granularities": ["query", "kv"], "batch_size": 4},
+    },
+    items=(
+        PaperItem("Beyond 6", "Per-step KV retention: NIAH accuracy when only R_t keeps the full cache, static vs "
+                  "predicted vs oracle vs random at equal budgets (Wilson 95%)",
+                  "not in the paper; for scale, on other models: " + "; ".join(f"{k} {v}" for k, v in ANCHORS.items()),
+                  "retention", 26, _retention_headline, _retention_status),
+    ),
+    findings=(Finding("Beyond 2, per-step KV retention", "kv_retention.primary_verdict", r"^Primary comparison", limit=1),
+              Finding("Beyond 2, per-step KV retention", "kv_retention.verdict", r"smallest budget")),
+    seeds=SEEDS,
+)

@@ -1,0 +1,302 @@
+"""The KV cache of a left-padded batch and one greedy step over the hooked bridge: :class:`BatchDecoder`.
+
+Decoding at the hardware's pace
+-------------------------------
+A step reads each KV head's keys and values directly (no copies to every query head) from a cache
+preallocated for the whole generation and written in place, and prompts that share a prefix prefill it
+once (``dynheads_tl.engine.grouped``, :class:`BatchDecoder`). The bridge's eager forward stays available
+as the reference (``attention_path("eager")``) and is what runs whenever a hook or an architecture needs it.
+
+Batching
+--------
+Decoding one query row is bound by reading the weights, so several rows cost little more than one
+(``bench/bench_ablation.py``). Rows are left-padded, padding is masked out of attention and each
+row keeps its own RoPE positions; source positions are reported in each row's own coordinates.
+
+The loop that runs the decoder step by step under a policy is :func:`dynheads_tl.engine.tracing.decode`.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from dynheads_tl.engine.grouped import AttentionPath, StaticKVCache, choose_path, default_attention, grouped_forward
+from dynheads_tl.engine.models import fast_twin
+from dynheads_tl.engine.trace_data import PrefillMode
+
+
+_SHARE_PREFIXES: list[bool] = [True]
+
+
+def prefix_plan(prompts: Sequence[Sequence[int]], shareable: Sequence[int]) -> list[tuple[int, int | None, int]]:
+    """The order in which to prefill ``prompts`` and what each reuses: ``(index, source, shared)`` per prompt,
+    meaning prompt ``index`` copies its first ``shared`` positions from prompt ``source`` (prefilled before it;
+    None when nothing is shared). Only the first ``shareable[i]`` positions of prompt ``i`` may be shared.
+
+    The prompts are visited in lexicographic order of their ids: then the longest common prefix of a prompt with
+    any earlier one is its common prefix with the one just before it, so one pass finds every reuse."""
+    plan: list[tuple[int, int | None, int]] = []
+    previous = None
+    for index in sorted(range(len(prompts)), key=lambda i: tuple(prompts[i])):
+        shared = 0
+        if previous is not None:
+            ids, before = prompts[index], prompts[previous]
+            limit = min(shareable[index], shareable[previous])
+            while shared < limit and ids[shared] == before[shared]:
+                shared += 1
+        plan.append((index, previous if shared else None, shared))
+        previous = index
+    return plan
+
+
+@contextlib.contextmanager
+def prefix_sharing(enabled: bool) -> Iterator[None]:
+    """Decoders built inside this block share (True, the default) or do not share (False) the prefill of the
+    prompt prefixes their rows have in common (:meth:`BatchDecoder._prefill_distinct`). Not part of any cache
+    key: both give the same tokens and Eq. 1 sets, floats to rounding."""
+    _SHARE_PREFIXES.append(bool(enabled))
+    try:
+        yield
+    finally:
+        _SHARE_PREFIXES.pop()
+
+
+class BatchDecoder:
+    """Several sequences' KV cache (left-padded to one width) and a greedy step over the hooked bridge.
+
+    After construction the cache holds every prompt minus its last token and ``pending`` holds the
+    last prompt tokens, so the first :meth:`step` computes decoding step 0's query rows.
+    ``prefill="fast"`` fills the cache with the SDPA twin; ``"hooked"`` with the bridge itself.
+
+    Batching: each distinct prompt is prefilled once, alone and unpadded (so its keys and values are
+    those of an unbatched run, and the prefill never pays for padding), and the caches are written,
+    left-padded, into one preallocated cache (:class:`~dynheads_tl.engine.grouped.StaticKVCache`, sized
+    for ``max_new_tokens`` steps; a step writes in place, a rewind moves its length). Padding is masked
+    out of attention and every row keeps its own positions, so RoPE sees exactly the positions of an
+    unbatched run. Decoding steps of a batch agree with unbatched runs to float rounding (~1e-5 in the
+    logits, tested), not bit for bit.
+
+    Shared prefixes (``share_prefixes``, default on, see :func:`prefix_sharing`): a prompt that begins with
+    the same tokens as another copies that prefix's keys and values instead of prefilling it again
+    (:meth:`_prefill_distinct`); ``prefilled_positions`` / ``prompt_positions`` say how much was run.
+
+    Attention (``attention``, default :func:`~dynheads_tl.engine.grouped.default_attention`): "grouped"
+    steps each query group against its KV head's keys and values directly
+    (:func:`~dynheads_tl.engine.grouped.grouped_forward`); "eager" runs the bridge's own forward (the
+    reference). A grouped decoder falls back to the eager forward, step by step, when the model or a hook
+    attached at that step needs it; ``last_path`` says which ran.
+    """
+
+    def __init__(self, model, prompts: Sequence[Sequence[int] | Tensor], *, prefill: PrefillMode = "fast",
+                 fast_until: Sequence[int | None] | None = None, attention: AttentionPath | None = None,
+                 max_new_tokens: int = 64, share_prefixes: bool | None = None):
+        if prefill not in ("fast", "hooked"):
+            raise ValueError(f"prefill must be 'fast' or 'hooked', got {prefill!r}.")
+        attention = attention or default_attention()
+        if attention not in ("grouped", "eager"):
+            raise ValueError(f"attention must be 'grouped' or 'eager', got {attention!r}.")
+        rows = [torch.as_tensor(p, dtype=torch.long).flatten() for p in prompts]
+        if not rows:
+            raise ValueError("No prompts to decode.")
+        if any(len(r) == 0 for r in rows):
+            raise ValueError("The prompt is empty.")
+        self.model = model
+        self.attention = attention
+        self.last_path: AttentionPath | None = None  # the path the latest step ran
+        self.device = next(model.parameters()).device
+        self.batch = len(rows)
+        width = max(len(r) for r in rows)
+        self.prompt_lengths = torch.tensor([len(r) for r in rows])
+        self.offsets = (width - self.prompt_lengths).to(self.device)  # left padding per row
+        self.padded = bool(self.offsets.any())
+        # Prefill each distinct prompt once, alone and unpadded (so the cache rows are exactly those of
+        # an unbatched run), then write the keys and values, left-padded, into the preallocated cache;
+        # padding is never attended.
+        until = list(fast_until) if fast_until is not None else [None] * len(rows)
+        if len(until) != len(rows):
+            raise ValueError(f"fast_until has {len(until)} entries for {len(rows)} prompts.")
+        distinct: dict[tuple[tuple[int, ...], int | None], int] = {}
+        row_of = [distinct.setdefault((tuple(r.tolist()), u), len(distinct)) for r, u in zip(rows, until)]
+        share_prefixes = _SHARE_PREFIXES[-1] if share_prefixes is None else share_prefixes
+        prefilled = self._prefill_distinct(model, list(distinct), prefill, share_prefixes)
+        # What was actually prefilled, against what prefilling every row alone would cost.
+        self.prompt_positions = int((self.prompt_lengths - 1).clamp_min(0).sum())
+        self.cache = self._new_cache(model, prefilled, width - 1 + max(int(max_new_tokens), 1) + 1)
+        for layer_idx in range(len(self.cache.keys)):
+            for b, source in enumerate(row_of):
+                if self.prompt_lengths[b] > 1:
+                    layer = prefilled[source].layers[layer_idx]
+                    start = int(self.offsets[b])
+                    self.cache.keys[layer_idx][b, :, start: width - 1] = layer.keys[0]
+                    self.cache.values[layer_idx][b, :, start: width - 1] = layer.values[0]
+        self.cache.length = width - 1
+        self.pending = torch.stack([r[-1] for r in rows]).to(self.device)
+
+    def _new_cache(self, model, prefilled: list, capacity: int) -> StaticKVCache:
+        """An empty :class:`StaticKVCache` for this batch, shaped and typed like the prefilled caches."""
+        template = next((c.layers[0].keys for c in prefilled if c.get_seq_length() > 0), None)
+        if template is not None:
+            n_layers = len(next(c for c in prefilled if c.get_seq_length() > 0).layers)
+            n_kv, d_head, dtype = template.shape[1], template.shape[-1], template.dtype
+        else:  # every prompt is one token: nothing prefilled
+            n_layers, d_head = model.cfg.n_layers, model.cfg.d_head
+            n_kv = getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
+            dtype = next(model.parameters()).dtype
+        return StaticKVCache(n_layers, self.batch, n_kv, d_head, capacity, dtype=dtype, device=self.device)
+
+    @property
+    def n_cached(self) -> int:
+        """How many positions (padded coordinates) the cache holds."""
+        return self.cache.length
+
+    def _prefill_distinct(self, model, prompts: list[tuple[tuple[int, ...], int | None]], prefill: PrefillMode,
+                          share_prefixes: bool) -> list:
+        """The KV cache of each distinct ``(prompt ids, fast_until)``, each prompt's shared prefix computed once.
+
+        Shared-prefix prefill: the prompts are visited in lexicographic order of their ids, so each one's longest
+        common prefix with any earlier prompt is its common prefix with the one just before it; the keys and
+        values of that prefix (the same tokens at the same positions, hence the same keys and values up to float
+        rounding) are copied from that prompt's cache and only the rest is prefilled. Only positions the SDPA
+        twin prefilled are shared (never a tail run through the hooked bridge, nor a ``prefill="hooked"`` run).
+        Sets ``prefilled_positions``: the positions actually run through a model."""
+        caches: list = [None] * len(prompts)
+        splits = [self._split(len(ids) - 1, prefill, until) for ids, until in prompts]
+        plan = prefix_plan([ids for ids, _ in prompts], splits) if share_prefixes else [
+            (index, None, 0) for index in range(len(prompts))]
+        self.prefilled_positions = 0
+        for index, source, shared in plan:
+            ids, until = prompts[index]
+            reuse = (caches[source], shared) if shared > 0 else None
+            caches[index] = self._prefill(model, torch.tensor(ids, device=self.device), prefill, until, reuse=reuse)
+            self.prefilled_positions += max(len(ids) - 1, 0) - shared
+        return caches
+
+    @staticmethod
+    def _split(n_body: int, prefill: PrefillMode, fast_until: int | None) -> int:
+        """How many of a prompt's ``n_body`` cached positions the SDPA twin prefills."""
+        if n_body < 1:
+            return 0
+        if prefill == "fast" and fast_until is not None:
+            if not 0 <= fast_until <= n_body:
+                raise ValueError(f"fast_until={fast_until} lies outside the prompt's {n_body} prefilled positions.")
+            return fast_until
+        return n_body if prefill == "fast" else 0
+
+    @staticmethod
+    def _prefill(model, ids: Int[Tensor, "pos"], prefill: PrefillMode, fast_until: int | None = None,
+                 reuse: tuple[Any, int] | None = None):
+        """The KV cache of ``ids`` minus its last token, for one unpadded sequence.
+
+        ``fast_until`` (with ``prefill="fast"``): the twin prefills only ``ids[:fast_until]`` and the rest
+        of the prompt runs through the hooked bridge, so the hooks attached around the loop (an attention
+        restriction, say) act on those positions too. Recording hooks see ``state.active`` False there.
+        ``reuse=(cache, n)``: the first ``n`` positions are copied from ``cache`` (another prompt's, which holds
+        the same first ``n`` tokens, all prefilled by the twin) and the twin prefills from position ``n`` on."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        if len(ids) < 2:
+            return cache
+        body = ids[:-1]
+        split = BatchDecoder._split(len(body), prefill, fast_until)
+        start = 0
+        if reuse is not None:
+            source, start = reuse
+            if not 0 < start <= split:
+                raise ValueError(f"Cannot reuse {start} positions of a prompt whose twin prefill covers {split}.")
+            for index, layer in enumerate(source.layers):  # update concatenates onto empty: a copy, not a view
+                cache.update(layer.keys[:, :, :start], layer.values[:, :, :start], index)
+        with torch.no_grad():
+            if split > start:
+                # Only the cache is kept: logits for the last position alone (every position's would be
+                # [T, vocab], 12 GiB at 50k tokens for a 128k vocabulary in bf16).
+                cache = fast_twin(model)(input_ids=body[None, start:split], past_key_values=cache, use_cache=True,
+                                         logits_to_keep=1).past_key_values
+            if split < len(body):
+                cache = model(body[None, split:], return_type="logits_and_cache", past_key_values=cache)[1]
+        return cache
+
+    def _position_kwargs(self, start: int, end: int) -> dict[str, Tensor]:
+        """Attention mask over cached + new positions and each row's own positions for [start, end)."""
+        if not self.padded:
+            return {}
+        positions = torch.arange(end, device=self.device)[None, :] - self.offsets[:, None]
+        return {"attention_mask": (positions >= 0).long(), "position_ids": positions[:, start:end].clamp_min(0)}
+
+    def step(self, tokens: Int[Tensor, "batch"] | None = None) -> Float[Tensor, "batch vocab"]:
+        """Run one token per row (default: the pending ones) and return each row's next-token logits.
+
+        With ``attention="grouped"`` the step runs :func:`~dynheads_tl.engine.grouped.grouped_forward`
+        unless the model or a hook attached now needs the bridge's eager forward
+        (:func:`~dynheads_tl.engine.grouped.choose_path`); both write into the same preallocated cache."""
+        tokens = self.pending if tokens is None else torch.as_tensor(tokens, dtype=torch.long).to(self.device)
+        tokens = tokens.reshape(self.batch, 1)
+        start = self.n_cached
+        kwargs = self._position_kwargs(start, start + 1)
+        self.last_path = choose_path(self.model, self.attention)
+        with torch.no_grad():
+            if self.last_path == "grouped":
+                positions = kwargs.get("position_ids")
+                if positions is None:
+                    positions = torch.full((self.batch, 1), start, dtype=torch.long, device=self.device)
+                logits = grouped_forward(self.model, tokens, positions, self.cache, kwargs.get("attention_mask"))
+            else:
+                logits = self._eager_forward(tokens, kwargs)
+        self.last_logits = logits[:, -1]
+        return self.last_logits
+
+    def _eager_forward(self, tokens: Int[Tensor, "batch query"], kwargs: dict[str, Tensor]) -> Tensor:
+        """The bridge's own forward (the reference): the cached positions are handed to it as a
+        ``DynamicCache`` and the positions it adds are written back into the preallocated cache."""
+        from transformers import DynamicCache
+
+        start = self.n_cached
+        past = DynamicCache()
+        if start > 0:
+            for index, (keys, values) in enumerate(zip(self.cache.keys, self.cache.values)):
+                past.update(keys[:, :, :start], values[:, :, :start], index)
+        logits, past = self.model(tokens, return_type="logits_and_cache", past_key_values=past, **kwargs)
+        end = start + tokens.shape[1]
+        self.cache.reserve(end)
+        for index, layer in enumerate(past.layers):
+            self.cache.write(index, layer.keys[:, :, start:end], layer.values[:, :, start:end], start)
+        self.cache.length = end
+        return logits
+
+    def rewind(self, n_cached: int) -> None:
+        """Drop cached positions from ``n_cached`` on (to redo a step, e.g. a second pass): the cache is
+        preallocated, so only its length moves; the next step overwrites those positions in place."""
+        if n_cached > self.n_cached:
+            raise ValueError(f"Cannot rewind forward: {self.n_cached} positions cached, asked for {n_cached}.")
+        if n_cached < 0:
+            raise ValueError(f"Cannot rewind to {n_cached} positions.")
+        self.cache.length = n_cached
+
+    def last_position(self) -> list[tuple[Tensor, Tensor]]:
+        """A copy of every layer's keys and values at the newest cached position (all rows)."""
+        end = self.n_cached
+        return [(keys[:, :, end - 1: end].clone(), values[:, :, end - 1: end].clone())
+                for keys, values in zip(self.cache.keys, self.cache.values)]
+
+    def replace_last_position(self, saved: list[tuple[Tensor, Tensor]], rows: Bool[Tensor, "batch"] | None = None) -> None:
+        """Write ``saved`` (from :meth:`last_position`) back over the newest cached position, in place, for
+        ``rows`` only (default: every row)."""
+        select = slice(None) if rows is None else rows.to(self.device)
+        end = self.n_cached
+        for store_keys, store_values, (keys, values) in zip(self.cache.keys, self.cache.values, saved):
+            store_keys[select, :, end - 1: end] = keys[select]
+            store_values[select, :, end - 1: end] = values[select]
+
+
+class Decoder(BatchDecoder):
+    """A :class:`BatchDecoder` over one sequence whose :meth:`step` takes and returns single values."""
+
+    def __init__(self, model, prompt_ids: Sequence[int] | Tensor, *, prefill: PrefillMode = "fast"):
+        super().__init__(model, [prompt_ids], prefill=prefill)
+
+    def step(self, token_id: int | None = None) -> Float[Tensor, "vocab"]:
+        return super().step(None if token_id is None else torch.tensor([token_id]))[0]

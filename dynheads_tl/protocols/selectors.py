@@ -1,0 +1,124 @@
+"""Selectors of the two-pass protocol: at each step, from what the clean pass saw (a
+:class:`~dynheads_tl.protocols.stepwise.StepView`), the heads to mask (None: nothing).
+
+Each builder here is one rule; :mod:`dynheads_tl.protocols.conditions` names the rules the experiments run and
+builds them from the calibration setup. Random rules draw from generators seeded by the sample (and the step,
+for the per-step draws), so a run is reproducible and every condition of a sample sees the same draws.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from dynheads_tl.protocols.stepwise import Selector, StepView
+from dynheads_tl.tasks.common import mix_seed
+
+
+def select_dynamic(view: StepView) -> Tensor:
+    return view.retrieval
+
+
+def select_fixed(mask: Bool[Tensor, "layer head"]) -> Selector:
+    return lambda view: mask
+
+
+def select_static_matched(static_order: Int[Tensor, "rank"]) -> Selector:
+    """Size-matched static baseline: at each step, the top-|D_t| heads of the static ranking
+    (``static_order``: flat head indices, best first); nothing when D_t is empty."""
+
+    def select(view: StepView):
+        n = int(view.retrieval.sum())
+        if n == 0:
+            return None
+        mask = torch.zeros(view.retrieval.numel(), dtype=torch.bool, device=view.retrieval.device)
+        mask[static_order[:n].to(mask.device)] = True
+        return mask.reshape(view.retrieval.shape)
+
+    return select
+
+
+def select_random_matched(seed: int) -> Selector:
+    """Size-matched random control: at each step, |D_t| heads drawn uniformly from all heads (they may overlap
+    D_t) by a generator seeded with ``seed`` (one per sample) and the step; nothing when D_t is empty."""
+    return select_random_sized(seed, lambda view: int(view.retrieval.sum()),
+                               lambda view: torch.ones(view.retrieval.shape, dtype=torch.bool))
+
+
+def select_dynamic_nonstatic(static_top20: Bool[Tensor, "layer head"]) -> Selector:
+    """D_t minus the static top-20: the dynamic heads a static view misses; nothing when that is empty."""
+
+    def select(view: StepView):
+        mask = view.retrieval & ~static_top20.to(view.retrieval.device)
+        return mask if bool(mask.any()) else None
+
+    return select
+
+
+def select_static_nondynamic(static_top20: Bool[Tensor, "layer head"]) -> Selector:
+    """The static top-20 heads that are not in D_t at this step; nothing when D_t covers all of them."""
+
+    def select(view: StepView):
+        mask = static_top20.to(view.retrieval.device) & ~view.retrieval
+        return mask if bool(mask.any()) else None
+
+    return select
+
+
+def random_heads_from(pool: Bool[Tensor, "layer head"], n: int, seed: int) -> Bool[Tensor, "layer head"]:
+    """``n`` heads drawn uniformly from the heads of ``pool`` (at most all of them), seeded by ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    candidates = torch.nonzero(pool.flatten().cpu()).flatten()
+    chosen = candidates[torch.randperm(len(candidates), generator=generator)[: min(n, len(candidates))]]
+    mask = torch.zeros(pool.numel(), dtype=torch.bool)
+    mask[chosen] = True
+    return mask.reshape(pool.shape)
+
+
+def select_random_sized(seed: int, size: Callable[[StepView], int], pool: Callable[[StepView], Tensor]) -> Selector:
+    """A random control sized per step: ``size(view)`` heads drawn from ``pool(view)`` with a generator seeded by
+    ``seed`` (one per sample) and the step; nothing when the size is 0."""
+
+    def select(view: StepView):
+        n = size(view)
+        if n == 0:
+            return None
+        return random_heads_from(pool(view), n, mix_seed(seed, view.step)).to(view.retrieval.device)
+
+    return select
+
+
+def select_random_nonstatic(static_top20: Bool[Tensor, "layer head"], seed: int) -> Selector:
+    """The size-matched control of ``dynamic_nonstatic``: |D_t minus S_20| random heads from outside S_20."""
+    static = static_top20.bool()
+    return select_random_sized(seed, lambda view: int((view.retrieval & ~static.to(view.retrieval.device)).sum()),
+                               lambda view: ~static)
+
+
+def select_random_nondynamic(static_top20: Bool[Tensor, "layer head"], seed: int) -> Selector:
+    """The size-matched control of ``static_nondynamic``: |S_20 minus D_t| random heads from outside D_t."""
+    static = static_top20.bool()
+    return select_random_sized(seed, lambda view: int((static.to(view.retrieval.device) & ~view.retrieval).sum()),
+                               lambda view: ~view.retrieval.cpu())
+
+
+def select_top_ranked(k: int) -> Selector:
+    """Progressive masking: D_t first, then by attention share on the evidence; the top k."""
+
+    def select(view: StepView):
+        if k == 0:
+            return None
+        rank_key = view.retrieval.float() * 2.0 + view.support_score.float()
+        order = torch.argsort(rank_key.flatten(), descending=True, stable=True)[:k]
+        mask = torch.zeros(rank_key.numel(), dtype=torch.bool, device=rank_key.device)
+        mask[order] = True
+        return mask.reshape(rank_key.shape)
+
+    return select
+
+
+def random_heads(n_layers: int, n_heads: int, k: int, seed: int) -> Bool[Tensor, "layer head"]:
+    """``k`` heads drawn without replacement from all ``n_layers`` x ``n_heads`` by a generator seeded with ``seed``."""
+    return random_heads_from(torch.ones(n_layers, n_heads, dtype=torch.bool), k, seed)
