@@ -51,3 +51,4 @@ from .features import *  # noqa: F401,F403
 from .pipeline import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401
+from dynheads_tl.analysis.classification import roc_points  # noqa: F401 (notebook 05 draws its ROC curves)
