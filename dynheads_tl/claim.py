@@ -121,9 +121,11 @@ class Claim:
 
 
 def ci_text(value: float, low: float, high: float, digits: int = 2, signed: bool = False) -> str:
-    """``value [low, high]`` for an index cell, with true minus signs."""
-    f = f"{{:{'+' if signed else ''}.{digits}f}}"
-    return f"{f.format(value)} [{f.format(low)}, {f.format(high)}]".replace("-", "−")
+    """``value [low, high]`` for an index cell (:func:`~dynheads_tl.analysis.statistics.format_interval`), with true
+    minus signs."""
+    from dynheads_tl.analysis.statistics import format_interval
+
+    return format_interval(value, low, high, digits, signed=signed).replace("-", "−")
 
 
 def is_true(value) -> bool:

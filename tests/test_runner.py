@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -16,7 +15,6 @@ import pytest
 
 from dynheads_tl.report import cli
 from dynheads_tl.report import runner as report
-from dynheads_tl.config import NotebookConfig
 from dynheads_tl import claims
 from dynheads_tl.report.runner import (config_class, default_output_dir, list_notebooks, notebook_parameters,
                                        preset_names, run_report)
@@ -78,17 +76,6 @@ def test_seed_offsets_are_declared_once_and_never_shared():
     assert len(set(names)) == len(names) and len(set(values)) == len(values), declared
 
 
-def test_a_claim_declaration_is_checked_when_it_is_made():
-    from dynheads_tl.claim import Claim
-
-    with pytest.raises(ValueError, match="stem is NN_name"):
-        Claim(notebook="tiny", config=TinyConfig)
-    with pytest.raises(ValueError, match=r"preset 'smoke' sets \['nope'\], which TinyConfig does not have"):
-        Claim(notebook="01_tiny", config=TinyConfig, presets={"smoke": {"nope": 1}})
-    with pytest.raises(ValueError, match="default preset is the config's own defaults"):
-        Claim(notebook="01_tiny", config=TinyConfig, presets={"default": {"value": 2}})
-
-
 def test_impossible_values_and_missing_files_fail_before_any_notebook_starts(tmp_path):
     with pytest.raises(ValueError, match="01_dynamism: Parameter 'n_analysis' must be a positive integer"):
         run_report(only="01_dynamism", overrides={"n_analysis": -3}, output_dir=tmp_path)
@@ -106,17 +93,6 @@ def test_output_dir_given_twice_must_agree(tmp_path):
 
 
 # --- a run, with a tiny notebook instead of the real ones ----------------------------------------
-@dataclass
-class TinyConfig(NotebookConfig):
-    fail: bool = False
-    value: int = 1
-    output_dir: str = "papers_figures"
-
-    def __post_init__(self):
-        if self.value < 0:
-            raise ValueError(f"Parameter 'value' must be >= 0, got {self.value!r}.")
-
-
 def _tiny_notebook(folder: Path) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -183,6 +159,19 @@ def tiny_suite(tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     return work
+
+
+def test_a_claim_declaration_is_checked_when_it_is_made(tiny_suite):
+    from tinyclaim import TinyConfig
+
+    from dynheads_tl.claim import Claim
+
+    with pytest.raises(ValueError, match="stem is NN_name"):
+        Claim(notebook="tiny", config=TinyConfig)
+    with pytest.raises(ValueError, match=r"preset 'smoke' sets \['nope'\], which TinyConfig does not have"):
+        Claim(notebook="01_tiny", config=TinyConfig, presets={"smoke": {"nope": 1}})
+    with pytest.raises(ValueError, match="default preset is the config's own defaults"):
+        Claim(notebook="01_tiny", config=TinyConfig, presets={"default": {"value": 2}})
 
 
 def test_a_new_claim_is_one_folder_and_one_line_and_the_report_reads_it(tiny_suite):

@@ -100,6 +100,7 @@ def comparison_table(results: "dict[str, TaskAblation] | TaskAblation", *, alpha
     for task, result in results.items():
         for metric in (result.metric, "tf_drop"):
             worse_is_higher = metric == "tf_drop"
+            headroom = _has_headroom(result, metric)  # the unmasked interval, once per task and measure
             for a, b, _, _ in COMPARISONS:
                 joined = _paired(result, a, b, metric)
                 if joined is None:
@@ -110,8 +111,8 @@ def comparison_table(results: "dict[str, TaskAblation] | TaskAblation", *, alpha
                 rows.append({"task": task, "a": a, "b": b, "metric": metric, "n": diff.n,
                              "difference": diff.estimate, "low": diff.low, "high": diff.high,
                              "a_worse": a_worse, "b_worse": b_worse, "a_better": b_worse, "b_better": a_worse,
-                             "sign_p": test.sign_p, "headroom": _has_headroom(result, metric),
-                             "evaluable": diff.n >= MIN_SAMPLES_TO_COMPARE and _has_headroom(result, metric),
+                             "sign_p": test.sign_p, "headroom": headroom,
+                             "evaluable": diff.n >= MIN_SAMPLES_TO_COMPARE and headroom,
                              "primary": (task, a, b, metric) == PRIMARY,
                              "half_width": diff.half_width, "n_to_resolve": n_to_resolve(diff)})
     table = pd.DataFrame(rows)
