@@ -23,8 +23,10 @@
 #
 # GQA: a KV head's cache is kept if any of its query heads is retained; the tables count kept KV heads that
 # way. The memory table is **computed** from the model configs, not measured; a per-step strategy keeps a
-# different set of KV heads whole at each step, so it needs the evicted entries somewhere (host memory, say),
-# which the table does not count.
+# different set of KV heads whole at each step, so it needs the evicted entries somewhere (host memory, say).
+# The simulation restores a head's evicted entries for free when it is switched back in; the **switching cost** is
+# counted instead: `kv_switches_per_step`, the KV heads kept at a step that were not kept at the step before, and in
+# the memory table the MiB those switches would move per step.
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
@@ -87,6 +89,8 @@ display(Image(filename=str(figures.save_figure(fig, "retention", out_dir, table,
 # query heads is retained); the rest keep `sink_tokens` + `local_window` positions. The Llama-3.1-8B rows apply
 # the same share to its cache. 50k and 128k exceed the embedded model's 8k context: those columns are
 # arithmetic, for comparison.
+# `MiB_switched_per_step_at_*`: what the KV heads switched in per step (measured above, at the same share for
+# Llama-3.1-8B) bring back, the keys and values beyond `sink_tokens` + `local_window`; static sets switch nothing.
 
 # %%
 mem = kv_retention.memory(lm, config, table)
@@ -111,7 +115,7 @@ display(Markdown(kv_retention.primary_verdict(primary)))
 comparisons = kv_retention.predicted_vs_static(rows, seed=config.seed)
 figures.save_table(comparisons, "predicted_vs_static", out_dir, run_config)
 display(comparisons.round(3))
-verdict = kv_retention.verdict(table, comparisons)
+verdict = kv_retention.verdict(table, comparisons, mem)
 display(Markdown("**Verdict.** " + verdict))
 
 # %% [markdown]

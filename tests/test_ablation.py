@@ -14,7 +14,7 @@ from dynheads_tl.protocols.ablation_experiments import Job, run_condition, run_j
 from dynheads_tl.protocols.ablation_metrics import compensation, compensation_table
 from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, make_selector
 from dynheads_tl.protocols.selectors import (random_heads, select_dynamic, select_dynamic_nonstatic, select_fixed,
-                                             select_random_matched, select_random_nondynamic, select_random_nonstatic,
+                                             select_random_k, select_random_matched, select_random_nondynamic, select_random_nonstatic,
                                              select_static_matched, select_static_nondynamic, select_top_ranked)
 from dynheads_tl.protocols.stepwise import StepView, gold_token_ids
 from dynheads_tl.protocols.two_pass import AblationTrace, two_pass_batch, two_pass_generation
@@ -234,6 +234,24 @@ def test_random_matched_draws_as_many_heads_as_d_t_seeded_by_sample_and_step():
     assert any(not torch.equal(a, b) for a, b in zip(draws, other)), "another sample draws other heads"
     bigger = _mask((6, 5), *[(layer, 0) for layer in range(6)], (1, 1), (1, 2))
     assert int(select(_view(bigger, step=4)).sum()) == 8
+
+
+def test_progressive_random_masks_k_fresh_heads_at_each_step_whatever_d_t():
+    retrieval = _mask((6, 5), (0, 1), (2, 3))
+    select = select_random_k(4, seed=3)
+    assert select_random_k(0, seed=3)(_view(retrieval)) is None, "k = 0 masks nothing"
+    draws = [select(_view(retrieval if t % 2 else torch.zeros(6, 5, dtype=torch.bool), step=t)) for t in range(8)]
+    assert all(int(d.sum()) == 4 for d in draws), "k heads, even where D_t is empty"
+    assert len({tuple(d.flatten().tolist()) for d in draws}) > 1, "a fresh draw at each step"
+    assert torch.equal(draws[5], select_random_k(4, seed=3)(_view(retrieval, step=5))), "seeded by sample and step"
+    from types import SimpleNamespace
+
+    model = SimpleNamespace(cfg=SimpleNamespace(n_layers=6, n_heads=5))
+    setup = AblationSetup(static_mask=retrieval, static_top20=retrieval, k=2, seed=2)
+    chosen, k = make_selector(model, "progressive_random", setup, sample_seed=5, k=4)
+    assert k == 4 and torch.equal(chosen(_view(retrieval, 3)), select_random_k(4, 2 * 1_000_003 + 5)(_view(retrieval, 3)))
+    with pytest.raises(ValueError, match="k >= 0"):
+        make_selector(model, "progressive_random", setup)
 
 
 def test_dynamic_nonstatic_and_static_nondynamic_are_the_set_differences():
@@ -471,13 +489,26 @@ def test_progressive_batches_several_samples_and_k0_is_the_unmasked_run(monkeypa
     original = experiments.run_jobs
     monkeypatch.setattr(experiments, "run_jobs", lambda model, jobs, *a, **kw: batches.append(len(jobs)) or original(model, jobs, *a, **kw))
     rows, new_heads = experiments.progressive_experiment(model, samples, setup, TraceConfig(max_new_tokens=4), [0, 3],
-                                                      batch_size=6)
+                                                      batch_size=6, random_control=False)
     assert batches == [6, 3], "two samples' three runs share a batch, the third sample runs alone"
     assert rows["sample"].tolist() == [0, 0, 1, 1, 2, 2] and rows["k"].tolist() == [0, 3] * 3
     k0 = rows[rows["k"] == 0]
     assert (k0["response"] == k0["unmasked_response"]).all() and (k0["heads_masked_per_step"] == 0).all()
     assert (rows[rows["k"] == 3]["heads_masked_per_step"] == 3).all()
     assert new_heads.shape == static.shape
+
+    # With the size-matched control (the default): each k > 0 also masks k random heads, drawn afresh per step.
+    batches.clear()
+    controlled, counted = experiments.progressive_experiment(model, samples, setup, TraceConfig(max_new_tokens=4),
+                                                             [0, 3], batch_size=8)
+    assert batches == [8, 4], "two samples' four runs share a batch, the third sample runs alone"
+    assert controlled["ranking"].tolist() == ["ranked", "ranked", "random"] * 3
+    assert controlled["k"].tolist() == [0, 3, 3] * 3
+    random = controlled[controlled["ranking"] == "random"]
+    assert (random["heads_masked_per_step"] == 3).all()
+    ranked = controlled[(controlled["ranking"] == "ranked") & (controlled["k"] == 3)]
+    assert (random["heads_ever_masked"].to_numpy() != ranked["heads_ever_masked"].to_numpy()).any()
+    assert torch.equal(counted, new_heads), "new-head counts come from the ranked runs alone"
 
 
 def test_online_chance_rule_marks_what_the_trace_marks_offline(tiny_llama):

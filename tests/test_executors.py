@@ -293,13 +293,15 @@ def test_ray_ablation_runs_equal_local_runs(embedded_model, ray_executor, monkey
     monkeypatch.setattr(ray_executor, "map", counting)
     _make_current(monkeypatch, ray_executor)
     remote = run()
-    # Every run went to the workers: 7 NIAH runs in batches of 4, the progressive sample's 3 runs, 3 generated and 3
-    # teacher-forced HotpotQA runs (teacher forcing feeds the whole gold continuation: the short HotpotQA answer).
-    assert batches == [("ablation_units", 2), ("ablation_units", 1), ("ablation_units", 2)]
+    # Every run went to the workers: 7 NIAH runs in batches of 4, the progressive sample's 4 runs (unmasked, k = 0,
+    # k = 5 and its random control) in batches of 3, 3 generated and 3 teacher-forced HotpotQA runs (teacher forcing
+    # feeds the whole gold continuation: the short HotpotQA answer).
+    assert batches == [("ablation_units", 2), ("ablation_units", 2), ("ablation_units", 2)]
     grid, progressive, new_heads, hotpot_grid = local
     assert list(grid["condition"]) == conditions and set(conditions) <= set(GRID_CONDITIONS)
     assert (grid.set_index("condition").loc["dynamic", "heads_ever_masked"] != ""), "D_t is masked: the runs differ"
     assert (progressive["k"] == 5).any() and (progressive["heads_ever_masked"] != "").any()
+    assert progressive["ranking"].tolist() == ["ranked", "ranked", "random"]
     assert (hotpot_grid["tf_steps"] > 0).all(), "the HotpotQA runs were teacher-forced too"
     _same_frames(grid, remote[0], "NIAH grid")
     _same_frames(progressive, remote[1], "progressive")

@@ -120,6 +120,35 @@ def test_progressive_summary_and_protocol_checks():
     assert not protocol_checks(result)["ok"].iloc[-1]
 
 
+def test_progressive_control_is_paired_per_sample_and_holm_leaves_out_the_untestable_k():
+    """Known answer: at k = 10 the ranked heads fail all 8 samples that k random heads answer (sign p = 2 / 2^8);
+    at k = 20 only 3 samples differ, so its sign test cannot reach 0.05 (min p 0.25) and leaves the family."""
+    from scipy import stats
+
+    rows = [{"sample": s, "k": 0, "ranking": "ranked", "accuracy": 1.0, "m_s": 0.0} for s in range(8)]
+    rows += [{"sample": s, "k": k, "ranking": "ranked", "accuracy": 0.0, "m_s": 3.0} for s in range(8) for k in (10, 20)]
+    rows += [{"sample": s, "k": 10, "ranking": "random", "accuracy": 1.0, "m_s": 1.0} for s in range(8)]
+    rows += [{"sample": s, "k": 20, "ranking": "random", "accuracy": float(s < 3), "m_s": 1.0} for s in range(8)]
+    result = _result(_grid())
+    result.progressive = pd.DataFrame(rows)
+    table = progressive_summary(result).set_index("k")
+    assert table.loc[0, "n"] == 8 and pd.isna(table.loc[0, "sign_p"]), "k = 0 has no control: both mask nothing"
+    assert table.loc[10, "sign_p"] == pytest.approx(stats.binomtest(0, 8, 0.5).pvalue) == pytest.approx(2 / 2 ** 8)
+    assert table.loc[10, "p_adjusted"] == pytest.approx(2 / 2 ** 8), "the only testable k: Holm leaves it as it is"
+    assert pd.isna(table.loc[20, "p_adjusted"]) and table.loc[20, "sign_p"] == pytest.approx(0.25)
+    assert table.loc[10, "specific"] and not table.loc[20, "specific"]
+    assert table.loc[10, "difference"] == -1.0 and table.loc[20, "difference"] == pytest.approx(-3 / 8)
+    assert (table.loc[10, "ranked_worse"], table.loc[10, "random_worse"]) == (8, 0)
+    assert table.loc[10, "random_m_s"] == 1.0 and table.loc[10, "m_s"] == 3.0 and table.loc[10, "random_n"] == 8
+    fig = figures.progressive_figure(table.reset_index(), "accuracy", "Fig 3")
+    labels = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["accuracy, ranked heads", "accuracy, random heads (size-matched)", "m_s, ranked heads",
+                      "m_s, random heads (size-matched)"]
+    # Runs from before the control (no ranking column) are all ranked, and the summary has no control columns.
+    old = _result(_grid())
+    assert "random_accuracy" not in progressive_summary(old) and "sign_p" not in progressive_summary(old)
+
+
 def test_figures_show_n_and_which_panels_use_k():
     grid = _grid()
     fig = figures.condition_heatmaps(grid, "accuracy", "Fig 2 (NIAH): accuracy", k=5)
@@ -230,3 +259,23 @@ def test_primary_verdict_reproduced_when_d_t_hurts_more_on_enough_samples():
     assert "**reproduced**" in text and "D_t hurt more on 10, the static heads on 0" in text
     grid.loc[worse, "tf_drop"] = grid.loc[worse, "tf_drop"] - 1.0  # now the static heads hurt more
     assert "**not reproduced**" in primary_verdict(comparison_table({"niah": _result(grid)}))
+
+
+def test_progressive_status_needs_the_drop_to_be_specific_when_the_run_has_the_control(tmp_path):
+    from dynheads_tl.claims.irreplaceability.report import _progressive_status
+
+    def status(random_accuracy, with_control=True):
+        rows = [{"sample": s, "k": 0, "ranking": "ranked", "accuracy": 1.0, "m_s": 0.0} for s in range(10)]
+        rows += [{"sample": s, "k": 20, "ranking": "ranked", "accuracy": 0.0, "m_s": 3.0} for s in range(10)]
+        rows += [{"sample": s, "k": 20, "ranking": "random", "accuracy": random_accuracy, "m_s": 1.0}
+                 for s in range(10)]
+        frame = pd.DataFrame(rows)
+        if not with_control:
+            frame = frame[frame["ranking"] == "ranked"].drop(columns="ranking")
+        frame.to_csv(tmp_path / "fig3_niah_progressive.csv", index=False)
+        return _progressive_status("fig3_niah_progressive")(tmp_path)
+
+    assert status(1.0).status == "reproduced" and "hurt more than random ones" in status(1.0).headline
+    matched = status(0.0)  # k random heads destroy retrieval as well: the drop is not the ranked heads'
+    assert matched.status == "undetermined" and "not told apart from random heads" in matched.headline
+    assert status(0.0, with_control=False).status == "reproduced", "older runs: judged on the drop alone"

@@ -3,6 +3,7 @@ bounds on the embedded model (every head retained = the full cache exactly; none
 from __future__ import annotations
 
 import pytest
+import pandas as pd
 import torch
 
 from dynheads_tl.claims import kv_retention
@@ -25,6 +26,23 @@ def test_top_retained_by_query_and_by_kv_head():
     assert rt.top_retained(scores, 0).sum() == 0
     counted = rt.kv_heads_kept(torch.stack([kv, rt.top_retained(scores, 2)]), group=2)
     assert counted.tolist() == [1, 2]  # a KV head counts once, whichever of its query heads is kept
+
+
+def test_switching_counts_kv_heads_brought_back_at_each_step():
+    """2 layers x 4 query heads, 2 per KV head. Steps: KV (0,0) kept; then (0,0) and (1,1); then (1,1) alone (nothing
+    new); then (0,0) again (switched back in). A static set switches nothing."""
+    steps = torch.zeros(4, 2, 4, dtype=torch.bool)
+    steps[0, 0, 0] = True
+    steps[1, 0, 1] = steps[1, 1, 3] = True  # the same KV head (0, 0) through another query head, and (1, 1)
+    steps[2, 1, 2] = True
+    steps[3, 0, 0] = True
+    assert rt.kv_heads_switched(steps, group=2).tolist() == [1, 0, 1]
+    assert rt.kv_heads_switched(steps[:1], group=2).numel() == 0, "one step: nothing to switch"
+    assert rt.kv_heads_switched(steps[[0, 0, 0]], group=2).tolist() == [0, 0]
+    shape = rt.KVShape("toy", n_layers=2, n_kv_heads=2, head_dim=4)
+    # A switched-in KV head brings back keys and values of the positions beyond sinks and window: 2 x 4 x 90 x 2 bytes.
+    assert shape.switch_bytes(100, sink_tokens=4, local_window=6) == 2 * 4 * 90 * 2
+    assert shape.switch_bytes(8, sink_tokens=4, local_window=6) == 0
 
 
 def test_oracle_puts_the_dynamic_set_first_then_eq2_share():
@@ -143,6 +161,32 @@ def test_predicted_beats_static_only_when_the_sign_test_agrees():
     assert "query heads 50%: predicted beats static on accuracy" in text
     assert "predicted keeps the gold answer more likely" in text
     assert "reaches 95% of the full cache's (point estimates) is predicted at no budget tried" in text
+
+
+def test_the_verdict_states_the_switching_cost_the_simulation_does_not_charge():
+    from types import SimpleNamespace
+
+    rows = _rows({0.1: 4, 0.5: 11})
+    rows["kv_switches_per_step"] = 0.0
+    rows.loc[rows["strategy"] == "predicted", "kv_switches_per_step"] = 9.0  # 10% of the 90 KV heads per step
+    table = kv_retention.summary(rows)
+    predicted = table[table["strategy"] == "predicted"]
+    assert (predicted["kv_switches_per_step"] == 9.0).all() and (predicted["kv_switches_low"] == 9.0).all()
+    config = SimpleNamespace(sink_tokens=4, local_window=28)
+    model = SimpleNamespace(cfg=SimpleNamespace(n_layers=30, n_heads=9, n_key_value_heads=3, d_head=64,
+                                                model_name="toy-90-kv-heads"))
+    memory = kv_retention.memory(model, config, table)
+    llama = memory[memory["model"] == "Llama-3.1-8B"].set_index(["strategy", "budget"])
+    # Llama-3.1-8B: 10% of its 32 x 8 KV heads, each bringing back 2 x 128 x (128000 - 32) bf16 values.
+    expected = 0.1 * 256 * 2 * 128 * (128_000 - 32) * 2 / 2**20
+    assert llama.loc[("predicted", 0.5), "MiB_switched_per_step_at_128k"] == pytest.approx(expected)
+    assert llama.loc[("static", 0.5), "MiB_switched_per_step_at_128k"] == 0
+    text = kv_retention.verdict(table, kv_retention.predicted_vs_static(rows), memory)
+    assert "predicted 9.00 [9.00, 9.00]" in text and "static 0.00 [0.00, 0.00]" in text
+    assert "at most 10.0% of the KV heads per step" in text and f"the most is {expected:,.0f} MiB" in text
+    assert "restores them for free" in text
+    assert "did not count the switches" in kv_retention.verdict(kv_retention.summary(_rows({0.1: 4})),
+                                                                   pd.DataFrame())
 
 
 def test_primary_comparison_averages_the_kv_budgets_per_sample_and_is_tested_alone():

@@ -185,18 +185,22 @@ def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetu
 
 def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, config: TraceConfig,
                            ks: list[int], desc: str = "progressive", cache_key: dict | None = None,
-                           batch_size: int = 8):
+                           batch_size: int = 8, random_control: bool = True):
     """Fig 3 / Fig 7: mask the top-k ranked heads at each step, for each k. Returns (rows, new-head counts).
 
-    Each sample's runs (every k, plus its unmasked generation for reference) are batched together, and
-    as many samples' runs as fit in ``batch_size`` rows share a batch; every row carries the unmasked
-    response, so the k = 0 row can be checked against it."""
+    With ``random_control`` each k > 0 also runs its size-matched control, k random heads drawn afresh at each
+    step (``progressive_random``); rows say which in ``ranking`` ("ranked" or "random"), and the new-head counts
+    come from the ranked runs alone. Each sample's runs (every k, its controls, and its unmasked generation for
+    reference) are batched together, and as many samples' runs as fit in ``batch_size`` rows share a batch; every
+    row carries the unmasked response, so the k = 0 row can be checked against it."""
     rows = []
     new_heads = torch.zeros_like(setup.static_top20, dtype=torch.long)
-    sample_jobs = [[Job(sample, "none", index)] + [Job(sample, "progressive", index, k) for k in ks]
+    plan = [("ranked", "progressive", k) for k in ks]
+    plan += [("random", "progressive_random", k) for k in ks if random_control and k > 0]
+    sample_jobs = [[Job(sample, "none", index)] + [Job(sample, condition, index, k) for _, condition, k in plan]
                    for index, sample in enumerate(samples)]
     todo = [i for i, jobs in enumerate(sample_jobs) if count_missing(model, jobs, setup, config, cache_key=cache_key)]
-    per_group = max(1, batch_size // (len(ks) + 1))
+    per_group = max(1, batch_size // (len(plan) + 1))
     # Samples with missing runs share batches, per_group samples at a time; every sample's runs go to the executor
     # at once.
     group_of = {index: ("ready", index) for index in range(len(samples))}
@@ -206,10 +210,12 @@ def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, c
     labels = [group_of[index] for index in range(len(samples)) for _ in sample_jobs[index]]
     outputs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key, groups=labels,
                           desc=f"{desc}: runs")
-    results = {index: outputs[index * (len(ks) + 1): (index + 1) * (len(ks) + 1)] for index in range(len(samples))}
+    size = len(plan) + 1
     for index in range(len(samples)):
-        (reference, _), *runs = results[index]
-        for k, (row, counts) in zip(ks, runs):
-            new_heads += counts.long()
-            rows.append({"sample": index, "k": k, **row, "unmasked_response": reference["response"]})
+        (reference, _), *runs = outputs[index * size: (index + 1) * size]
+        for (ranking, _, k), (row, counts) in zip(plan, runs):
+            if ranking == "ranked":
+                new_heads += counts.long()
+            rows.append({"sample": index, "k": k, "ranking": ranking, **row,
+                         "unmasked_response": reference["response"]})
     return pd.DataFrame(rows), new_heads

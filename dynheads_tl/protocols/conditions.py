@@ -4,7 +4,8 @@ from what the calibration split gives (:class:`AblationSetup`).
 The paper's conditions: ``none``, ``dynamic`` (D_t at every step), and the baselines ``static`` (the static
 top-k heads at every step) and ``random`` (k seeded random heads, drawn once per sample), with k the mean
 dynamic-set size of the calibration split. ``progressive`` ranks every head at step t (Eq. 1 hits first, then
-by attention share on the evidence) and masks the top k.
+by attention share on the evidence) and masks the top k; ``progressive_random`` is its size-matched control,
+k random heads drawn afresh at each step (seeded by the sample and the step).
 
 Controls that are not in the paper, each decided at each step from that step's D_t (S_20: the static
 top-20 of the calibration split):
@@ -34,8 +35,8 @@ from torch import Tensor
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import AblationMode
 from dynheads_tl.protocols.selectors import (random_heads, select_dynamic, select_dynamic_nonstatic, select_fixed,
-                                             select_random_matched, select_random_nondynamic, select_random_nonstatic,
-                                             select_static_matched, select_static_nondynamic, select_top_ranked)
+                                             select_random_k, select_random_matched, select_random_nondynamic,
+                                             select_random_nonstatic, select_static_matched, select_static_nondynamic, select_top_ranked)
 from dynheads_tl.protocols.stepwise import Selector
 from dynheads_tl.protocols.two_pass import CachePolicy
 from dynheads_tl.tasks.common import WIDE_STRIDE, mix_seed
@@ -96,6 +97,12 @@ def _progressive(model, setup: AblationSetup, sample_seed: int, k: int | None):
     return select_top_ranked(k), k
 
 
+def _progressive_random(model, setup: AblationSetup, sample_seed: int, k: int | None):
+    if k is None or k < 0:
+        raise ValueError("Progressive masking needs k >= 0.")
+    return select_random_k(k, _draw_seed(setup, sample_seed)), k
+
+
 CONDITIONS: dict[str, ConditionBuilder] = {
     "none": lambda model, setup, sample_seed, k: ((lambda view: None), None),
     "dynamic": lambda model, setup, sample_seed, k: (select_dynamic, None),
@@ -112,13 +119,14 @@ CONDITIONS: dict[str, ConditionBuilder] = {
     "random_nondynamic": lambda model, setup, sample_seed, k: (
         select_random_nondynamic(setup.static_top20, _draw_seed(setup, sample_seed)), None),
     "progressive": _progressive,
+    "progressive_random": _progressive_random,
 }
 
 
 def make_selector(model, condition: Condition, setup: AblationSetup, *, sample_seed: int = 0,
                   k: int | None = None) -> tuple[Selector, int | None]:
     """The selector of one condition (:data:`CONDITIONS`) and the k it records (static/random: ``setup.k``;
-    progressive: ``k``; the per-step conditions: None)."""
+    progressive and its random control: ``k``; the per-step conditions: None)."""
     build = CONDITIONS.get(condition)
     if build is None:
         raise ValueError(f"Unknown condition {condition!r}; use one of {', '.join(CONDITIONS)}.")

@@ -109,6 +109,15 @@ def kv_heads_kept(retained: Bool[Tensor, "step layer head"], group: int) -> Tens
     return retained.reshape(steps, n_layers, n_heads // group, group).any(-1).flatten(1).sum(1)
 
 
+def kv_heads_switched(retained: Bool[Tensor, "step layer head"], group: int) -> Tensor:
+    """Per step from the second on, how many KV heads are kept whole at that step that were not at the step
+    before: each must have its evicted entries brought back (from host memory, say) before it is read. A static
+    set never switches; a per-step set pays this at every step. Empty for fewer than two steps."""
+    steps, n_layers, n_heads = retained.shape
+    kept = retained.reshape(steps, n_layers, n_heads // group, group).any(-1).flatten(1)
+    return (kept[1:] & ~kept[:-1]).sum(1)
+
+
 # --- the policy ------------------------------------------------------------------------------------------
 @dataclass
 class RetentionTrace:
@@ -247,6 +256,11 @@ class KVShape:
     def full_bytes(self, tokens: int) -> int:
         """Keys and values of every layer and KV head for ``tokens`` positions."""
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * tokens * self.bytes_per_value
+
+    def switch_bytes(self, tokens: int, sink_tokens: int, local_window: int) -> int:
+        """What one KV head of one layer brings back when it is switched in: the keys and values of the positions
+        a short-window head does not hold."""
+        return 2 * self.head_dim * max(0, tokens - sink_tokens - local_window) * self.bytes_per_value
 
     def retained_bytes(self, tokens: int, kept_share: float, sink_tokens: int, local_window: int) -> float:
         """A ``kept_share`` of the KV heads holds every position; the others the sinks and the window only."""

@@ -119,6 +119,12 @@ def select_top_ranked(k: int) -> Selector:
     return select
 
 
+def select_random_k(k: int, seed: int) -> Selector:
+    """The size-matched control of progressive masking: at each step, ``k`` heads drawn uniformly from all heads
+    by a generator seeded with ``seed`` (one per sample) and the step; nothing at k = 0."""
+    return select_random_sized(seed, lambda view: k, lambda view: torch.ones(view.retrieval.shape, dtype=torch.bool))
+
+
 def random_heads(n_layers: int, n_heads: int, k: int, seed: int) -> Bool[Tensor, "layer head"]:
     """``k`` heads drawn without replacement from all ``n_layers`` x ``n_heads`` by a generator seeded with ``seed``."""
     return random_heads_from(torch.ones(n_layers, n_heads, dtype=torch.bool), k, seed)

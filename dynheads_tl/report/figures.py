@@ -197,22 +197,38 @@ HOTPOT_RANKING = "Eq. 2 share on the supporting facts (not Eq. 1)"
 def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: str = NIAH_RANKING):
     """Fig 3 / Fig 7: ``metric`` vs k masked heads (with its 95% interval when the summary has
     ``{metric}_low`` / ``_high``), and compensation m_s on a second axis. ``ranking`` names how the k heads
-    of each step are chosen, for the x-axis label (NIAH: Eq. 1; HotpotQA: Eq. 2)."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    if f"{metric}_low" in summary:
-        yerr = _error_bars(summary, metric)
-        ax.errorbar(summary["k"], summary[metric], yerr=yerr, marker="o", color="tab:blue", capsize=3, label=metric)
-    else:
-        ax.plot(summary["k"], summary[metric], marker="o", color="tab:blue", label=metric)
+    of each step are chosen, for the x-axis label (NIAH: Eq. 1; HotpotQA: Eq. 2). Where the summary has the
+    size-matched control (``random_`` columns: k random heads per step), both are drawn dashed beside the ranked
+    curves, from the shared unmasked point at k = 0."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    twin = ax.twinx()
+    control = summary.dropna(subset=[f"random_{metric}"]) if f"random_{metric}" in summary else summary.iloc[:0]
+    curves = [(summary, "", "ranked heads", "-", ("o", "s"))]
+    if len(control):
+        # The random curve starts at the shared unmasked point (k = 0 masks nothing under either rule).
+        first = summary[summary["k"] == summary["k"].min()]
+        columns = [metric, f"{metric}_low", f"{metric}_high", "m_s"]
+        origin = first[["k"] + [c for c in columns if c in first]].rename(columns=lambda c: c if c == "k" else f"random_{c}")
+        curves.append((pd.concat([origin, control], ignore_index=True), "random_", "random heads (size-matched)", "--",
+                       ("^", "v")))
+    for part, prefix, name, style, (marker, m_s_marker) in curves:
+        x, y = part["k"].to_numpy(dtype=float), part[f"{prefix}{metric}"].to_numpy(dtype=float)
+        if f"{prefix}{metric}_low" in part:
+            yerr = [np.clip(y - part[f"{prefix}{metric}_low"].to_numpy(dtype=float), 0, None),
+                    np.clip(part[f"{prefix}{metric}_high"].to_numpy(dtype=float) - y, 0, None)]
+            ax.errorbar(x, y, yerr=yerr, marker=marker, linestyle=style, color="tab:blue", capsize=3,
+                        label=f"{metric}, {name}")
+        else:
+            ax.plot(x, y, marker=marker, linestyle=style, color="tab:blue", label=f"{metric}, {name}")
+        twin.plot(x, part[f"{prefix}m_s"], marker=m_s_marker, linestyle=style, color="tab:red", label=f"m_s, {name}")
     ax.set_xlabel(f"k heads masked per step (ranked: {ranking})", fontsize=8)
     ax.set_ylabel(metric, color="tab:blue")
     ax.set_ylim(-0.05, 1.05)
     span = float(summary["k"].max() - summary["k"].min()) or 1.0
     ax.set_xlim(float(summary["k"].min()) - 0.05 * span, float(summary["k"].max()) + 0.05 * span)
-    twin = ax.twinx()
-    twin.plot(summary["k"], summary["m_s"], marker="s", color="tab:red", label="m_s (compensating static heads)")
-    twin.set_ylabel("m_s: static-top-20 heads", color="tab:red")
-    twin.set_ylim(-0.05 * max(float(summary["m_s"].max()), 1.0), None)
+    twin.set_ylabel("m_s: compensating static-top-20 heads", color="tab:red")
+    highest = max([float(summary["m_s"].max())] + ([float(control["random_m_s"].max())] if len(control) else []))
+    twin.set_ylim(-0.05 * max(highest, 1.0), None)
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
     ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2),
               ncol=2, frameon=False)

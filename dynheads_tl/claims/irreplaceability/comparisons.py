@@ -12,7 +12,7 @@ from .pipeline import TaskAblation
 
 __all__ = [
     "metric_interval", "condition_summary", "paired_difference", "comparison_table", "protocol_checks",
-    "progressive_summary",
+    "progressive_summary", "progressive_table",
 ]
 
 
@@ -165,12 +165,57 @@ def protocol_checks(result: TaskAblation) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def progressive_summary(result: TaskAblation) -> pd.DataFrame:
-    """Per k: n (samples), the metric with its 95% interval (:func:`metric_interval`) and mean m_s."""
+def _rankings(progressive: pd.DataFrame) -> pd.Series:
+    """Which rows are the paper's ranked masking and which its random control (runs from before the control are
+    all ranked)."""
+    return progressive["ranking"] if "ranking" in progressive else pd.Series("ranked", index=progressive.index)
+
+
+def progressive_summary(result: TaskAblation, *, alpha: float = ALPHA, seed: int = 0) -> pd.DataFrame:
+    """:func:`progressive_table` of a task's progressive runs."""
+    return progressive_table(result.progressive, result.metric, alpha=alpha, seed=seed)
+
+
+def progressive_table(prog: pd.DataFrame, metric: str, *, alpha: float = ALPHA, seed: int = 0) -> pd.DataFrame:
+    """The progressive runs (one row per sample, k and ranking, as the notebook's CSV holds them), per k: n (samples), the metric with its 95% interval (:func:`metric_interval`) and m_s (mean, bootstrap 95%
+    over samples) of the ranked masking; where the run has the size-matched control (k random heads per step),
+    the same for it (``random_`` columns) and the paired comparison on each sample: ``difference`` ranked − random
+    (bootstrap 95%), ``ranked_worse`` / ``random_worse`` (samples where that masking scored lower), the exact sign
+    test ``sign_p``, ``p_adjusted`` (Holm over the k values whose sign test can reach ``alpha``; NaN for the
+    others, :func:`~dynheads_tl.analysis.statistics.holm_testable`) and ``specific``: the ranked heads hurt more
+    than random ones (adjusted p below ``alpha``, interval below 0)."""
+    from dynheads_tl.analysis.statistics import holm_testable, paired_sign_test, sign_test_min_p
+
+    ranking = _rankings(prog)
+    ranked, random = prog[ranking == "ranked"], prog[ranking == "random"]
+
+    def summary(part: pd.DataFrame, prefix: str = "") -> dict:
+        interval = metric_interval(part[metric], metric, seed=seed)
+        m_s = bootstrap_interval(part["m_s"].to_numpy(dtype=float), seed=seed)
+        return {f"{prefix}n": len(part), f"{prefix}{metric}": interval.estimate, f"{prefix}{metric}_low": interval.low,
+                f"{prefix}{metric}_high": interval.high, f"{prefix}m_s": m_s.estimate,
+                f"{prefix}m_s_low": m_s.low, f"{prefix}m_s_high": m_s.high}
+
     rows = []
-    for k, part in result.progressive.groupby("k"):
-        interval = metric_interval(part[result.metric], result.metric)
-        rows.append({"k": int(k), "n": len(part), result.metric: interval.estimate,
-                     f"{result.metric}_low": interval.low, f"{result.metric}_high": interval.high,
-                     "m_s": float(part["m_s"].mean())})
-    return pd.DataFrame(rows)
+    for k, part in ranked.groupby("k"):
+        row = {"k": int(k), **summary(part)}
+        control = random[random["k"] == k]
+        if len(control):
+            row.update(summary(control, "random_"))
+            joined = part.set_index("sample")[metric].rename("ranked").to_frame().join(
+                control.set_index("sample")[metric].rename("random"), how="inner").astype(float).dropna()
+            test = paired_sign_test(joined["ranked"].to_numpy(), joined["random"].to_numpy(), seed=seed)
+            row.update({"difference": test.difference.estimate, "difference_low": test.difference.low,
+                        "difference_high": test.difference.high, "difference_half_width": test.difference.half_width,
+                        "ranked_worse": test.b_better, "random_worse": test.a_better, "sign_p": test.sign_p})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if "sign_p" in table:
+        tested = table["sign_p"].notna().to_numpy()
+        adjusted = holm_testable(table.loc[tested, "sign_p"].tolist(),
+                                 [sign_test_min_p(int(a + b)) for a, b in
+                                  zip(table.loc[tested, "ranked_worse"], table.loc[tested, "random_worse"])], alpha)
+        table["p_adjusted"] = float("nan")
+        table.loc[tested, "p_adjusted"] = adjusted
+        table["specific"] = (table["p_adjusted"] < alpha) & (table["difference_high"] < 0)
+    return table

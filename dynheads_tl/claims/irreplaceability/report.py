@@ -14,9 +14,9 @@ from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_tru
 from .config import ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY, SEEDS, IrreplaceabilityConfig
 from .pipeline import TaskAblation
 from .comparisons import (_condition_interval, _heads, _row, comparison_table, condition_summary, metric_interval,
-                          progressive_summary)
+                          progressive_summary, progressive_table)
 
-__all__ = ["PAPER_FIG3", "matched_controls_verdict", "query_baseline_verdict", "primary_verdict", "summary_markdown"]
+__all__ = ["PAPER_FIG3", "matched_controls_verdict", "progressive_control_text", "query_baseline_verdict", "primary_verdict", "summary_markdown"]
 
 
 # The paper's anchors (Fig 3): accuracy 1.0 -> 0.0 by k = 20 dynamic heads; 4.5-7 compensating
@@ -266,10 +266,37 @@ def summary_markdown(results: dict[str, TaskAblation], model_label: str,
         later = prog[prog["k"] >= 5]
         m_s_text = (f"; compensation m_s (heads masked at the step left out) for k ≥ 5 ranges "
                     f"{later['m_s'].min():.1f}–{later['m_s'].max():.1f} static-top-20 heads") if len(later) else ""
+        control = progressive_control_text(prog, metric)
         lines.append(f"- **Progressive masking ({name})** (n = {int(prog['n'].min())} samples per k): "
                      f"{interval(first)} at k = 0{at20_text}, {interval(last)} at k = {int(last['k'])}{m_s_text}"
-                     + (" (paper, NIAH on Llama-3.1-8B: 1.0 → 0.0 by k = 20; 4.5–7 compensating heads)." if task == "niah" else "."))
+                     + (" (paper, NIAH on Llama-3.1-8B: 1.0 → 0.0 by k = 20; 4.5–7 compensating heads)." if task == "niah" else ".")
+                     + (f" {control}" if control else ""))
     return "\n".join(lines)
+
+
+def progressive_control_text(table: pd.DataFrame, metric: str) -> str:
+    """The size-matched control of progressive masking in one sentence, from :func:`progressive_table`: at each k
+    the paired difference ranked − random with its sign test and Holm-adjusted p (or why it cannot be tested), and
+    m_s beside the random baseline's; empty when the run has no control."""
+    if "sign_p" not in table or not table["sign_p"].notna().any():
+        return ""
+    parts = []
+    for _, row in table.dropna(subset=["sign_p"]).iterrows():
+        tested = (f"Holm p = {row['p_adjusted']:.3g}" if row["p_adjusted"] == row["p_adjusted"] else
+                  f"cannot reach p < {ALPHA} with {int(row['ranked_worse'] + row['random_worse'])} differing samples")
+        parts.append(f"k = {int(row['k'])}: random {format_interval(row[f'random_{metric}'], row[f'random_{metric}_low'], row[f'random_{metric}_high'])}, "
+                     f"ranked − random {format_interval(row['difference'], row['difference_low'], row['difference_high'], signed=True)} "
+                     f"({int(row['ranked_worse'])} vs {int(row['random_worse'])} samples worse, sign p = {row['sign_p']:.3g}, "
+                     f"{tested}; m_s {row['m_s']:.1f} [{row['m_s_low']:.1f}, {row['m_s_high']:.1f}] vs random "
+                     f"{row['random_m_s']:.1f} [{row['random_m_s_low']:.1f}, {row['random_m_s_high']:.1f}])")
+    specific = table[table["specific"].fillna(False).astype(bool)]
+    smallest = float(table["difference_half_width"].dropna().min())
+    verdict = (f"the ranked heads hurt more than as many random heads at k = {', '.join(str(int(k)) for k in specific['k'])}"
+               if len(specific) else
+               f"the ranked heads are not told apart from as many random heads at any k (this design detects a "
+               f"difference of about {smallest:.2f} at best)")
+    return f"Size-matched control (k random heads per step, n = {int(table['random_n'].min())} samples per k): " \
+           + "; ".join(parts) + f". So {verdict}."
 
 
 # --- the index: claim 2's rows, read from the files the notebook wrote ---------------------------
@@ -336,37 +363,50 @@ def _progressive_headline(stem: str) -> Callable[[Path], str]:
     def headline(folder: Path) -> str:
         frame = pd.read_csv(folder / f"{stem}.csv")
         metric = "accuracy" if "accuracy" in frame else "f1"
-        parts = []
-        for k, part in frame.groupby("k"):
-            ci = metric_interval(part[metric], metric)
-            parts.append(f"k={k}: {ci.estimate:.2f} [{ci.low:.2f}, {ci.high:.2f}], m_s {part['m_s'].mean():.1f}")
-        n = int(frame.groupby("k").size().min())
-        return "; ".join(parts) + f" ({metric}, {'Wilson' if metric == 'accuracy' else 'bootstrap'} 95%, n = {n} samples per k)"
+        table = progressive_table(frame, metric)
+        cell = lambda row, prefix="": (f"{row[f'{prefix}{metric}']:.2f} [{row[f'{prefix}{metric}_low']:.2f}, "
+                                       f"{row[f'{prefix}{metric}_high']:.2f}], m_s {row[f'{prefix}m_s']:.1f}")
+        controlled = f"random_{metric}" in table
+        parts = [f"k={int(row['k'])}: {cell(row)}"
+                 + (f" (random k: {cell(row, 'random_')})" if controlled and pd.notna(row[f"random_{metric}"]) else "")
+                 for _, row in table.iterrows()]
+        return "; ".join(parts) + (f" ({metric}, {'Wilson' if metric == 'accuracy' else 'bootstrap'} 95%, "
+                                   f"n = {int(table['n'].min())} samples per k)")
     return headline
 
 
 def _progressive_status(stem: str) -> Callable[[Path], Status]:
     def status(folder: Path) -> Status:
-        """No headroom when the k = 0 metric's interval stays below :data:`HEADROOM_FLOOR`; reproduced when the
-        metric's interval at the largest k lies wholly below the k = 0 interval; not reproduced when the largest k's
-        interval lies wholly at or above the k = 0 estimate (no drop at all); undetermined otherwise (Wilson for
-        accuracy, bootstrap for F1)."""
+        """No headroom when the k = 0 metric's interval stays below :data:`HEADROOM_FLOOR`; not reproduced when the
+        largest k's interval lies wholly at or above the k = 0 estimate (no drop at all). Otherwise the drop is
+        there when the largest k's interval lies wholly below the k = 0 interval (Wilson for accuracy, bootstrap
+        for F1), and it is reproduced when it is also specific: at some k the ranked heads hurt more than as many
+        random heads (exact sign test, Holm over the k values, :func:`progressive_table`). A drop that random heads
+        match, or cannot be told from them, is undetermined; runs without the control are judged on the drop."""
         frame = pd.read_csv(folder / f"{stem}.csv")
         metric = "accuracy" if "accuracy" in frame else "f1"
-        first, last = frame["k"].min(), frame["k"].max()
-        a = metric_interval(frame[frame["k"] == first][metric], metric)
-        b = metric_interval(frame[frame["k"] == last][metric], metric)
-        if a.high < HEADROOM_FLOOR:
+        table = progressive_table(frame, metric)
+        a, b = table.iloc[0], table.iloc[-1]
+        controlled = "specific" in table and table["sign_p"].notna().any()
+        specific = controlled and bool(table["specific"].fillna(False).astype(bool).any())
+        if a[f"{metric}_high"] < HEADROOM_FLOOR:
             verdict = "no headroom"
-        elif b.high < a.low:
-            verdict = "reproduced"
-        elif b.low >= a.estimate:
+        elif b[f"{metric}_low"] >= a[metric]:
             verdict = "not reproduced"
+        elif b[f"{metric}_high"] < a[f"{metric}_low"] and (specific or not controlled):
+            verdict = "reproduced"
         else:
             verdict = "undetermined"
-        return Status(verdict, f"{metric} k = {first}: {ci_text(a.estimate, a.low, a.high)} → k = {last}: "
-                               f"{ci_text(b.estimate, b.low, b.high)}; n = {int(frame.groupby('k').size().min())} "
-                               "samples per k")
+        detail = (f"{metric} k = {int(a['k'])}: {ci_text(a[metric], a[f'{metric}_low'], a[f'{metric}_high'])} → "
+                  f"k = {int(b['k'])}: {ci_text(b[metric], b[f'{metric}_low'], b[f'{metric}_high'])}; "
+                  f"n = {int(table['n'].min())} samples per k")
+        if controlled:
+            best = table.dropna(subset=["sign_p"]).sort_values("sign_p").iloc[0]
+            held = "the ranked heads hurt more than random ones" if specific else "not told apart from random heads"
+            detail += (f"; size-matched random k: {held} (k = {int(best['k'])}: ranked − random "
+                       f"{ci_text(best['difference'], best['difference_low'], best['difference_high'], signed=True)}, "
+                       f"sign p = {best['sign_p']:.3g})")
+        return Status(verdict, detail)
     return status
 
 

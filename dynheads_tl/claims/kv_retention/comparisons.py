@@ -15,7 +15,9 @@ __all__ = ["summary", "predicted_vs_static", "primary_comparison"]
 
 def summary(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per condition: NIAH accuracy (Wilson 95%), the mean teacher-forced log-probability of the gold tokens and
-    its difference from the full cache, paired by sample (bootstrap 95%), and the heads / KV heads kept per step."""
+    its difference from the full cache, paired by sample (bootstrap 95%), the heads / KV heads kept per step, and
+    the KV heads switched in per step (kept at a step but not at the one before: their evicted entries must be
+    brought back; mean over samples, bootstrap 95%)."""
     full = rows[rows["strategy"] == "full"].set_index("sample")["gold_logprob"]
     out = []
     for (strategy, granularity, budget, b), part in rows.groupby(["strategy", "granularity", "budget", "b"], sort=False):
@@ -27,6 +29,10 @@ def summary(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
                     "gold_logprob": lp.estimate, "gold_logprob_low": lp.low, "gold_logprob_high": lp.high,
                     "vs_full": gap.estimate, "vs_full_low": gap.low, "vs_full_high": gap.high,
                     "heads_kept": float(part["heads_kept"].mean()), "kv_heads_kept": float(part["kv_heads_kept"].mean())})
+        switches = part["kv_switches_per_step"].dropna().to_numpy(float) if "kv_switches_per_step" in part else []
+        if len(switches):
+            ci = bootstrap_interval(switches, seed=seed)
+            out[-1].update({"kv_switches_per_step": ci.estimate, "kv_switches_low": ci.low, "kv_switches_high": ci.high})
     return pd.DataFrame(out)
 
 

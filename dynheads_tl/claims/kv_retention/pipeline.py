@@ -10,7 +10,8 @@ import pandas as pd
 from dynheads_tl.corpus import layout_traces
 from dynheads_tl.engine.models import model_fingerprint, model_name
 from dynheads_tl.executors import compute_missing
-from dynheads_tl.protocols.retention import (LLAMA_31_8B, fixed_scores, kv_heads_kept, memory_table, model_kv_shape,
+from dynheads_tl.protocols.retention import (LLAMA_31_8B, fixed_scores, kv_heads_kept, kv_heads_switched, memory_table,
+                                             model_kv_shape,
                                              oracle_scores, predicted_scores, random_scores, retain_batch,
                                              retention_selector)
 from dynheads_tl.protocols.stepwise import gold_token_ids
@@ -95,7 +96,7 @@ def _selector(model, condition: dict, static, probe, sample_seed: int, query=Non
 def _sample_key(model, sample, config: RetentionConfig) -> dict:
     """A sample's cache key: the sample, the conditions, the training data's spec and the model (and, with
     ``static_source``, the file's scores: the key of a run without one is unchanged)."""
-    key = {"kind": "kv_retention", "version": 3, "prompt": prompt_digest(sample), "conditions": conditions(model, config),
+    key = {"kind": "kv_retention", "version": 4, "prompt": prompt_digest(sample), "conditions": conditions(model, config),
            "trace": config.trace_config("niah").key(),
            "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
                         "n": [config.n_setting_calibration, config.n_setting]},
@@ -130,10 +131,12 @@ def retention_units(model, items: list[tuple], config: RetentionConfig, static, 
         forced = retain_batch(model, jobs, trace_config, clean_pass=needs_clean, gold=[gold[index] for _, index, _ in chunk])
         for (sample, index, c), f, t in zip(chunk, free, forced):
             kept = f.retained_heads.flatten(1).sum(1).float()
+            switched = kv_heads_switched(f.retained_heads, group).float()
             rows[index].append({**c, "sample": index, "accuracy": niah_accuracy(f.response, sample.answers[0]),
                                 "response": f.response, "gold_logprob": float(t.retained_logprob.mean()),
                                 "heads_kept": float(kept.mean()) if len(kept) else float("nan"),
-                                "kv_heads_kept": float(kv_heads_kept(f.retained_heads, group).float().mean())})
+                                "kv_heads_kept": float(kv_heads_kept(f.retained_heads, group).float().mean()),
+                                "kv_switches_per_step": float(switched.mean()) if len(switched) else float("nan")})
     return [rows[index] for _, index in items]  # per sample: the one-pass conditions in order, then the oracle's
 
 
@@ -178,5 +181,11 @@ def memory(model, config: RetentionConfig, table: pd.DataFrame) -> pd.DataFrame:
         share = float(r.kv_heads_kept) / total
         for kv in (shape, LLAMA_31_8B):
             row = memory_table([kv], [share], sink_tokens=config.sink_tokens, local_window=config.local_window).iloc[0]
-            frames.append({"strategy": r.strategy, "granularity": r.granularity, "budget": r.budget, **row.to_dict()})
+            # Switching traffic: this run's share of KV heads switched in per step, at the model's size.
+            switched = float(getattr(r, "kv_switches_per_step", float("nan"))) / total * kv.n_layers * kv.n_kv_heads
+            traffic = {f"MiB_switched_per_step_at_{tokens // 1000}k":
+                       switched * kv.switch_bytes(tokens, config.sink_tokens, config.local_window) / 2**20
+                       for tokens in (8_000, 128_000)}
+            frames.append({"strategy": r.strategy, "granularity": r.granularity, "budget": r.budget, **row.to_dict(),
+                           **traffic})
     return pd.DataFrame(frames)

@@ -73,7 +73,47 @@ def _p_text(p_adjusted: float, differing: int) -> str:
     return f"Holm-adjusted sign-test p = {p_adjusted:.2f}"
 
 
-def verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
+def switching_sentence(table: pd.DataFrame, memory: pd.DataFrame | None = None) -> str:
+    """The per-step switching cost, computed from :func:`summary`: per strategy, the KV heads switched in per step
+    (range over the budgets run, with the intervals at both ends), and, from the memory table (:func:`memory`),
+    the most that moves per step on Llama-3.1-8B at 128k tokens. The simulation restores a switched-in head's
+    evicted entries for free, so the accuracies do not include this cost."""
+    if "kv_switches_per_step" not in table:
+        return ("A per-step strategy keeps a different set of KV heads whole at every step, so it needs the evicted "
+                "entries stored elsewhere (host memory, say); this run did not count the switches.")
+    full = table[table["strategy"] == "full"]
+    total = float(full["kv_heads_kept"].iloc[0]) if len(full) else float("nan")
+    parts, most = [], 0.0
+    for strategy in ("predicted", "oracle", "random", "static", "query_static"):
+        part = table[(table["strategy"] == strategy)].dropna(subset=["kv_switches_per_step"]).sort_values(
+            "kv_switches_per_step")
+        if part.empty:
+            continue
+        low, high = part.iloc[0], part.iloc[-1]
+        most = max(most, float(high["kv_switches_per_step"]))
+        span = (f"{_fmt(low['kv_switches_per_step'], low['kv_switches_low'], low['kv_switches_high'])}"
+                + ("" if len(part) == 1 or high["kv_switches_per_step"] == low["kv_switches_per_step"] else
+                   f" to {_fmt(high['kv_switches_per_step'], high['kv_switches_low'], high['kv_switches_high'])}"))
+        parts.append(f"{strategy} {span}")
+    if not parts:
+        return ""
+    share = most / total if total == total and total > 0 else float("nan")
+    traffic = ""
+    column = "MiB_switched_per_step_at_128k"
+    if memory is not None and column in memory:
+        llama = memory[memory["model"] == "Llama-3.1-8B"].dropna(subset=[column])
+        if len(llama):
+            top = llama.sort_values(column).iloc[-1]
+            traffic = (f" At the same shares on Llama-3.1-8B with 128k tokens the most is {top[column]:,.0f} MiB per "
+                       f"step ({top['strategy']}, {top['granularity']} heads {top['budget']:.0%}; bf16, computed).")
+    return ("Switching cost (KV heads kept whole at a step that were not at the step before, mean per step over "
+            f"samples, bootstrap 95%, across the budgets run): {'; '.join(parts)}; at most {share:.1%} of the KV "
+            "heads per step. Each switched-in head needs its evicted keys and values back from wherever they are "
+            "stored; this simulation restores them for free, so the accuracies above do not include that cost."
+            + traffic)
+
+
+def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame | None = None) -> str:
     """Computed sentences: whether the setting separates the full cache from streaming; the smallest budget at
     which each strategy reaches 95% of the full cache's accuracy (point estimates, said so); and, at each budget,
     predicted against static retention, claimed only where :func:`predicted_vs_static` marks it separated (accuracy
@@ -115,9 +155,7 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
                          f"({_p_text(getattr(r, 'logprob_p_adjusted', float('nan')), getattr(r, 'logprob_predicted_better', 0) + getattr(r, 'logprob_static_better', 0))})"
                          + (f":{lp_word}" if lp_word else ""))
         lines.append("Predicted against static retention, paired by sample: " + "; ".join(parts) + ".")
-    lines.append("A per-step strategy keeps a different set of KV heads whole at every step, so it needs the evicted "
-                 "entries stored elsewhere (host memory, say); the memory tables count only what is kept on the "
-                 "device.")
+    lines.append(switching_sentence(table, memory))
     lines.append("For scale (other models): " + "; ".join(f"{k}: {v}" for k, v in ANCHORS.items()) + ".")
     return " ".join(lines)
 
