@@ -123,3 +123,11 @@ def _definitions(pattern: str) -> list[str]:
 def test_one_implementation_of_each_equation_and_of_atomic_writing(what, pattern, home):
     places = _definitions(pattern)
     assert places and all(p.startswith(home) for p in places), f"{what} is written in {places}, not only in {home}"
+
+
+MAX_MODULE_LINES = 500  # issue #29: a module that grows past this does more than one job; split it
+
+
+def test_no_module_is_over_500_lines():
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"

@@ -2,12 +2,14 @@
 
 Every figure: ``NAME.png`` + ``NAME.pdf`` + ``NAME.csv`` + ``NAME.config.json``.
 Every table: ``NAME.csv`` + ``NAME.md`` + ``NAME.config.json``.
+
+This module draws the figures of claims 1 to 3 and is the one the notebooks import: it re-exports how files are
+written (:mod:`~dynheads_tl.report.figure_files`) and the figures of notebooks 04 to 06
+(:mod:`~dynheads_tl.report.figures_applications`).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 # No matplotlib.use(...) here: importing the package must not change a user's backend (inline plots in
 # their notebooks). Without a display matplotlib already picks a non-interactive backend.
@@ -16,57 +18,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from dynheads_tl.store import atomic_write_text
-
-PDF_METADATA = {"CreationDate": None, "ModDate": None}  # byte-identical reruns
-
-
-def _write_config(out: Path, name: str, config: dict[str, Any]) -> None:
-    atomic_write_text(out / f"{name}.config.json", json.dumps(config, indent=1, sort_keys=True, default=str) + "\n")
-
-
-def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4f") -> str:
-    integral = {
-        column for column in frame.columns
-        if pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(frame[column])
-        and frame[column].dropna().apply(lambda v: float(v).is_integer()).all()
-        and not column.startswith(("jaccard", "entropy", "accuracy", "f1", "em"))
-    }
-
-    def fmt(value, column):
-        if isinstance(value, (float, np.floating)):
-            if np.isnan(value):
-                return "–"
-            return str(int(value)) if column in integral else format(value, floatfmt)
-        return str(value)
-
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    rows = ["| " + " | ".join(fmt(v, c) for v, c in zip(row, frame.columns)) + " |"
-            for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *rows]) + "\n"
-
-
-def save_table(frame: pd.DataFrame, name: str, out_dir: str | Path, config: dict[str, Any]) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
-    atomic_write_text(out / f"{name}.md", markdown_table(frame))
-    _write_config(out, name, config)
-    return out / f"{name}.md"
-
-
-def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config: dict[str, Any]) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / f"{name}.png", dpi=130, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(out / f"{name}.pdf", bbox_inches="tight", metadata=PDF_METADATA)
-    # Closed once saved: the notebooks display the PNG that was written, and an open figure would be
-    # drawn a second time by the inline backend at the end of the cell.
-    plt.close(fig)
-    atomic_write_text(out / f"{name}.csv", data.to_csv(index=False))
-    _write_config(out, name, config)
-    return out / f"{name}.png"
+from dynheads_tl.report.figure_files import (PDF_METADATA, error_bars, markdown_table, save_figure,  # noqa: F401
+                                             save_table, write_config)
+from dynheads_tl.report.figures_applications import (error_signal_figure, rag_strategies_figure,  # noqa: F401
+                                                     retention_figure, rind_calibration_figure)
 
 
 def step_heatmap(scores: np.ndarray, hits: np.ndarray | None, token_labels: Sequence[str],
@@ -182,14 +137,6 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
     return fig
 
 
-def _error_bars(table: pd.DataFrame, column: str) -> list[np.ndarray]:
-    """Error bar lengths below and above ``column`` from ``column_low`` / ``column_high``; a bound that equals
-    the estimate up to float rounding (a bootstrap of identical values) gives 0, not a tiny negative length."""
-    value = table[column].to_numpy(dtype=float)
-    return [np.clip(value - table[f"{column}_low"].to_numpy(dtype=float), 0, None),
-            np.clip(table[f"{column}_high"].to_numpy(dtype=float) - value, 0, None)]
-
-
 NIAH_RANKING = "Eq. 1 hits first, then attention share on the needle"
 HOTPOT_RANKING = "Eq. 2 share on the supporting facts (not Eq. 1)"
 
@@ -252,7 +199,7 @@ def controls_figure(summary: pd.DataFrame, metric: str, title: str):
     labels = [f"{CONDITION_TITLES[c]} ({table.loc[c, 'heads_masked_per_step']:.1f}/step)"
               if "heads_masked_per_step" in table else CONDITION_TITLES[c] for c in conditions]
     for ax, (column, label) in zip(axes[0], panels):
-        xerr = _error_bars(table, column)
+        xerr = error_bars(table, column)
         ax.errorbar(table[column], y, xerr=xerr, fmt="o", color="tab:blue", capsize=3)
         ax.set_xlabel(label)
         ax.axvline(0, color="grey", lw=0.6)
@@ -419,54 +366,6 @@ def soft_dynamism_figure(table: pd.DataFrame, title: str, metrics: Sequence[str]
     return fig
 
 
-def rind_calibration_figure(table: pd.DataFrame, threshold: float):
-    """Each calibration answer's largest RIND value (answered without retrieval), wrong and right apart, with the
-    chosen threshold."""
-    fig, ax = plt.subplots(figsize=(6.4, 2.4))
-    for wrong, colour, label in ((True, "tab:red", "wrong (F1 < 0.5)"), (False, "tab:green", "right")):
-        values = table.loc[table["wrong"] == wrong, "rind_max"].to_numpy(float)
-        if len(values):
-            ax.scatter(values, np.full(len(values), 0.0 if wrong else 1.0) + np.linspace(-0.15, 0.15, len(values)),
-                       color=colour, label=f"{label} (n = {len(values)})", s=18)
-    ax.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold:.2f}")
-    ax.set_yticks([0, 1], ["wrong", "right"])
-    ax.set_ylim(-0.4, 1.4)
-    values = np.append(table["rind_max"].to_numpy(float), threshold)
-    values = values[np.isfinite(values)]
-    if len(values):
-        pad = 0.08 * (values.max() - values.min() or abs(values.max()) or 1.0)
-        ax.set_xlim(values.min() - pad, values.max() + pad)
-    ax.set_xlabel("largest RIND value of the answer (no retrieval)")
-    ax.set_ylabel("answer")
-    ax.set_title(f"RIND threshold calibration (n = {len(table)} answers)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-def rag_strategies_figure(table: pd.DataFrame, title: str):
-    """Table 4 as a picture: F1 per strategy with its 95% interval, and the evidence recall per share of context
-    opened (1 = chance) for the strategies that retrieve."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax = axes[0]
-    ax.bar(table["method"], table["f1"], yerr=_error_bars(table, "f1"), color="tab:blue", capsize=3)
-    ax.set_ylabel("F1 (bootstrap 95%)")
-    ax.set_ylim(0, 1)
-    ax.tick_params(axis="x", rotation=35, labelsize=7)
-    opened = table[~table["strategy"].isin(["none", "full"])]
-    ax = axes[1]
-    if len(opened):
-        ax.bar(opened["method"], opened["recall_per_visible"], yerr=_error_bars(opened, "recall_per_visible"),
-               color="tab:orange", capsize=3)
-    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="chance")
-    ax.set_ylabel("evidence recall / share opened")
-    ax.tick_params(axis="x", rotation=35, labelsize=7)
-    ax.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
 def eq2_calibration_figure(curve: pd.DataFrame, title: str):
     """Why Eq. 2's factor: the share of head-steps marked on the real supporting facts and on placebo spans, and
     the mean |D_t| on the real facts, as the factor over chance grows; the chosen factor dashed."""
@@ -491,76 +390,4 @@ def eq2_calibration_figure(curve: pd.DataFrame, title: str):
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    return fig
-
-
-def error_signal_figure(roc: pd.DataFrame, table: pd.DataFrame, transfer: pd.DataFrame, title: str):
-    """Notebook 05: the out-of-fold ROC curve of every feature group (AUROC and its interval in the legend), and
-    the transfer AUROC of every group per (train -> test) pair with 95% intervals; 0.5 is chance."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 6.6), gridspec_kw={"width_ratios": [1, 1.4]})
-    ax = axes[0]
-    names = dict(zip(table["group"], table["method"]))
-    for row in table.itertuples():
-        part = roc[roc["group"] == row.group]
-        ax.plot(part["fpr"], part["tpr"], label=f"{names[row.group]}: {row.auroc:.2f} [{row.low:.2f}, {row.high:.2f}]")
-    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("false positive rate (right answers flagged)")
-    ax.set_ylabel("true positive rate (wrong answers flagged)")
-    ax.set_title(f"pooled, out-of-fold (n = {int(table['n'].iloc[0])}, {int(table['wrong'].iloc[0])} wrong)", fontsize=9)
-    ax.set_xlim(-0.01, 1.01)
-    ax.set_ylim(-0.01, 1.01)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False,
-              title="feature group: AUROC [95% CI]", title_fontsize=7)  # below the axes, off the curves
-    ax = axes[1]
-    if len(transfer):
-        pairs = list(dict.fromkeys(f"{a} -> {b}" for a, b in zip(transfer["train"], transfer["test"])))
-        groups = list(dict.fromkeys(transfer["group"]))
-        width = 0.8 / len(groups)
-        pair_of = transfer["train"] + " -> " + transfer["test"]
-        for i, group in enumerate(groups):
-            part = transfer[transfer["group"] == group].set_index(pair_of[transfer["group"] == group]).reindex(pairs)
-            bars = part.rename(columns={"auroc": "v", "low": "v_low", "high": "v_high"})
-            x = np.arange(len(pairs)) + (i - (len(groups) - 1) / 2) * width
-            ax.bar(x, bars["v"], width, yerr=_error_bars(bars, "v"), capsize=2, label=names.get(group, group))
-        ax.set_xticks(np.arange(len(pairs)), pairs, rotation=25, ha="right", fontsize=7)
-        ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("AUROC on the test setting")
-        ax.set_title("transfer: train on one setting, test on another", fontsize=9)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=2, frameon=False)
-    else:
-        ax.axis("off")
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def retention_figure(table: pd.DataFrame, title: str):
-    """Notebook 06: NIAH accuracy (Wilson 95%) and the teacher-forced gold log-probability's gap to the full cache
-    (bootstrap 95%) against the share of heads kept whole, per strategy; the full cache and streaming as lines."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bounds = table[table["strategy"].isin(["full", "streaming"])].set_index("strategy")
-    per_step = table[~table["strategy"].isin(["full", "streaming"])]
-    for ax, column, label in ((axes[0], "accuracy", "NIAH accuracy (free generation)"),
-                              (axes[1], "vs_full", "gold log-prob minus full cache (nats/token)")):
-        for (strategy, granularity), part in per_step.groupby(["strategy", "granularity"], sort=False):
-            part = part.sort_values("budget")
-            name = strategy if granularity == "query" else f"{strategy} (KV heads)"
-            ax.errorbar(part["budget"] * 100, part[column], yerr=_error_bars(part, column), marker="o", markersize=3,
-                        capsize=2, linestyle="-" if granularity == "query" else "--", label=name)
-        for strategy, style in (("full", ":"), ("streaming", "-.")):
-            if strategy in bounds.index:
-                ax.axhline(float(bounds.loc[strategy, column]), color="grey", linestyle=style, linewidth=1,
-                           label=f"{strategy} cache")
-        budgets = sorted(set(per_step["budget"] * 100))
-        ax.set_xscale("log")
-        ax.set_xticks(budgets, [f"{b:g}%" for b in budgets])
-        ax.minorticks_off()
-        ax.set_xlabel("heads kept whole at each step\n(share of query heads; dashed: of KV heads)")
-        ax.set_ylabel(label)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(len(labels), 5), frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.05 + 0.045 * -(-len(labels) // 5), 1, 0.95))
     return fig

@@ -1,0 +1,268 @@
+"""Claim 3's CCA (Fig 4 / Fig 8) and its residualised form: the hidden state of step n against every head's score at
+step n + k, in-sample, held out by layout and against shuffled controls (:func:`cca_curve`), and with the step,
+the tokens and the needle's depth regressed out of both sides first (:func:`residualised_cca`).
+
+The method, its controls and why they are there: :mod:`dynheads_tl.analysis.correlation`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.decomposition import PCA
+
+from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, pair_covariates,
+                                          shuffle_across_samples, split_sizes)
+from dynheads_tl.engine.trace_data import Trace
+from dynheads_tl.tasks.common import mix_seed
+
+
+# --- CCA -----------------------------------------------------------------------------------------
+class LinearCCA:
+    """Canonical correlation analysis in closed form: whiten both sides with their training covariances,
+    then the SVD of the whitened cross-covariance gives every canonical pair at once, ordered by their
+    training correlation (the singular values). Exact, and fast enough to refit for every lag and split
+    (scikit-learn's iterative CCA took ~15 s per fit here)."""
+
+    def __init__(self, n_components: int, ridge: float = 1e-8):
+        self.n_components, self.ridge = n_components, ridge
+
+    @staticmethod
+    def _inverse_sqrt(cov: np.ndarray, ridge: float) -> np.ndarray:
+        values, vectors = np.linalg.eigh(cov + ridge * max(np.trace(cov) / len(cov), 1e-12) * np.eye(len(cov)))
+        return vectors @ np.diag(1.0 / np.sqrt(np.clip(values, 1e-12, None))) @ vectors.T
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> "LinearCCA":
+        self.x_mean, self.y_mean = x.mean(0), y.mean(0)
+        xc, yc = x - self.x_mean, y - self.y_mean
+        n = len(x) - 1
+        wx = self._inverse_sqrt(xc.T @ xc / n, self.ridge)
+        wy = self._inverse_sqrt(yc.T @ yc / n, self.ridge)
+        u, singular, vt = np.linalg.svd(wx @ (xc.T @ yc / n) @ wy)
+        self.x_weights = wx @ u[:, : self.n_components]
+        self.y_weights = wy @ vt.T[:, : self.n_components]
+        self.correlations = singular[: self.n_components]
+        return self
+
+    def transform(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (x - self.x_mean) @ self.x_weights, (y - self.y_mean) @ self.y_weights
+
+
+@dataclass
+class CCAFit:
+    x_pca: PCA
+    y_pca: PCA
+    y_min: np.ndarray
+    y_range: np.ndarray
+    cca: LinearCCA
+    n_components: int
+
+    def transform(self, x: np.ndarray, y: np.ndarray):
+        y_scaled = (y - self.y_min) / self.y_range
+        return self.cca.transform(self.x_pca.transform(x), self.y_pca.transform(y_scaled))
+
+
+def _canonical_correlations(u: np.ndarray, v: np.ndarray, *, signed: bool = False) -> np.ndarray:
+    """Correlation of each pair of canonical variates (absolute unless ``signed``: on the fitting rows every
+    pair correlates positively by construction; on held-out rows a negative value means the relation flipped)."""
+    corr = []
+    for i in range(u.shape[1]):
+        a, b = u[:, i] - u[:, i].mean(), v[:, i] - v[:, i].mean()
+        denom = np.sqrt((a * a).sum() * (b * b).sum())
+        value = float((a * b).sum() / denom) if denom > 0 else 0.0
+        corr.append(value if signed else abs(value))
+    return np.array(corr)
+
+
+def fit_cca(x: np.ndarray, y: np.ndarray, *, x_variance: float = 0.95, y_variance: float = 0.99,
+            max_components: int = 50) -> CCAFit:
+    """Min-max scale y, PCA both sides, CCA with as many components as the data supports (<= 50)."""
+    y_min = y.min(0)
+    y_range = np.where(y.max(0) - y_min > 0, y.max(0) - y_min, 1.0)
+    y_scaled = (y - y_min) / y_range
+    x_pca = PCA(n_components=x_variance, svd_solver="full").fit(x)
+    y_pca = PCA(n_components=y_variance, svd_solver="full").fit(y_scaled)
+    n = min(max_components, x_pca.n_components_, y_pca.n_components_, len(x) - 1)
+    if n < 1:
+        raise ValueError("Too few pairs or dimensions for CCA.")
+    cca = LinearCCA(n).fit(x_pca.transform(x), y_pca.transform(y_scaled))
+    return CCAFit(x_pca, y_pca, y_min, y_range, cca, n)
+
+
+def cca_summary(correlations: np.ndarray) -> dict[str, float]:
+    """``first``: the first canonical pair (the one the fit ranked first); ``leading``: the largest
+    correlation of any pair (on held-out rows a later pair can beat the first); means of the first 10 / 50."""
+    ordered = np.sort(correlations)[::-1]
+    return {"first": float(correlations[0]), "leading": float(ordered[0]), "top10_mean": float(correlations[:10].mean()),
+            "top50_mean": float(correlations[:50].mean()), "n_components": int(len(ordered))}
+
+
+def cca_in_sample(x, y, **kwargs) -> dict[str, float]:
+    fit = fit_cca(x, y, **kwargs)
+    return cca_summary(_canonical_correlations(*fit.transform(x, y)))
+
+
+def cca_held_out(x, y, groups, train_samples, test_samples, **kwargs) -> dict[str, float]:
+    train, test = np.isin(groups, train_samples), np.isin(groups, test_samples)
+    fit = fit_cca(x[train], y[train], **kwargs)
+    return cca_summary(_canonical_correlations(*fit.transform(x[test], y[test]), signed=True))
+
+
+
+def cca_curve(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[int] = (0,), *,
+              held_out_fraction: float = 0.3, clusters: np.ndarray | None = None, **kwargs) -> pd.DataFrame:
+    """Fig 4 / Fig 8 on every grouped split (one per seed in ``split_seeds``, layouts from :func:`layout_groups`
+    unless ``clusters`` gives them): for each lag k, one row per (k, split, control) with the in-sample (training
+    layouts), held-out and the two shuffled controls (both fitted on shuffled training pairs and scored on
+    shuffled held-out pairs, donors from other layouts). :func:`over_splits` averages them."""
+    clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
+    rows = []
+    for split_seed in split_seeds:
+        train_s, test_s = layout_split(clusters, split_seed, held_out_fraction)
+        sizes = split_sizes(clusters, train_s, test_s)
+        for k in ks:
+            try:
+                x, y, groups = lagged_pairs(traces, k)
+            except ValueError:
+                continue
+            train, test = np.isin(groups, train_s), np.isin(groups, test_s)
+            pair_clusters = clusters[groups]
+
+            def shuffled(same_step: bool):
+                part = lambda m, offset: shuffle_across_samples(y[m], groups[m], mix_seed(split_seed, k + offset, 1000),
+                                                                same_step=same_step, clusters=pair_clusters[m])
+                fit = fit_cca(x[train], part(train, 0), **kwargs)
+                return cca_summary(_canonical_correlations(*fit.transform(x[test], part(test, 500)), signed=True))
+
+            for control, summary in (
+                ("in-sample", lambda: cca_in_sample(x[train], y[train], **kwargs)),
+                ("held-out", lambda: cca_held_out(x, y, groups, train_s, test_s, **kwargs)),
+                ("shuffled", lambda: shuffled(False)),
+                ("shuffled, same step", lambda: shuffled(True)),
+            ):
+                try:
+                    rows.append({"k": k, "split_seed": split_seed, "control": control, "pairs": len(x),
+                                 "test_pairs": int(test.sum()), **sizes, **summary()})
+                except ValueError:
+                    continue
+    return pd.DataFrame(rows)
+
+
+
+DEPTH_DEGREE = 3  # the depth covariate: a cubic polynomial (held-out layouts have depths training never saw)
+
+
+def depth_design(depths: np.ndarray, degree: int = DEPTH_DEGREE) -> np.ndarray:
+    """Columns d, d², ..., d^degree of the evidence depth d (centred at 0.5), for the residualisation: a smooth
+    function of depth, so that it applies to the held-out layouts' depths, which one-hot levels would not."""
+    centred = np.asarray(depths, dtype=float) - 0.5
+    return np.stack([centred ** power for power in range(1, degree + 1)], axis=1)
+
+
+OTHER = -1  # the pooled level of tokens too rare in training to get their own column
+
+
+def frequent_levels(values: np.ndarray, min_count: int) -> set[int]:
+    levels, counts = np.unique(values, return_counts=True)
+    return {int(v) for v, c in zip(levels, counts) if c >= min_count}
+
+
+def covariate_design(columns: Sequence[np.ndarray], levels: Sequence[Sequence[int]]) -> np.ndarray:
+    """One-hot blocks, one per covariate (``columns[i]`` over ``levels[i]``, e.g. the step index and tokens);
+    a value outside its levels gets an all-zero block."""
+    blocks = []
+    for values, known in zip(columns, levels):
+        index = {int(v): i for i, v in enumerate(sorted(known))}
+        block = np.zeros((len(values), len(index)))
+        for row, value in enumerate(values):
+            if int(value) in index:
+                block[row, index[int(value)]] = 1.0
+        blocks.append(block)
+    return np.concatenate(blocks, axis=1)
+
+
+def residualise(train: np.ndarray, test: np.ndarray, design_train: np.ndarray, design_test: np.ndarray,
+                *, alpha: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """What is left of ``train`` / ``test`` after a (nearly unpenalised) ridge regression on the covariates,
+    fitted on the training rows only."""
+    from sklearn.linear_model import Ridge
+
+    ridge = Ridge(alpha=alpha).fit(design_train, train)
+    return train - ridge.predict(design_train), test - ridge.predict(design_test)
+
+
+def held_out_correlations(x_train, y_train, x_test, y_test, **kwargs) -> np.ndarray:
+    """Per canonical pair, in the order CCA fitted them on the training rows, the *signed* correlation of the
+    held-out rows' canonical variates (a pair whose relation flips sign on new samples counts as negative).
+    Entry 0 is the held-out first canonical correlation."""
+    fit = fit_cca(x_train, y_train, **kwargs)
+    return _canonical_correlations(*fit.transform(x_test, y_test), signed=True)
+
+
+def _first_and_top10(correlations: np.ndarray) -> dict[str, float]:
+    return {"first": float(correlations[0]), "top10_mean": float(correlations[:10].mean())}
+
+
+def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[int], *,
+                     held_out_fraction: float = 0.3, min_token_count: int = 5, clusters: np.ndarray | None = None,
+                     **kwargs) -> pd.DataFrame:
+    """Held-out CCA between hidden[n] and scores[n + k], raw and after removing what position, depth and token
+    identity explain, for each lag and grouped split (by layout, :func:`layout_groups` unless ``clusters``).
+    One row per (k, split seed, control):
+
+    - ``held-out``: CCA fitted on the training layouts, signed correlations of the held-out layouts;
+    - ``held-out, residualised``: both sides first regressed, on the training layouts, on the step index,
+      the token step n reads and the token step n + k reads (one-hot each) and the evidence depth (a cubic,
+      :func:`depth_design`; :func:`residualise`); CCA on the residuals. Tokens seen fewer than
+      ``min_token_count`` times in training are pooled into one level for the fit, and held-out rows whose
+      tokens are not frequent training tokens are left out (their token effect could not be removed);
+      ``test_rows_dropped`` says how many;
+    - ``held-out, residualised, chance``: the same fit, scored on held-out residuals whose scores come from
+      a held-out sample of another layout at the same step (the level of an unrelated pairing).
+    Columns ``first`` (first canonical pair) and ``top10_mean`` (mean of the first 10 pairs)."""
+    clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
+    rows = []
+    for k in ks:
+        try:
+            x, y, groups = lagged_pairs(traces, k)
+        except ValueError:
+            continue
+        steps, tokens, target_tokens, depths = pair_covariates(traces, k)
+        depth_columns = depth_design(depths)
+        for split_seed in split_seeds:
+            train_s, test_s = layout_split(clusters, split_seed, held_out_fraction)
+            train, test = np.isin(groups, train_s), np.isin(groups, test_s)
+            if train.sum() < 3:
+                continue
+            frequent = frequent_levels(tokens[train], min_token_count)
+            frequent_target = frequent_levels(target_tokens[train], min_token_count)
+            pool = lambda values, keep: np.array([v if int(v) in keep else OTHER for v in values])
+            covered = test & np.isin(tokens, list(frequent)) & np.isin(target_tokens, list(frequent_target))
+            if len(np.unique(groups[covered])) < 2:
+                continue
+            levels = [set(steps[train].tolist()), frequent | {OTHER}, frequent_target | {OTHER}]
+            design = lambda rows: np.concatenate([covariate_design(
+                [steps[rows], pool(tokens[rows], frequent), pool(target_tokens[rows], frequent_target)], levels),
+                depth_columns[rows]], axis=1)
+            d_train, d_test = design(train), design(covered)
+            x_tr, x_te = residualise(x[train], x[covered], d_train, d_test)
+            y_tr, y_te = residualise(y[train], y[covered], d_train, d_test)
+            if len(np.unique(clusters[groups[covered]])) < 2:
+                continue
+            y_te_chance = shuffle_across_samples(y_te, groups[covered], seed=split_seed + k, same_step=True,
+                                                 clusters=clusters[groups[covered]])
+            base = {"k": k, "split_seed": split_seed, "train_pairs": int(train.sum()), "test_pairs": int(covered.sum()),
+                    "test_rows_dropped": int(test.sum() - covered.sum()), **split_sizes(clusters, train_s, test_s)}
+            try:
+                raw = held_out_correlations(x[train], y[train], x[covered], y[covered], **kwargs)
+                fit = fit_cca(x_tr, y_tr, **kwargs)
+            except ValueError:
+                continue
+            signed = lambda u_v: _canonical_correlations(*u_v, signed=True)
+            rows.append({**base, "control": "held-out", **_first_and_top10(raw)})
+            rows.append({**base, "control": "held-out, residualised", **_first_and_top10(signed(fit.transform(x_te, y_te)))})
+            rows.append({**base, "control": "held-out, residualised, chance",
+                         **_first_and_top10(signed(fit.transform(x_te, y_te_chance)))})
+    return pd.DataFrame(rows)

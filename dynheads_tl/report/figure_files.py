@@ -1,0 +1,75 @@
+"""How a figure or a table is written: with the numbers behind it and the config that made it, atomically, and
+byte-identical on a rerun; and the error bars every figure draws from an interval's bounds.
+
+Every figure: ``NAME.png`` + ``NAME.pdf`` + ``NAME.csv`` + ``NAME.config.json``.
+Every table: ``NAME.csv`` + ``NAME.md`` + ``NAME.config.json``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from dynheads_tl.store import atomic_write_text
+
+PDF_METADATA = {"CreationDate": None, "ModDate": None}  # byte-identical reruns
+
+
+def write_config(out: Path, name: str, config: dict[str, Any]) -> None:
+    atomic_write_text(out / f"{name}.config.json", json.dumps(config, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4f") -> str:
+    integral = {
+        column for column in frame.columns
+        if pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(frame[column])
+        and frame[column].dropna().apply(lambda v: float(v).is_integer()).all()
+        and not column.startswith(("jaccard", "entropy", "accuracy", "f1", "em"))
+    }
+
+    def fmt(value, column):
+        if isinstance(value, (float, np.floating)):
+            if np.isnan(value):
+                return "–"
+            return str(int(value)) if column in integral else format(value, floatfmt)
+        return str(value)
+
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(fmt(v, c) for v, c in zip(row, frame.columns)) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
+def save_table(frame: pd.DataFrame, name: str, out_dir: str | Path, config: dict[str, Any]) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
+    atomic_write_text(out / f"{name}.md", markdown_table(frame))
+    write_config(out, name, config)
+    return out / f"{name}.md"
+
+
+def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config: dict[str, Any]) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / f"{name}.png", dpi=130, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(out / f"{name}.pdf", bbox_inches="tight", metadata=PDF_METADATA)
+    # Closed once saved: the notebooks display the PNG that was written, and an open figure would be
+    # drawn a second time by the inline backend at the end of the cell.
+    plt.close(fig)
+    atomic_write_text(out / f"{name}.csv", data.to_csv(index=False))
+    write_config(out, name, config)
+    return out / f"{name}.png"
+
+
+def error_bars(table: pd.DataFrame, column: str) -> list[np.ndarray]:
+    """Error bar lengths below and above ``column`` from ``column_low`` / ``column_high``; a bound that equals
+    the estimate up to float rounding (a bootstrap of identical values) gives 0, not a tiny negative length."""
+    value = table[column].to_numpy(dtype=float)
+    return [np.clip(value - table[f"{column}_low"].to_numpy(dtype=float), 0, None),
+            np.clip(table[f"{column}_high"].to_numpy(dtype=float) - value, 0, None)]
