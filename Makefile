@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: setup
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra --durations=10 tests
 
 # The fast group alone (no model, seconds); `-m integration` and `-m notebook` select the others.
 test-unit: setup

@@ -279,6 +279,10 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke):
     assert sorted(set(progressive["k"])) == [0, 5, 10]
     k0 = progressive[progressive["k"] == 0]
     assert (k0["response"] == k0["unmasked_response"]).all() and (k0["heads_ever_masked"] == "").all()
+    # The size-matched control: k random heads at every k > 0, on the same samples as the ranked runs.
+    random = progressive[progressive["ranking"] == "random"]
+    assert sorted(set(random["k"])) == [5, 10] and set(progressive["ranking"]) == {"ranked", "random"}
+    assert all(set(part["sample"]) == set(k0["sample"]) for _, part in random.groupby("k"))
     for task in ("niah", "hotpot"):
         checks = pd.read_csv(folder / f"{task}_protocol_checks.csv")
         assert checks.loc[0, "ok"], checks.loc[0, "passed"]  # k = 0 == unmasked

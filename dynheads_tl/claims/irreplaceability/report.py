@@ -14,7 +14,7 @@ from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_tru
 from .config import ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY, SEEDS, IrreplaceabilityConfig
 from .pipeline import TaskAblation
 from .comparisons import (_condition_interval, _heads, _row, comparison_table, condition_summary, metric_interval,
-                          progressive_summary, progressive_table)
+                          progressive_control_outcome, progressive_summary, progressive_table)
 
 __all__ = ["PAPER_FIG3", "matched_controls_verdict", "progressive_control_text", "query_baseline_verdict", "primary_verdict", "summary_markdown"]
 
@@ -289,14 +289,26 @@ def progressive_control_text(table: pd.DataFrame, metric: str) -> str:
                      f"({int(row['ranked_worse'])} vs {int(row['random_worse'])} samples worse, sign p = {row['sign_p']:.3g}, "
                      f"{tested}; m_s {row['m_s']:.1f} [{row['m_s_low']:.1f}, {row['m_s_high']:.1f}] vs random "
                      f"{row['random_m_s']:.1f} [{row['random_m_s_low']:.1f}, {row['random_m_s_high']:.1f}])")
-    specific = table[table["specific"].fillna(False).astype(bool)]
-    smallest = float(table["difference_half_width"].dropna().min())
-    verdict = (f"the ranked heads hurt more than as many random heads at k = {', '.join(str(int(k)) for k in specific['k'])}"
-               if len(specific) else
-               f"the ranked heads are not told apart from as many random heads at any k (this design detects a "
-               f"difference of about {smallest:.2f} at best)")
     return f"Size-matched control (k random heads per step, n = {int(table['random_n'].min())} samples per k): " \
-           + "; ".join(parts) + f". So {verdict}."
+           + "; ".join(parts) + f". So {_control_conclusion(progressive_control_outcome(table))}."
+
+
+def _control_conclusion(outcome: dict) -> str:
+    """The control's conclusion in words (:func:`progressive_control_outcome`): where the ranked heads hurt more,
+    where random heads hurt more, or why nothing could be told apart."""
+    ks = lambda values: ", ".join(str(k) for k in values)
+    said = []
+    if outcome["specific"]:
+        said.append(f"the ranked heads hurt more than as many random heads at k = {ks(outcome['specific'])}")
+    if outcome["reverse"]:
+        said.append(f"random heads hurt more than the ranked ones at k = {ks(outcome['reverse'])}")
+    if said:
+        return "; ".join(said)
+    if not outcome["testable"]:
+        return (f"no k could be tested: too few samples differ (an exact sign test needs at least {outcome['needs']} "
+                f"differing samples to reach p < {ALPHA}; n = {outcome['n']} samples per k)")
+    return (f"the ranked heads are not told apart from as many random heads at any k (this design detects a "
+            f"difference of about {outcome['smallest']:.2f} at best)")
 
 
 # --- the index: claim 2's rows, read from the files the notebook wrote ---------------------------
@@ -381,17 +393,19 @@ def _progressive_status(stem: str) -> Callable[[Path], Status]:
         largest k's interval lies wholly at or above the k = 0 estimate (no drop at all). Otherwise the drop is
         there when the largest k's interval lies wholly below the k = 0 interval (Wilson for accuracy, bootstrap
         for F1), and it is reproduced when it is also specific: at some k the ranked heads hurt more than as many
-        random heads (exact sign test, Holm over the k values, :func:`progressive_table`). A drop that random heads
+        random heads (exact sign test, Holm over the k values, :func:`progressive_table`). Random heads that hurt
+        significantly more at some k (and the ranked ones nowhere) make it not reproduced; a drop that random heads
         match, or cannot be told from them, is undetermined; runs without the control are judged on the drop."""
         frame = pd.read_csv(folder / f"{stem}.csv")
         metric = "accuracy" if "accuracy" in frame else "f1"
         table = progressive_table(frame, metric)
         a, b = table.iloc[0], table.iloc[-1]
-        controlled = "specific" in table and table["sign_p"].notna().any()
-        specific = controlled and bool(table["specific"].fillna(False).astype(bool).any())
+        outcome = progressive_control_outcome(table)
+        controlled, specific = outcome is not None, bool(outcome and outcome["specific"])
+        reverse = bool(outcome and outcome["reverse"]) and not specific
         if a[f"{metric}_high"] < HEADROOM_FLOOR:
             verdict = "no headroom"
-        elif b[f"{metric}_low"] >= a[metric]:
+        elif b[f"{metric}_low"] >= a[metric] or reverse:
             verdict = "not reproduced"
         elif b[f"{metric}_high"] < a[f"{metric}_low"] and (specific or not controlled):
             verdict = "reproduced"
@@ -401,11 +415,7 @@ def _progressive_status(stem: str) -> Callable[[Path], Status]:
                   f"k = {int(b['k'])}: {ci_text(b[metric], b[f'{metric}_low'], b[f'{metric}_high'])}; "
                   f"n = {int(table['n'].min())} samples per k")
         if controlled:
-            best = table.dropna(subset=["sign_p"]).sort_values("sign_p").iloc[0]
-            held = "the ranked heads hurt more than random ones" if specific else "not told apart from random heads"
-            detail += (f"; size-matched random k: {held} (k = {int(best['k'])}: ranked − random "
-                       f"{ci_text(best['difference'], best['difference_low'], best['difference_high'], signed=True)}, "
-                       f"sign p = {best['sign_p']:.3g})")
+            detail += f"; size-matched random k: {_control_conclusion(outcome)}"
         return Status(verdict, detail)
     return status
 

@@ -173,7 +173,8 @@ def run(model, config: RetentionConfig) -> pd.DataFrame:
 def memory(model, config: RetentionConfig, table: pd.DataFrame) -> pd.DataFrame:
     """Computed KV memory per sequence (GiB, bf16) for this model and Llama-3.1-8B, at the share of KV heads each
     condition actually kept whole per step (a KV head counts when any of its query heads is retained), for each
-    strategy and budget run."""
+    strategy and budget run; and ``MiB_switched_per_step_at_8k`` / ``_128k``: what the condition's share of KV heads
+    switched in per step (``kv_switches_per_step``, NaN for runs that did not count it) brings back per step."""
     shape = model_kv_shape(model)
     total = shape.n_layers * shape.n_kv_heads
     frames = []

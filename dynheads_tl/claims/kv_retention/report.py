@@ -91,9 +91,11 @@ def switching_sentence(table: pd.DataFrame, memory: pd.DataFrame | None = None) 
             continue
         low, high = part.iloc[0], part.iloc[-1]
         most = max(most, float(high["kv_switches_per_step"]))
-        span = (f"{_fmt(low['kv_switches_per_step'], low['kv_switches_low'], low['kv_switches_high'])}"
-                + ("" if len(part) == 1 or high["kv_switches_per_step"] == low["kv_switches_per_step"] else
-                   f" to {_fmt(high['kv_switches_per_step'], high['kv_switches_low'], high['kv_switches_high'])}"))
+        at = lambda row: (f"{_fmt(row['kv_switches_per_step'], row['kv_switches_low'], row['kv_switches_high'])} "
+                          f"({row['granularity']} heads {row['budget']:.0%})")
+        span = (_fmt(low["kv_switches_per_step"], low["kv_switches_low"], low["kv_switches_high"])
+                if len(part) == 1 or high["kv_switches_per_step"] == low["kv_switches_per_step"] else
+                f"{at(low)} to {at(high)}")
         parts.append(f"{strategy} {span}")
     if not parts:
         return ""
@@ -102,7 +104,7 @@ def switching_sentence(table: pd.DataFrame, memory: pd.DataFrame | None = None) 
     column = "MiB_switched_per_step_at_128k"
     if memory is not None and column in memory:
         llama = memory[memory["model"] == "Llama-3.1-8B"].dropna(subset=[column])
-        if len(llama):
+        if len(llama) and float(llama[column].max()) > 0:
             top = llama.sort_values(column).iloc[-1]
             traffic = (f" At the same shares on Llama-3.1-8B with 128k tokens the most is {top[column]:,.0f} MiB per "
                        f"step ({top['strategy']}, {top['granularity']} heads {top['budget']:.0%}; bf16, computed).")
