@@ -9,7 +9,7 @@ from scipy import stats
 
 from dynheads_tl.analysis.statistics import (bootstrap_interval, grouped_splits, holm_adjust, holm_testable,
                                              mark_separated, n_to_resolve, paired_sign_test, resampled_t_interval,
-                                             resampled_t_test, sign_test_min_p)
+                                             resampled_t_test, sign_test_min_p, sign_test_needs)
 
 
 def test_a_cluster_bootstrap_is_wider_than_the_naive_one_on_clustered_data():
@@ -69,6 +69,7 @@ def test_the_smallest_reachable_p_of_a_sign_test():
     assert sign_test_min_p(5) == pytest.approx(0.0625)
     assert sign_test_min_p(6) == pytest.approx(0.03125)
     assert sign_test_min_p(6) == pytest.approx(stats.binomtest(6, 6, 0.5).pvalue)
+    assert sign_test_needs(0.05) == 6 and sign_test_needs(0.01) == 8  # 2 / 2^7 = 0.0156 > 0.01 >= 2 / 2^8
 
 
 def test_holm_with_an_untestable_comparison_left_out_matches_a_hand_computation():

@@ -9,7 +9,8 @@
 - :func:`paired_sign_test` and :func:`mark_separated`: two conditions run on the same samples, compared by their
   paired difference (bootstrap interval) and an exact sign test; a family of such comparisons is Holm-adjusted and
   a difference is called separated only when the adjusted p-value is small *and* the interval excludes 0.
-- :func:`sign_test_min_p` and :func:`holm_testable`: Holm over the comparisons that can reach significance only.
+- :func:`sign_test_min_p`, :func:`sign_test_needs` and :func:`holm_testable`: Holm over the comparisons that can
+  reach significance only.
 - ``bootstrap_interval(..., clusters=...)``: resample clusters (layouts), not samples; :func:`grouped_splits`
   splits by cluster; :func:`n_to_resolve` says how many units an interval's design would need.
 - :func:`format_interval`: an estimate and its interval as the claims' verdict sentences write them
@@ -174,6 +175,15 @@ def sign_test_min_p(discordant: int) -> float:
     return 1.0 if discordant <= 0 else min(1.0, 2 * 0.5 ** discordant)
 
 
+def sign_test_needs(alpha: float = 0.05) -> int:
+    """The fewest differing pairs with which an exact two-sided sign test can reach ``alpha`` (all on one side,
+    :func:`sign_test_min_p`): 6 at 0.05."""
+    needed = 1
+    while sign_test_min_p(needed) > alpha:
+        needed += 1
+    return needed
+
+
 def holm_testable(p_values: Sequence[float], min_p: Sequence[float], alpha: float = 0.05) -> list[float]:
     """Holm over the comparisons that can reach ``alpha`` (their ``min_p`` is at most ``alpha``); the others get
     NaN (untestable: left out of the family, Tarone's refinement of Holm). In the input order."""
@@ -239,11 +249,13 @@ def mark_separated(table, alpha: float = 0.05, family=None, *, testable_only: bo
     family = np.ones(len(table), dtype=bool) if family is None else np.asarray(family, dtype=bool)
     table["p_adjusted"] = table["sign_p"]
     if testable_only:
-        discordant = (table["a_better"] + table["b_better"]).to_numpy()
-        table["testable"] = np.array([sign_test_min_p(int(d)) <= alpha for d in discordant])
+        min_p = np.array([sign_test_min_p(int(d)) for d in (table["a_better"] + table["b_better"]).to_numpy()])
+        table["testable"] = min_p <= alpha
         table.loc[~table["testable"].to_numpy(), "p_adjusted"] = float("nan")
-        family = family & table["testable"].to_numpy()
-    if family.any():
+        if family.any():
+            table.loc[family, "p_adjusted"] = holm_testable(table.loc[family, "sign_p"].tolist(),
+                                                            min_p[family].tolist(), alpha)
+    elif family.any():
         table.loc[family, "p_adjusted"] = holm_adjust(table.loc[family, "sign_p"].tolist())
     table["separated"] = (table["p_adjusted"] < alpha) & ((table["low"] > 0) | (table["high"] < 0))
     return table

@@ -161,9 +161,7 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: 
     for part, prefix, name, style, (marker, m_s_marker) in curves:
         x, y = part["k"].to_numpy(dtype=float), part[f"{prefix}{metric}"].to_numpy(dtype=float)
         if f"{prefix}{metric}_low" in part:
-            yerr = [np.clip(y - part[f"{prefix}{metric}_low"].to_numpy(dtype=float), 0, None),
-                    np.clip(part[f"{prefix}{metric}_high"].to_numpy(dtype=float) - y, 0, None)]
-            ax.errorbar(x, y, yerr=yerr, marker=marker, linestyle=style, color="tab:blue", capsize=3,
+            ax.errorbar(x, y, yerr=error_bars(part, f"{prefix}{metric}"), marker=marker, linestyle=style, color="tab:blue", capsize=3,
                         label=f"{metric}, {name}")
         else:
             ax.plot(x, y, marker=marker, linestyle=style, color="tab:blue", label=f"{metric}, {name}")

@@ -12,7 +12,7 @@ from .pipeline import TaskAblation
 
 __all__ = [
     "metric_interval", "condition_summary", "paired_difference", "comparison_table", "protocol_checks",
-    "progressive_summary", "progressive_table", "progressive_control_outcome", "sign_test_needs",
+    "progressive_summary", "progressive_table", "progressive_control_outcome",
 ]
 
 
@@ -222,27 +222,18 @@ def progressive_table(prog: pd.DataFrame, metric: str, *, alpha: float = ALPHA, 
     return table
 
 
-def sign_test_needs(alpha: float = ALPHA) -> int:
-    """The fewest differing samples with which an exact two-sided sign test can reach ``alpha`` (all on one side):
-    6 at 0.05."""
-    from dynheads_tl.analysis.statistics import sign_test_min_p
-
-    needed = 1
-    while sign_test_min_p(needed) > alpha:
-        needed += 1
-    return needed
-
-
 def progressive_control_outcome(table: pd.DataFrame) -> dict | None:
     """What :func:`progressive_table`'s control comparisons decide, for the verdict sentence and the index status:
     the k values where the ranked heads hurt more (``specific``) and where random heads hurt more (``reverse``),
     whether any k was testable at all, and the smallest half-width among the testable ones (about the smallest
     difference the design could detect). None when the run has no control."""
+    from dynheads_tl.analysis.statistics import sign_test_needs
+
     if "sign_p" not in table or not table["sign_p"].notna().any():
         return None
     compared = table.dropna(subset=["sign_p"])
     testable = compared[compared["p_adjusted"].notna()]
     flag = lambda column: [int(k) for k in compared.loc[compared[column].fillna(False).astype(bool), "k"]]
     return {"specific": flag("specific"), "reverse": flag("reverse"), "testable": [int(k) for k in testable["k"]],
-            "n": int(compared["random_n"].min()), "needs": sign_test_needs(),
+            "n": int(compared["random_n"].min()), "needs": sign_test_needs(ALPHA),
             "smallest": float(testable["difference_half_width"].min()) if len(testable) else float("nan")}

@@ -278,7 +278,8 @@ def progressive_control_text(table: pd.DataFrame, metric: str) -> str:
     """The size-matched control of progressive masking in one sentence, from :func:`progressive_table`: at each k
     the paired difference ranked − random with its sign test and Holm-adjusted p (or why it cannot be tested), and
     m_s beside the random baseline's; empty when the run has no control."""
-    if "sign_p" not in table or not table["sign_p"].notna().any():
+    outcome = progressive_control_outcome(table)
+    if outcome is None:
         return ""
     parts = []
     for _, row in table.dropna(subset=["sign_p"]).iterrows():
@@ -289,8 +290,8 @@ def progressive_control_text(table: pd.DataFrame, metric: str) -> str:
                      f"({int(row['ranked_worse'])} vs {int(row['random_worse'])} samples worse, sign p = {row['sign_p']:.3g}, "
                      f"{tested}; m_s {row['m_s']:.1f} [{row['m_s_low']:.1f}, {row['m_s_high']:.1f}] vs random "
                      f"{row['random_m_s']:.1f} [{row['random_m_s_low']:.1f}, {row['random_m_s_high']:.1f}])")
-    return f"Size-matched control (k random heads per step, n = {int(table['random_n'].min())} samples per k): " \
-           + "; ".join(parts) + f". So {_control_conclusion(progressive_control_outcome(table))}."
+    return f"Size-matched control (k random heads per step, n = {outcome['n']} samples per k): " \
+           + "; ".join(parts) + f". So {_control_conclusion(outcome)}."
 
 
 def _control_conclusion(outcome: dict) -> str:
