@@ -158,8 +158,12 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: 
         origin = first[["k"] + [c for c in columns if c in first]].rename(columns=lambda c: c if c == "k" else f"random_{c}")
         curves.append((pd.concat([origin, control], ignore_index=True), "random_", "random heads (size-matched)", "--",
                        ("^", "v")))
-    for part, prefix, name, style, (marker, m_s_marker) in curves:
-        x, y = part["k"].to_numpy(dtype=float), part[f"{prefix}{metric}"].to_numpy(dtype=float)
+    # With the control drawn, the two series are dodged sideways by a fraction of the k spacing so that their
+    # error bars do not sit on one another (the k values themselves are in the CSV and on the axis ticks).
+    ks = np.unique(summary["k"].to_numpy(dtype=float))
+    dodge = 0.12 * float(np.diff(ks).min()) if len(control) and len(ks) > 1 else 0.0
+    for offset, (part, prefix, name, style, (marker, m_s_marker)) in zip((-dodge, dodge), curves):
+        x, y = part["k"].to_numpy(dtype=float) + offset, part[f"{prefix}{metric}"].to_numpy(dtype=float)
         if f"{prefix}{metric}_low" in part:
             ax.errorbar(x, y, yerr=error_bars(part, f"{prefix}{metric}"), marker=marker, linestyle=style, color="tab:blue", capsize=3,
                         label=f"{metric}, {name}")
@@ -170,7 +174,8 @@ def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: 
     ax.set_ylabel(metric, color="tab:blue")
     ax.set_ylim(-0.05, 1.05)
     span = float(summary["k"].max() - summary["k"].min()) or 1.0
-    ax.set_xlim(float(summary["k"].min()) - 0.05 * span, float(summary["k"].max()) + 0.05 * span)
+    ax.set_xlim(float(summary["k"].min()) - 0.05 * span - dodge, float(summary["k"].max()) + 0.05 * span + dodge)
+    ax.set_xticks(ks)
     twin.set_ylabel("m_s: compensating static-top-20 heads", color="tab:red")
     highest = max([float(summary["m_s"].max())] + ([float(control["random_m_s"].max())] if len(control) else []))
     twin.set_ylim(-0.05 * max(highest, 1.0), None)
