@@ -47,7 +47,7 @@ def check_settings(specs, name: str, model: str, max_new_tokens: int) -> list[tu
     """Parameter ``name``: a non-empty list of distinct ``"haystack:context_tokens"`` settings, each haystack
     readable and each length fitting the model's window (:func:`~dynheads_tl.tasks.check_context_fits`). Returns
     them parsed."""
-    from dynheads_tl.config import model_context_window
+    from dynheads_tl.engine.preflight import model_context_window
     from dynheads_tl.tasks import check_context_fits, check_haystack
 
     if not isinstance(specs, list) or not specs or not all(isinstance(s, str) for s in specs):

@@ -92,6 +92,45 @@ def test_imports_point_only_downward_and_claims_never_import_claims():
     assert not between_claims, "claims importing claims (put what they share in corpus):\n" + "\n".join(between_claims)
 
 
+def unit_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of imports between units (layer folders and top-level modules) in a module -> imports graph: the
+    strongly connected groups of two or more units. Modules of one unit may import each other; two units that
+    import each other, even both of one layer, are one unit in disguise (or one of them holds a part of the other)."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        unit = _unit(module)
+        if unit:
+            edges.setdefault(unit, set()).update(_unit(t) for t in targets if t in graph and _unit(t) not in ("", unit))
+    reach = {unit: set() for unit in edges}
+    for unit in edges:  # the units reachable from each (a few dozen edges: a walk from each is enough)
+        stack = list(edges[unit])
+        while stack:
+            other = stack.pop()
+            if other not in reach[unit]:
+                reach[unit].add(other)
+                stack.extend(edges.get(other, ()))
+    circles = {tuple(sorted({unit} | {o for o in reach[unit] if unit in reach.get(o, ())}))
+               for unit in edges if unit in reach[unit]}
+    return [list(circle) for circle in sorted(circles)]
+
+
+def test_no_two_units_import_each_other():
+    graph = {module: _imports(module, path) for module, path in _modules().items()}
+    circles = unit_circles(graph)
+    assert not circles, "units that import each other (directly or around a circle): " + "; ".join(
+        " <-> ".join(circle) for circle in circles)
+
+
+def test_the_circle_rule_finds_a_circle_between_units_and_allows_one_inside_a_unit():
+    graph = {"dynheads_tl.config": {"dynheads_tl.analysis.head_files"},
+             "dynheads_tl.analysis.head_files": {"dynheads_tl.config"},
+             "dynheads_tl.report.site": {"dynheads_tl.report.index"},
+             "dynheads_tl.report.index": {"dynheads_tl.report.site", "dynheads_tl.config"}}
+    assert unit_circles(graph) == [["analysis", "config"]]
+    del graph["dynheads_tl.analysis.head_files"]
+    assert unit_circles(graph) == []
+
+
 def test_the_rules_catch_an_upward_import_and_a_claim_importing_a_claim():
     graph = {"dynheads_tl.engine.tracing": {"dynheads_tl.report.figures"}, "dynheads_tl.report.figures": set(),
              "dynheads_tl.claims.correlation.pipeline": {"dynheads_tl.claims.dynamism.pipeline",

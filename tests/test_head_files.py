@@ -11,7 +11,7 @@ from dynheads_tl import Trace
 from dynheads_tl.analysis.head_files import (check_head_file, provenance_path, read_head_scores, scores_digest,
                                              wu_json, write_head_scores)
 from dynheads_tl.analysis.scoring import static_retrieval_per_sample, static_retrieval_scores
-from dynheads_tl.config import model_head_shape
+from dynheads_tl.engine.preflight import model_head_shape
 from factories import make_trace
 
 EMBEDDED = "smollm2-135m-instruct"

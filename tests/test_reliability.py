@@ -187,7 +187,7 @@ def test_a_fresh_cache_and_a_missing_file_is_refused_without_converting_the_mode
 
 
 def test_the_embedded_context_window_and_head_shape_are_read_without_converting(no_model_work):
-    from dynheads_tl.config import model_context_window, model_head_shape
+    from dynheads_tl.engine.preflight import model_context_window, model_head_shape
 
     assert preflight.embedded_context_window(models.DEFAULT_MODEL) == 8192  # SmolLM2's config states 8,192
     assert model_head_shape(models.DEFAULT_MODEL) == (30, 9)  # 30 layers x 9 query heads

@@ -124,8 +124,8 @@ def read_head_scores(path: str | Path, shape: tuple[int, int] | None = None) -> 
 
 def check_head_file(path: str, model: str, *, name: str = "static_source") -> Float[Tensor, "layer head"]:
     """Read the head file of parameter ``name`` and check it against ``model``'s layer x head shape, read from the
-    model's config without loading its weights (:func:`dynheads_tl.config.model_head_shape`)."""
-    from dynheads_tl.config import model_head_shape
+    model's config without loading its weights (:func:`dynheads_tl.engine.preflight.model_head_shape`)."""
+    from dynheads_tl.engine.preflight import model_head_shape
 
     if not isinstance(path, str) or not path.strip():
         raise ValueError(f"Parameter {name!r} must be a path to a .json or .csv head-score file, got {path!r}.")

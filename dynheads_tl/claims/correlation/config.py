@@ -49,7 +49,7 @@ class PredictabilityConfig(TraceSets, ProbeSettings, RunSettings, NotebookConfig
 
     def check_inputs(self) -> None:
         """The haystack and the NIAH length against the model's context window, before any model work."""
-        from dynheads_tl.config import model_context_window
+        from dynheads_tl.engine.preflight import model_context_window
         from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
 
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),

@@ -52,7 +52,7 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
 
     def check_inputs(self) -> None:
         """The HotpotQA file (enough usable records for every split) and the model, before any model work."""
-        from dynheads_tl.config import model_context_window
+        from dynheads_tl.engine.preflight import model_context_window
         from dynheads_tl.tasks import check_hotpot_source
 
         model_context_window(self.model)  # an unknown model fails here, not after the notebook started

@@ -52,7 +52,7 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
 
     def check_inputs(self) -> None:
         """The haystack, the HotpotQA file and the NIAH length against the model's window, before any model work."""
-        from dynheads_tl.config import model_context_window
+        from dynheads_tl.engine.preflight import model_context_window
         from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
 
         window = model_context_window(self.model)

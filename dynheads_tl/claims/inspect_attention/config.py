@@ -31,7 +31,7 @@ class InspectConfig(DeviceSettings, NotebookConfig):
 
     def check_inputs(self) -> None:
         """The context against the model's window (every attention row is kept, so it must stay short)."""
-        from dynheads_tl.config import model_context_window
+        from dynheads_tl.engine.preflight import model_context_window
         from dynheads_tl.tasks import check_context_fits
 
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),

@@ -81,7 +81,7 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
 
     def check_inputs(self) -> None:
         """Every NIAH and HotpotQA length against the model's context window, before any model work."""
-        from dynheads_tl.config import model_context_window
+        from dynheads_tl.engine.preflight import model_context_window
         from dynheads_tl.tasks import check_context_fits
 
         n_ctx = model_context_window(self.model)
