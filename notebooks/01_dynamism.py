@@ -179,7 +179,8 @@ display(head_files)
 # layouts; run with `haystack="wu:PATH"` (Wu et al.'s detection data) for another calibration source.
 
 # %%
-stability_curve, stability_pairs, stability_sentence = dynamism.static_stability(results["niah"], config.static_k)
+stability_curve, stability_pairs, stability_sentence = dynamism.static_stability(
+    results["niah"], config.static_k, calibration_size=config.n_calibration)
 if len(stability_curve):
     figures.save_table(stability_curve, "static_stability_curve", out_dir, run_config)
 if len(stability_pairs):  # one seed has no pair

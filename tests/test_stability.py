@@ -25,6 +25,19 @@ def test_a_set_that_never_moves_has_overlap_one_at_every_size():
     assert "share 1.00 of their top-5 heads" in stability_verdict(curve) and "about 1 calibration samples" in stability_verdict(curve)
 
 
+def test_the_run_s_calibration_size_is_checked_against_where_the_curve_settles():
+    curve = pd.DataFrame({"calibration_size": [1, 2, 3, 4, 5], "overlap": [0.5, 0.7, 0.86, 0.88, 0.89], "low": 0.0,
+                          "high": 1.0, "k": 5, "n_samples": 10, "n_resamples": 10, "chance": 0.25})
+    assert stable_size(curve) == 3  # 0.86 is the first within 0.05 of 0.89
+    assert "calibrates on 10 samples per split, at or past that size" in stability_verdict(curve, calibration_size=10)
+    assert "at or past" in stability_verdict(curve, calibration_size=3)
+    assert "fewer than that" in stability_verdict(curve, calibration_size=2)
+    assert "calibrate on at least 3" in stability_verdict(curve, calibration_size=2)
+    rising = curve.assign(overlap=[0.2, 0.4, 0.6, 0.8, 0.95])
+    assert "gives no size to check" in stability_verdict(rising, calibration_size=10)
+    assert "calibrates on" not in stability_verdict(curve)
+
+
 def test_pure_noise_overlaps_at_chance_and_the_curve_cannot_settle():
     # 20 heads, k = 5, no signal: two top-5 sets of small disjoint draws share k / 20 = 0.25 of their heads in
     # expectation (draws that exhaust the samples are complementary halves of one data set, so not independent).

@@ -102,9 +102,12 @@ def source_overlap(a: Float[Tensor, "sample layer head"], b: Float[Tensor, "samp
             "shared_heads": int(round(estimate * k)), "k": k, "spearman": float(rho), "n_a": len(sa), "n_b": len(sb)}
 
 
-def stability_verdict(curve: pd.DataFrame, seeds: pd.DataFrame | None = None, tolerance: float = 0.05) -> str:
+def stability_verdict(curve: pd.DataFrame, seeds: pd.DataFrame | None = None, tolerance: float = 0.05, *,
+                      calibration_size: int | None = None) -> str:
     """One computed sentence: where the split-half overlap of S_k settles (:func:`stable_size` at ``tolerance``), and,
-    with ``seeds`` (rows of :func:`source_overlap` between calibration splits), how much two splits share."""
+    with ``seeds`` (rows of :func:`source_overlap` between calibration splits), how much two splits share. With
+    ``calibration_size`` (the run's samples per calibration split, ``n_calibration``), whether that size is at or past
+    the settling size, which is how the default calibration size is chosen."""
     k, n = int(curve["k"].iloc[0]), int(curve["n_samples"].iloc[0])
     last = curve.iloc[-1]
     size = stable_size(curve, tolerance)
@@ -120,6 +123,15 @@ def stability_verdict(curve: pd.DataFrame, seeds: pd.DataFrame | None = None, to
     else:
         text += (f"From {size} samples per calibration on, the mean overlap is within {tolerance:g} of that value: "
                  f"S_{k} stops changing by more than that at about {size} calibration samples.")
+    if calibration_size is not None:
+        if size is None:
+            text += (f" So the curve gives no size to check this run's calibration of {calibration_size} samples "
+                     "against.")
+        elif calibration_size >= size:
+            text += (f" This run calibrates on {calibration_size} samples per split, at or past that size.")
+        else:
+            text += (f" This run calibrates on {calibration_size} samples per split, fewer than that: its S_{k} "
+                     f"is still moving; calibrate on at least {size}.")
     if seeds is not None and len(seeds):
         text += (f" Between calibration splits of different seeds, S_{k} overlaps by {seeds['overlap'].mean():.2f} on "
                  f"average ({len(seeds)} pairs; per pair 95% bootstrap intervals from {seeds['low'].min():.2f} to "
