@@ -45,6 +45,20 @@ def seed_everything():
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def smoke_runs(request, tmp_path_factory):
+    """The notebook smoke runs that the selected tests read (``tests/test_notebooks.py``), started as the session
+    starts and stopped when it ends; None when no notebook test is selected (``-m unit``, one file)."""
+    runs = None
+    if any(item.get_closest_marker("notebook") for item in request.session.items):
+        from test_notebooks import start_smoke_runs
+
+        runs = start_smoke_runs(request.session, tmp_path_factory)
+    yield runs
+    if runs is not None:
+        runs.stop()
+
+
 @pytest.fixture(scope="session")
 def embedded_model():
     """The embedded model on the CPU, shared by every module: no test changes it (hooks are added in contexts, and

@@ -134,12 +134,24 @@ needs_ray = pytest.mark.skipif(ray is None, reason='Ray is not installed (pip in
 
 
 @pytest.fixture(scope="module")
-def ray_executor(embedded_model):
+def ray_cluster():
+    """One local two-CPU Ray instance for the module, started by the first executor that connects and shut down at
+    the module's end: executors that find Ray running leave it running when they close, so the tests below share
+    one start-up."""
+    yield
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_executor(embedded_model, ray_cluster):
     """A local two-worker cluster whose actors load the embedded model on the CPU in float32 (as the driver)."""
     from dynheads_tl.engine.models import model_fingerprint
 
     executor = RayExecutor(ModelLoader("smollm2-135m-instruct", "cpu", "float32"), num_cpus=2,
                            expected_fingerprint=model_fingerprint(embedded_model))
+    executor._connect()  # the module's instance; this executor did not start it, so closing it leaves Ray up
+    executor._started_ray = False
     yield executor
     executor.close()
     use_executor(LocalExecutor())
@@ -195,7 +207,7 @@ def _same_frames(local, remote, name):
 
 
 @needs_ray
-def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model, tmp_path):
+def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model, ray_executor, tmp_path):
     """Workers whose model is not the driver's are refused, and stopped: a second call starts a new pool and refuses
     it again, so nothing is ever computed (and cached under the driver's fingerprint) by the wrong model. The
     workers load a tiny random model (one worker: each call starts one)."""

@@ -48,9 +48,10 @@ def test_notebook_matches_its_jupytext_source(path):
 # --- the notebooks, run --------------------------------------------------------------------------------------
 # Each test below reads one notebook's run: the smoke preset (``dynheads report --preset smoke``) with the test's
 # smaller sizes on top (``SMOKE``: fewer samples and steps, every code path of the notebook kept), its outputs in a
-# temporary folder. The module starts every run its selected tests need at once, as subprocesses, as many at a
-# time as the machine has cores and each with its share of the torch threads: a notebook spends much of its time
-# in one-core Python (kernel start, imports, pandas, figures), which a second run fills.
+# temporary folder. The session starts every run its selected tests need when it starts (``smoke_runs`` in
+# conftest.py), as subprocesses, as many at a time as the machine has cores and each with its share of the torch
+# threads, so they run beside the rest of the suite: a notebook spends much of its time in one-core Python (kernel
+# start, imports, pandas, figures), which a second run or another test fills.
 
 SMOKE: dict[str, dict] = {
     "00_inspect_attention": {"context_tokens": 120, "max_new_tokens": 16},
@@ -173,25 +174,30 @@ class SmokeRun:
     log: Path
 
 
+def selected_notebooks(session) -> list[str]:
+    """The notebooks whose runs the session's selected tests read, longest first (so that the last run to finish is a
+    short one)."""
+    selected = [_READS[item.function.__name__] for item in session.items
+                if getattr(item, "function", None) is not None and item.function.__name__ in _READS
+                and item.get_closest_marker("notebook")]
+    return sorted(dict.fromkeys(selected), key=lambda nb: -EXPECTED_SECONDS.get(nb, 0))
+
+
+def start_smoke_runs(session, tmp_path_factory) -> "SmokeRuns | None":
+    """Start the runs of every selected notebook test (None when none is selected). ``tests/conftest.py`` calls it
+    when the session starts, so the runs go on beside the rest of the suite: a notebook run and most tests spend much
+    of their time in one-core Python, and together they keep both cores busy."""
+    order = selected_notebooks(session)
+    if not order:
+        return None
+    return SmokeRuns(order, tmp_path_factory, workers=min(len(order), os.cpu_count() or 1))
+
+
 @pytest.fixture(scope="module")
-def smoke(request, tmp_path_factory):
-    """``smoke(notebook)``: that notebook's finished run (:class:`SmokeRun`). The first call starts the runs of every
-    selected test of this module, longest first."""
-    selected = [_READS[item.function.__name__] for item in request.session.items
-                if getattr(item, "module", None) is request.module and getattr(item, "function", None) is not None
-                and item.function.__name__ in _READS]
-    order = sorted(dict.fromkeys(selected), key=lambda nb: -EXPECTED_SECONDS.get(nb, 0))
-    runs = None
-
-    def result(notebook: str) -> SmokeRun:
-        nonlocal runs
-        if runs is None:
-            runs = SmokeRuns(order, tmp_path_factory, workers=min(len(order) or 1, os.cpu_count() or 1))
-        return runs.result(notebook)
-
-    yield result
-    if runs is not None:
-        runs.stop()
+def smoke(smoke_runs):
+    """``smoke(notebook)``: that notebook's finished run (:class:`SmokeRun`), from the runs the session started."""
+    assert smoke_runs is not None, "no notebook test was selected, yet one asks for a run"
+    return smoke_runs.result
 
 
 @reads("01_dynamism")
