@@ -49,12 +49,16 @@ def seed_everything():
 def smoke_runs(request, tmp_path_factory):
     """The notebook smoke runs that the selected tests read (``tests/test_notebooks.py``), started as the session
     starts and stopped when it ends; None when no notebook test is selected (``-m unit``, one file)."""
-    runs = None
+    runs, threads = None, torch.get_num_threads()
     if any(item.get_closest_marker("notebook") for item in request.session.items):
         from test_notebooks import start_smoke_runs
 
         runs = start_smoke_runs(request.session, tmp_path_factory)
+        # The runs take the other cores; this process keeps one thread (torch's threads spin while they wait for a
+        # core, so more threads than cores costs far more than it gains).
+        torch.set_num_threads(max(1, threads - runs.workers))
     yield runs
+    torch.set_num_threads(threads)
     if runs is not None:
         runs.stop()
 

@@ -86,13 +86,16 @@ papermill.execute_notebook(args["input"], args["output"], parameters=args["param
 
 
 class SmokeRuns:
-    """The notebooks' runs as subprocesses (papermill, each in a new session), ``workers`` at a time, in the order
-    given; :meth:`result` waits for one and fails the test with the end of its log if it failed."""
+    """The notebooks' runs as subprocesses (papermill, each in a new session), in the order given, each with one torch
+    thread: ``workers`` at a time while the rest of the suite runs beside them, ``waiting_workers`` at a time once a
+    test waits for one (:meth:`result`: the suite's own process then needs no core). :meth:`result` fails the test
+    with the end of the run's log if it failed."""
 
-    def __init__(self, notebooks: list[str], base, workers: int):
+    def __init__(self, notebooks: list[str], base, workers: int, waiting_workers: int | None = None):
         self.queue = list(dict.fromkeys(notebooks))
         self.workers = max(1, workers)
-        self.threads = max(1, (os.cpu_count() or 1) // self.workers)
+        self.waiting_workers = max(self.workers, waiting_workers or self.workers)
+        self.threads = 1
         self.base, self.running, self.done = base, {}, {}
         self.changed = threading.Condition()
         self.stopping = False
@@ -135,6 +138,7 @@ class SmokeRuns:
 
     def result(self, notebook: str) -> "SmokeRun":
         with self.changed:
+            self.workers = self.waiting_workers  # this process now only waits: a run may have its core
             if notebook not in self.done and notebook not in self.running and notebook not in self.queue:
                 self.queue.append(notebook)
                 self.changed.notify_all()
@@ -185,12 +189,16 @@ def selected_notebooks(session) -> list[str]:
 
 def start_smoke_runs(session, tmp_path_factory) -> "SmokeRuns | None":
     """Start the runs of every selected notebook test (None when none is selected). ``tests/conftest.py`` calls it
-    when the session starts, so the runs go on beside the rest of the suite: a notebook run and most tests spend much
-    of their time in one-core Python, and together they keep both cores busy."""
+    when the session starts, so the runs go on beside the rest of the suite: while other tests run, one run at a time
+    (one torch thread, beside the suite's own process, which conftest also gives one thread: one busy thread per
+    core, none spinning for a core another holds); once the suite waits for a run, one per core."""
     order = selected_notebooks(session)
     if not order:
         return None
-    return SmokeRuns(order, tmp_path_factory, workers=min(len(order), os.cpu_count() or 1))
+    cores = os.cpu_count() or 1
+    beside = len(order) < len(session.items)  # other tests run too
+    return SmokeRuns(order, tmp_path_factory, workers=max(1, cores - 1) if beside else min(len(order), cores),
+                     waiting_workers=min(len(order), cores))
 
 
 @pytest.fixture(scope="module")

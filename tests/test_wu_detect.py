@@ -89,6 +89,25 @@ def test_newline_stop_and_truncation_by_hand(tokenizer):
     assert torch.equal(cut.prompt_ids, trace.prompt_ids)
 
 
+def test_the_loop_stops_a_row_after_its_first_newline_token(tokenizer):
+    """``TraceConfig(stop_at_newline=True)`` (Wu's decode): the newline ids are every id whose text holds a newline,
+    the option is part of the cache key only when on, and Wu's trace config turns it on."""
+    from dynheads_tl.engine.trace_data import TraceConfig
+    from dynheads_tl.engine.tracing import newline_token_ids
+    from dynheads_tl.tasks.wu_detect import wu_trace_config
+
+    ids = newline_token_ids(tokenizer)
+    assert tokenizer.convert_tokens_to_ids("Ċ") in ids and tokenizer.convert_tokens_to_ids("ĊĊ") in ids
+    assert all("\n" in tokenizer.decode([i]) for i in ids)
+    plain = tokenizer("yes it is", add_special_tokens=False)["input_ids"]
+    assert not set(plain) & ids
+    assert "stop_at_newline" not in TraceConfig().key() and TraceConfig(stop_at_newline=True).key()["stop_at_newline"]
+    wu = wu_trace_config(TraceConfig(max_new_tokens=8))
+    assert (wu.max_new_tokens, wu.stop_at_eos, wu.stop_at_newline) == (WU_DECODE_STEPS, False, True)
+    with pytest.raises(ValueError, match="stop_at_newline"):
+        TraceConfig(stop_at_newline="yes")
+
+
 def _copy_fixture(tmp_path) -> Path:
     target = tmp_path / "wu"
     shutil.copytree(FIXTURE, target)
@@ -167,7 +186,8 @@ def test_wu_protocol_through_the_suite_equals_an_independent_transformers_loop(e
     samples = make_niah_samples(tokenizer, n=2, context_tokens=300, seed=0, haystack=SPEC)
     traces = collect_traces(embedded_model, samples, TraceConfig(max_new_tokens=8), {"test": "wu"}, batch_size=2)
     assert all(t.config.get("max_new_tokens") == WU_DECODE_STEPS and t.config.get("stop_at_eos") is False
-               for t in traces)  # Wu's decode replaces the caller's 8 steps and EOS stop
+               and t.config.get("stop_at_newline") is True
+               for t in traces)  # Wu's decode replaces the caller's 8 steps and EOS stop, and stops at a newline
     hf = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), attn_implementation="eager",
                                               torch_dtype=torch.float32).eval()
     scorer = RougeScorer(["rouge1"], use_stemmer=True)

@@ -44,6 +44,9 @@ class TraceConfig:
     (:func:`dynheads_tl.analysis.scoring.copy_mass`). Off by default: it costs memory in proportion to the
     evidence length.
 
+    ``stop_at_newline``: a row also stops after the first token whose text holds a newline (that token is kept), as
+    Wu et al.'s detection loop does (:func:`dynheads_tl.tasks.wu_detect.wu_trace_config` turns it on).
+
     ``signals``: also record, at every step, each head's raw attention mass on the evidence, on the whole
     context (``Sample.context_span``) and on the tokens generated so far, and the log-probability and the
     entropy of the next-token distribution the kept token came from (:attr:`Trace.evidence_mass` and the
@@ -55,6 +58,7 @@ class TraceConfig:
     local_window: int = 32
     prefill: PrefillMode = "fast"
     stop_at_eos: bool = True
+    stop_at_newline: bool = False
     evidence_attention: bool = False
     signals: bool = False
 
@@ -65,15 +69,16 @@ class TraceConfig:
                 raise ValueError(f"{name} must be a non-negative integer (max_new_tokens >= 1), got {value!r}.")
         if self.prefill not in ("fast", "hooked"):
             raise ValueError(f"prefill must be 'fast' or 'hooked', got {self.prefill!r}.")
-        for name in ("evidence_attention", "signals"):
+        for name in ("stop_at_eos", "stop_at_newline", "evidence_attention", "signals"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
 
     def key(self) -> dict[str, Any]:
-        """The settings as a cache key. ``evidence_attention`` and ``signals`` appear only when on, so traces
+        """The settings as a cache key. ``stop_at_newline``, ``evidence_attention`` and ``signals`` appear only when
+        on, so traces
         cached before they existed keep their keys (a trace recorded with them also holds everything without)."""
         values = asdict(self)
-        for name in ("evidence_attention", "signals"):
+        for name in ("stop_at_newline", "evidence_attention", "signals"):
             if not values[name]:
                 del values[name]
         return values

@@ -49,6 +49,19 @@ def eos_token_ids(model) -> set[int]:
     return ids
 
 
+_NEWLINE_IDS: dict[int, frozenset[int]] = {}
+
+
+def newline_token_ids(tokenizer) -> frozenset[int]:
+    """The ids whose decoded text holds a newline (a byte-level vocabulary's ``Ċ`` tokens, Llama 2's ``<0x0A>``, ...),
+    found by decoding every id once per tokenizer."""
+    key = id(tokenizer)
+    if key not in _NEWLINE_IDS:
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+        _NEWLINE_IDS[key] = frozenset(i for i, text in enumerate(texts) if "\n" in text)
+    return _NEWLINE_IDS[key]
+
+
 class BatchLoop:
     """The bookkeeping of one greedy generation over a batch of samples: the decoder, the masks the
     reduction hooks read, each row's tokens so far and which rows have stopped.
@@ -96,6 +109,8 @@ class BatchLoop:
             masks["first_generated"] = self.width
         self.masks = masks
         self.stop_ids = eos_token_ids(model) if config.stop_at_eos else set()
+        if config.stop_at_newline:
+            self.stop_ids = self.stop_ids | newline_token_ids(model.tokenizer)
         self.tokens: list[list[int]] = [[] for _ in samples]
         self.done = torch.zeros(len(samples), dtype=torch.bool)
         self.next_input: Tensor | None = None

@@ -246,8 +246,9 @@ def is_wu_sample(sample) -> bool:
 
 
 def wu_trace_config(config):
-    """``config`` (a :class:`~dynheads_tl.engine.tracing.TraceConfig`) with Wu's decode: 50 steps, no EOS stop."""
-    return replace(config, max_new_tokens=WU_DECODE_STEPS, stop_at_eos=False)
+    """``config`` (a :class:`~dynheads_tl.engine.tracing.TraceConfig`) with Wu's decode: 50 steps, no EOS stop, and
+    each row stops after its first newline token (so no step past the stop is decoded)."""
+    return replace(config, max_new_tokens=WU_DECODE_STEPS, stop_at_eos=False, stop_at_newline=True)
 
 
 def newline_stop(tokenizer, tokens) -> int:
@@ -261,7 +262,9 @@ def newline_stop(tokenizer, tokens) -> int:
 
 def truncate_at_newline(trace, tokenizer):
     """The trace of Wu's loop: greedy decoding is causal, so the steps up to the newline stop are exactly those of
-    the longer decode; every per-step field is cut there and the response decoded again."""
+    the longer decode; every per-step field is cut there and the response decoded again. Traces decoded with
+    :func:`wu_trace_config` already stop there (the loop's ``stop_at_newline``), and come back unchanged; a trace
+    decoded in full (an older cache entry, another loop) is cut."""
     import torch
 
     keep = newline_stop(tokenizer, trace.tokens.tolist())
