@@ -23,8 +23,27 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     """The block between the README's markers is exactly what the executed notebooks' verdict outputs give
     (refresh it with `python -m dynheads_tl.report.site papers_figures --readme README.md`)."""
     expected = findings.findings_markdown(COMMITTED)
-    assert len(expected.splitlines()) == len(findings.declared_findings()) + 1, "every declared finding was found, and the statuses"
+    assert len(expected.splitlines()) == len(findings.declared_findings()) + 2, \
+        "every declared finding was found, the statuses and the runs"
     assert findings.readme_findings(README.read_text()) == expected
+
+
+def test_the_runs_line_is_read_from_runs_json(tmp_path):
+    import json
+
+    assert findings.runs_sentence(tmp_path) == ""  # no runs.json: no line
+    runs = {"01_dynamism": {"date": "2026-12-02", "minutes": 27.6, "model": "m", "parameters": {}, "preset": "default"},
+            "00_inspect_attention": {"date": "2026-12-01", "minutes": 0.3, "model": "m", "parameters": {},
+                                     "preset": "default"}}
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    assert findings.runs_sentence(tmp_path, "pf/") == (
+        "- **Runs** (from [runs.json](pf/runs.json); model m, preset default, parameters as declared): "
+        "00 on 2026-12-01, 0.3 min; 01 on 2026-12-02, 27.6 min.")
+    runs["01_dynamism"].update(preset="smoke", parameters={"n_analysis": 4})
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    assert findings.runs_sentence(tmp_path, "pf/") == (
+        "- **Runs** (from [runs.json](pf/runs.json); model m): 00 on 2026-12-01, 0.3 min (preset default); "
+        "01 on 2026-12-02, 27.6 min (preset smoke; parameters {'n_analysis': 4}).")
 
 
 def test_readme_is_a_front_door():

@@ -87,7 +87,41 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
     if statuses:
         lines.append(f"- **Status of each item** (computed from its CSV by the rule its claim declares; "
                      f"[the index]({link_prefix}index.html) has the numbers): " + "; ".join(statuses) + ".")
+    provenance = runs_sentence(output_dir, link_prefix)
+    if provenance:
+        lines.append(provenance)
     return "\n".join(lines)
+
+
+def runs_sentence(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
+    """One line on where the quoted runs come from, read from ``runs.json`` (so it cannot contradict it): each
+    notebook's date and minutes, and the model, preset and parameters when they are shared (else per notebook)."""
+    from dynheads_tl.report.index import read_runs
+
+    runs = read_runs(Path(output_dir))
+    if not runs:
+        return ""
+    shared = {}
+    for field in ("model", "preset", "parameters"):
+        values = {repr(record.get(field)) for record in runs.values()}
+        if len(values) == 1:
+            shared[field] = next(iter(runs.values())).get(field)
+    parts = []
+    for stem in sorted(runs):
+        record = runs[stem]
+        extra = [f"{field} {record.get(field)}" for field in ("model", "preset") if field not in shared]
+        if "parameters" not in shared and record.get("parameters"):
+            extra.append(f"parameters {record['parameters']}")
+        minutes = record.get("minutes")
+        when = f"{record.get('date', 'undated')}" + (f", {minutes} min" if minutes is not None else "")
+        parts.append(f"{stem[:2]} on {when}" + (f" ({'; '.join(extra)})" if extra else ""))
+    common = [f"model {shared['model']}" if "model" in shared else "",
+              f"preset {shared['preset']}" if "preset" in shared else "",
+              ("parameters as declared" if not shared["parameters"] else f"parameters {shared['parameters']}")
+              if "parameters" in shared else ""]
+    common = ", ".join(c for c in common if c)
+    return (f"- **Runs** (from [runs.json]({link_prefix}runs.json)" + (f"; {common}" if common else "") + "): "
+            + "; ".join(parts) + ".")
 
 
 def update_readme(readme: Path, output_dir: Path, link_prefix: str = "papers_figures/") -> bool:
