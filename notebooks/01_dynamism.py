@@ -180,7 +180,7 @@ display(head_files)
 
 # %%
 stability_curve, stability_pairs, stability_sentence = dynamism.static_stability(
-    results["niah"], config.static_k, calibration_size=config.n_calibration)
+    results["niah"], config.static_k, check_calibration=not config.static_source)
 if len(stability_curve):
     figures.save_table(stability_curve, "static_stability_curve", out_dir, run_config)
 if len(stability_pairs):  # one seed has no pair

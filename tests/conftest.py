@@ -53,10 +53,12 @@ def smoke_runs(request, tmp_path_factory):
     if any(item.get_closest_marker("notebook") for item in request.session.items):
         from test_notebooks import start_smoke_runs
 
-        runs = start_smoke_runs(request.session, tmp_path_factory)
-        # The runs take the other cores; this process keeps one thread (torch's threads spin while they wait for a
-        # core, so more threads than cores costs far more than it gains).
-        torch.set_num_threads(max(1, threads - runs.workers))
+        # Once every run has finished, this process takes its threads back.
+        runs = start_smoke_runs(request.session, tmp_path_factory, when_idle=lambda: torch.set_num_threads(threads))
+        if runs is not None and runs.workers < threads:  # runs beside the other tests: they take the other cores
+            # (torch's threads spin while they wait for a core, so more threads than cores costs far more than it
+            # gains)
+            torch.set_num_threads(max(1, threads - runs.workers))
     yield runs
     torch.set_num_threads(threads)
     if runs is not None:

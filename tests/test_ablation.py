@@ -529,3 +529,15 @@ def test_online_chance_rule_marks_what_the_trace_marks_offline(tiny_llama):
         offline = dynamic_sets(result.clean, "eq2", rule)
         assert torch.equal(result.masked_heads[: len(offline)], offline)
         assert bool(offline.any())  # the check is not vacuous
+
+
+def test_an_ablation_job_s_trace_key_keeps_its_fields_when_later_options_are_off():
+    """Claim 2's cached grids are keyed by the trace settings; an option added to TraceConfig later (the newline stop)
+    must not change the key of a run that leaves it off."""
+    from dynheads_tl.engine.trace_data import TraceConfig
+    from dynheads_tl.protocols.ablation_experiments import trace_key
+
+    assert trace_key(TraceConfig(max_new_tokens=40)) == {
+        "max_new_tokens": 40, "sink_tokens": 4, "local_window": 32, "prefill": "fast", "stop_at_eos": True,
+        "evidence_attention": False, "signals": False}
+    assert trace_key(TraceConfig(stop_at_newline=True))["stop_at_newline"] is True

@@ -129,6 +129,9 @@ def test_the_circle_rule_finds_a_circle_between_units_and_allows_one_inside_a_un
     assert unit_circles(graph) == [["analysis", "config"]]
     del graph["dynheads_tl.analysis.head_files"]
     assert unit_circles(graph) == []
+    around = {"dynheads_tl.engine.a": {"dynheads_tl.tasks.b"}, "dynheads_tl.tasks.b": {"dynheads_tl.store"},
+              "dynheads_tl.store": {"dynheads_tl.engine.a"}, "dynheads_tl.report.x": {"dynheads_tl.engine.a"}}
+    assert unit_circles(around) == [["engine", "store", "tasks"]]  # a circle through three units; report is outside it
 
 
 def test_the_rules_catch_an_upward_import_and_a_claim_importing_a_claim():

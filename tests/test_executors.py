@@ -135,9 +135,8 @@ needs_ray = pytest.mark.skipif(ray is None, reason='Ray is not installed (pip in
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """One local two-CPU Ray instance for the module, started by the first executor that connects and shut down at
-    the module's end: executors that find Ray running leave it running when they close, so the tests below share
-    one start-up."""
+    """Shuts down, at the module's end, the one local two-CPU Ray instance that :func:`ray_executor` starts: every
+    executor of the module finds Ray running and leaves it running when it closes, so the tests share one start-up."""
     yield
     if ray is not None and ray.is_initialized():
         ray.shutdown()
@@ -217,6 +216,7 @@ def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model
     from dynheads_tl.engine.tracing import TraceConfig
 
     other = build_tiny_model("llama", tmp_path / "other")
+    ray_executor.close_actors()  # the shared instance's two CPUs free for this test's worker
     executor = RayExecutor(ModelLoader(str(other), "cpu", "float32"), num_cpus=2, actors=1,
                            expected_fingerprint=model_fingerprint(embedded_model))
     try:

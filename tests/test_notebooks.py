@@ -49,9 +49,9 @@ def test_notebook_matches_its_jupytext_source(path):
 # Each test below reads one notebook's run: the smoke preset (``dynheads report --preset smoke``) with the test's
 # smaller sizes on top (``SMOKE``: fewer samples and steps, every code path of the notebook kept), its outputs in a
 # temporary folder. The session starts every run its selected tests need when it starts (``smoke_runs`` in
-# conftest.py), as subprocesses, as many at a time as the machine has cores and each with its share of the torch
-# threads, so they run beside the rest of the suite: a notebook spends much of its time in one-core Python (kernel
-# start, imports, pandas, figures), which a second run or another test fills.
+# conftest.py), as subprocesses that run beside the rest of the suite (see start_smoke_runs for how the cores are
+# shared): a notebook spends much of its time in one-core Python (kernel start, imports, pandas, figures), which
+# another run or another test fills.
 
 SMOKE: dict[str, dict] = {
     "00_inspect_attention": {"context_tokens": 120, "max_new_tokens": 16},
@@ -69,7 +69,8 @@ _READS: dict[str, str] = {}  # test function -> the notebook it reads
 
 
 def reads(notebook: str):
-    """Mark a test as reading ``notebook``'s run (a ``notebook`` test, started with the module's other runs)."""
+    """Mark a test as reading ``notebook``'s run (a ``notebook`` test; the session starts its run, see
+    :func:`start_smoke_runs`)."""
     def mark(test):
         _READS[test.__name__] = notebook
         return pytest.mark.notebook(test)
@@ -86,17 +87,23 @@ papermill.execute_notebook(args["input"], args["output"], parameters=args["param
 
 
 class SmokeRuns:
-    """The notebooks' runs as subprocesses (papermill, each in a new session), in the order given, each with one torch
-    thread: ``workers`` at a time while the rest of the suite runs beside them, ``waiting_workers`` at a time once a
-    test waits for one (:meth:`result`: the suite's own process then needs no core). :meth:`result` fails the test
-    with the end of the run's log if it failed."""
+    """The notebooks' runs as subprocesses (papermill, each in a new session), in the order given: ``workers`` at a
+    time while the rest of the suite runs beside them, ``waiting_workers`` at a time while a test waits for one
+    (:meth:`result`: the suite's own process then needs no core), each with ``threads`` torch threads.
+    ``when_idle`` is called once, by the first :meth:`result` that finds every run finished (the suite's process
+    may take its cores back).
+    :meth:`result` fails the test with the end of the run's log if it failed."""
 
-    def __init__(self, notebooks: list[str], base, workers: int, waiting_workers: int | None = None):
+    def __init__(self, notebooks: list[str], base, workers: int, waiting_workers: int | None = None,
+                 threads: int = 1, when_idle=None):
         self.queue = list(dict.fromkeys(notebooks))
-        self.workers = max(1, workers)
+        self.workers = self.beside_workers = max(1, workers)
         self.waiting_workers = max(self.workers, waiting_workers or self.workers)
-        self.threads = 1
+        self.threads = max(1, threads)
+        self.when_idle = when_idle
+        self.waiting = 0
         self.base, self.running, self.done = base, {}, {}
+        self.base.getbasetemp()  # made here, not by the scheduler thread at the same time as a test's tmp_path
         self.changed = threading.Condition()
         self.stopping = False
         self.scheduler = threading.Thread(target=self._schedule, daemon=True)
@@ -124,7 +131,12 @@ class SmokeRuns:
                 if self.stopping:
                     return
                 while self.queue and len(self.running) < self.workers:
-                    self._start(self.queue.pop(0))
+                    notebook = self.queue.pop(0)
+                    try:
+                        self._start(notebook)
+                    except Exception as error:  # a run that cannot start fails its test instead of hanging it
+                        self.done[notebook] = SmokeRun(notebook, -1, 0.0, Path(), Path(), None, f"not started: {error!r}")
+                        self.changed.notify_all()
                 for notebook, (process, started, folder, executed) in list(self.running.items()):
                     if process.poll() is not None:
                         del self.running[notebook]
@@ -138,15 +150,25 @@ class SmokeRuns:
 
     def result(self, notebook: str) -> "SmokeRun":
         with self.changed:
+            self.waiting += 1
             self.workers = self.waiting_workers  # this process now only waits: a run may have its core
-            if notebook not in self.done and notebook not in self.running and notebook not in self.queue:
-                self.queue.append(notebook)
-                self.changed.notify_all()
-            while notebook not in self.done:
-                self.changed.wait(1.0)
+            try:
+                if notebook not in self.done and notebook not in self.running and notebook not in self.queue:
+                    self.queue.append(notebook)
+                    self.changed.notify_all()
+                while notebook not in self.done:
+                    self.changed.wait(1.0)
+            finally:
+                self.waiting -= 1
+                if not self.waiting:
+                    self.workers = self.beside_workers
             run = self.done[notebook]
+            idle = not self.queue and not self.running
+        if idle and self.when_idle is not None:  # in the waiting test's thread: torch's thread count is per thread
+            self.when_idle()
+            self.when_idle = None
         if run.returncode != 0:
-            log = run.log.read_text(errors="replace")
+            log = run.error if run.log is None else run.log.read_text(errors="replace")
             pytest.fail(f"{notebook} failed (exit {run.returncode}); end of its papermill log:\n{log[-6000:]}",
                         pytrace=False)
         return run
@@ -175,7 +197,8 @@ class SmokeRun:
     seconds: float
     figures: Path  # the notebook's output folder (output_dir / notebook)
     executed: Path  # the executed notebook
-    log: Path
+    log: Path | None  # papermill's log (None when the run could not start)
+    error: str = ""  # why it could not start
 
 
 def selected_notebooks(session) -> list[str]:
@@ -187,18 +210,22 @@ def selected_notebooks(session) -> list[str]:
     return sorted(dict.fromkeys(selected), key=lambda nb: -EXPECTED_SECONDS.get(nb, 0))
 
 
-def start_smoke_runs(session, tmp_path_factory) -> "SmokeRuns | None":
+def start_smoke_runs(session, tmp_path_factory, when_idle=None) -> "SmokeRuns | None":
     """Start the runs of every selected notebook test (None when none is selected). ``tests/conftest.py`` calls it
-    when the session starts, so the runs go on beside the rest of the suite: while other tests run, one run at a time
-    (one torch thread, beside the suite's own process, which conftest also gives one thread: one busy thread per
-    core, none spinning for a core another holds); once the suite waits for a run, one per core."""
+    when the session starts, so the runs go on beside the rest of the suite: while other tests run, one run fewer
+    than the cores at a time, with one torch thread (beside the suite's own process, which conftest gives the
+    remaining threads: one busy thread per core, none spinning for a core another holds); once the suite waits for a
+    run, one run per core. When only notebook runs are selected, they run one per core with the cores shared out."""
     order = selected_notebooks(session)
     if not order:
         return None
     cores = os.cpu_count() or 1
-    beside = len(order) < len(session.items)  # other tests run too
-    return SmokeRuns(order, tmp_path_factory, workers=max(1, cores - 1) if beside else min(len(order), cores),
-                     waiting_workers=min(len(order), cores))
+    together = min(len(order), cores)
+    if len(order) < len(session.items):  # other tests run beside them
+        return SmokeRuns(order, tmp_path_factory, workers=max(1, cores - 1), waiting_workers=together, threads=1,
+                         when_idle=when_idle)
+    return SmokeRuns(order, tmp_path_factory, workers=together, threads=max(1, cores // together),
+                     when_idle=when_idle)
 
 
 @pytest.fixture(scope="module")

@@ -29,13 +29,19 @@ def test_the_run_s_calibration_size_is_checked_against_where_the_curve_settles()
     curve = pd.DataFrame({"calibration_size": [1, 2, 3, 4, 5], "overlap": [0.5, 0.7, 0.86, 0.88, 0.89], "low": 0.0,
                           "high": 1.0, "k": 5, "n_samples": 10, "n_resamples": 10, "chance": 0.25})
     assert stable_size(curve) == 3  # 0.86 is the first within 0.05 of 0.89
-    assert "calibrates on 10 samples per split, at or past that size" in stability_verdict(curve, calibration_size=10)
+    assert "rests on 10 kept calibration samples per seed (the fewest of any seed), at or past that size" in \
+        stability_verdict(curve, calibration_size=10)
     assert "at or past" in stability_verdict(curve, calibration_size=3)
     assert "fewer than that" in stability_verdict(curve, calibration_size=2)
     assert "calibrate on at least 3" in stability_verdict(curve, calibration_size=2)
     rising = curve.assign(overlap=[0.2, 0.4, 0.6, 0.8, 0.95])
     assert "gives no size to check" in stability_verdict(rising, calibration_size=10)
-    assert "calibrates on" not in stability_verdict(curve)
+    assert "rests on" not in stability_verdict(curve)
+    chance = curve.assign(overlap=0.25)
+    assert "no more than chance" in stability_verdict(chance, calibration_size=10)
+    assert "gives no size to check" in stability_verdict(chance, calibration_size=10)
+    one = curve.iloc[:1]  # one size cannot show settling
+    assert stable_size(one) is None and "one calibration size only" in stability_verdict(one, calibration_size=10)
 
 
 def test_pure_noise_overlaps_at_chance_and_the_curve_cannot_settle():

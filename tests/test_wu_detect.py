@@ -188,6 +188,8 @@ def test_wu_protocol_through_the_suite_equals_an_independent_transformers_loop(e
     assert all(t.config.get("max_new_tokens") == WU_DECODE_STEPS and t.config.get("stop_at_eos") is False
                and t.config.get("stop_at_newline") is True
                for t in traces)  # Wu's decode replaces the caller's 8 steps and EOS stop, and stops at a newline
+    # The loop itself stopped at the newline (TraceConfig.stop_at_newline): nothing was left for the cut to remove.
+    assert all("wu_newline_stop" not in t.meta for t in traces)
     hf = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), attn_implementation="eager",
                                               torch_dtype=torch.float32).eval()
     scorer = RougeScorer(["rouge1"], use_stemmer=True)

@@ -75,8 +75,8 @@ def stable_size(curve: pd.DataFrame, tolerance: float = 0.05) -> int | None:
     size's: where more samples stop changing S_k by more than that. None when only the largest size qualifies and the
     curve is still rising into it (the data cannot say where S_k settles), or when the overlap at the largest size is
     no more than chance (:func:`above_chance`: there is no stable set to speak of)."""
-    if curve.empty or not above_chance(curve, tolerance):
-        return None
+    if len(curve) < 2 or not above_chance(curve, tolerance):
+        return None  # one size cannot show settling
     last = float(curve["overlap"].iloc[-1])
     within = curve[curve["overlap"] >= last - tolerance]
     first = int(within["calibration_size"].iloc[0])
@@ -106,8 +106,9 @@ def stability_verdict(curve: pd.DataFrame, seeds: pd.DataFrame | None = None, to
                       calibration_size: int | None = None) -> str:
     """One computed sentence: where the split-half overlap of S_k settles (:func:`stable_size` at ``tolerance``), and,
     with ``seeds`` (rows of :func:`source_overlap` between calibration splits), how much two splits share. With
-    ``calibration_size`` (the run's samples per calibration split, ``n_calibration``), whether that size is at or past
-    the settling size, which is how the default calibration size is chosen."""
+    ``calibration_size`` (the samples the run's S_k rests on: per seed, those that pass Wu's filter, the fewest of any
+    seed), whether that size is at or past the settling size, which is how the default calibration size is
+    chosen."""
     k, n = int(curve["k"].iloc[0]), int(curve["n_samples"].iloc[0])
     last = curve.iloc[-1]
     size = stable_size(curve, tolerance)
@@ -117,6 +118,9 @@ def stability_verdict(curve: pd.DataFrame, seeds: pd.DataFrame | None = None, to
     if not above_chance(curve, tolerance):
         text += (f"That is no more than chance ({float(last['chance']):.2f}, the overlap of two top-{k} sets drawn at "
                  f"random): these calibrations find no stable S_{k}, and no calibration size can be read off.")
+    elif len(curve) < 2:
+        text += (f"With one calibration size only, the {n} samples cannot say at which calibration size S_{k} stops "
+                 "changing: more calibration samples would.")
     elif size is None:
         text += (f"The overlap is still rising at the largest size the {n} samples allow, so they cannot say at which "
                  f"calibration size S_{k} stops changing: more calibration samples would.")
@@ -128,10 +132,11 @@ def stability_verdict(curve: pd.DataFrame, seeds: pd.DataFrame | None = None, to
             text += (f" So the curve gives no size to check this run's calibration of {calibration_size} samples "
                      "against.")
         elif calibration_size >= size:
-            text += (f" This run calibrates on {calibration_size} samples per split, at or past that size.")
+            text += (f" This run's S_{k} rests on {calibration_size} kept calibration samples per seed (the fewest of "
+                     "any seed), at or past that size.")
         else:
-            text += (f" This run calibrates on {calibration_size} samples per split, fewer than that: its S_{k} "
-                     f"is still moving; calibrate on at least {size}.")
+            text += (f" This run's S_{k} rests on {calibration_size} kept calibration samples per seed (the fewest of "
+                     f"any seed), fewer than that: it is still moving; calibrate on at least {size} kept samples.")
     if seeds is not None and len(seeds):
         text += (f" Between calibration splits of different seeds, S_{k} overlaps by {seeds['overlap'].mean():.2f} on "
                  f"average ({len(seeds)} pairs; per pair 95% bootstrap intervals from {seeds['low'].min():.2f} to "

@@ -24,7 +24,8 @@ The names the protocols and claims take from here (``Trace``, ``TraceConfig``, `
 """
 from __future__ import annotations
 
-from typing import Sequence
+import weakref
+from typing import Any, Sequence
 
 import torch
 from jaxtyping import Bool, Int
@@ -49,17 +50,19 @@ def eos_token_ids(model) -> set[int]:
     return ids
 
 
-_NEWLINE_IDS: dict[int, frozenset[int]] = {}
+_NEWLINE_IDS: "weakref.WeakKeyDictionary[Any, tuple[int, frozenset[int]]]" = weakref.WeakKeyDictionary()
 
 
 def newline_token_ids(tokenizer) -> frozenset[int]:
     """The ids whose decoded text holds a newline (a byte-level vocabulary's ``Ċ`` tokens, Llama 2's ``<0x0A>``, ...),
-    found by decoding every id once per tokenizer."""
-    key = id(tokenizer)
-    if key not in _NEWLINE_IDS:
-        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
-        _NEWLINE_IDS[key] = frozenset(i for i, text in enumerate(texts) if "\n" in text)
-    return _NEWLINE_IDS[key]
+    found by decoding every id; kept per tokenizer (and found again when its vocabulary grows)."""
+    size = len(tokenizer)
+    known = _NEWLINE_IDS.get(tokenizer)
+    if known is None or known[0] != size:
+        texts = tokenizer.batch_decode([[i] for i in range(size)])
+        known = (size, frozenset(i for i, text in enumerate(texts) if "\n" in text))
+        _NEWLINE_IDS[tokenizer] = known
+    return known[1]
 
 
 class BatchLoop:

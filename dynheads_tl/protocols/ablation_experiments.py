@@ -92,16 +92,26 @@ def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
 _PROTOCOL_VERSION = 3
 
 
+_LATER_TRACE_FIELDS = ("stop_at_newline",)
+
+
+def trace_key(config: TraceConfig) -> dict:
+    """The trace settings' part of an ablation job's key: every TraceConfig field as it was when these keys were
+    first written; a field added since enters only when it is on, so the cached grids stay valid."""
+    return {name: value for name, value in asdict(config).items() if name not in _LATER_TRACE_FIELDS or value}
+
+
 def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
               cache_key: dict | None) -> list[dict | None]:
     """Each job's cache key (None without a ``cache_key``): the model's name and weights, the prompt, the
     condition, k, the calibration setup and the trace settings."""
     from dynheads_tl.engine.models import model_fingerprint, model_name
 
+    trace = trace_key(config)
     return [None if cache_key is None else
             {**cache_key, "model": model_name(model), "model_fingerprint": model_fingerprint(model),
              "prompt": prompt_digest(job.sample), "condition": job.condition,
-             "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup, job.condition), "trace": asdict(config),
+             "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup, job.condition), "trace": trace,
              "protocol": _PROTOCOL_VERSION, "teacher_forced": job.teacher_forced,
              "gold": gold_token_ids(model.tokenizer, job.sample) if job.teacher_forced else None} for job in jobs]
 

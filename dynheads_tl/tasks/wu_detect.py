@@ -263,8 +263,8 @@ def newline_stop(tokenizer, tokens) -> int:
 def truncate_at_newline(trace, tokenizer):
     """The trace of Wu's loop: greedy decoding is causal, so the steps up to the newline stop are exactly those of
     the longer decode; every per-step field is cut there and the response decoded again. Traces decoded with
-    :func:`wu_trace_config` already stop there (the loop's ``stop_at_newline``), and come back unchanged; a trace
-    decoded in full (an older cache entry, another loop) is cut."""
+    :func:`wu_trace_config` already stop there (the loop's ``stop_at_newline``) and come back unchanged; a trace
+    decoded in full by another loop is cut."""
     import torch
 
     keep = newline_stop(tokenizer, trace.tokens.tolist())

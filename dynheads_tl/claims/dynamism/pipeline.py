@@ -332,14 +332,15 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
 
 # --- static-set stability (issue #31) -----------------------------------------------------------------------
 def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int = 200, seed: int = 0,
-                     calibration_size: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+                     check_calibration: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """How much the NIAH static set S_k moves with its calibration: the split-half curve over calibration sizes on
     every seed's kept calibration samples pooled (:func:`~dynheads_tl.analysis.stability.split_half_curve`), the
     overlap of S_k between each pair of seeds' calibration splits with bootstrap intervals
     (:func:`~dynheads_tl.analysis.stability.source_overlap`), and the computed sentence. The calibration splits of
     different seeds share their depths and haystack (only the UUID changes), so both understate how much S_k would
-    move across prompts of other layouts. ``calibration_size`` (the run's ``n_calibration``) is checked against the
-    size at which the curve settles."""
+    move across prompts of other layouts. With ``check_calibration`` (off when the run's static set comes from a
+    file, ``static_source``), the samples this run's S_k rests on (per seed, those Wu's filter keeps; the fewest of
+    any seed) are checked against the size at which the curve settles."""
     from itertools import combinations
 
     from dynheads_tl.analysis.scoring import static_retrieval_per_sample
@@ -358,7 +359,8 @@ def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int
     curve = split_half_curve(pooled, k, n_resamples=n_resamples, seed=seed) if len(pooled) >= 2 else pd.DataFrame()
     pairs = pd.DataFrame([{"seed_a": a, "seed_b": b, **source_overlap(per_seed[a], per_seed[b], k, seed=seed)}
                           for a, b in combinations(sorted(per_seed), 2)])
-    verdict = (stability_verdict(curve, pairs, calibration_size=calibration_size) if len(curve) else
+    kept = min(len(scores) for scores in per_seed.values()) if check_calibration else None
+    verdict = (stability_verdict(curve, pairs, calibration_size=kept) if len(curve) else
                f"Only {len(pooled)} calibration sample passed the filter: no split-half curve.")
     return curve, pairs, verdict
 
