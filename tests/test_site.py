@@ -28,6 +28,23 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     assert findings.readme_findings(README.read_text()) == expected
 
 
+def test_the_readme_quotes_every_declared_primary_comparison_first():
+    """A claim's declared primary comparison is what its verdict rests on: where the verdict states one, the README's
+    quote of that finding starts with it (quoting only the secondary comparisons would say more than the verdict)."""
+    import nbformat
+
+    quoted = {label: chosen for label, _, chosen in findings.findings(COMMITTED)}
+    checked = 0
+    for label, stem, call, _, _ in findings.declared_findings():
+        path = COMMITTED / "executed" / f"{stem}.ipynb"
+        text = findings._verdict_text(nbformat.read(path, as_version=4), call) if path.exists() else None
+        if text is None or "Primary comparison" not in text:
+            continue
+        checked += 1
+        assert quoted[label] and quoted[label][0].startswith("Primary comparison"), (label, quoted[label][:1])
+    assert checked >= 4, "claims 2, 3, 4 and 5 state a primary comparison"
+
+
 def test_the_runs_line_is_read_from_runs_json(tmp_path):
     import json
 

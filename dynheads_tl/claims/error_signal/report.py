@@ -172,6 +172,7 @@ CLAIM = Claim(
                   "not in the paper; for scale, on other models and data: Lookback Lens AUROC .85–.91 in-domain, "
                   ".82–.85 across tasks; ReDeEP .75–.82", "auroc", 25, _auroc_headline, _auroc_status, hotpot=True),
     ),
-    findings=(Finding("Beyond 1, is the answer wrong?", "error_signal.verdict", r"^Pooled, the context-only"),),
+    findings=(Finding("Beyond 1, is the answer wrong?", "error_signal.verdict",
+                      r"^(Primary comparison \(declared\): )?[Pp]ooled, the context-only"),),
     seeds=SEEDS,
 )
