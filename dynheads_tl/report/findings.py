@@ -21,8 +21,11 @@ def _verdict_cell(notebook, function: str):
 
 
 def _verdict_text(notebook, function: str) -> str | None:
+    """Every Markdown output of the verdict's cell, as paragraphs (a cell may show more than one verdict)."""
     cell = _verdict_cell(notebook, function)
-    return next(o["data"]["text/markdown"] for o in cell.outputs if o.get("data", {}).get("text/markdown")) if cell else None
+    if cell is None:
+        return None
+    return "\n\n".join(o["data"]["text/markdown"] for o in cell.outputs if o.get("data", {}).get("text/markdown"))
 
 
 def _verdict_anchor(notebook, function: str, page_path: Path) -> str:
