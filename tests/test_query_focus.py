@@ -85,41 +85,31 @@ def test_notebook_06_verdict_compares_the_readings_per_budget():
 
     from dynheads_tl.claims.kv_retention import query_baseline_verdict
 
-    def frame(rows):
-        return pd.DataFrame([{"granularity": g, "budget": b, "n": 12, "accuracy_difference": d, "low": lo, "high": hi,
-                              "p_adjusted": p, "separated": sep} for g, b, d, lo, hi, p, sep in rows])
+    def frame(rows, logprob=None):
+        table = pd.DataFrame([{"granularity": g, "budget": b, "n": 12, "accuracy_difference": d, "low": lo, "high": hi,
+                               "p_adjusted": p, "testable": p == p, "separated": sep}
+                              for g, b, d, lo, hi, p, sep in rows])
+        if logprob is not None:
+            table = table.assign(**{f"logprob_{k}" if k != "difference" else "logprob_difference": v
+                                    for k, v in logprob.items()})
+        return table
 
     wu = frame([("query", 0.05, 0.4, 0.2, 0.6, 0.01, True), ("query", 0.25, 0.0, -0.2, 0.2, 1.0, False)])
     same = frame([("query", 0.05, 0.3, 0.1, 0.5, 0.02, True), ("query", 0.25, 0.1, -0.1, 0.3, 0.8, False)])
-    other = frame([("query", 0.05, 0.1, -0.1, 0.3, 0.5, False), ("query", 0.25, 0.0, -0.2, 0.2, 1.0, False)])
+    other = frame([("query", 0.05, 0.1, -0.1, 0.3, 0.5, False), ("query", 0.25, 0.0, -0.2, 0.2, float("nan"), False)])
     assert query_baseline_verdict(wu, same).endswith("does not change at any budget.")
     text = query_baseline_verdict(wu, other)
-    assert text.endswith("changes at query 5%.")
-    assert "query heads 5%: predicted cannot be told apart from the query-focused static set" in text
-    assert "against Wu's: beats" in text and "n = 12" in text
+    assert text.endswith("changes at query 5% (accuracy).")
+    assert "query heads 5% (n = 12): on accuracy predicted cannot be told apart from the query-focused static set" in text
+    assert "against Wu's: beats" in text and "against Wu's: the same" in text
+    assert "untestable: too few samples differ" in text and "nan" not in text  # no p where no test can be made
     assert "was not run" in query_baseline_verdict(wu, pd.DataFrame())
-
-
-def test_query_matched_masks_the_top_of_the_query_ranking_and_keys_only_its_own_jobs():
-    """Claim 2's query_matched condition: at each step the top-|D_t| heads of the query-focused ranking; the ranking
-    enters the cache key of query_matched jobs only, so every other condition's cached run keeps its key."""
-    from types import SimpleNamespace
-
-    from dynheads_tl.protocols.ablation import AblationSetup, StepView, _setup_key, make_selector
-
-    model = SimpleNamespace(cfg=SimpleNamespace(n_layers=3, n_heads=4))
-    static = torch.zeros(3, 4, dtype=torch.bool)
-    static[0, :3] = True
-    query_order = torch.tensor([11, 5, 0, 1, 2, 3, 4, 6, 7, 8, 9, 10])
-    setup = AblationSetup(static_mask=static, static_top20=static, k=3, static_order=torch.arange(12),
-                          query_order=query_order)
-    retrieval = torch.zeros(3, 4, dtype=torch.bool)
-    retrieval[1, 2] = retrieval[2, 0] = True  # |D_t| = 2
-    view = StepView(0, 1, torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 4), retrieval)
-    select, k = make_selector(model, "query_matched", setup)
-    assert k is None and sorted(select(view).flatten().nonzero().flatten().tolist()) == [5, 11]
-    without = AblationSetup(static_mask=static, static_top20=static, k=3, static_order=torch.arange(12))
-    assert _setup_key(setup, "static_matched") == _setup_key(without, "static_matched")
-    assert _setup_key(setup, "query_matched")["query_order"] == query_order.tolist()
-    with pytest.raises(ValueError, match="query_order"):
-        make_selector(model, "query_matched", without)
+    # With the gold log-probability: a change on that measure alone is a change of the conclusion.
+    lp_wu = {"difference": [-0.2], "low": [-0.3], "high": [-0.1], "p_adjusted": [0.01], "testable": [True],
+             "separated": [True]}
+    lp_query = {**lp_wu, "difference": [2.0], "low": [1.8], "high": [2.1]}
+    text = query_baseline_verdict(frame([("kv", 0.05, 0.0, 0.0, 0.0, float("nan"), False)], lp_wu),
+                                  frame([("kv", 0.05, 0.0, 0.0, 0.0, float("nan"), False)], lp_query))
+    assert "on gold log-probability predicted beats the query-focused static set (+2.00 [+1.80, +2.10] nats/token, " \
+           "Holm-adjusted sign-test p = 0.01; against Wu's: falls below)" in text
+    assert text.endswith("changes at kv 5% (gold log-probability).")

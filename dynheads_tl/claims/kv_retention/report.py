@@ -39,26 +39,51 @@ def primary_verdict(primary: dict | None) -> str:
             f"of about ±{primary['half_width']:.2f} nats{need}.")
 
 
+# The measures each (granularity, budget) comparison reads: (name, columns of difference, low, high, adjusted p,
+# testable, separated, unit).
+_MEASURES = (("accuracy", "accuracy_difference", "low", "high", "p_adjusted", "testable", "separated", ""),
+             ("gold log-probability", "logprob_difference", "logprob_low", "logprob_high", "logprob_p_adjusted",
+              "logprob_testable", "logprob_separated", " nats/token"))
+
+
 def query_baseline_verdict(comparisons: pd.DataFrame, query_comparisons: pd.DataFrame) -> str:
     """Issue #31's question for notebook 06, computed: does "predicted against static retention" read the same at
-    every (granularity, budget) when the static set is the query-focused one (QRHead-style) instead of Wu et al.'s?
-    Each comparison's reading is "beats", "falls below" (only where :func:`predicted_vs_static` marks it separated,
-    Holm-adjusted) or "cannot be told apart"; the conclusion "does not change" when every budget reads the same."""
+    every (granularity, budget) and on each measure (accuracy, and the gold log-probability where the tables have it)
+    when the static set is the query-focused one (QRHead-style) instead of Wu et al.'s? A reading is "beats" or "falls
+    below" only where :func:`predicted_vs_static` marks the comparison separated (exact sign test, Holm-adjusted),
+    else "cannot be told apart"; a comparison too few samples differ on to ever reach 0.05 says so instead of a p.
+    The conclusion "does not change" when every budget and measure reads the same against both static sets."""
     if comparisons.empty or query_comparisons.empty:
         return "The query-focused static strategy was not run beside Wu et al.'s static set."
 
-    def reading(r):
-        return ("beats" if r.accuracy_difference > 0 else "falls below") if r.separated else "cannot be told apart from"
+    def reading(row, difference: str, separated: str) -> str:
+        if not bool(getattr(row, separated, False)):
+            return "cannot be told apart from"
+        return "beats" if getattr(row, difference) > 0 else "falls below"
 
-    wu = {(r.granularity, r.budget): reading(r) for r in comparisons.itertuples()}
-    query = {(r.granularity, r.budget): (reading(r), r) for r in query_comparisons.itertuples()}
+    def p_text(row, p: str, testable: str) -> str:
+        value = getattr(row, p, float("nan"))
+        if not bool(getattr(row, testable, True)) or pd.isna(value):
+            return "untestable: too few samples differ for a sign test to reach 0.05"
+        return f"Holm-adjusted sign-test p = {value:.2g}"
+
+    wu = {(r.granularity, r.budget): r for r in comparisons.itertuples()}
     parts, changed = [], []
-    for key, (word, r) in query.items():
-        parts.append(f"{key[0]} heads {key[1]:.0%}: predicted {word} the query-focused static set (accuracy "
-                     f"{_fmt(r.accuracy_difference, r.low, r.high, True)}, n = {r.n}, Holm-adjusted sign-test p = "
-                     f"{r.p_adjusted:.2f}; against Wu's: {wu.get(key, 'not run')})")
-        if wu.get(key) != word:
-            changed.append(f"{key[0]} {key[1]:.0%}")
+    for r in query_comparisons.itertuples():
+        key, other = (r.granularity, r.budget), wu.get((r.granularity, r.budget))
+        readings = []
+        for name, difference, low, high, p, testable, separated, unit in _MEASURES:
+            if not hasattr(r, difference):
+                continue
+            word = reading(r, difference, separated)
+            then = reading(other, difference, separated) if other is not None else None
+            against = "not run" if then is None else ("the same" if then == word else then.removesuffix(" from"))
+            readings.append(f"on {name} predicted {word} the query-focused static set "
+                            f"({_fmt(getattr(r, difference), getattr(r, low), getattr(r, high), True)}{unit}, "
+                            f"{p_text(r, p, testable)}; against Wu's: {against})")
+            if then != word:
+                changed.append(f"{key[0]} {key[1]:.0%} ({name})")
+        parts.append(f"{key[0]} heads {key[1]:.0%} (n = {r.n}): " + ", ".join(readings))
     return ("With the query-focused static set as the static baseline: " + "; ".join(parts) + ". The conclusion "
             + ("does not change at any budget." if not changed else f"changes at {', '.join(changed)}."))
 
