@@ -65,6 +65,16 @@ def smoke_runs(request, tmp_path_factory):
         runs.stop()
 
 
+@pytest.fixture(autouse=True)
+def _threads_back_once_the_runs_are_done(smoke_runs):
+    """Before each test: once every smoke run has finished, this process takes its torch threads back (in the tests'
+    own thread, where torch's thread count applies)."""
+    if smoke_runs is not None and smoke_runs.when_idle is not None and smoke_runs.idle():
+        smoke_runs.when_idle()
+        smoke_runs.when_idle = None
+    yield
+
+
 @pytest.fixture(scope="session")
 def embedded_model():
     """The embedded model on the CPU, shared by every module: no test changes it (hooks are added in contexts, and

@@ -90,8 +90,8 @@ class SmokeRuns:
     """The notebooks' runs as subprocesses (papermill, each in a new session), in the order given: ``workers`` at a
     time while the rest of the suite runs beside them, ``waiting_workers`` at a time while a test waits for one
     (:meth:`result`: the suite's own process then needs no core), each with ``threads`` torch threads.
-    ``when_idle`` is called once, by the first :meth:`result` that finds every run finished (the suite's process
-    may take its cores back).
+    ``when_idle`` is for the suite's own process to take its cores back once every run has finished: the first
+    :meth:`result` that finds them finished calls it (and conftest checks :meth:`idle` before each test).
     :meth:`result` fails the test with the end of the run's log if it failed."""
 
     def __init__(self, notebooks: list[str], base, workers: int, waiting_workers: int | None = None,
@@ -147,6 +147,11 @@ class SmokeRuns:
                     self.changed.wait(1.0)  # idle until result() queues another run
                 else:
                     self.changed.wait(0.2)
+
+    def idle(self) -> bool:
+        """Whether every run has finished (none queued, none running)."""
+        with self.changed:
+            return not self.queue and not self.running
 
     def result(self, notebook: str) -> "SmokeRun":
         with self.changed:
