@@ -45,33 +45,34 @@ def seed_everything():
     yield
 
 
+_SUITE_THREADS = torch.get_num_threads()  # this process's torch threads when nothing else runs beside it
+
+
 @pytest.fixture(scope="session", autouse=True)
 def smoke_runs(request, tmp_path_factory):
     """The notebook smoke runs that the selected tests read (``tests/test_notebooks.py``), started as the session
     starts and stopped when it ends; None when no notebook test is selected (``-m unit``, one file)."""
-    runs, threads = None, torch.get_num_threads()
+    runs = None
     if any(item.get_closest_marker("notebook") for item in request.session.items):
         from test_notebooks import start_smoke_runs
 
-        # Once every run has finished, this process takes its threads back.
-        runs = start_smoke_runs(request.session, tmp_path_factory, when_idle=lambda: torch.set_num_threads(threads))
-        if runs is not None and runs.workers < threads:  # runs beside the other tests: they take the other cores
-            # (torch's threads spin while they wait for a core, so more threads than cores costs far more than it
-            # gains)
-            torch.set_num_threads(max(1, threads - runs.workers))
+        runs = start_smoke_runs(request.session, tmp_path_factory)
+        if runs is not None and runs.workers < _SUITE_THREADS:  # runs beside the other tests: they take the other
+            # cores (torch's threads spin while they wait for a core, so more threads than cores costs far more than
+            # it gains)
+            torch.set_num_threads(max(1, _SUITE_THREADS - runs.workers))
     yield runs
-    torch.set_num_threads(threads)
+    torch.set_num_threads(_SUITE_THREADS)
     if runs is not None:
         runs.stop()
 
 
 @pytest.fixture(autouse=True)
 def _threads_back_once_the_runs_are_done(smoke_runs):
-    """Before each test: once every smoke run has finished, this process takes its torch threads back (in the tests'
-    own thread, where torch's thread count applies)."""
-    if smoke_runs is not None and smoke_runs.when_idle is not None and smoke_runs.idle():
-        smoke_runs.when_idle()
-        smoke_runs.when_idle = None
+    """Before each test: once every smoke run has finished, this process takes its torch threads back (here, in the
+    tests' own thread, where torch's thread count applies)."""
+    if smoke_runs is not None and torch.get_num_threads() != _SUITE_THREADS and smoke_runs.idle():
+        torch.set_num_threads(_SUITE_THREADS)
     yield
 
 

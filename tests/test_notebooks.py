@@ -89,19 +89,15 @@ papermill.execute_notebook(args["input"], args["output"], parameters=args["param
 class SmokeRuns:
     """The notebooks' runs as subprocesses (papermill, each in a new session), in the order given: ``workers`` at a
     time while the rest of the suite runs beside them, ``waiting_workers`` at a time while a test waits for one
-    (:meth:`result`: the suite's own process then needs no core), each with ``threads`` torch threads.
-    ``when_idle`` is for the suite's own process to take its cores back once every run has finished: the first
-    :meth:`result` that finds them finished calls it (and conftest checks :meth:`idle` before each test).
-    :meth:`result` fails the test with the end of the run's log if it failed."""
+    (:meth:`result`: the suite's own process then needs no core), each with ``threads`` torch threads; :meth:`idle`
+    says when every run has finished. :meth:`result` fails the test with the end of the run's log if it failed."""
 
     def __init__(self, notebooks: list[str], base, workers: int, waiting_workers: int | None = None,
-                 threads: int = 1, when_idle=None):
+                 threads: int = 1):
         self.queue = list(dict.fromkeys(notebooks))
         self.workers = self.beside_workers = max(1, workers)
         self.waiting_workers = max(self.workers, waiting_workers or self.workers)
         self.threads = max(1, threads)
-        self.when_idle = when_idle
-        self.waiting = 0
         self.base, self.running, self.done = base, {}, {}
         self.base.getbasetemp()  # made here, not by the scheduler thread at the same time as a test's tmp_path
         self.changed = threading.Condition()
@@ -155,7 +151,6 @@ class SmokeRuns:
 
     def result(self, notebook: str) -> "SmokeRun":
         with self.changed:
-            self.waiting += 1
             self.workers = self.waiting_workers  # this process now only waits: a run may have its core
             try:
                 if notebook not in self.done and notebook not in self.running and notebook not in self.queue:
@@ -164,14 +159,8 @@ class SmokeRuns:
                 while notebook not in self.done:
                     self.changed.wait(1.0)
             finally:
-                self.waiting -= 1
-                if not self.waiting:
-                    self.workers = self.beside_workers
+                self.workers = self.beside_workers
             run = self.done[notebook]
-            idle = not self.queue and not self.running
-        if idle and self.when_idle is not None:  # in the waiting test's thread: torch's thread count is per thread
-            self.when_idle()
-            self.when_idle = None
         if run.returncode != 0:
             log = run.error if run.log is None else run.log.read_text(errors="replace")
             pytest.fail(f"{notebook} failed (exit {run.returncode}); end of its papermill log:\n{log[-6000:]}",
@@ -215,7 +204,7 @@ def selected_notebooks(session) -> list[str]:
     return sorted(dict.fromkeys(selected), key=lambda nb: -EXPECTED_SECONDS.get(nb, 0))
 
 
-def start_smoke_runs(session, tmp_path_factory, when_idle=None) -> "SmokeRuns | None":
+def start_smoke_runs(session, tmp_path_factory) -> "SmokeRuns | None":
     """Start the runs of every selected notebook test (None when none is selected). ``tests/conftest.py`` calls it
     when the session starts, so the runs go on beside the rest of the suite: while other tests run, one run fewer
     than the cores at a time, with one torch thread (beside the suite's own process, which conftest gives the
@@ -227,10 +216,8 @@ def start_smoke_runs(session, tmp_path_factory, when_idle=None) -> "SmokeRuns | 
     cores = os.cpu_count() or 1
     together = min(len(order), cores)
     if len(order) < len(session.items):  # other tests run beside them
-        return SmokeRuns(order, tmp_path_factory, workers=max(1, cores - 1), waiting_workers=together, threads=1,
-                         when_idle=when_idle)
-    return SmokeRuns(order, tmp_path_factory, workers=together, threads=max(1, cores // together),
-                     when_idle=when_idle)
+        return SmokeRuns(order, tmp_path_factory, workers=max(1, cores - 1), waiting_workers=together, threads=1)
+    return SmokeRuns(order, tmp_path_factory, workers=together, threads=max(1, cores // together))
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,8 @@ def test_notebook_06_verdict_compares_the_readings_per_budget():
 
     def frame(rows, logprob=None):
         table = pd.DataFrame([{"granularity": g, "budget": b, "n": 12, "accuracy_difference": d, "low": lo, "high": hi,
-                               "p_adjusted": p, "testable": p == p, "separated": sep}
+                               "p_adjusted": p, "testable": p == p, "separated": sep, "predicted_better": 3,
+                               "static_better": 1}
                               for g, b, d, lo, hi, p, sep in rows])
         if logprob is not None:
             table = table.assign(**{f"logprob_{k}" if k != "difference" else "logprob_difference": v
@@ -102,7 +103,7 @@ def test_notebook_06_verdict_compares_the_readings_per_budget():
     assert text.endswith("changes at query 5% (accuracy).")
     assert "query heads 5% (n = 12): on accuracy predicted cannot be told apart from the query-focused static set" in text
     assert "against Wu's: beats" in text and "against Wu's: the same" in text
-    assert "untestable: too few samples differ" in text and "nan" not in text  # no p where no test can be made
+    assert "untestable: 4 samples differ, too few for a sign test to reach 0.05" in text and "nan" not in text
     assert "was not run" in query_baseline_verdict(wu, pd.DataFrame())
     # With the gold log-probability: a change on that measure alone is a change of the conclusion.
     lp_wu = {"difference": [-0.2], "low": [-0.3], "high": [-0.1], "p_adjusted": [0.01], "testable": [True],

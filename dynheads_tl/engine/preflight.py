@@ -89,21 +89,33 @@ def embedded_head_shape(name: str) -> tuple[int, int] | None:
     return (facts["layers"], facts["heads"]) if "layers" in facts and "heads" in facts else None
 
 
+def _text_config(model: str):
+    """``model``'s config (its text part, for a multimodal one), read from its config file without the weights."""
+    from transformers import AutoConfig
+
+    from dynheads_tl.engine.models import resolve_model_source
+
+    config = AutoConfig.from_pretrained(resolve_model_source(model))
+    return getattr(config, "text_config", None) or config
+
+
+def _embedded_name(model: str) -> str | None:
+    """``model``'s embedded name when it is one (its shape is then read from the GGUF header: checking never
+    converts the model)."""
+    from dynheads_tl.engine.models import EMBEDDED_MODELS
+
+    return str(model).lower() if str(model).lower() in EMBEDDED_MODELS else None
+
+
 @lru_cache(maxsize=None)
 def model_context_window(model: str) -> int:
     """The context window of ``model`` (a name :func:`dynheads_tl.load_model` accepts), read from its config
     file without loading the weights."""
-    from transformers import AutoConfig
-
-    from dynheads_tl.engine.models import EMBEDDED_MODELS, resolve_model_source
-
-    if str(model).lower() in EMBEDDED_MODELS:
-        # From the GGUF header the converted folder is made from: checking a parameter never converts the model.
-        window = embedded_context_window(str(model).lower())
-        if window:
-            return window
-    config = AutoConfig.from_pretrained(resolve_model_source(model))
-    config = getattr(config, "text_config", None) or config
+    name = _embedded_name(model)
+    window = embedded_context_window(name) if name else None
+    if window:
+        return window
+    config = _text_config(model)
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
@@ -115,16 +127,11 @@ def model_context_window(model: str) -> int:
 def model_head_shape(model: str) -> tuple[int, int]:
     """(layers, query heads per layer) of ``model``, read from its config file without loading the weights: the
     shape a head-score file (``static_source``) must have."""
-    from transformers import AutoConfig
-
-    from dynheads_tl.engine.models import EMBEDDED_MODELS, resolve_model_source
-
-    if str(model).lower() in EMBEDDED_MODELS:
-        shape = embedded_head_shape(str(model).lower())  # from the GGUF header: checking never converts the model
-        if shape:
-            return shape
-    config = AutoConfig.from_pretrained(resolve_model_source(model))
-    config = getattr(config, "text_config", None) or config
+    name = _embedded_name(model)
+    shape = embedded_head_shape(name) if name else None
+    if shape:
+        return shape
+    config = _text_config(model)
     layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
     if not (isinstance(layers, int) and isinstance(heads, int)):
         raise ValueError(f"The config of model {model!r} states no num_hidden_layers / num_attention_heads.")

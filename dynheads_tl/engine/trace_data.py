@@ -75,8 +75,8 @@ class TraceConfig:
 
     def key(self) -> dict[str, Any]:
         """The settings as a cache key. ``stop_at_newline``, ``evidence_attention`` and ``signals`` appear only when
-        on, so traces
-        cached before they existed keep their keys (a trace recorded with them also holds everything without)."""
+        on, so traces cached before they existed keep their keys (a trace recorded with them also holds everything
+        without)."""
         values = asdict(self)
         for name in ("stop_at_newline", "evidence_attention", "signals"):
             if not values[name]:

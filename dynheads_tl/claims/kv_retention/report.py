@@ -40,10 +40,11 @@ def primary_verdict(primary: dict | None) -> str:
 
 
 # The measures each (granularity, budget) comparison reads: (name, columns of difference, low, high, adjusted p,
-# testable, separated, unit).
-_MEASURES = (("accuracy", "accuracy_difference", "low", "high", "p_adjusted", "testable", "separated", ""),
+# samples better on either side, separated, unit).
+_MEASURES = (("accuracy", "accuracy_difference", "low", "high", "p_adjusted", ("predicted_better", "static_better"),
+              "separated", ""),
              ("gold log-probability", "logprob_difference", "logprob_low", "logprob_high", "logprob_p_adjusted",
-              "logprob_testable", "logprob_separated", " nats/token"))
+              ("logprob_predicted_better", "logprob_static_better"), "logprob_separated", " nats/token"))
 
 
 def query_baseline_verdict(comparisons: pd.DataFrame, query_comparisons: pd.DataFrame) -> str:
@@ -61,18 +62,12 @@ def query_baseline_verdict(comparisons: pd.DataFrame, query_comparisons: pd.Data
             return "cannot be told apart from"
         return "beats" if getattr(row, difference) > 0 else "falls below"
 
-    def p_text(row, p: str, testable: str) -> str:
-        value = getattr(row, p, float("nan"))
-        if not bool(getattr(row, testable, True)) or pd.isna(value):
-            return "untestable: too few samples differ for a sign test to reach 0.05"
-        return f"Holm-adjusted sign-test p = {value:.2g}"
-
     wu = {(r.granularity, r.budget): r for r in comparisons.itertuples()}
     parts, changed = [], []
     for r in query_comparisons.itertuples():
         key, other = (r.granularity, r.budget), wu.get((r.granularity, r.budget))
         readings = []
-        for name, difference, low, high, p, testable, separated, unit in _MEASURES:
+        for name, difference, low, high, p, better, separated, unit in _MEASURES:
             if not hasattr(r, difference):
                 continue
             word = reading(r, difference, separated)
@@ -80,7 +75,8 @@ def query_baseline_verdict(comparisons: pd.DataFrame, query_comparisons: pd.Data
             against = "not run" if then is None else ("the same" if then == word else then.removesuffix(" from"))
             readings.append(f"on {name} predicted {word} the query-focused static set "
                             f"({_fmt(getattr(r, difference), getattr(r, low), getattr(r, high), True)}{unit}, "
-                            f"{p_text(r, p, testable)}; against Wu's: {against})")
+                            f"{_p_text(getattr(r, p, float('nan')), sum(getattr(r, b, 0) for b in better))}; "
+                            f"against Wu's: {against})")
             if then != word:
                 changed.append(f"{key[0]} {key[1]:.0%} ({name})")
         parts.append(f"{key[0]} heads {key[1]:.0%} (n = {r.n}): " + ", ".join(readings))
