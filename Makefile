@@ -15,7 +15,7 @@ OUT    ?=
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Need $(PYTHON) (Python 3.11); set PYTHON=..."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

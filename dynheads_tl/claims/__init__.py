@@ -3,32 +3,34 @@ pipeline and its report part (verdict sentences, index rows with the paper's num
 declared :class:`~dynheads_tl.claim.Claim` as ``CLAIM``. Claims never import claims; what two claims share lives
 below (:mod:`dynheads_tl.corpus`, :mod:`dynheads_tl.analysis`, :mod:`dynheads_tl.protocols`).
 
-The report layer iterates over :func:`all_claims`: adding a notebook is its folder here and one line in
-:data:`CLAIM_PACKAGES`.
+The report layer iterates over :func:`all_claims`, which finds the folders itself: adding a notebook is its
+folder here (exporting ``CLAIM``) and the notebook, nothing else. The wheel finds the folder too (``setup.py``
+lists every package under ``dynheads_tl``).
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
-# The declared claims, in notebook order (each package exports CLAIM).
-CLAIM_PACKAGES = [
-    "dynheads_tl.claims.inspect_attention",
-    "dynheads_tl.claims.dynamism",
-    "dynheads_tl.claims.irreplaceability",
-    "dynheads_tl.claims.correlation",
-    "dynheads_tl.claims.dynamic_rag",
-    "dynheads_tl.claims.error_signal",
-    "dynheads_tl.claims.kv_retention",
-]
+
+def claim_packages() -> list[str]:
+    """The module names of every claim folder under this package (each one a subpackage exporting CLAIM)."""
+    return [f"{__name__}.{info.name}" for info in pkgutil.iter_modules(__path__) if info.ispkg]
 
 
 def all_claims() -> list:
-    """Every declared claim (imported on first use, so importing this package loads no claim)."""
-    claims = [importlib.import_module(package).CLAIM for package in CLAIM_PACKAGES]
+    """Every declared claim, in notebook order (imported on first use, so importing this package loads no claim)."""
+    claims = []
+    for package in claim_packages():
+        module = importlib.import_module(package)
+        if not hasattr(module, "CLAIM"):
+            raise ValueError(f"Claim folder {package} exports no CLAIM; declare its "
+                             "dynheads_tl.claim.Claim as CLAIM in its __init__.py.")
+        claims.append(module.CLAIM)
     stems = [claim.notebook for claim in claims]
     if len(set(stems)) != len(stems):
         raise ValueError(f"Two claims declare the same notebook: {sorted(stems)}.")
-    return claims
+    return sorted(claims, key=lambda claim: claim.notebook)
 
 
 def claim_for(notebook: str):
@@ -36,5 +38,5 @@ def claim_for(notebook: str):
     for claim in all_claims():
         if claim.notebook == notebook:
             return claim
-    raise ValueError(f"Notebook {notebook!r} has no declared claim; add its package (exporting CLAIM) to "
-                     "dynheads_tl.claims.CLAIM_PACKAGES.")
+    raise ValueError(f"Notebook {notebook!r} has no declared claim; add its folder under dynheads_tl/claims/ "
+                     "with an __init__.py that exports CLAIM.")
