@@ -426,7 +426,7 @@ CLAIM = Claim(
     title="Claim 2: irreplaceability",
     config=IrreplaceabilityConfig,
     presets={
-        "smoke": {"niah_contexts": [300], "niah_depths": [0.2, 0.8], "hotpot_contexts": [250], "hotpot_depths": [0.5],
+        "smoke": {"niah_contexts": [300], "niah_depths": [0.5], "hotpot_contexts": [250], "hotpot_depths": [0.5],
                   "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 32, "hotpot_max_new_tokens": 8,
                   "progressive_k_max": 10, "progressive_k_step": 5, "n_progressive": 1, "progressive_context": 300},
         # SCIENCE 12's power on the embedded model: 30 samples per condition (1 context x 2 depths x 15 runs) and
