@@ -167,6 +167,38 @@ def test_a_rendered_page_has_navigation_and_its_outputs(tmp_path):
     assert sections["table1_niah"].startswith("Table-1")
 
 
+def test_every_figure_on_a_page_has_alternative_text_naming_its_file_and_numbers(tmp_path):
+    pytest.importorskip("nbconvert")
+    folder = tmp_path / "02_irreplaceability"
+    folder.mkdir()
+    for name in ("fig2_niah_masking.png", "fig2_niah_masking.csv", "size_aware_niah.png", "size_aware_hotpot.png",
+                 "niah_controls.png"):
+        (folder / name).write_bytes(b"x")
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    png = {"image/png": "iVBORw0KGgo=", "text/plain": "<Image>"}
+    nbformat.write(new_notebook(cells=[
+        new_markdown_cell("# Claim 2\n## Fig 2: masking $D_t$"),
+        new_code_cell('display(Image(figures.save_figure(fig, "fig2_niah_masking", out_dir, grid, c)))',
+                      outputs=[new_output("display_data", data=png)]),
+        new_code_cell('for task in tasks:\n    save_figure(fig, f"size_aware_{task}", out_dir, part, c)',
+                      outputs=[new_output("display_data", data=png), new_output("display_data", data=png)]),
+        new_code_cell('save_figure(b, "niah_controls", d, t, c)\nsave_figure(a, "fig2_niah_masking", d, t, c)',
+                      outputs=[new_output("display_data", data=png), new_output("display_data", data=png)]),
+    ]), executed / "02_irreplaceability.ipynb")
+    page = site.render_page(executed / "02_irreplaceability.ipynb", tmp_path).read_text()
+    alts = re.findall(r'<img [^>]*alt="([^"]*)"', page)
+    assert alts[0] == ("Figure fig2_niah_masking under “Fig 2: masking D_t”; the numbers it plots are in "
+                       "fig2_niah_masking.csv.")
+    assert alts[1:3] == [f"Figure {i} of 2 of this cell under “Fig 2: masking D_t”: one of size_aware_hotpot, "
+                         "size_aware_niah." for i in (1, 2)]
+    # two figures named by literals: in the order the source names them (no CSV beside the first)
+    assert alts[3:] == ["Figure niah_controls under “Fig 2: masking D_t”.",
+                        "Figure fig2_niah_masking under “Fig 2: masking D_t”; the numbers it plots are in "
+                        "fig2_niah_masking.csv."]
+    assert "No description has been provided" not in page
+
+
 # --- statuses --------------------------------------------------------------------------------------
 
 def _table4(tmp_path: Path, bounds_separated: bool, difference: float, separated: bool) -> Path:

@@ -235,7 +235,7 @@ def page_problems(browser: Browser, url: str, name: str, screenshot: Path | None
     scrolling at :data:`NARROW` px (a screenshot at that width is written to ``screenshot`` when given)."""
     import base64
 
-    from dynheads_tl.report.site import raw_tex
+    from dynheads_tl.report.text import raw_tex
 
     problems = []
     browser.open(url, WIDE)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dynheads_tl.report.site import headings, sentences
+from dynheads_tl.report.site import headings
+from dynheads_tl.report.text import sentences
 from dynheads_tl.store import atomic_write_text
 
 FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"

@@ -16,6 +16,8 @@ What a page gets that nbconvert alone does not give it:
   injected-parameters cell are folded into one closed ``<details>``; tables longer than
   :data:`MAX_TABLE_ROWS` are cut with the full CSV linked; long verdict paragraphs become bullets, one
   sentence each (the sentences themselves are untouched).
+- **Figures described.** Each figure gets alternative text naming its file, its section and the CSV of the numbers
+  it plots (nbconvert alone writes a placeholder).
 """
 from __future__ import annotations
 
@@ -26,13 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from dynheads_tl.report.text import (LONG_PARAGRAPH, markdown_math_to_mathml, raw_tex, sentences,  # noqa: F401
+                                     tex_to_mathml, verdict_bullets)
 from dynheads_tl.store import atomic_write_text
 
 PAPER_URL = "https://arxiv.org/abs/2602.11162"
 PAPER_TITLE = "Retrieval Heads are Dynamic (arXiv 2602.11162)"
 MAX_TABLE_ROWS = 15  # longer tables are cut to TABLE_ROWS_SHOWN rows, with the CSV linked
 TABLE_ROWS_SHOWN = 10
-LONG_PARAGRAPH = 300  # characters: a verdict paragraph longer than this becomes one bullet per sentence
 
 def notebook_title(stem: str) -> str:
     """The page title of notebook ``stem`` as its claim declares it (``"02 · Claim 2: irreplaceability"``)."""
@@ -42,105 +45,6 @@ def notebook_title(stem: str) -> str:
         return claim_for(stem).page_title
     except ValueError:
         return stem
-
-# --- TeX to MathML ---------------------------------------------------------------------------------
-
-_CODE_SPAN = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
-_DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.S)
-_INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\s)([^$\n]+?)(?<![\s\\])\$(?!\$)")
-
-
-def tex_to_mathml(tex: str, display: bool = False) -> str:
-    """One TeX formula as a MathML element (``latex2mathml``); a formula it cannot parse is shown as
-    plain text in a ``<code>`` element rather than as raw TeX between dollars."""
-    from latex2mathml.converter import convert
-
-    try:
-        mathml = convert(tex.strip(), display="block" if display else "inline")
-        # latex2mathml writes \setminus as U+29F5, which few fonts have; U+2216 is the usual set minus.
-        return mathml.replace("&#x029F5;", "&#x02216;")
-    except Exception:  # an unsupported command: readable, never a dollar-delimited source
-        return f'<code class="tex">{_html.escape(tex)}</code>'
-
-
-def markdown_math_to_mathml(text: str) -> str:
-    """Replace ``$$…$$`` and ``$…$`` in Markdown (outside code spans and fences) with MathML."""
-    parts = _CODE_SPAN.split(text)
-    for i in range(0, len(parts), 2):  # even parts are outside code
-        part = _DISPLAY_MATH.sub(lambda m: tex_to_mathml(m.group(1), display=True), parts[i])
-        parts[i] = _INLINE_MATH.sub(lambda m: tex_to_mathml(m.group(1)), part)
-    return "".join(parts)
-
-
-# Raw TeX a reader would see: $…$ around a backslash command, sub/superscript or a single letter.
-_RAW_TEX = re.compile(r"\$[^$\n<>]{0,80}?(\\[A-Za-z]+|[_^|{}]|\b[A-Za-z]\b)[^$\n<>]{0,80}?\$")
-
-
-def raw_tex(text: str) -> list[str]:
-    """Dollar-delimited TeX left in the visible text of an HTML page (scripts and styles left out)."""
-    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", text, flags=re.S | re.I)
-    visible = re.sub(r"<[^>]+>", " ", visible)
-    return sorted(set(m.group(0) for m in _RAW_TEX.finditer(_html.unescape(visible))))
-
-
-# --- sentences and verdicts ------------------------------------------------------------------------
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?:\*\*)?\s+(?=(?:\*\*)?[A-Za-z(])")
-_ABBREVIATIONS = ("Eq.", "Fig.", "e.g.", "i.e.", "vs.", "cf.", "al.", "Tab.")
-
-
-def sentences(paragraph: str) -> list[str]:
-    """Split a paragraph into sentences at ". " before a letter, not after an abbreviation (Eq., Fig.)."""
-    out: list[str] = []
-    start = 0
-    for match in _SENTENCE_END.finditer(paragraph):
-        candidate = paragraph[start:match.start()].strip()
-        if candidate.endswith(_ABBREVIATIONS):
-            continue
-        out.append(candidate)
-        start = match.end()
-    tail = paragraph[start:].strip()
-    if tail:
-        out.append(tail)
-    return [s for s in out if s]
-
-
-def verdict_bullets(markdown: str) -> str:
-    """Long paragraphs of a verdict as bullets, one sentence each; a leading ``**Verdict.**`` or a bold
-    wrapper stays as the list's bold lead. Bullets and short paragraphs are left as they are."""
-    blocks = re.split(r"\n\s*\n", markdown.strip())
-    out = []
-    for block in blocks:
-        lines = block.split("\n")
-        if len(block) <= LONG_PARAGRAPH or any(l.lstrip().startswith(("-", "*", "|", "#")) and
-                                                not l.lstrip().startswith("**") for l in lines):
-            out.append(_bullet_long_list_items(block))
-            continue
-        text = " ".join(l.strip() for l in lines)
-        lead = ""
-        m = re.match(r"^\*\*(Verdict\.|[^*]{1,40}:)\*\*\s*", text)
-        if m:
-            lead, text = f"**{m.group(1)}**", text[m.end():]
-        elif text.startswith("**") and text.endswith("**") and text.count("**") == 2:
-            text = text[2:-2]
-        items = "\n".join(f"- {s}" for s in sentences(text))
-        out.append((lead + "\n\n" if lead else "") + items)
-    return "\n\n".join(out)
-
-
-def _bullet_long_list_items(block: str) -> str:
-    """A bullet longer than :data:`LONG_PARAGRAPH` keeps its first sentence and nests the rest."""
-    lines = []
-    for line in block.split("\n"):
-        stripped = line.lstrip()
-        if stripped.startswith("- ") and len(stripped) > LONG_PARAGRAPH:
-            first, *rest = sentences(stripped[2:])
-            lines.append(f"- {first}")
-            lines += [f"    - {s}" for s in rest]
-        else:
-            lines.append(line)
-    return "\n".join(lines)
-
 
 # --- the notebook's parts --------------------------------------------------------------------------
 
@@ -158,6 +62,12 @@ def _is_verdict_cell(source: str) -> bool:
 
 def _csv_links(source: str, folder: Path) -> list[Path]:
     """The CSVs of ``folder`` whose names the cell's source spells (f-string fields match any word)."""
+    return _named_files(source, folder, ".csv")
+
+
+def _named_files(source: str, folder: Path, suffix: str) -> list[Path]:
+    """The files of ``folder`` ending in ``suffix`` whose names the cell's source spells (f-string fields match
+    any word)."""
     if not folder.is_dir():
         return []
     patterns = []
@@ -165,7 +75,31 @@ def _csv_links(source: str, folder: Path) -> list[Path]:
         pattern = re.escape(literal)
         pattern = re.sub(r"\\\{[^}]*\\\}|\{[^}]*\}", r"\\w+", pattern)
         patterns.append(re.compile(pattern + r"$"))
-    return [csv for csv in sorted(folder.glob("*.csv")) if any(p.match(csv.stem) for p in patterns)]
+    return [path for path in sorted(folder.glob(f"*{suffix}"))
+            if any(p.match(path.name[:-len(suffix)]) for p in patterns)]
+
+
+def _describe_images(outputs: list, source: str, folder: Path, section: str) -> None:
+    """Alternative text for each PNG output that has none (nbconvert would write a placeholder): the figure file
+    the cell saves and the table of the numbers it plots, under its section. Where a cell draws figures whose
+    names are built in a loop, which image is which is not known here, so each one names them all."""
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    pngs = _named_files(source, folder, ".png")
+    # Figures the source names by plain literals, as many as it shows, are shown in the order it names them.
+    literal = sorted((source.find(f'"{p.stem}"'), p) for p in pngs if f'"{p.stem}"' in source)
+    in_order = [p for _, p in literal] if len(literal) == len(pngs) == len(images) else []
+    for i, output in enumerate(images):
+        metadata = output.setdefault("metadata", {}).setdefault("image/png", {})
+        if metadata.get("alt"):
+            continue
+        where = f"under “{re.sub(r'[*`$]', '', section)}”"
+        if in_order:
+            data = in_order[i].with_suffix(".csv")
+            numbers = f"; the numbers it plots are in {data.name}" if data.exists() else ""
+            metadata["alt"] = f"Figure {in_order[i].stem} {where}{numbers}."
+        else:
+            names = f": one of {', '.join(p.stem for p in pngs)}" if pngs else ""
+            metadata["alt"] = f"Figure {i + 1} of {len(images)} of this cell {where}{names}."
 
 
 def shorten_table(html: str, note: str) -> str:
@@ -192,7 +126,11 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
     nb = copy.deepcopy(notebook)
     folder = output_dir / stem
     cells, parameters = [], []
+    section = notebook_title(stem)
     for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            titles = re.findall(r"^#{1,3}\s+(.+?)\s*$", cell.source, re.M)
+            section = titles[-1] if titles else section
         tags = set(cell.get("metadata", {}).get("tags", []))
         if cell.cell_type == "code" and tags & {"parameters", "injected-parameters"}:
             label = "injected by papermill for this run" if "injected-parameters" in tags else "the notebook's defaults"
@@ -224,6 +162,7 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
                     data["text/html"] = shorten_table(data["text/html"], note + ".")
                 outputs.append(output)
             cell.outputs = outputs
+            _describe_images(outputs, cell.source, folder, section)
         cells.append(cell)
     if parameters:
         body = "".join(f"<p>{_html.escape(label)}:</p><pre>{_html.escape(source)}</pre>" for label, source in parameters)
@@ -361,6 +300,17 @@ def _nav(stem: str, order: list[str], heads: list[Heading], meta: str) -> str:
             '</script>')
 
 
+# nbconvert's lab template draws no alternative text for a PNG output (and then writes a placeholder): this block
+# writes the one prepare_notebook puts in the output's metadata.
+_ALT_TEXT_BLOCK = """
+{% block data_png scoped %}
+{%- set alt = output | get_metadata('alt', 'image/png') -%}
+{%- if alt -%}{{ super() | replace('<img ', '<img alt="' ~ (alt | escape_html) ~ '" ', 1) }}
+{%- else -%}{{ super() }}{%- endif -%}
+{% endblock data_png %}
+"""
+
+
 def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: str = "") -> Path:
     """Render one executed notebook to ``<same folder>/<stem>.html`` as a page of the site; returns its path.
 
@@ -378,7 +328,7 @@ def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: s
     notebook = nbformat.read(executed_ipynb, as_version=4)
     prepared = prepare_notebook(notebook, output_dir, stem)
     exporter = HTMLExporter(template_name="lab")
-    exporter.raw_template = _OFFLINE_TEMPLATE
+    exporter.raw_template = _OFFLINE_TEMPLATE + _ALT_TEXT_BLOCK
     page, _ = exporter.from_notebook_node(prepared, resources={"metadata": {"name": notebook_title(stem)}})
     remote = remote_resources(page)
     if remote:
