@@ -88,11 +88,10 @@ papermill.execute_notebook(args["input"], args["output"], parameters=args["param
 """
 
 
-def _empty_cache(folder: Path) -> Path:
-    """A cache folder of the run's own, empty but for the converted embedded model (linked, not converted again):
-    the run computes every unit once, as a report from an empty cache does, reads back what a later cell asks for
-    again, and writes nothing into the user's cache."""
-    model = embedded_model_dir()
+def _empty_cache(folder: Path, model: Path) -> Path:
+    """A cache folder of the run's own, empty but for the converted embedded ``model`` folder (linked, not converted
+    again): the run computes every unit once, as a report from an empty cache does, reads back what a later cell
+    asks for again, and writes nothing into the user's cache."""
     folder.mkdir(parents=True)
     (folder / model.name).symlink_to(model, target_is_directory=True)
     return folder
@@ -111,6 +110,9 @@ class SmokeRuns:
         self.waiting_workers = max(self.workers, waiting_workers or self.workers)
         self.threads = max(1, threads)
         self.base, self.running, self.done = base, {}, {}
+        # Found here, before any test runs: the scheduler thread starts runs while tests run, and a test may stand
+        # in for the model's conversion (tests/test_reliability.py's no_model_work)
+        self.model_dir = embedded_model_dir()
         self.base.getbasetemp()  # made here, not by the scheduler thread at the same time as a test's tmp_path
         self.changed = threading.Condition()
         self.stopping = False
@@ -122,7 +124,7 @@ class SmokeRuns:
         executed = folder / f"{notebook}.ipynb"
         parameters = {**preset_parameters("smoke", notebook), **SMOKE[notebook], "output_dir": str(folder / "figs")}
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
-               "DYNHEADS_CACHE": str(_empty_cache(folder / "cache"))}
+               "DYNHEADS_CACHE": str(_empty_cache(folder / "cache", self.model_dir))}
         log = open(folder / "papermill.log", "wb")
         args = {"input": str(ROOT / "notebooks" / f"{notebook}.ipynb"), "output": str(executed),
                 "parameters": parameters, "cwd": str(ROOT)}
