@@ -117,7 +117,7 @@ def _tiny_notebook(folder: Path) -> Path:
     return path
 
 
-# A throwaway claim in a temporary package that exports CLAIM; the suite is pointed at it instead of claims/.
+# A throwaway claim: a folder exporting CLAIM, found by the same discovery as claims/<name>/.
 TINY_CLAIM = '''
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,19 +157,21 @@ CLAIM = Claim(notebook="01_tiny", config=TinyConfig, title="Tiny claim", presets
 def tiny_suite(tmp_path, monkeypatch):
     notebooks = tmp_path / "notebooks"
     _tiny_notebook(notebooks)
-    package = tmp_path / "packages" / "tinyclaim"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text(TINY_CLAIM)
-    monkeypatch.syspath_prepend(str(tmp_path / "packages"))
+    # The claim's folder is found the way claims/<name>/ folders are (claims.claim_packages walks the package's
+    # path), here with the path pointed at a temporary folder that holds only it: nothing registers it.
+    claims_path = tmp_path / "claims"
+    (claims_path / "tinyclaim").mkdir(parents=True)
+    (claims_path / "tinyclaim" / "__init__.py").write_text(TINY_CLAIM)
+    monkeypatch.setattr(claims, "__path__", [str(claims_path)])
     monkeypatch.setattr(report, "notebook_dir", lambda: notebooks)
-    monkeypatch.setattr(claims, "claim_packages", lambda: ["tinyclaim"])
     work = tmp_path / "work"
     work.mkdir()
-    return work
+    yield work
+    sys.modules.pop("dynheads_tl.claims.tinyclaim", None)  # the next test imports its own folder's copy
 
 
 def test_a_claim_declaration_is_checked_when_it_is_made(tiny_suite):
-    from tinyclaim import TinyConfig
+    from dynheads_tl.claims.tinyclaim import TinyConfig
 
     from dynheads_tl.claim import Claim
 
