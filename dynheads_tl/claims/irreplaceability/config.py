@@ -54,11 +54,11 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
     niah_depths: list[float] = field(default_factory=lambda: [0.1, 0.9])
     hotpot_contexts: list[int] = field(default_factory=lambda: [750])
     hotpot_depths: list[float] = field(default_factory=lambda: [0.1, 0.9])
-    runs_per_cell: int = 5
+    runs_per_cell: int = 15
     n_calibration: int = 10
     progressive_k_max: int = 30
     progressive_k_step: int = 10
-    n_progressive: int = 5
+    n_progressive: int = 30
     progressive_context: int = 500
     ablation_mode: str = "zero"
     keep_cache: str = "clean"

@@ -429,9 +429,6 @@ CLAIM = Claim(
         "smoke": {"niah_contexts": [300], "niah_depths": [0.5], "hotpot_contexts": [250], "hotpot_depths": [0.5],
                   "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 32, "hotpot_max_new_tokens": 8,
                   "progressive_k_max": 10, "progressive_k_step": 5, "n_progressive": 1, "progressive_context": 300},
-        # SCIENCE 12's power on the embedded model: 30 samples per condition (1 context x 2 depths x 15 runs) and
-        # 30 per k; about 3x the default's time (the default keeps the whole report within an hour on 2 cores)
-        "thorough": {"runs_per_cell": 15, "n_progressive": 30},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_contexts": [5000, 10000, 20000, 30000, 40000, 50000],
                   "niah_depths": [0.0, 0.25, 0.5, 0.75, 1.0], "hotpot_contexts": [250, 1000, 2000, 3000, 3750],
                   "hotpot_depths": [0.05, 0.25, 0.5, 0.75, 0.95], "runs_per_cell": 5, "n_calibration": 100,
