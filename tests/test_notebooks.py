@@ -113,16 +113,23 @@ class SmokeRuns:
         # Found here, before any test runs: the scheduler thread starts runs while tests run, and a test may stand
         # in for the model's conversion (tests/test_reliability.py's no_model_work)
         self.model_dir = embedded_model_dir()
+        # Read here too, for the same reason: a test may point the claims package at a folder of its own
+        # (tests/test_runner.py's tiny_suite), and the presets come from the claims
+        self.parameters = {notebook: self._parameters(notebook) for notebook in self.queue}
         self.base.getbasetemp()  # made here, not by the scheduler thread at the same time as a test's tmp_path
         self.changed = threading.Condition()
         self.stopping = False
         self.scheduler = threading.Thread(target=self._schedule, daemon=True)
         self.scheduler.start()
 
+    @staticmethod
+    def _parameters(notebook: str) -> dict:
+        return {**preset_parameters("smoke", notebook), **SMOKE[notebook]}
+
     def _start(self, notebook: str) -> None:
         folder = self.base.mktemp(notebook)
         executed = folder / f"{notebook}.ipynb"
-        parameters = {**preset_parameters("smoke", notebook), **SMOKE[notebook], "output_dir": str(folder / "figs")}
+        parameters = {**self.parameters[notebook], "output_dir": str(folder / "figs")}
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
                "DYNHEADS_CACHE": str(_empty_cache(folder / "cache", self.model_dir))}
         log = open(folder / "papermill.log", "wb")
@@ -166,6 +173,7 @@ class SmokeRuns:
             self.workers = self.waiting_workers  # this process now only waits: a run may have its core
             try:
                 if notebook not in self.done and notebook not in self.running and notebook not in self.queue:
+                    self.parameters.setdefault(notebook, self._parameters(notebook))  # in the test's thread
                     self.queue.append(notebook)
                     self.changed.notify_all()
                 while notebook not in self.done:
