@@ -12,7 +12,10 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   ``generate`` of the same left-padded batch (untraced), both ``--steps`` tokens; today's path
   (eager attention, no shared prefixes) beside it;
 - ``share``: the share of prompt positions actually prefilled on the default NIAH splits (the calibration and
-  analysis splits of seed 0 at the default settings, in the batches ``collect_traces`` forms);
+  analysis splits of seed 0 at the default settings, in the batches ``collect_traces`` forms), sharing within a
+  batch only and with the prefix store across the split's batches (token arithmetic: no model run);
+- ``rag``: the RAG answers of two default evaluation questions, every strategy, one question after another, with
+  and without the prefix store (the strategies of one question share its prefill);
 - ``grid``: one grid cell of notebook 02 (``--runs`` samples x four conditions, ``run_jobs``), per generation,
   against one plain traced generation, with the new path and with today's.
 
@@ -132,28 +135,60 @@ def part_trace(model, args) -> None:
           f"{hf_same}/{len(samples)} -->", flush=True)
 
 
+class _MetaCache:
+    """A stand-in for a prefilled cache of ``n`` positions (meta tensors: shapes and bytes, no memory), so the
+    share part replays the decoder's prefix store without running the model."""
+
+    def __init__(self, model, n: int):
+        n_kv = getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
+        shape = (1, n_kv, n, model.cfg.d_head)
+        layer = type("Layer", (), {"keys": torch.empty(shape, device="meta"),
+                                   "values": torch.empty(shape, device="meta")})()
+        self.layers = [layer] * model.cfg.n_layers
+
+
+def _replay(model, batches: list[list[tuple[int, ...]]], store) -> tuple[int, int, int]:
+    """Positions prefilled by :class:`BatchDecoder` for ``batches`` in order: (every row alone, distinct prompts,
+    with shared prefixes), where ``store`` (a PrefixStore or None) carries prefixes across batches exactly as
+    ``BatchDecoder._prefill_distinct`` does."""
+    total = distinct_total = shared_total = 0
+    for prompts in batches:
+        total += sum(len(p) - 1 for p in prompts)
+        distinct = list(dict.fromkeys(prompts))
+        distinct_total += sum(len(p) - 1 for p in distinct)
+        splits = [len(p) - 1 for p in distinct]
+        for index, _, shared in prefix_plan(distinct, splits):
+            found = store.longest(model, distinct[index], splits[index]) if store is not None else None
+            if found is not None and found[1] > shared:
+                shared = found[1]
+            shared_total += splits[index] - shared
+            if store is not None:
+                store.add(model, distinct[index], _MetaCache(model, splits[index]), splits[index])
+    return total, distinct_total, shared_total
+
+
 def part_share(model, args) -> None:
+    """The default NIAH splits of seed 0, in ``collect_traces``' batches: positions prefilled with sharing within
+    a batch only, and with the executor's prefix store carrying prefixes across the batches of a split (one
+    ``collect_traces`` call: one store, of the default budget)."""
     from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
+    from dynheads_tl.engine.decoder import PrefixStore, store_budget
 
     sets = TraceSets()
     print("| split (seed 0, default settings) | samples | batch | prompt positions | prefilled, distinct prompts only "
-          "| prefilled, shared prefixes | share prefilled |")
-    print("|---|---|---|---|---|---|---|")
+          "| prefilled, shared within a batch | prefilled, shared across the split's batches | share prefilled "
+          "(within / across) |")
+    print("|---|---|---|---|---|---|---|---|")
     for split, n in (("calibration", sets.n_calibration), ("analysis", sets.n_analysis)):
         samples = make_niah_samples(model.tokenizer, n=n, context_tokens=sets.context_tokens,
                                     seed=SEED_OFFSETS[split], haystack=sets.haystack,
                                     max_new_tokens=sets.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
         batch = sets.trace_batch_size
-        total = distinct_total = shared_total = 0
-        for start in range(0, len(samples), batch):
-            prompts = [tuple(s.prompt_ids) for s in samples[start: start + batch]]
-            total += sum(len(p) - 1 for p in prompts)
-            distinct = list(dict.fromkeys(prompts))
-            distinct_total += sum(len(p) - 1 for p in distinct)
-            plan = prefix_plan(distinct, [len(p) - 1 for p in distinct])
-            shared_total += sum(len(distinct[i]) - 1 - shared for i, _, shared in plan)
-        print(f"| NIAH {split} | {n} | {batch} | {total} | {distinct_total} | {shared_total} | "
-              f"{shared_total / total:.2f} |", flush=True)
+        batches = [[tuple(s.prompt_ids) for s in samples[start: start + batch]] for start in range(0, n, batch)]
+        total, distinct_total, within = _replay(model, batches, None)
+        _, _, across = _replay(model, batches, PrefixStore(store_budget()))
+        print(f"| NIAH {split} | {n} | {batch} | {total} | {distinct_total} | {within} | {across} | "
+              f"{within / total:.2f} / {across / total:.2f} |", flush=True)
 
 
 def part_grid(model, args) -> None:
@@ -188,7 +223,37 @@ def part_grid(model, args) -> None:
           f"  <!-- identical masked tokens {same}/{len(jobs)} -->", flush=True)
 
 
-PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid}
+def part_rag(model, args) -> None:
+    """Notebook 04's answers of ``--runs`` default evaluation questions, every strategy, question by question as
+    ``rag.run_units`` orders them: with the executor's prefix store (each strategy after a question's first copies
+    its prefill) and without it."""
+    from dynheads_tl.claims.dynamic_rag.config import RagStudyConfig
+    from dynheads_tl.claims.dynamic_rag.pipeline import evaluation_samples
+    from dynheads_tl.protocols.rag import STRATEGIES, run_units
+
+    study = RagStudyConfig()
+    config = study.rag_config(rind_threshold=1.0)
+    samples = evaluation_samples(model, study)[: args.runs]
+    generator = torch.Generator().manual_seed(0)
+    static = torch.rand(model.cfg.n_layers, model.cfg.n_heads, generator=generator)
+    weights = torch.randn(model.cfg.d_model, model.cfg.n_layers * model.cfg.n_heads, generator=generator)
+    probe = lambda hidden: (hidden @ weights).reshape(model.cfg.n_layers, model.cfg.n_heads)
+    units = [(strategy, index, sample) for strategy in STRATEGIES for index, sample in enumerate(samples)]
+
+    def without_store():
+        with prefix_sharing(False):
+            return run_units(model, units, config, static_scores=static, probe=probe)
+
+    best, last = best_of({"store": lambda: run_units(model, units, config, static_scores=static, probe=probe),
+                          "no_store": without_store}, args.repeats)
+    same = sum(a["response"] == b["response"] for a, b in zip(last["store"], last["no_store"]))
+    print("| questions x strategies | with the prefix store s | without s | with / without |")
+    print("|---|---|---|---|")
+    print(f"| {len(samples)} x {len(STRATEGIES)} | {best['store']:.1f} | {best['no_store']:.1f} | "
+          f"{best['store'] / best['no_store']:.2f} |  <!-- identical answers {same}/{len(units)} -->", flush=True)
+
+
+PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag}
 
 
 def main() -> None:

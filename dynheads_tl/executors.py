@@ -56,11 +56,16 @@ class LocalExecutor:
 
     def map(self, model, compute: Compute, batches: Sequence[Sequence[Any]], *, args: tuple = (),
             desc: str = "units") -> Iterator[tuple[int, list]]:
-        """Yield ``(i, compute(model, batches[i], *args))`` for every batch, in order, with progress."""
-        for index in progress(range(len(batches)), desc=_units_desc(desc, batches)):
-            results = compute(model, list(batches[index]), *args)
-            _check_length(results, batches[index], compute)
-            yield index, results
+        """Yield ``(i, compute(model, batches[i], *args))`` for every batch, in order, with progress. The batches
+        share prompt prefixes (:func:`~dynheads_tl.engine.decoder.shared_prefill`): a batch copies the keys and
+        values of a prefix an earlier batch of this call prefilled."""
+        from dynheads_tl.engine.decoder import shared_prefill
+
+        with shared_prefill():
+            for index in progress(range(len(batches)), desc=_units_desc(desc, batches)):
+                results = compute(model, list(batches[index]), *args)
+                _check_length(results, batches[index], compute)
+                yield index, results
 
     def close(self) -> None:
         return None
@@ -88,9 +93,12 @@ class _Worker:
     def __init__(self, load: Callable[[], Any], threads: int | None):
         import torch
 
+        from dynheads_tl.engine.decoder import PrefixStore, store_budget
+
         if threads:
             torch.set_num_threads(threads)
         self.model = load()
+        self.store = PrefixStore(store_budget())  # shared prompt prefixes across this actor's batches
 
     def fingerprint(self) -> str:
         from dynheads_tl.engine.models import model_fingerprint
@@ -101,7 +109,10 @@ class _Worker:
         return os.getpid()
 
     def run(self, compute: Compute, batch: list, args: tuple) -> list:
-        return compute(self.model, batch, *args)
+        from dynheads_tl.engine.decoder import shared_prefill
+
+        with shared_prefill(self.store):
+            return compute(self.model, batch, *args)
 
 
 class ModelLoader:

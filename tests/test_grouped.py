@@ -312,3 +312,72 @@ def test_a_sliding_window_stated_only_in_the_config_is_not_taken_for_full_attent
 
     fake = SimpleNamespace(original_model=SimpleNamespace(model=SimpleNamespace(layers=[]), config=MistralConfig()))
     assert _architecture_problem(fake) == "the model uses sliding-window attention"
+
+
+def test_later_decoders_copy_a_prefix_from_the_store_of_their_block(monkeypatch, tiny_llama):
+    """Inside shared_prefill a second decoder (another batch) copies the prefix an earlier one prefilled; outside
+    the block, or with prefix_sharing(False), nothing is copied; the keys, values and logits match no sharing."""
+    from dynheads_tl.engine.decoder import prefix_sharing, shared_prefill
+    from dynheads_tl.engine.models import fast_twin
+
+    first, second = [1, 80, 81, 82, 83, 84, 85, 86, 87], [1, 80, 81, 82, 83, 84, 90, 91]
+    twin = fast_twin(tiny_llama)
+    calls, original = [], twin.forward
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(twin, "forward", counting)
+    with shared_prefill() as store:
+        BatchDecoder(tiny_llama, [first])
+        reused = BatchDecoder(tiny_llama, [second])
+    assert calls == [8, 7 - 6], "the second prompt ran only what follows the 6 shared tokens"
+    assert reused.stored_positions == 6 and reused.prefilled_positions == 1
+    assert store.hits == 1 and store.reused_positions == 6
+    calls.clear()
+    alone = BatchDecoder(tiny_llama, [second])  # no block open: nothing kept from before
+    assert calls == [7] and alone.stored_positions == 0
+    with shared_prefill(), prefix_sharing(False):
+        BatchDecoder(tiny_llama, [first])
+        off = BatchDecoder(tiny_llama, [second])
+    assert off.stored_positions == 0 and off.prefilled_positions == 7
+    for got, want in zip(reused.cache.layers, alone.cache.layers):
+        torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(reused.step(), alone.step(), atol=1e-5, rtol=1e-4)
+
+
+def test_the_prefix_store_keeps_the_recently_used_within_its_budget(tiny_llama):
+    """Entries leave least recently used first once the byte budget is passed; one larger than the budget is never
+    kept; a lookup finds the longest shared prefix and refreshes that entry."""
+    from dynheads_tl.engine.decoder import PrefixStore
+
+    def prefilled(ids):
+        return BatchDecoder._prefill(tiny_llama, torch.tensor(ids), "fast")
+
+    a, b, c = [1, 10, 11, 12, 13], [1, 10, 20, 21, 22], [1, 30, 31, 32, 33]
+    size = PrefixStore._size(prefilled(a))
+    store = PrefixStore(2 * size)
+    for ids in (a, b):
+        store.add(tiny_llama, ids, prefilled(ids), 4)
+    assert store.longest(tiny_llama, [1, 10, 11, 12, 99], 5)[1] == 4  # a's four positions; a is now the newest
+    assert store.longest(tiny_llama, [2, 10], 2) is None
+    store.add(tiny_llama, c, prefilled(c), 4)  # over budget: b, the least recently used, leaves
+    kept = [list(key[1]) for key in store.entries]
+    assert kept == [a[:4], c[:4]] and store.bytes == 2 * size
+    assert store.longest(tiny_llama, [1, 10, 20, 21], 4)[1] == 2, "b left: only a's first two positions match"
+    tiny = PrefixStore(size - 1)
+    tiny.add(tiny_llama, a, prefilled(a), 4)
+    assert not tiny.entries and tiny.bytes == 0
+
+
+def test_the_local_executor_shares_prefixes_across_its_batches(tiny_llama):
+    from dynheads_tl.executors import LocalExecutor
+
+    def compute(model, batch):
+        return [BatchDecoder(model, [ids]).stored_positions for ids in batch]
+
+    batches = [[[1, 50, 51, 52, 53, 54]], [[1, 50, 51, 52, 60]], [[2, 70, 71]]]
+    got = [results for _, results in LocalExecutor().map(tiny_llama, compute, batches)]
+    assert got == [[0], [4], [0]], "the second prompt's four cached positions all come from the first"

@@ -168,11 +168,30 @@ def test_without_rag_the_context_stays_invisible(embedded_model, samples):
     assert full.visible_context_tokens == sample.context_span[1] - sample.context_span[0]
 
 
-def test_a_retrieval_opens_windows_inside_the_context(embedded_model, samples):
+def test_a_retrieval_opens_windows_inside_the_context(embedded_model, samples, monkeypatch):
+    from dynheads_tl.engine import decoder as decoder_module
+
     # fire on the first sentence (RIND also reads the unfinished one when the 8 steps run out)
     config = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=8)
     scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads)
+    built, init = [], decoder_module.BatchDecoder.__init__
+
+    def spying(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append((len(self.pending), int(self.prompt_lengths[0]), self.stored_positions))
+
+    monkeypatch.setattr(decoder_module.BatchDecoder, "__init__", spying)
     table = run_strategies(embedded_model, samples, ["oracle", "static", "fixed_random"], config, static_scores=scores)
+    # Question by question: each question's later strategies copy its prefill (up to the context's end) from the
+    # executor's prefix store, and answer exactly as without it.
+    ends = [sample.context_span[1] for sample in samples]
+    first, second = samples[0].prompt_ids, samples[1].prompt_ids
+    common = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)  # the chat template's head
+    assert [stored for _, _, stored in built] == [0, ends[0], ends[0], common, ends[1], ends[1]]
+    with decoder_module.prefix_sharing(False):
+        alone = run_strategies(embedded_model, samples, ["oracle", "static", "fixed_random"], config,
+                               static_scores=scores)
+    assert list(alone["response"]) == list(table["response"]) and list(alone["retrievals"]) == list(table["retrievals"])
     assert (table["retrievals"] == 1).all()
     c0, c1 = samples[0].context_span
     assert (table["visible_context_tokens"] > 0).all()

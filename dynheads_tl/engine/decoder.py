@@ -18,6 +18,8 @@ The loop that runs the decoder step by step under a policy is :func:`dynheads_tl
 from __future__ import annotations
 
 import contextlib
+import os
+from collections import OrderedDict
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -53,6 +55,104 @@ def prefix_plan(prompts: Sequence[Sequence[int]], shareable: Sequence[int]) -> l
     return plan
 
 
+class PrefixStore:
+    """The twin-prefilled keys and values of recently prefilled prompts, per model, within a byte budget: a later
+    decoder (another batch, another unit of the same call) copies the longest prefix it shares with one of them
+    instead of prefilling it again. Least recently used entries leave first; an entry larger than the whole budget
+    is never kept. Only positions the SDPA twin prefilled are kept (never a tail run through the hooked bridge).
+
+    ``hits`` / ``reused_positions`` count what later decoders took from the store."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.entries: OrderedDict[tuple[int, tuple[int, ...]], tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+        self.hits = self.reused_positions = 0
+
+    @staticmethod
+    def _size(cache) -> int:
+        """Bytes the entry holds alive: every layer's whole key and value tensors (a bridge-run tail included)."""
+        return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+    def add(self, model, ids: Sequence[int], cache, n: int) -> None:
+        """Keep ``cache``'s first ``n`` positions (twin-prefilled) as the keys and values of ``ids[:n]``."""
+        if n < 1:
+            return
+        key = (id(model), tuple(int(i) for i in ids[:n]))
+        size = self._size(cache)
+        if size > self.max_bytes:
+            return
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return
+        self.entries[key] = (cache, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.bytes -= dropped
+
+    def longest(self, model, ids: Sequence[int], limit: int) -> tuple[Any, int] | None:
+        """``(cache, n)``: the entry sharing the longest prefix with ``ids`` (at most ``limit`` positions) and the
+        length of that prefix; None when no entry shares a position."""
+        import numpy as np
+
+        query = np.asarray(ids[:limit], dtype=np.int64)
+        best, best_n, best_key = None, 0, None
+        for key, (cache, _) in self.entries.items():
+            if key[0] != id(model):
+                continue
+            n = min(len(query), len(key[1]))
+            if n <= best_n:
+                continue
+            differ = np.flatnonzero(query[:n] != np.asarray(key[1][:n], dtype=np.int64))
+            shared = int(differ[0]) if len(differ) else n
+            if shared > best_n:
+                best, best_n, best_key = cache, shared, key
+        if best is None:
+            return None
+        self.entries.move_to_end(best_key)
+        return best, best_n
+
+
+_STORES: list[PrefixStore] = []  # the stores of the open shared_prefill blocks, innermost last
+
+# The default byte budget of shared_prefill's store, in MiB (DYNHEADS_PREFIX_STORE_MB overrides it; 0 turns it off).
+DEFAULT_STORE_MB = 1024
+
+
+def store_budget() -> int:
+    """The byte budget of a new :class:`PrefixStore`: ``$DYNHEADS_PREFIX_STORE_MB`` MiB, else
+    :data:`DEFAULT_STORE_MB`."""
+    value = os.environ.get("DYNHEADS_PREFIX_STORE_MB", "") or DEFAULT_STORE_MB
+    try:
+        megabytes = float(value)
+    except ValueError:
+        raise ValueError(f"DYNHEADS_PREFIX_STORE_MB must be a number of MiB (0 turns the store off), got {value!r}.")
+    if megabytes < 0:
+        raise ValueError(f"DYNHEADS_PREFIX_STORE_MB must be >= 0, got {value!r}.")
+    return int(megabytes * 2 ** 20)
+
+
+@contextlib.contextmanager
+def shared_prefill(store: PrefixStore | None = None) -> Iterator[PrefixStore]:
+    """Decoders built inside this block share prompt prefixes across batches and calls, not only within a batch:
+    each keeps its twin-prefilled keys and values in ``store`` (default: a new :class:`PrefixStore` of
+    :func:`store_budget` bytes) and copies the longest prefix it shares with an earlier prompt from it. Same tokens
+    at the same positions, so the same keys and values up to float rounding, as within a batch. The executors run
+    every batch of a call inside one (the RAG strategies of one question, a NIAH split's batches, the grid cells of
+    an ablation sample); a Ray actor keeps one store for its life. :func:`prefix_sharing` (False) turns this off
+    too. Yields the store."""
+    store = PrefixStore(store_budget()) if store is None else store
+    _STORES.append(store)
+    try:
+        yield store
+    finally:  # by identity: blocks opened in generators may close out of order
+        for index in range(len(_STORES) - 1, -1, -1):
+            if _STORES[index] is store:
+                del _STORES[index]
+                break
+
+
 @contextlib.contextmanager
 def prefix_sharing(enabled: bool) -> Iterator[None]:
     """Decoders built inside this block share (True, the default) or do not share (False) the prefill of the
@@ -82,7 +182,8 @@ class BatchDecoder:
 
     Shared prefixes (``share_prefixes``, default on, see :func:`prefix_sharing`): a prompt that begins with
     the same tokens as another copies that prefix's keys and values instead of prefilling it again
-    (:meth:`_prefill_distinct`); ``prefilled_positions`` / ``prompt_positions`` say how much was run.
+    (:meth:`_prefill_distinct`); inside :func:`shared_prefill` also a prefix of a prompt an earlier decoder
+    prefilled. ``prefilled_positions`` / ``prompt_positions`` say how much was run.
 
     Attention (``attention``, default :func:`~dynheads_tl.engine.grouped.default_attention`): "grouped"
     steps each query group against its KV head's keys and values directly
@@ -162,17 +263,29 @@ class BatchDecoder:
         values of that prefix (the same tokens at the same positions, hence the same keys and values up to float
         rounding) are copied from that prompt's cache and only the rest is prefilled. Only positions the SDPA
         twin prefilled are shared (never a tail run through the hooked bridge, nor a ``prefill="hooked"`` run).
-        Sets ``prefilled_positions``: the positions actually run through a model."""
+        Inside :func:`shared_prefill` a prompt may instead copy a longer prefix from the block's
+        :class:`PrefixStore` (a prompt of an earlier batch), and every prompt's twin-prefilled part joins the store.
+        Sets ``prefilled_positions`` (the positions actually run through a model) and ``stored_positions`` (those
+        copied from the store)."""
         caches: list = [None] * len(prompts)
         splits = [self._split(len(ids) - 1, prefill, until) for ids, until in prompts]
         plan = prefix_plan([ids for ids, _ in prompts], splits) if share_prefixes else [
             (index, None, 0) for index in range(len(prompts))]
-        self.prefilled_positions = 0
+        store = _STORES[-1] if share_prefixes and _STORES else None
+        self.prefilled_positions = self.stored_positions = 0
         for index, source, shared in plan:
             ids, until = prompts[index]
             reuse = (caches[source], shared) if shared > 0 else None
+            found = store.longest(model, ids, splits[index]) if store is not None and splits[index] > 0 else None
+            if found is not None and found[1] > shared:  # an earlier batch's prompt shares more than this batch's
+                reuse, shared = found, found[1]
+                store.hits += 1
+                store.reused_positions += shared
+                self.stored_positions += shared
             caches[index] = self._prefill(model, torch.tensor(ids, device=self.device), prefill, until, reuse=reuse)
             self.prefilled_positions += max(len(ids) - 1, 0) - shared
+            if store is not None:
+                store.add(model, ids, caches[index], splits[index])
         return caches
 
     @staticmethod

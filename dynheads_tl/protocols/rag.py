@@ -467,7 +467,9 @@ def run_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, *,
                          "of another probe would be read back.")
     keys = None if cache_key is None else answer_keys(model, units, config, cache_key, static_scores)
     results: list[dict | None] = [None] * len(units) if keys is None else [load_cached_json(key) for key in keys]
-    missing = [[i] for i, result in enumerate(results) if result is None]
+    # Question by question (every strategy of one question in a row), so each answer after the first copies the
+    # question's prefill from the executor's prefix store (engine.decoder.shared_prefill) instead of redoing it.
+    missing = sorted(([i] for i, result in enumerate(results) if result is None), key=lambda c: (units[c[0]][1], c[0]))
     for i, result in compute_missing(model, rag_units, missing, lambda i: units[i],
                                      args=(config, static_scores, probe), desc=desc):
         results[i] = result if keys is None else save_cached_json(keys[i], result)
