@@ -377,6 +377,8 @@ CLAIM = Claim(
         "smoke": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32, "n_hotpot": 4,
                   "hotpot_max_new_tokens": 8, "seeds": [0, 1], "niah_settings": ["prose:300"],
                   "n_setting": 3, "n_setting_calibration": 2},
+        # The soft-dynamism settings at 50 analysis samples each (the default traces the 24 that 05 and 06 read)
+        "thorough": {"n_setting": 50},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
                   "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                   "niah_settings": ["filler:5000", "filler:20000", "prose:5000", "prose:20000"], "n_setting": 100, "n_setting_calibration": 20},

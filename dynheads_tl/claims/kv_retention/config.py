@@ -30,7 +30,7 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
     n_samples: int = 12
     budgets: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5])
     strategies: list[str] = field(default_factory=lambda: ["static", "query_static", "predicted", "oracle", "random"])
-    granularities: list[str] = field(default_factory=lambda: ["query", "kv"])
+    granularities: list[str] = field(default_factory=lambda: ["kv"])
     seed: int = 0
     batch_size: int = 64
     output_dir: str = "papers_figures"
