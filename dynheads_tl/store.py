@@ -34,19 +34,33 @@ def cache_dir() -> Path:
     return Path(root).expanduser()
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back; os has no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Files get the mode an ordinary open() would give them (0666 less the umask), not mkstemp's private 0600: a
+# cache or report folder shared by a group stays readable to it. Read once, at import.
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     """Write ``path`` all at once or not at all: ``write`` fills a temporary file in the same folder,
     which is flushed to disk and then renamed over ``path``.
 
     Why: a run killed mid-write (or a full disk) must never leave a half-written file under the final
     name, since every later run would read it as a finished result. The temporary name ends in
-    ``.tmp`` and is removed if ``write`` fails. This is the one writer for every cache and result file.
+    ``.tmp`` and is removed if ``write`` fails. This is the one writer for every cache and result file. The file
+    gets the mode ``open()`` would give it (0666 less the umask), not the temporary file's 0600.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), _FILE_MODE)
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())  # the data is on disk before the name points at it

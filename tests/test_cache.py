@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 
 import pytest
@@ -171,6 +172,19 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path):
         atomic_write(path, fail_halfway)
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_atomic_write_gives_the_mode_open_would(tmp_path, monkeypatch):
+    # mkstemp creates 0600 files; a result must get 0666 less the umask, as open() gives it, so that a group
+    # sharing the cache or the report folder can read it. The umask is read at import: 022 here -> 0644.
+    monkeypatch.setattr(store, "_FILE_MODE", 0o666 & ~0o022)
+    path = atomic_write_text(tmp_path / "shared.json", "{}")
+    assert path.stat().st_mode & 0o777 == 0o644
+    old = os.umask(0o027)
+    try:  # reading the umask returns it and leaves it as it was
+        assert store._umask() == 0o027 and os.umask(0o027) == 0o027
+    finally:
+        os.umask(old)
 
 
 # --- keys from contents ------------------------------------------------------------------------------
