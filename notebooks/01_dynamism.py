@@ -39,7 +39,7 @@ static_sizes = [20, 50, 100]  # static set sizes for the sweep
 static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
 seeds = [0, 1, 2]  # one full run per seed; the first is the headline run
 niah_settings = ["filler:500", "filler:1000", "prose:500", "prose:1000"]  # soft dynamism: settings, 'haystack:tokens'
-n_setting = 50  # soft dynamism: analysis samples per setting (random depth and haystack offset)
+n_setting = 24  # soft dynamism: analysis samples per setting (random depth and haystack offset; thorough: 50)
 n_setting_calibration = 8  # soft dynamism: calibration samples per setting (its static set)
 copy_thresholds = [0.1, 0.3, 0.5]  # soft dynamism: copy / evidence mass thresholds
 soft_threshold = 0.3  # soft dynamism: the threshold the verdict reads
@@ -259,8 +259,9 @@ display(Markdown(f"**{query_sentence}**"))
 # Only steps whose generated token occurs in the needle count (pairs: two such steps in a row; exits: into
 # such a step). Elsewhere (the end of the answer, a wrong token) Eq. 1 and the copy mass are empty by
 # definition, whatever the heads do, which would make the Eq. 1 set look less stable than the reading set for
-# no mechanistic reason; `settings_accuracy` gives the share of steps kept. Each setting has 50 analysis
-# samples by default (`n_setting`), traced in batches of `trace_batch_size`.
+# no mechanistic reason; `settings_accuracy` gives the share of steps kept. Each setting has 24 analysis
+# samples by default (`n_setting`; the `thorough` preset traces 50), traced in batches of `trace_batch_size`;
+# notebooks 05 and 06 read the same traces from the cache.
 
 # %%
 settings = dynamism.run_settings(lm, config)
