@@ -34,6 +34,12 @@ SEED_OFFSETS = {
 }
 
 
+# Default sizes of a layout_traces setting (analysis, calibration). Notebooks 01, 05 and 06 all default to them:
+# a split's cache key names its size, so the three share one setting's traces only while their sizes agree.
+LAYOUT_ANALYSIS_SAMPLES = 24
+LAYOUT_CALIBRATION_SAMPLES = 8
+
+
 def parse_setting(spec: str) -> tuple[str, int]:
     """A NIAH setting as every notebook spells it, ``"haystack:context_tokens"`` (``"prose:1000"``,
     ``"wu:PATH:2000"``: the length is after the last colon), as (haystack, context tokens)."""

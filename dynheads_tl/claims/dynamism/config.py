@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_int_list, check_ints,
                                 check_open_unit)
-from dynheads_tl.corpus import TraceSets, check_settings, parse_setting
+from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSets,
+                                   check_settings, parse_setting)
 from dynheads_tl.engine.models import DEFAULT_MODEL
 
 __all__ = ["DynamismConfig"]
@@ -21,8 +22,8 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
     static_sizes: list[int] = field(default_factory=lambda: [20, 50, 100])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     niah_settings: list[str] = field(default_factory=lambda: ["filler:500", "filler:1000", "prose:500", "prose:1000"])
-    n_setting: int = 24  # what notebooks 05 and 06 read per setting; the thorough preset traces 50
-    n_setting_calibration: int = 8
+    n_setting: int = LAYOUT_ANALYSIS_SAMPLES  # what notebooks 05 and 06 read per setting; thorough traces 50
+    n_setting_calibration: int = LAYOUT_CALIBRATION_SAMPLES
     copy_thresholds: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5])
     soft_threshold: float = 0.3
     output_dir: str = "papers_figures"

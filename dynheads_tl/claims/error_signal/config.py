@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints
-from dynheads_tl.corpus import TraceSettings, check_settings, parse_setting
+from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings,
+                                   check_settings, parse_setting)
 
 __all__ = [
     "SEEDS", "DYNAMIC_FEATURES", "CONTEXT_FEATURES", "LOGIT_FEATURES", "GROUPS", "UNTRAINED_GROUPS", "POOLED_GROUPS",
@@ -73,8 +74,8 @@ class ErrorSignalConfig(TraceSettings, RunSettings, NotebookConfig):
 
     model: str = "smollm2-135m-instruct"
     niah_settings: list[str] = field(default_factory=lambda: ["prose:1000", "filler:1000"])
-    n_setting: int = 24
-    n_setting_calibration: int = 8
+    n_setting: int = LAYOUT_ANALYSIS_SAMPLES
+    n_setting_calibration: int = LAYOUT_CALIBRATION_SAMPLES
     n_hotpot: int = 40
     hotpot_setting: str = "headroom"
     static_k: int = 20

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dynheads_tl.config import RunSettings, NotebookConfig, StaticSource, check_ints
-from dynheads_tl.corpus import TraceSettings, check_settings, parse_setting
+from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings,
+                                   check_settings, parse_setting)
 from dynheads_tl.protocols.retention import STRATEGIES
 
 __all__ = ["SEEDS", "RetentionConfig", "QUERY_STATIC"]
@@ -25,8 +26,8 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
 
     model: str = "smollm2-135m-instruct"
     niah_setting: str = "filler:500"
-    n_setting: int = 24
-    n_setting_calibration: int = 8
+    n_setting: int = LAYOUT_ANALYSIS_SAMPLES
+    n_setting_calibration: int = LAYOUT_CALIBRATION_SAMPLES
     n_samples: int = 12
     budgets: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5])
     strategies: list[str] = field(default_factory=lambda: ["static", "query_static", "predicted", "oracle", "random"])
