@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                     "an interrupted run resumes where it stopped.")
     p_report.add_argument("--preset", default="default", choices=preset_names(),
                           help="parameter set: 'default' (the committed report's), 'smoke' (tiny, a few minutes), "
-                               "'thorough' (the default with the larger sizes that do not fit its hour: 01's settings at 50 samples, "
-                               "06 at 30 samples with query-head budgets too), 'paper' (the paper's grids and "
-                               "Llama-3.1-8B, for a GPU); default: %(default)s")
+                               "'thorough' (the default with the larger sizes that do not fit its hour; "
+                               "docs/notebooks.md says which), 'paper' (the paper's grids and Llama-3.1-8B, for a "
+                               "GPU); default: %(default)s")
     p_report.add_argument("--model", default=None,
                           help="model for every notebook: an embedded name, a paper alias, a local Hugging Face "
                                "folder or a hub id (default: each notebook's own, the embedded SmolLM2-135M)")
