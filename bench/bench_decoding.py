@@ -16,8 +16,11 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   batch only and with the prefix store across the split's batches (token arithmetic: no model run);
 - ``rag``: the RAG answers of two default evaluation questions, every strategy, one question after another, with
   and without the prefix store (the strategies of one question share its prefill);
-- ``grid``: one grid cell of notebook 02 (``--runs`` samples x four conditions, ``run_jobs``), per generation,
-  against one plain traced generation, with the new path and with today's.
+- ``grid``: a small stand-in for a grid cell of notebook 02 (``--runs`` samples x four conditions, one batch,
+  ``run_jobs``), per generation, against one plain traced generation, with the new path and with today's;
+- ``cell``: a grid cell of notebook 02 as the notebook runs it (its defaults: ``runs_per_cell`` samples x every
+  grid condition, generated and teacher-forced, from its calibration), decoded ``--batch-sizes`` rows at a time,
+  per job against one plain traced generation (not in the default parts: it takes minutes).
 
 Timings of one part are taken in one process, interleaved, minimum over ``--repeats``: compare ratios within a
 run (other jobs may share the cores).
@@ -253,7 +256,46 @@ def part_rag(model, args) -> None:
           f"{best['store'] / best['no_store']:.2f} |  <!-- identical answers {same}/{len(units)} -->", flush=True)
 
 
-PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag}
+def part_cell(model, args) -> None:
+    """One grid cell of notebook 02 as the notebook runs it: its default configuration's first NIAH cell (first
+    context length and depth, ``runs_per_cell`` samples, every grid condition, generated and teacher-forced) from its
+    own calibration (read from the cache, or traced there: a user cache, never the repository), decoded in the
+    batches ``cached_runs`` forms at each of ``--batch-sizes``, against one plain traced generation of the cell's
+    first sample. The batch sizes' generated tokens are compared row by row."""
+    from dynheads_tl.claims.irreplaceability.config import GRID_CONDITIONS, IrreplaceabilityConfig
+    from dynheads_tl.claims.irreplaceability.pipeline import calibrate, grid_cells
+    from dynheads_tl.protocols.ablation import batch_plan, grid_jobs, run_jobs
+
+    config = IrreplaceabilityConfig() if args.cell_runs is None else IrreplaceabilityConfig(runs_per_cell=args.cell_runs)
+    setup = calibrate(model, config, "niah")
+    trace_config = config.trace_config("niah")
+    conditions = [c for c in GRID_CONDITIONS if c != "query_matched" or setup.query_order is not None]
+    cells = grid_cells(model, config, "niah")
+    members, jobs = grid_jobs(cells, conditions, teacher_forced=True)[0]
+    sample = cells[members[0]][1]
+    runs = {"plain": lambda: trace_generation(model, sample, trace_config)}
+    for size in args.batch_sizes:
+        plan = batch_plan(jobs, [0] * len(jobs), size)
+        runs[size] = lambda plan=plan: [trace for chunk in plan
+                                        for trace in run_jobs(model, [jobs[i] for i in chunk], setup, trace_config)]
+    best, last = best_of(runs, args.repeats)
+    first = args.batch_sizes[0]
+    print(f"NIAH cell: context {cells[members[0]][0]['context']}, depth {cells[members[0]][0]['depth']}, "
+          f"{len(members)} samples x {len(conditions)} conditions, generated and teacher-forced = {len(jobs)} jobs, "
+          f"{trace_config.max_new_tokens} steps at most; plain traced generation {best['plain']:.1f} s "
+          f"({len(last['plain'].tokens)} tokens)")
+    print("| batch_size | batches | cell s | per job s | per job / one plain generation | "
+          f"tokens equal to batch_size {first} |")
+    print("|---|---|---|---|---|---|")
+    for size in args.batch_sizes:
+        same = sum(torch.equal(a.masked.tokens, b.masked.tokens) for a, b in zip(last[size], last[first]))
+        n_batches = len(batch_plan(jobs, [0] * len(jobs), size))
+        print(f"| {size} | {n_batches} | {best[size]:.1f} | {best[size] / len(jobs):.2f} | "
+              f"{best[size] / len(jobs) / best['plain']:.2f} | {same}/{len(jobs)} |", flush=True)
+
+
+PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag,
+         "cell": part_cell}
 
 
 def main() -> None:
@@ -264,6 +306,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--runs", type=int, default=2, help="samples per grid cell")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cell-runs", type=int, default=None,
+                        help="samples in the notebook 02 cell (default: the notebook's runs_per_cell)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[25, 110],
+                        help="the cell's batch sizes to time (notebook 02's batch_size)")
     args = parser.parse_args()
     model = dynheads_tl.load_model(device="cpu")
     print(f"torch threads: {torch.get_num_threads()}\n")

@@ -154,3 +154,34 @@ def test_one_token_prompt_beside_longer_ones(embedded_model):
     logits = decoder.step()
     torch.testing.assert_close(logits[0], Decoder(embedded_model, ids[-1:]).step(), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(logits[1], Decoder(embedded_model, ids).step(), atol=1e-4, rtol=1e-4)
+
+
+def test_grid_jobs_and_their_batches():
+    """The grid's plan without a model: one group per (context, depth) cell, every condition on every sample
+    and then the same jobs teacher-forced; batches never mix cells nor generated with teacher-forced jobs."""
+    from dynheads_tl.protocols.ablation import batch_plan, grid_jobs
+    from dynheads_tl.tasks.common import Sample
+
+    def sample(i):
+        return Sample(task="niah", prompt_ids=[1, 2, i], evidence_spans=[], answers=["x"], question="q",
+                      context_span=(0, 2))
+
+    cells = [({"context": c, "depth": 0.5, "run": r}, sample(10 * c + r)) for c in (1, 2) for r in range(3)]
+    planned = grid_jobs(cells, ["none", "dynamic"], teacher_forced=True)
+    assert [members for members, _ in planned] == [[0, 1, 2], [3, 4, 5]]
+    members, jobs = planned[1]
+    assert [(j.sample_seed, j.condition) for j in jobs[:2]] == [(3, "none"), (3, "dynamic")]
+    assert [j.teacher_forced for j in jobs] == [False] * 6 + [True] * 6
+    assert [(j.sample_seed, j.condition) for j in jobs[6:]] == [(j.sample_seed, j.condition) for j in jobs[:6]]
+    assert all(len(cell_jobs) == 6 for _, cell_jobs in grid_jobs(cells, ["none", "dynamic"], teacher_forced=False))
+
+    everything = [job for _, cell_jobs in planned for job in cell_jobs]
+    groups = [number for number, (_, cell_jobs) in enumerate(planned) for _ in cell_jobs]
+    batches = batch_plan(everything, groups, 4)
+    assert batches == [[0, 1, 2, 3], [4, 5], [6, 7, 8, 9], [10, 11], [12, 13, 14, 15], [16, 17], [18, 19, 20, 21],
+                       [22, 23]]
+    assert sorted(i for batch in batches for i in batch) == list(range(len(everything)))
+    for batch in batches:
+        assert len({groups[i] for i in batch}) == 1 and len({everything[i].teacher_forced for i in batch}) == 1
+    assert batch_plan(everything, groups, 4, indices=[1, 7, 13]) == [[1], [7], [13]]
+    assert len(batch_plan(everything, [0] * len(everything), 100)) == 2  # one group: generated, then teacher-forced

@@ -19,8 +19,9 @@ parts live in modules of one job each; this module gathers their public names:
 from __future__ import annotations
 
 from dynheads_tl.protocols.ablation_experiments import (_PROTOCOL_VERSION, Job, _job_keys, _setup_key, _summarise,
-                                                        ablation_units, cached_runs, count_missing, grid_experiment,
-                                                        progressive_experiment, rule_key, run_condition, run_jobs)
+                                                        ablation_units, batch_plan, cached_runs, count_missing,
+                                                        grid_experiment, grid_jobs, progressive_experiment, rule_key,
+                                                        run_condition, run_jobs)
 from dynheads_tl.protocols.ablation_metrics import (answer_scores, compensation, compensation_table,
                                                     teacher_forced_scores)
 from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, Condition, make_selector
@@ -34,9 +35,10 @@ from dynheads_tl.protocols.two_pass import (AblationTrace, CachePolicy, TeacherF
 
 __all__ = [
     "AblationSetup", "AblationTrace", "CONDITIONS", "CachePolicy", "Condition", "Job", "Selector", "StepView",
-    "TeacherForced", "TwoPass", "ablation_units", "answer_scores", "cached_runs", "compensation", "compensation_table",
-    "count_missing", "eq1_at_step", "gold_continuation", "gold_token_ids", "grid_experiment", "make_selector",
-    "progressive_experiment", "random_heads", "random_heads_from", "rule_key", "run_condition", "run_jobs",
+    "TeacherForced", "TwoPass", "ablation_units", "answer_scores", "batch_plan", "cached_runs", "compensation",
+    "compensation_table", "count_missing", "eq1_at_step", "gold_continuation", "gold_token_ids", "grid_experiment",
+    "grid_jobs", "make_selector", "progressive_experiment", "random_heads", "random_heads_from", "rule_key",
+    "run_condition", "run_jobs",
     "select_dynamic", "select_dynamic_nonstatic", "select_fixed", "select_random_matched", "select_random_nondynamic",
     "select_random_nonstatic", "select_random_sized", "select_static_matched", "select_static_nondynamic",
     "select_top_ranked", "teacher_forced_scores", "two_pass_batch", "two_pass_generation",

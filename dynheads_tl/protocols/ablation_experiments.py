@@ -131,6 +131,18 @@ def ablation_units(model, jobs: list[Job], setup: AblationSetup, config: TraceCo
     return [_summarise(result, setup) for result in run_jobs(model, jobs, setup, config)]
 
 
+def batch_plan(jobs: list[Job], groups: list, batch_size: int, indices: list[int] | None = None) -> list[list[int]]:
+    """The batches :func:`cached_runs` decodes ``jobs[indices]`` in (default: every job): by group (one label per
+    job, in order of first appearance), generated and teacher-forced jobs apart, at most ``batch_size`` each."""
+    indices = list(range(len(jobs))) if indices is None else list(indices)
+    chunks = []
+    for group in dict.fromkeys(groups[i] for i in indices):
+        members = [i for i in indices if groups[i] == group]
+        for part in ([i for i in members if not jobs[i].teacher_forced], [i for i in members if jobs[i].teacher_forced]):
+            chunks += [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
+    return chunks
+
+
 def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *, batch_size: int = 8,
                 cache_key: dict | None = None, groups: list | None = None,
                 desc: str = "ablation runs") -> list[tuple[dict, Tensor]]:
@@ -149,14 +161,24 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
     keys = _job_keys(model, jobs, setup, config, cache_key)
     outputs = [None if key is None else load_cached_json(key) for key in keys]
     missing = [i for i, out in enumerate(outputs) if out is None]
-    chunks = []
-    for group in dict.fromkeys(groups[i] for i in missing):
-        members = [i for i in missing if groups[i] == group]
-        for part in ([i for i in members if not jobs[i].teacher_forced], [i for i in members if jobs[i].teacher_forced]):
-            chunks += [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
+    chunks = batch_plan(jobs, groups, batch_size, missing)
     for i, summary in compute_missing(model, ablation_units, chunks, lambda i: jobs[i], args=(setup, config), desc=desc):
         outputs[i] = summary if keys[i] is None else save_cached_json(keys[i], summary)
     return [(out["row"], torch.tensor(out["new_heads"])) for out in outputs]
+
+
+def grid_jobs(cells: list[tuple[dict, Sample]], conditions, teacher_forced: bool = True) -> list[tuple[list[int], list[Job]]]:
+    """:func:`grid_experiment`'s jobs, per grid cell (the samples of one context length and depth): the indices of
+    the cell's samples in ``cells`` and its jobs, every condition on every sample, then (with ``teacher_forced``)
+    the same jobs teacher-forced."""
+    groups: dict[tuple, list[int]] = {}
+    for index, (cell, _) in enumerate(cells):
+        groups.setdefault((cell.get("context"), cell.get("depth")), []).append(index)
+    planned = []
+    for members in groups.values():
+        jobs = [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions]
+        planned.append((members, jobs + ([replace(job, teacher_forced=True) for job in jobs] if teacher_forced else [])))
+    return planned
 
 
 def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetup, config: TraceConfig,
@@ -168,14 +190,8 @@ def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetu
     same condition, and its :func:`teacher_forced_scores` (the ``tf_`` columns) join the run's row.
     The runs of one grid cell (every sample and condition at one context length and depth) are
     batched together, ``batch_size`` rows at a time (generated and teacher-forced runs apart)."""
-    groups: dict[tuple, list[int]] = {}
-    for index, (cell, _) in enumerate(cells):
-        groups.setdefault((cell.get("context"), cell.get("depth")), []).append(index)
     rows: list[dict | None] = [None] * (len(cells) * len(conditions))
-    group_jobs = []
-    for members in groups.values():
-        jobs = [Job(cells[i][1], condition, sample_seed=i) for i in members for condition in conditions]
-        group_jobs.append((members, jobs + ([replace(job, teacher_forced=True) for job in jobs] if teacher_forced else [])))
+    group_jobs = grid_jobs(cells, conditions, teacher_forced)
     # Every missing run of every cell goes to the executor at once (batched per cell), then rows are assembled.
     jobs = [job for _, cell_jobs in group_jobs for job in cell_jobs]
     labels = [number for number, (_, cell_jobs) in enumerate(group_jobs) for _ in cell_jobs]

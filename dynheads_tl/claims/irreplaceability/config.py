@@ -63,7 +63,10 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
     ablation_mode: str = "zero"
     keep_cache: str = "clean"
     seed: int = 0
-    batch_size: int = 25  # generations decoded together (the runs of one grid cell; several progressive samples' k)
+    # Generations decoded together: the runs of one grid cell (15 samples x 11 conditions; teacher-forced apart), or
+    # several progressive samples' k values. Larger batches read the weights fewer times per run
+    # (bench/bench_decoding.py --parts cell); memory grows with them (the KV cache of every row).
+    batch_size: int = 165
     output_dir: str = "papers_figures"
     use_cache: bool = True  # reuse cached traces and ablation runs
 
