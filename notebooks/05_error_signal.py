@@ -40,7 +40,7 @@
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 niah_settings = ["prose:1000", "filler:1000"]  # NIAH settings as haystack:context_tokens (prose, filler, folder:PATH)
-n_setting = 24  # NIAH answers per setting, analysis split (notebook 01's cache is read when its n_setting is the same)
+n_setting = 24  # NIAH answers per setting, analysis split (the answers notebook 01 traced are read from the cache)
 n_setting_calibration = 8  # NIAH answers per setting, calibration split (pooled here too)
 n_hotpot = 40  # synthetic HotpotQA-format answers of the headroom setting; 0 leaves them out
 hotpot_setting = "headroom"  # headroom (single-hop, 2 paragraphs) or multihop

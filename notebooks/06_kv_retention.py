@@ -31,7 +31,7 @@
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 niah_setting = "filler:500"  # 'haystack:tokens' (filler, prose, folder:PATH or wu:PATH); a notebook 01 setting shares its traces
-n_setting = 24  # training answers, analysis split (notebook 01's cache is read when its n_setting is the same)
+n_setting = 24  # training answers, analysis split (the answers notebook 01 traced are read from the cache)
 n_setting_calibration = 8  # training answers, calibration split (the static scores)
 n_samples = 12  # new NIAH answers evaluated under every condition
 budgets = [0.05, 0.1, 0.25, 0.5]  # shares of heads kept whole at each step (the paper preset adds 1% and 2%)
