@@ -20,7 +20,9 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   ``run_jobs``), per generation, against one plain traced generation, with the new path and with today's;
 - ``cell``: a grid cell of notebook 02 as the notebook runs it (its defaults: ``runs_per_cell`` samples x every
   grid condition, generated and teacher-forced, from its calibration), decoded ``--batch-sizes`` rows at a time,
-  per job against one plain traced generation (not in the default parts: it takes minutes).
+  per job against one plain traced generation (not in the default parts: it takes minutes);
+- ``trace_batch``: the first ``--rows`` samples of the default NIAH analysis split traced in batches of each of
+  ``--trace-batch-sizes`` (``trace_batch_size``), per sample.
 
 Timings of one part are taken in one process, interleaved, minimum over ``--repeats``: compare ratios within a
 run (other jobs may share the cores).
@@ -294,8 +296,33 @@ def part_cell(model, args) -> None:
               f"{best[size] / len(jobs) / best['plain']:.2f} | {same}/{len(jobs)} |", flush=True)
 
 
+def part_trace_batch(model, args) -> None:
+    """The default NIAH analysis split of seed 0 (its first ``--rows`` samples, the default
+    settings) traced in ``collect_traces``' batches of each of ``--trace-batch-sizes`` (no cache), per sample; the
+    batch sizes' tokens are compared sample by sample."""
+    from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
+
+    sets = TraceSets()
+    samples = make_niah_samples(model.tokenizer, n=args.rows, context_tokens=sets.context_tokens,
+                                seed=SEED_OFFSETS["analysis"], haystack=sets.haystack,
+                                max_new_tokens=sets.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
+    config = sets.trace_config("niah")
+    runs = {size: (lambda size=size: [trace for start in range(0, len(samples), size)
+                                      for trace in trace_batch(model, samples[start: start + size], config)])
+            for size in args.trace_batch_sizes}
+    best, last = best_of(runs, args.repeats)
+    first = args.trace_batch_sizes[0]
+    print(f"| samples (NIAH analysis split, seed 0, {sets.context_tokens} tokens, {config.max_new_tokens} steps) | "
+          f"trace_batch_size | s | s per sample | tokens equal to trace_batch_size {first} |")
+    print("|---|---|---|---|---|")
+    for size in args.trace_batch_sizes:
+        same = sum(torch.equal(a.tokens, b.tokens) for a, b in zip(last[size], last[first]))
+        print(f"| {len(samples)} | {size} | {best[size]:.1f} | {best[size] / len(samples):.2f} | {same}/{len(samples)} |",
+              flush=True)
+
+
 PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag,
-         "cell": part_cell}
+         "cell": part_cell, "trace_batch": part_trace_batch}
 
 
 def main() -> None:
@@ -310,6 +337,8 @@ def main() -> None:
                         help="samples in the notebook 02 cell (default: the notebook's runs_per_cell)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[25, 110],
                         help="the cell's batch sizes to time (notebook 02's batch_size)")
+    parser.add_argument("--trace-batch-sizes", type=int, nargs="+", default=[8, 24],
+                        help="trace_batch sizes to time (collect_traces' batch_size)")
     args = parser.parse_args()
     model = dynheads_tl.load_model(device="cpu")
     print(f"torch threads: {torch.get_num_threads()}\n")
