@@ -146,6 +146,8 @@ def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
     assert [o.output_type for o in outputs] == ["stream", "display_data"] and outputs[0].text == "ok\n"
     assert '<a href="../01_dynamism/table1_niah.csv">table1_niah.csv</a>' in outputs[1].data["text/html"]
     assert len(notebook.cells) == 4  # the executed notebook itself is untouched
+    again = site.prepare_notebook(notebook, tmp_path, "01_dynamism")
+    assert [c.id for c in again.cells] == [c.id for c in prepared.cells]  # the same page on every render
 
 
 def test_a_rendered_page_has_navigation_and_its_outputs(tmp_path):

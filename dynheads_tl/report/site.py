@@ -166,8 +166,10 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
         cells.append(cell)
     if parameters:
         body = "".join(f"<p>{_html.escape(label)}:</p><pre>{_html.escape(source)}</pre>" for label, source in parameters)
+        # A fixed id (nbformat would draw a random one), so rendering the same run twice gives the same page.
         folded = nbformat.v4.new_markdown_cell(
-            f'<details class="parameters"><summary>Parameters of this run</summary>{body}</details>')
+            f'<details class="parameters"><summary>Parameters of this run</summary>{body}</details>',
+            id="parameters-of-this-run")
         cells = [folded if c is None else c for c in cells]
     nb.cells = cells
     return nb
