@@ -275,9 +275,9 @@ def part_cell(model, args) -> None:
     cells = grid_cells(model, config, "niah")
     members, jobs = grid_jobs(cells, conditions, teacher_forced=True)[0]
     sample = cells[members[0]][1]
+    plans = {size: batch_plan(jobs, [0] * len(jobs), size) for size in args.batch_sizes}
     runs = {"plain": lambda: trace_generation(model, sample, trace_config)}
-    for size in args.batch_sizes:
-        plan = batch_plan(jobs, [0] * len(jobs), size)
+    for size, plan in plans.items():
         runs[size] = lambda plan=plan: [trace for chunk in plan
                                         for trace in run_jobs(model, [jobs[i] for i in chunk], setup, trace_config)]
     best, last = best_of(runs, args.repeats)
@@ -291,8 +291,7 @@ def part_cell(model, args) -> None:
     print("|---|---|---|---|---|---|")
     for size in args.batch_sizes:
         same = sum(torch.equal(a.masked.tokens, b.masked.tokens) for a, b in zip(last[size], last[first]))
-        n_batches = len(batch_plan(jobs, [0] * len(jobs), size))
-        print(f"| {size} | {n_batches} | {best[size]:.1f} | {best[size] / len(jobs):.2f} | "
+        print(f"| {size} | {len(plans[size])} | {best[size]:.1f} | {best[size] / len(jobs):.2f} | "
               f"{best[size] / len(jobs) / best['plain']:.2f} | {same}/{len(jobs)} |", flush=True)
 
 

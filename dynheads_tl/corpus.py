@@ -143,22 +143,22 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     full_key = {**key, "trace": trace_config.key(), "model": model_name(model),
                 "model_fingerprint": model_fingerprint(model)}
     keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
+    traces: list[list[Trace]] = [[] for _ in samples]
     if use_cache and earlier_key is not None:
         earlier_full = {**earlier_key, **{name: full_key[name] for name in ("trace", "model", "model_fingerprint")}}
-        for index, sample in enumerate(samples):
-            earlier = {**earlier_full, "index": index, "prompt": keys[index]["prompt"]}
-            if not traces_path(keys[index]).exists() and traces_path(earlier).exists():
+        for index, key in enumerate(keys):
+            earlier = {**earlier_full, "index": index, "prompt": key["prompt"]}
+            if not traces_path(key).exists() and traces_path(earlier).exists():
                 try:
                     found = cached_traces(earlier, _unreadable)
                 except LookupError:  # the earlier entry was unreadable (and is set aside): traced again below
                     continue
-                cached_traces(keys[index], lambda found=found: found)
+                traces[index] = cached_traces(key, lambda found=found: found)  # saved under the new key
     # Samples read back from the cache first; the missing ones go to the current executor (progress is shown
     # only for those), in batches of ``batch_size``, and each is cached as its batch comes back.
     todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
-    traces: list[list[Trace]] = [[] for _ in samples]
     for index in range(len(samples)):
-        if index not in todo:
+        if index not in todo and not traces[index]:  # not yet read (above, from an earlier key)
             traces[index] = cached_traces(keys[index], lambda: [finish(trace_generation(model, samples[index], trace_config))],
                                           use_cache=use_cache)
     chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
