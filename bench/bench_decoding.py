@@ -22,7 +22,10 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   grid condition, generated and teacher-forced, from its calibration), decoded ``--batch-sizes`` rows at a time,
   per job against one plain traced generation (not in the default parts: it takes minutes);
 - ``trace_batch``: the first ``--rows`` samples of the default NIAH analysis split traced in batches of each of
-  ``--trace-batch-sizes`` (``trace_batch_size``), per sample.
+  ``--trace-batch-sizes`` (``trace_batch_size``), per sample;
+- ``retention``: notebook 06's units as the notebook runs them (its default conditions, free and teacher-forced,
+  on its first ``--retention-samples`` evaluation samples), with ``batch_size`` each of ``--retention-batch-sizes``,
+  per sample (not in the default parts: it takes minutes).
 
 Timings of one part are taken in one process, interleaved, minimum over ``--repeats``: compare ratios within a
 run (other jobs may share the cores).
@@ -320,8 +323,46 @@ def part_trace_batch(model, args) -> None:
               flush=True)
 
 
+def part_retention(model, args) -> None:
+    """Notebook 06's retention units with its default configuration: the first ``--retention-samples`` evaluation
+    samples, every condition free and teacher-forced, in the chunks ``kv_retention.run`` forms (``samples_per_batch``)
+    at each ``batch_size`` of ``--retention-batch-sizes``, per sample. The static ranking and the probes are trained as
+    the notebook trains them (from the cache when it holds the training traces: point ``DYNHEADS_CACHE`` at a report's
+    cache, never the repository). Rows are compared across batch sizes: responses exactly, gold log-probabilities to
+    1e-4."""
+    from dynheads_tl.claims.kv_retention.config import RetentionConfig
+    from dynheads_tl.claims.kv_retention.pipeline import (evaluation_samples, query_training, retention_units,
+                                                          samples_per_batch, training)
+
+    base = RetentionConfig(n_samples=args.retention_samples)
+    static, probe = training(model, base)
+    query = query_training(model, base)
+    samples = evaluation_samples(model, base)
+    items = [(sample, index) for index, sample in enumerate(samples)]
+    runs, sizes = {}, {}
+    for size in args.retention_batch_sizes:
+        config = RetentionConfig(n_samples=args.retention_samples, batch_size=size)
+        per = samples_per_batch(model, config)
+        sizes[size] = per
+        runs[size] = lambda config=config, per=per: [row for start in range(0, len(items), per)
+                                                     for rows in retention_units(model, items[start: start + per], config,
+                                                                                 static, probe, query)
+                                                     for row in rows]
+    best, last = best_of(runs, args.repeats)
+    first = args.retention_batch_sizes[0]
+    n_rows = len(last[first])
+    print(f"| samples (notebook 06 defaults) | conditions per sample | batch_size | samples per batch | s | s per sample | "
+          f"rows equal to batch_size {first} |")
+    print("|---|---|---|---|---|---|---|")
+    for size in args.retention_batch_sizes:
+        same = sum(a["response"] == b["response"] and abs(a["gold_logprob"] - b["gold_logprob"]) < 1e-4
+                   for a, b in zip(last[size], last[first]))
+        print(f"| {len(samples)} | {n_rows // len(samples)} | {size} | {sizes[size]} | {best[size]:.1f} | "
+              f"{best[size] / len(samples):.1f} | {same}/{n_rows} |", flush=True)
+
+
 PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag,
-         "cell": part_cell, "trace_batch": part_trace_batch}
+         "cell": part_cell, "trace_batch": part_trace_batch, "retention": part_retention}
 
 
 def main() -> None:
@@ -338,6 +379,9 @@ def main() -> None:
                         help="the cell's batch sizes to time (notebook 02's batch_size)")
     parser.add_argument("--trace-batch-sizes", type=int, nargs="+", default=[8, 24],
                         help="trace_batch sizes to time (collect_traces' batch_size)")
+    parser.add_argument("--retention-samples", type=int, default=6, help="notebook 06 evaluation samples")
+    parser.add_argument("--retention-batch-sizes", type=int, nargs="+", default=[64, 108],
+                        help="notebook 06 batch sizes to time (its batch_size)")
     args = parser.parse_args()
     model = dynheads_tl.load_model(device="cpu")
     print(f"torch threads: {torch.get_num_threads()}\n")

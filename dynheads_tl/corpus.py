@@ -76,7 +76,7 @@ class TraceSettings(Eq2Settings):
 
     max_new_tokens: int = 40
     hotpot_max_new_tokens: int = 16
-    trace_batch_size: int = 8
+    trace_batch_size: int = 24
 
     def __post_init__(self) -> None:
         check_ints(self, ("max_new_tokens", "hotpot_max_new_tokens", "trace_batch_size"))

@@ -13,7 +13,7 @@
 # retained pass, whose token and keys/values are kept; the oracle runs a clean pass before it (discarded; it gives
 # D_t). Several samples' conditions are decoded in one batch (`batch_size` rows).
 #
-# **Strategies at an equal budget** b (a share of the query heads, or of the KV heads in the KV-head variant):
+# **Strategies at an equal budget** b (a share of the KV heads by default; of the query heads with `granularities` "query"):
 # **static** (Wu et al.'s top-b on calibration answers of the same setting: the DuoAttention-style split),
 # **predicted** (a ridge probe's top-b from the hidden state of the *previous* step, trained on answers of the
 # same setting, drawn as notebook 01's soft-dynamism settings are; step 0 uses the static order), **oracle** (D_t of the clean pass, then Eq. 2
@@ -33,7 +33,7 @@ model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or h
 niah_setting = "filler:500"  # 'haystack:tokens' (filler, prose, folder:PATH or wu:PATH); a notebook 01 setting shares its traces
 n_setting = 24  # training answers, analysis split (the answers notebook 01 traced are read from the cache)
 n_setting_calibration = 8  # training answers, calibration split (the static scores)
-n_samples = 12  # new NIAH answers evaluated under every condition
+n_samples = 30  # new NIAH answers evaluated under every condition
 budgets = [0.05, 0.1, 0.25, 0.5]  # shares of heads kept whole at each step (the paper preset adds 1% and 2%)
 strategies = ["static", "query_static", "predicted", "oracle", "random"]  # per-step strategies; streaming and full always run
 granularities = ["kv"]  # budgets in KV heads (a KV head kept whole keeps its query heads); thorough adds "query" (single query heads)
@@ -43,8 +43,8 @@ sink_tokens = 4  # positions at the start every head keeps
 local_window = 32  # most recent positions every head keeps
 seed = 0  # seeds the samples and, with the sample, the random strategy's draws
 static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
-trace_batch_size = 8  # training answers traced together when not cached (speed only)
-batch_size = 64  # rows decoded together (the conditions of as many samples as fit)
+trace_batch_size = 24  # training answers traced together when not cached (speed only)
+batch_size = 180  # rows decoded together (the conditions of as many samples as fit)
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
 backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)

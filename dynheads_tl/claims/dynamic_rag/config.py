@@ -33,7 +33,7 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
     train_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     n_hotpot_train: int = 20
-    trace_batch_size: int = 8
+    trace_batch_size: int = 24
     output_dir: str = "papers_figures"
     use_cache: bool = True
 

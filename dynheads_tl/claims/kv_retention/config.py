@@ -28,12 +28,12 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
     niah_setting: str = "filler:500"
     n_setting: int = LAYOUT_ANALYSIS_SAMPLES
     n_setting_calibration: int = LAYOUT_CALIBRATION_SAMPLES
-    n_samples: int = 12
+    n_samples: int = 30
     budgets: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5])
     strategies: list[str] = field(default_factory=lambda: ["static", "query_static", "predicted", "oracle", "random"])
     granularities: list[str] = field(default_factory=lambda: ["kv"])
     seed: int = 0
-    batch_size: int = 64
+    batch_size: int = 180
     output_dir: str = "papers_figures"
     use_cache: bool = True
 
