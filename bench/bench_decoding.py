@@ -359,6 +359,12 @@ def part_retention(model, args) -> None:
                    for a, b in zip(last[size], last[first]))
         print(f"| {len(samples)} | {n_rows // len(samples)} | {size} | {sizes[size]} | {best[size]:.1f} | "
               f"{best[size] / len(samples):.1f} | {same}/{n_rows} |", flush=True)
+    for size in args.retention_batch_sizes[1:]:
+        for a, b in zip(last[size], last[first]):
+            if a["response"] != b["response"] or abs(a["gold_logprob"] - b["gold_logprob"]) >= 1e-4:
+                print(f"  batch_size {size} vs {first}: sample {a['sample']}, {a['strategy']} {a['granularity']} "
+                      f"{a['budget']}: responses {a['response']!r} / {b['response']!r}, gold log-prob "
+                      f"{a['gold_logprob']:.6f} / {b['gold_logprob']:.6f}", flush=True)
 
 
 PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag,

@@ -157,8 +157,9 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     # Samples read back from the cache first; the missing ones go to the current executor (progress is shown
     # only for those), in batches of ``batch_size``, and each is cached as its batch comes back.
     todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
+    missing = set(todo)
     for index in range(len(samples)):
-        if index not in todo and not traces[index]:  # not yet read (above, from an earlier key)
+        if index not in missing and not traces[index]:  # not yet read (above, from an earlier key)
             traces[index] = cached_traces(keys[index], lambda: [finish(trace_generation(model, samples[index], trace_config))],
                                           use_cache=use_cache)
     chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]

@@ -82,9 +82,10 @@ def reads(notebook: str):
 _PAPERMILL = """
 import json, sys
 import papermill
+from dynheads_tl.report.runner import ipc_kernel_manager
 args = json.loads(sys.argv[1])
 papermill.execute_notebook(args["input"], args["output"], parameters=args["parameters"], cwd=args["cwd"],
-                           kernel_name="python3", progress_bar=False)
+                           kernel_name="python3", progress_bar=False, kernel_manager_class=ipc_kernel_manager())
 """
 
 

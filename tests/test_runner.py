@@ -241,6 +241,20 @@ def test_the_default_preset_as_it_is_writes_papers_figures_and_output_dir_sends_
     assert not (work / "runs").exists()
 
 
+def test_notebooks_run_on_a_local_socket_without_the_plain_text_warning(tiny_suite, capfd, monkeypatch):
+    """The runner starts kernels on IPC: over TCP, ipykernel 7 warns in every run's log that the traffic is not
+    encrypted. The same run on jupyter_client's TCP default prints that warning, so the check can fail."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    work = tiny_suite
+    assert report.ipc_kernel_manager()().transport == "ipc"
+    run_report(only="01_tiny", cwd=work, show_cells=False)
+    assert "without encryption" not in capfd.readouterr().err
+    monkeypatch.setattr(report, "ipc_kernel_manager", lambda: AsyncKernelManager)
+    run_report(only="01_tiny", cwd=work, show_cells=False)
+    assert "without encryption" in capfd.readouterr().err, "the TCP default no longer warns: this test checks nothing"
+
+
 def test_eta_uses_only_the_last_run_of_the_same_preset():
     runs = {"01_a": {"preset": "default", "model": "m", "minutes": 10.0},
             "02_b": {"preset": "smoke", "model": "m", "minutes": 1.0}}

@@ -257,6 +257,20 @@ def repeat_heal_warnings(executed: Path) -> None:
         print(f"{executed.stem}: {line}", file=sys.stderr, flush=True)
 
 
+def ipc_kernel_manager():
+    """The kernel manager the notebooks run under: jupyter_client's, on IPC (Unix domain sockets in Jupyter's
+    runtime folder) instead of TCP on localhost. The kernel is local either way; over TCP without encryption
+    ipykernel 7 prints a warning about plain-text traffic into every run's log, and a local socket needs no port."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            kwargs.setdefault("transport", "ipc")
+            super().__init__(**kwargs)
+
+    return IPCKernelManager
+
+
 def run_report(*, preset: str = "default", model: str | None = None, only: str | None = None,
                overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None,
                cwd: str | Path | None = None, show_cells: bool = True) -> list[Path]:
@@ -336,7 +350,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                     # they are read as a report (the runner prints which notebook runs and the time so far).
                     with _environment(DYNHEADS_PROGRESS="off", HF_HUB_DISABLE_PROGRESS_BARS="1"):
                         papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
-                                                   progress_bar=show_cells, kernel_name="python3")
+                                                   progress_bar=show_cells, kernel_name="python3",
+                                                   kernel_manager_class=ipc_kernel_manager())
                 except BaseException as error:
                     if partial.exists():
                         _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
