@@ -179,7 +179,7 @@ def part_share(model, args) -> None:
     """The default NIAH splits of seed 0, in ``collect_traces``' batches: positions prefilled with sharing within
     a batch only, and with the executor's prefix store carrying prefixes across the batches of a split (one
     ``collect_traces`` call: one store, of the default budget)."""
-    from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
+    from dynheads_tl.corpus import TraceSets, niah_split_samples
     from dynheads_tl.engine.decoder import PrefixStore, store_budget
 
     sets = TraceSets()
@@ -188,9 +188,7 @@ def part_share(model, args) -> None:
           "(within / across) |")
     print("|---|---|---|---|---|---|---|---|")
     for split, n in (("calibration", sets.n_calibration), ("analysis", sets.n_analysis)):
-        samples = make_niah_samples(model.tokenizer, n=n, context_tokens=sets.context_tokens,
-                                    seed=SEED_OFFSETS[split], haystack=sets.haystack,
-                                    max_new_tokens=sets.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
+        samples = niah_split_samples(model, sets, 0, split)
         batch = sets.trace_batch_size
         batches = [[tuple(s.prompt_ids) for s in samples[start: start + batch]] for start in range(0, n, batch)]
         total, distinct_total, within = _replay(model, batches, None)
@@ -302,12 +300,10 @@ def part_trace_batch(model, args) -> None:
     """The default NIAH analysis split of seed 0 (its first ``--rows`` samples, the default
     settings) traced in ``collect_traces``' batches of each of ``--trace-batch-sizes`` (no cache), per sample; the
     batch sizes' tokens are compared sample by sample."""
-    from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
+    from dynheads_tl.corpus import TraceSets, niah_split_samples
 
-    sets = TraceSets()
-    samples = make_niah_samples(model.tokenizer, n=args.rows, context_tokens=sets.context_tokens,
-                                seed=SEED_OFFSETS["analysis"], haystack=sets.haystack,
-                                max_new_tokens=sets.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
+    sets = TraceSets(n_analysis=args.rows)
+    samples = niah_split_samples(model, sets, 0, "analysis")
     config = sets.trace_config("niah")
     runs = {size: (lambda size=size: [trace for start in range(0, len(samples), size)
                                       for trace in trace_batch(model, samples[start: start + size], config)])
@@ -351,17 +347,20 @@ def part_retention(model, args) -> None:
     best, last = best_of(runs, args.repeats)
     first = args.retention_batch_sizes[0]
     n_rows = len(last[first])
+
+    def equal(a: dict, b: dict) -> bool:
+        return a["response"] == b["response"] and abs(a["gold_logprob"] - b["gold_logprob"]) < 1e-4
+
     print(f"| samples (notebook 06 defaults) | conditions per sample | batch_size | samples per batch | s | s per sample | "
           f"rows equal to batch_size {first} |")
     print("|---|---|---|---|---|---|---|")
     for size in args.retention_batch_sizes:
-        same = sum(a["response"] == b["response"] and abs(a["gold_logprob"] - b["gold_logprob"]) < 1e-4
-                   for a, b in zip(last[size], last[first]))
+        same = sum(equal(a, b) for a, b in zip(last[size], last[first]))
         print(f"| {len(samples)} | {n_rows // len(samples)} | {size} | {sizes[size]} | {best[size]:.1f} | "
               f"{best[size] / len(samples):.1f} | {same}/{n_rows} |", flush=True)
     for size in args.retention_batch_sizes[1:]:
         for a, b in zip(last[size], last[first]):
-            if a["response"] != b["response"] or abs(a["gold_logprob"] - b["gold_logprob"]) >= 1e-4:
+            if not equal(a, b):
                 print(f"  batch_size {size} vs {first}: sample {a['sample']}, {a['strategy']} {a['granularity']} "
                       f"{a['budget']}: responses {a['response']!r} / {b['response']!r}, gold log-prob "
                       f"{a['gold_logprob']:.6f} / {b['gold_logprob']:.6f}", flush=True)
