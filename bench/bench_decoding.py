@@ -25,7 +25,11 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   ``--trace-batch-sizes`` (``trace_batch_size``), per sample;
 - ``retention``: notebook 06's units as the notebook runs them (its default conditions, free and teacher-forced,
   on its first ``--retention-samples`` evaluation samples), with ``batch_size`` each of ``--retention-batch-sizes``,
-  per sample (not in the default parts: it takes minutes).
+  per sample (not in the default parts: it takes minutes);
+- ``query``: the query-focused scores (QRHead-style, notebooks 01, 02 and 06) of the first ``--rows`` samples of the
+  default NIAH calibration split of seed 0, with the context prefilled once by the SDPA twin and only the query tokens
+  run through the hooked bridge (``query_focused_scores``), against one hooked pass over each whole prompt (the
+  reference), per sample, with the largest difference in a score.
 
 Timings of one part are taken in one process, interleaved, minimum over ``--repeats``: compare ratios within a
 run (other jobs may share the cores).
@@ -366,8 +370,37 @@ def part_retention(model, args) -> None:
                       f"{a['gold_logprob']:.6f} / {b['gold_logprob']:.6f}", flush=True)
 
 
+def part_query(model, args) -> None:
+    """Query-focused scores: the context prefilled once per real / null pair against a hooked pass over each whole
+    prompt (no cache), per sample, and the largest difference between the two paths' scores."""
+    from dynheads_tl.analysis.query_focus import (calibrated_document_score, null_query_prompt, query_attention,
+                                                  query_focused_scores)
+    from dynheads_tl.corpus import TraceSets, niah_split_samples
+
+    samples = niah_split_samples(model, TraceSets(), 0)[: args.rows]
+
+    def whole_prompts():
+        out = []
+        for sample in samples:
+            real_ids, null_ids, start = null_query_prompt(model.tokenizer, sample.prompt_ids, sample.question)
+            out.append(calibrated_document_score(query_attention(model, real_ids, start),
+                                                 query_attention(model, null_ids, start), sample.evidence_spans))
+        return torch.stack(out)
+
+    best, last = best_of({"whole": whole_prompts, "prefilled": lambda: query_focused_scores(model, samples)},
+                         args.repeats)
+    difference = float((last["whole"] - last["prefilled"]).abs().max())
+    print("| samples (NIAH calibration split, seed 0) | prompt tokens (mean) | whole prompts s per sample | "
+          "prefilled context s per sample | prefilled / whole | largest score difference |")
+    print("|---|---|---|---|---|---|")
+    tokens = sum(len(sample.prompt_ids) for sample in samples) / len(samples)
+    print(f"| {len(samples)} | {tokens:.0f} | {best['whole'] / len(samples):.2f} | {best['prefilled'] / len(samples):.2f} | "
+          f"{best['prefilled'] / best['whole']:.2f} | {difference:.1e} |", flush=True)
+
+
 PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag,
-         "cell": part_cell, "trace_batch": part_trace_batch, "retention": part_retention}
+         "cell": part_cell, "trace_batch": part_trace_batch, "retention": part_retention,
+         "query": part_query}
 
 
 def main() -> None:

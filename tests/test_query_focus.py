@@ -8,8 +8,8 @@ import torch
 
 import dynheads_tl
 from conftest import build_tiny_model
-from dynheads_tl.analysis.query_focus import (NULL_QUERY, calibrated_document_score, null_query_prompt,
-                                              query_focused_scores)
+from dynheads_tl.analysis.query_focus import (NULL_QUERY, calibrated_document_score, context_cache, null_query_prompt,
+                                              query_attention, query_focused_scores)
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -57,6 +57,47 @@ def test_hooked_scores_equal_an_independent_transformers_computation(tmp_path):
                 expected[layer, head] = c[keep].sum()
         # float32 attention against float32 attention of another implementation: agreement to 1e-5 of a weight sum
         torch.testing.assert_close(score, expected, rtol=0, atol=1e-5)
+
+
+def test_the_query_rows_over_a_prefilled_context_equal_one_hooked_pass_over_the_whole_prompt(tmp_path):
+    """query_focused_scores prefills the context once (SDPA twin) and runs only each prompt's query tokens through the
+    hooked bridge: the rows equal those of one hooked pass over the whole prompt (the reference) to float rounding, for
+    the real and the null prompt from one cache, which is left as it was."""
+    bridge = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu", dtype="float32")
+    sample = make_niah_samples(bridge.tokenizer, n=1, context_tokens=120, seed=1, max_tokens=512)[0]
+    real_ids, null_ids, start = null_query_prompt(bridge.tokenizer, sample.prompt_ids, sample.question)
+    context = context_cache(bridge, real_ids[:start])
+    before = [layer.keys.clone() for layer in context.layers]
+    for ids in (real_ids, null_ids):
+        reference = query_attention(bridge, ids, start)
+        prefixed = query_attention(bridge, ids, start, prefix=context)
+        assert prefixed.shape == reference.shape == (2, 4, len(ids))
+        assert reference[..., start:].abs().sum() > 0  # the query rows attend to the query tokens too
+        torch.testing.assert_close(prefixed, reference, rtol=0, atol=1e-6)
+        assert context.get_seq_length() == start
+        assert all(torch.equal(layer.keys, kept) for layer, kept in zip(context.layers, before))
+    with pytest.raises(ValueError, match="prefix cache holds"):
+        query_attention(bridge, real_ids, start + 1, prefix=context)
+
+
+def test_contexts_share_their_prefixes_through_the_store_with_the_same_scores(tmp_path):
+    """NIAH samples of one haystack share their context up to the needle: query_focused_scores prefills what an earlier
+    sample's context shares once (the enclosing shared_prefill block's store, or its own), with the scores of prefilling
+    every context alone, to float rounding; with prefix sharing off no store is used."""
+    from dynheads_tl.engine.decoder import prefix_sharing, prefix_store, shared_prefill
+
+    bridge = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu", dtype="float32")
+    samples = make_niah_samples(bridge.tokenizer, n=3, context_tokens=120, seed=2, max_tokens=512)
+    with prefix_sharing(False):
+        with prefix_store() as none:
+            assert none is None
+        alone = query_focused_scores(bridge, samples)
+    with shared_prefill() as store:
+        with prefix_store() as inner:
+            assert inner is store
+        shared = query_focused_scores(bridge, samples)
+    assert store.hits == 2 and store.reused_positions > 0  # the second and third contexts copied a shared prefix
+    torch.testing.assert_close(shared, alone, rtol=0, atol=1e-6)
 
 
 def _baseline_rows(baseline: str, value: float, low: float, high: float):

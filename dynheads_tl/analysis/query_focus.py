@@ -14,7 +14,11 @@ heads, reading the *query*, attend to the gold document, before any answer exist
 
 For NIAH the gold document is the needle span; the query is the question and the instruction and template tokens
 after it. All layers and heads are computed at once from one hooked forward pass per prompt (the hooks reduce each
-pattern to the query rows' mean before the next layer runs). This module is the score only; claims 1, 2 and 6 read it.
+pattern to the query rows' mean before the next layer runs). The real and the null prompt share every token before the
+query, so :func:`query_focused_scores` prefills that context once with the SDPA twin (:func:`context_cache`) and runs
+only each prompt's query tokens through the hooked bridge, against the cached keys and values: the same rows as a
+hooked pass over the whole prompt, to float rounding (``prefix=None`` in :func:`query_attention` is that whole pass,
+the reference). This module is the score only; claims 1, 2 and 6 read it.
 """
 from __future__ import annotations
 
@@ -27,26 +31,63 @@ from torch import Tensor
 NULL_QUERY = "N/A"
 
 
-def query_attention(model, prompt_ids: Sequence[int], query_start: int) -> Float[Tensor, "layer head pos"]:
+def context_cache(model, context_ids: Sequence[int], store=None):
+    """The KV cache of ``context_ids`` (the tokens every prompt of a real / null pair shares before the query), filled
+    by the SDPA twin that shares the bridge's weights (:func:`~dynheads_tl.engine.models.fast_twin`), as the tracing
+    loop fills a prompt's context. With a :class:`~dynheads_tl.engine.decoder.PrefixStore`, the longest prefix an
+    earlier context shares with this one is copied from it (the same tokens at the same positions: NIAH samples of
+    one haystack share it up to the needle) and this context joins the store."""
+    from dynheads_tl.engine.decoder import prefill_context
+
+    if len(context_ids) < 1:
+        raise ValueError("The context before the query is empty.")
+    return prefill_context(model, context_ids, store)
+
+
+def _copy_of(cache):
+    """A new ``DynamicCache`` holding copies of ``cache``'s keys and values (a forward appends to the cache it gets)."""
+    from transformers import DynamicCache
+
+    copy = DynamicCache()
+    for index, layer in enumerate(cache.layers):
+        copy.update(layer.keys.clone(), layer.values.clone(), index)
+    return copy
+
+
+def query_attention(model, prompt_ids: Sequence[int], query_start: int, *,
+                    prefix=None) -> Float[Tensor, "layer head pos"]:
     """Every head's attention from the query tokens (positions ``query_start`` to the end), averaged over those
-    rows, on every prompt position: one hooked forward pass (TransformerLens ``hook_pattern``)."""
+    rows, on every prompt position, from TransformerLens ``hook_pattern``.
+
+    ``prefix``: the KV cache of ``prompt_ids[:query_start]`` (:func:`context_cache`); only the query tokens run
+    through the hooked bridge, against it (``prefix`` itself is left as it was). Without it, the whole prompt runs
+    through the hooked bridge in one pass (the reference)."""
     from dynheads_tl.engine.hooks import pattern_hook_name
 
     n_layers = model.cfg.n_layers
     if not 0 < query_start < len(prompt_ids):
         raise ValueError(f"query_start must lie inside the prompt (1..{len(prompt_ids) - 1}), got {query_start}.")
+    if prefix is not None and prefix.get_seq_length() != query_start:
+        raise ValueError(f"The prefix cache holds {prefix.get_seq_length()} positions; the query starts at "
+                         f"{query_start}.")
     rows: list[Tensor | None] = [None] * n_layers
+    first_row = 0 if prefix is not None else query_start  # the pattern's rows are the tokens run
 
     def make(layer: int):
         def hook(pattern: Float[Tensor, "batch head query key"], hook):
-            rows[layer] = pattern[0, :, query_start:, :].float().mean(1).cpu()
+            rows[layer] = pattern[0, :, first_row:, :].float().mean(1).cpu()
         return hook
 
-    ids = torch.tensor([list(prompt_ids)], device=model.cfg.device)
+    run = list(prompt_ids) if prefix is None else list(prompt_ids)[query_start:]
+    ids = torch.tensor([run], device=model.cfg.device)
+    extra = {} if prefix is None else {"past_key_values": _copy_of(prefix)}
     with torch.no_grad():
         model.run_with_hooks(ids, fwd_hooks=[(pattern_hook_name(layer), make(layer)) for layer in range(n_layers)],
-                             return_type=None)
-    return torch.stack(rows)
+                             return_type=None, **extra)
+    out = torch.stack(rows)
+    if out.shape[-1] != len(prompt_ids):
+        raise RuntimeError(f"The attention rows cover {out.shape[-1]} positions for a prompt of {len(prompt_ids)}.")
+    return out
 
 
 def calibrated_document_score(real: Float[Tensor, "layer head pos"], null: Float[Tensor, "layer head pos"],
@@ -88,6 +129,13 @@ def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
     """Per-sample query-focused scores (steps 1-3) of NIAH / HotpotQA ``samples`` (their evidence spans are the gold
     documents); the static score is their mean over samples (step 4). With ``use_cache``, each sample's scores are
     cached under its prompt digest, the null query and the model's name and fingerprint."""
+    from dynheads_tl.engine.decoder import prefix_store
+
+    with prefix_store() as store:  # the samples' contexts share their prefixes (a NIAH haystack up to the needle)
+        return _scores(model, samples, null_query, use_cache, store)
+
+
+def _scores(model, samples, null_query: str, use_cache: bool, store) -> Float[Tensor, "sample layer head"]:
     from dynheads_tl.engine.models import model_fingerprint, model_name
     from dynheads_tl.store import load_cached_json, save_cached_json
     from dynheads_tl.tasks.common import prompt_digest
@@ -101,8 +149,9 @@ def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
             out.append(torch.tensor(cached, dtype=torch.float64))
             continue
         real_ids, null_ids, start = null_query_prompt(model.tokenizer, sample.prompt_ids, sample.question, null_query)
-        real = query_attention(model, real_ids, start)
-        null = query_attention(model, null_ids, start)
+        context = context_cache(model, real_ids[:start], store)  # both prompts share it (null_query_prompt checks)
+        real = query_attention(model, real_ids, start, prefix=context)
+        null = query_attention(model, null_ids, start, prefix=context)
         out.append(calibrated_document_score(real, null, sample.evidence_spans))
         if use_cache:
             save_cached_json(key, out[-1].tolist())

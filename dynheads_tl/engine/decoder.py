@@ -165,6 +165,39 @@ def prefix_sharing(enabled: bool) -> Iterator[None]:
         _SHARE_PREFIXES.pop()
 
 
+@contextlib.contextmanager
+def prefix_store() -> Iterator[PrefixStore | None]:
+    """The store a prefill outside :class:`BatchDecoder` (one prompt at a time) shares prefixes through: the innermost
+    open :func:`shared_prefill` block's, else a new one for this block; None where :func:`prefix_sharing` is off."""
+    if not _SHARE_PREFIXES[-1]:
+        yield None
+    elif _STORES:
+        yield _STORES[-1]
+    else:
+        with shared_prefill() as store:
+            yield store
+
+
+def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None):
+    """A ``DynamicCache`` of every position of ``ids``, prefilled by the SDPA twin, for a caller that runs further
+    tokens through the hooked bridge itself (the query-focused scores). With ``store`` (:func:`prefix_store`), the
+    longest prefix an earlier prompt in it shares is copied instead of prefilled (counted in ``hits`` /
+    ``reused_positions``), and ``ids`` joins the store."""
+    ids = [int(i) for i in ids]
+    if not ids:
+        raise ValueError("The context to prefill is empty.")
+    found = store.longest(model, ids, len(ids)) if store is not None else None
+    # _prefill caches a prompt minus its last token: one more (never run) makes it cache all of ids
+    padded = torch.tensor(ids + ids[-1:], device=next(model.parameters()).device)
+    cache = BatchDecoder._prefill(model, padded, "fast", reuse=found)
+    if store is not None:
+        if found is not None:
+            store.hits += 1
+            store.reused_positions += found[1]
+        store.add(model, ids, cache, len(ids))
+    return cache
+
+
 class BatchDecoder:
     """Several sequences' KV cache (left-padded to one width) and a greedy step over the hooked bridge.
 
