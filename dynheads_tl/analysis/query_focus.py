@@ -13,12 +13,13 @@ heads, reading the *query*, attend to the gold document, before any answer exist
 4. the head's score is its mean over samples.
 
 For NIAH the gold document is the needle span; the query is the question and the instruction and template tokens
-after it. All layers and heads are computed at once from one hooked forward pass per prompt (the hooks reduce each
-pattern to the query rows' mean before the next layer runs). The real and the null prompt share every token before the
-query, so :func:`query_focused_scores` prefills that context once with the SDPA twin (:func:`context_cache`) and runs
-only each prompt's query tokens through the hooked bridge, against the cached keys and values: the same rows as a
-hooked pass over the whole prompt, to float rounding (``prefix=None`` in :func:`query_attention` is that whole pass,
-the reference). This module is the score only; claims 1, 2 and 6 read it.
+after it. All layers and heads are computed at once (the hooks reduce each pattern to the query rows' mean before the
+next layer runs). The real and the null prompt share every token before the query, so :func:`query_focused_scores`
+prefills that context once with the SDPA twin (:func:`context_cache`), as the tracing loop prefills a prompt, and runs
+only each prompt's query tokens through the hooked bridge, against the cached keys and values: the same rows as one
+hooked pass over the whole prompt, to float rounding (3e-7 in fp32; ``prefix=None`` in :func:`query_attention` is
+that whole pass, the reference). Hooks a caller attaches to the bridge therefore act on the query tokens only. This
+module is the score only; claims 1, 2 and 6 read it.
 """
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def _copy_of(cache):
     from transformers import DynamicCache
 
     copy = DynamicCache()
-    for index, layer in enumerate(cache.layers):
-        copy.update(layer.keys.clone(), layer.values.clone(), index)
+    for index, layer in enumerate(cache.layers):  # update concatenates onto empty: a copy, not a view
+        copy.update(layer.keys, layer.values, index)
     return copy
 
 

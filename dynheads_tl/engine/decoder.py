@@ -182,7 +182,8 @@ def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None)
     """A ``DynamicCache`` of every position of ``ids``, prefilled by the SDPA twin, for a caller that runs further
     tokens through the hooked bridge itself (the query-focused scores). With ``store`` (:func:`prefix_store`), the
     longest prefix an earlier prompt in it shares is copied instead of prefilled (counted in ``hits`` /
-    ``reused_positions``), and ``ids`` joins the store."""
+    ``reused_positions``), and ``ids`` joins the store: the returned cache is then the store's entry, so a caller
+    that runs further tokens against it passes a copy (a forward appends to the cache it is given)."""
     ids = [int(i) for i in ids]
     if not ids:
         raise ValueError("The context to prefill is empty.")
