@@ -170,8 +170,8 @@ def _replay(model, batches: list[list[tuple[int, ...]]], store) -> tuple[int, in
         distinct_total += sum(len(p) - 1 for p in distinct)
         splits = [len(p) - 1 for p in distinct]
         for index, _, shared in prefix_plan(distinct, splits):
-            found = store.longest(model, distinct[index], splits[index]) if store is not None else None
-            if found is not None and found[1] > shared:
+            found = store.take(model, distinct[index], splits[index], longer_than=shared) if store is not None else None
+            if found is not None:
                 shared = found[1]
             shared_total += splits[index] - shared
             if store is not None:

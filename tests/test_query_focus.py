@@ -8,8 +8,9 @@ import torch
 
 import dynheads_tl
 from conftest import build_tiny_model
-from dynheads_tl.analysis.query_focus import (NULL_QUERY, calibrated_document_score, context_cache, null_query_prompt,
-                                              query_attention, query_focused_scores)
+from dynheads_tl.analysis.query_focus import (NULL_QUERY, calibrated_document_score, null_query_prompt, query_attention,
+                                              query_focused_scores)
+from dynheads_tl.engine.decoder import prefill_context
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -66,7 +67,7 @@ def test_the_query_rows_over_a_prefilled_context_equal_one_hooked_pass_over_the_
     bridge = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu", dtype="float32")
     sample = make_niah_samples(bridge.tokenizer, n=1, context_tokens=120, seed=1, max_tokens=512)[0]
     real_ids, null_ids, start = null_query_prompt(bridge.tokenizer, sample.prompt_ids, sample.question)
-    context = context_cache(bridge, real_ids[:start])
+    context = prefill_context(bridge, real_ids[:start])
     before = [(layer.keys.clone(), layer.values.clone()) for layer in context.layers]
     for ids in (real_ids, null_ids):
         reference = query_attention(bridge, ids, start)

@@ -15,7 +15,8 @@ heads, reading the *query*, attend to the gold document, before any answer exist
 For NIAH the gold document is the needle span; the query is the question and the instruction and template tokens
 after it. All layers and heads are computed at once (the hooks reduce each pattern to the query rows' mean before the
 next layer runs). The real and the null prompt share every token before the query, so :func:`query_focused_scores`
-prefills that context once with the SDPA twin (:func:`context_cache`), as the tracing loop prefills a prompt, and runs
+prefills that context once with the SDPA twin
+(:func:`~dynheads_tl.engine.decoder.prefill_context`), as the tracing loop prefills a prompt, and runs
 only each prompt's query tokens through the hooked bridge, against the cached keys and values: the same rows as one
 hooked pass over the whole prompt, to float rounding (3e-7 in fp32; ``prefix=None`` in :func:`query_attention` is
 that whole pass, the reference). Hooks a caller attaches to the bridge therefore act on the query tokens only. This
@@ -30,19 +31,6 @@ from jaxtyping import Float
 from torch import Tensor
 
 NULL_QUERY = "N/A"
-
-
-def context_cache(model, context_ids: Sequence[int], store=None):
-    """The KV cache of ``context_ids`` (the tokens every prompt of a real / null pair shares before the query), filled
-    by the SDPA twin that shares the bridge's weights (:func:`~dynheads_tl.engine.models.fast_twin`), as the tracing
-    loop fills a prompt's context. With a :class:`~dynheads_tl.engine.decoder.PrefixStore`, the longest prefix an
-    earlier context shares with this one is copied from it (the same tokens at the same positions: NIAH samples of
-    one haystack share it up to the needle) and this context joins the store."""
-    from dynheads_tl.engine.decoder import prefill_context
-
-    if len(context_ids) < 1:
-        raise ValueError("The context before the query is empty.")
-    return prefill_context(model, context_ids, store)
 
 
 def _copy_of(cache):
@@ -60,7 +48,7 @@ def query_attention(model, prompt_ids: Sequence[int], query_start: int, *,
     """Every head's attention from the query tokens (positions ``query_start`` to the end), averaged over those
     rows, on every prompt position, from TransformerLens ``hook_pattern``.
 
-    ``prefix``: the KV cache of ``prompt_ids[:query_start]`` (:func:`context_cache`); only the query tokens run
+    ``prefix``: the KV cache of ``prompt_ids[:query_start]`` (:func:`~dynheads_tl.engine.decoder.prefill_context`); only the query tokens run
     through the hooked bridge, against it (``prefix`` itself is left as it was). Without it, the whole prompt runs
     through the hooked bridge in one pass (the reference)."""
     from dynheads_tl.engine.hooks import pattern_hook_name
@@ -137,6 +125,7 @@ def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
 
 
 def _scores(model, samples, null_query: str, use_cache: bool, store) -> Float[Tensor, "sample layer head"]:
+    from dynheads_tl.engine.decoder import prefill_context
     from dynheads_tl.engine.models import model_fingerprint, model_name
     from dynheads_tl.store import load_cached_json, save_cached_json
     from dynheads_tl.tasks.common import prompt_digest
@@ -150,7 +139,7 @@ def _scores(model, samples, null_query: str, use_cache: bool, store) -> Float[Te
             out.append(torch.tensor(cached, dtype=torch.float64))
             continue
         real_ids, null_ids, start = null_query_prompt(model.tokenizer, sample.prompt_ids, sample.question, null_query)
-        context = context_cache(model, real_ids[:start], store)  # both prompts share it (null_query_prompt checks)
+        context = prefill_context(model, real_ids[:start], store)  # both prompts share it (null_query_prompt checks)
         real = query_attention(model, real_ids, start, prefix=context)
         null = query_attention(model, null_ids, start, prefix=context)
         out.append(calibrated_document_score(real, null, sample.evidence_spans))

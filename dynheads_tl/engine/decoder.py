@@ -113,6 +113,16 @@ class PrefixStore:
         self.entries.move_to_end(best_key)
         return best, best_n
 
+    def take(self, model, ids: Sequence[int], limit: int, *, longer_than: int = 0) -> tuple[Any, int] | None:
+        """:meth:`longest`, when it shares more than ``longer_than`` positions (what the caller has already), counted
+        in ``hits`` / ``reused_positions``; None otherwise."""
+        found = self.longest(model, ids, limit) if limit > 0 else None
+        if found is None or found[1] <= longer_than:
+            return None
+        self.hits += 1
+        self.reused_positions += found[1]
+        return found
+
 
 _STORES: list[PrefixStore] = []  # the stores of the open shared_prefill blocks, innermost last
 
@@ -187,14 +197,11 @@ def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None)
     ids = [int(i) for i in ids]
     if not ids:
         raise ValueError("The context to prefill is empty.")
-    found = store.longest(model, ids, len(ids)) if store is not None else None
+    found = store.take(model, ids, len(ids)) if store is not None else None
     # _prefill caches a prompt minus its last token: one more (never run) makes it cache all of ids
     padded = torch.tensor(ids + ids[-1:], device=next(model.parameters()).device)
     cache = BatchDecoder._prefill(model, padded, "fast", reuse=found)
     if store is not None:
-        if found is not None:
-            store.hits += 1
-            store.reused_positions += found[1]
         store.add(model, ids, cache, len(ids))
     return cache
 
@@ -310,11 +317,10 @@ class BatchDecoder:
         for index, source, shared in plan:
             ids, until = prompts[index]
             reuse = (caches[source], shared) if shared > 0 else None
-            found = store.longest(model, ids, splits[index]) if store is not None and splits[index] > 0 else None
-            if found is not None and found[1] > shared:  # an earlier batch's prompt shares more than this batch's
+            # an earlier batch's prompt may share more than this batch's
+            found = store.take(model, ids, splits[index], longer_than=shared) if store is not None else None
+            if found is not None:
                 reuse, shared = found, found[1]
-                store.hits += 1
-                store.reused_positions += shared
                 self.stored_positions += shared
             caches[index] = self._prefill(model, torch.tensor(ids, device=self.device), prefill, until, reuse=reuse)
             self.prefilled_positions += max(len(ids) - 1, 0) - shared
