@@ -14,8 +14,9 @@ Parts (results as Markdown table rows, for docs/decoding.md):
 - ``share``: the share of prompt positions actually prefilled on the default NIAH splits (the calibration and
   analysis splits of seed 0 at the default settings, in the batches ``collect_traces`` forms), sharing within a
   batch only and with the prefix store across the split's batches (token arithmetic: no model run);
-- ``rag``: the RAG answers of two default evaluation questions, every strategy, one question after another, with
-  and without the prefix store (the strategies of one question share its prefill);
+- ``rag``: the RAG answers of ``--runs`` default evaluation questions, every strategy, one question after another:
+  each question's strategies together (their generation up to the first retrieval decoded once) and one strategy
+  at a time, each with and without the prefix store (the batches of one question share its prefill);
 - ``grid``: a small stand-in for a grid cell of notebook 02 (``--runs`` samples x four conditions, one batch,
   ``run_jobs``), per generation, against one plain traced generation, with the new path and with today's;
 - ``cell``: a grid cell of notebook 02 as the notebook runs it (its defaults: ``runs_per_cell`` samples x every
@@ -235,11 +236,13 @@ def part_grid(model, args) -> None:
 
 def part_rag(model, args) -> None:
     """Notebook 04's answers of ``--runs`` default evaluation questions, every strategy, question by question as
-    ``rag.run_units`` orders them: with the executor's prefix store (each strategy after a question's first copies
-    its prefill) and without it."""
+    ``rag.run_units`` orders them: each question's strategies answered together (their generation up to the first
+    retrieval decoded once, ``rag.rag_generate_many``) and one strategy at a time (the path before), each with the
+    executor's prefix store (a question's later batches copy its prefill) and without it."""
     from dynheads_tl.claims.dynamic_rag.config import RagStudyConfig
     from dynheads_tl.claims.dynamic_rag.pipeline import evaluation_samples
-    from dynheads_tl.protocols.rag import STRATEGIES, run_units
+    from dynheads_tl.engine.decoder import shared_prefill
+    from dynheads_tl.protocols.rag import STRATEGIES, rag_units, run_units
 
     study = RagStudyConfig()
     config = study.rag_config(rind_threshold=1.0)
@@ -249,18 +252,40 @@ def part_rag(model, args) -> None:
     weights = torch.randn(model.cfg.d_model, model.cfg.n_layers * model.cfg.n_heads, generator=generator)
     probe = lambda hidden: (hidden @ weights).reshape(model.cfg.n_layers, model.cfg.n_heads)
     units = [(strategy, index, sample) for strategy in STRATEGIES for index, sample in enumerate(samples)]
+    in_order = sorted(range(len(units)), key=lambda i: (units[i][1], i))  # question by question, as run_units
 
-    def without_store():
-        with prefix_sharing(False):
-            return run_units(model, units, config, static_scores=static, probe=probe)
+    def together():
+        return run_units(model, units, config, static_scores=static, probe=probe)
 
-    best, last = best_of({"store": lambda: run_units(model, units, config, static_scores=static, probe=probe),
-                          "no_store": without_store}, args.repeats)
-    same = sum(a["response"] == b["response"] for a, b in zip(last["store"], last["no_store"]))
-    print("| questions x strategies | with the prefix store s | without s | with / without |")
-    print("|---|---|---|---|")
-    print(f"| {len(samples)} x {len(STRATEGIES)} | {best['store']:.1f} | {best['no_store']:.1f} | "
-          f"{best['store'] / best['no_store']:.2f} |  <!-- identical answers {same}/{len(units)} -->", flush=True)
+    def alone():
+        results = [None] * len(units)
+        with shared_prefill():  # as an executor runs a call's batches
+            for i in in_order:
+                results[i] = rag_units(model, [units[i]], config, static, probe)[0]
+        return results
+
+    def without_store(run):
+        def unshared():
+            with prefix_sharing(False):
+                return run()
+        return unshared
+
+    best, last = best_of({"together": together, "alone": alone, "together_no_store": without_store(together),
+                          "alone_no_store": without_store(alone)}, args.repeats)
+    answer = lambda r: (r["response"], r["retrievals"], r["visible_context_tokens"], r["evidence_recall"])
+    same = sum(len({answer(runs[i]) for runs in last.values()}) == 1 for i in range(len(units)))
+    exact = sum(a == b for a, b in zip(last["together_no_store"], last["alone_no_store"]))
+    drift = max((abs(x - y) for a, b in zip(last["together"], last["together_no_store"])
+                 for x, y in zip(a["rind_values"], b["rind_values"])), default=0.0)
+    retrieved = sum(result["retrievals"] for result in last["together"])
+    print("| questions x strategies | together s | one at a time s | together, no prefix store s | "
+          "one at a time, no prefix store s | together / one at a time |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {len(samples)} x {len(STRATEGIES)} | {best['together']:.1f} | {best['alone']:.1f} | "
+          f"{best['together_no_store']:.1f} | {best['alone_no_store']:.1f} | {best['together'] / best['alone']:.2f} |"
+          f"  <!-- identical answers in all four {same}/{len(units)}; together = one at a time in every field without "
+          f"the store {exact}/{len(units)}; largest RIND value difference with / without the store {drift:.1e}; "
+          f"{retrieved} retrievals -->", flush=True)
 
 
 def part_cell(model, args) -> None:

@@ -8,8 +8,9 @@ from torch import Tensor
 
 from dynheads_tl.claims.dynamic_rag import table4
 from dynheads_tl.protocols.rag import (
-    HeadSelector, RagConfig, calibrate_rind_threshold, is_content_word, rag_generate, rind_scores, segment_attention,
-    sentence_start, run_strategies, windows_from_positions, word_starts,
+    HeadSelector, RagConfig, calibrate_rind_threshold, is_content_word, question_groups, rag_generate,
+    rag_generate_many, rind_scores, segment_attention, sentence_start, run_strategies, windows_from_positions,
+    word_starts,
 )
 from dynheads_tl.tasks import make_hotpot_samples
 
@@ -181,23 +182,25 @@ def test_a_retrieval_opens_windows_inside_the_context(embedded_model, samples, m
         built.append((len(self.pending), int(self.prompt_lengths[0]), self.stored_positions))
 
     monkeypatch.setattr(decoder_module.BatchDecoder, "__init__", spying)
-    table = run_strategies(embedded_model, samples, ["oracle", "static", "fixed_random"], config, static_scores=scores)
-    # Question by question: each question's later strategies copy its prefill (up to the context's end) from the
-    # executor's prefix store, and answer exactly as without it.
+    strategies = ["oracle", "static", "fixed_random", "full"]
+    table = run_strategies(embedded_model, samples, strategies, config, static_scores=scores)
+    # Question by question: a question's strategies but full share one generation (one decoder); its full strategy,
+    # in a batch of its own, copies the question's prefill (up to the context's end) from the executor's prefix
+    # store, and every answer is exactly as without the store.
     ends = [sample.context_span[1] for sample in samples]
     first, second = samples[0].prompt_ids, samples[1].prompt_ids
     common = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)  # the chat template's head
-    assert [stored for _, _, stored in built] == [0, ends[0], ends[0], common, ends[1], ends[1]]
+    assert [stored for _, _, stored in built] == [0, ends[0], common, ends[1]]
     with decoder_module.prefix_sharing(False):
-        alone = run_strategies(embedded_model, samples, ["oracle", "static", "fixed_random"], config,
-                               static_scores=scores)
+        alone = run_strategies(embedded_model, samples, strategies, config, static_scores=scores)
     assert list(alone["response"]) == list(table["response"]) and list(alone["retrievals"]) == list(table["retrievals"])
-    assert (table["retrievals"] == 1).all()
-    c0, c1 = samples[0].context_span
+    assert list(table["retrievals"]) == [1] * 6 + [0] * 2
+    retrieving = table["strategy"] != "full"
     assert (table["visible_context_tokens"] > 0).all()
-    assert (table["visible_context_tokens"] <= (c1 - c0)).all()
+    assert (table["visible_context_tokens"][retrieving] < table["context_tokens"][retrieving]).all()
+    assert (table["visible_context_tokens"][~retrieving] == table["context_tokens"][~retrieving]).all()
     summary = table4(table)
-    assert list(summary["strategy"]) == ["oracle", "static", "fixed_random"]
+    assert list(summary["strategy"]) == strategies
     assert summary["f1"].between(0, 1).all()
 
 
@@ -426,6 +429,94 @@ def test_rag_loop_on_decode_reproduces_the_recorded_pre_move_outputs(embedded_mo
         assert result.trace.support_score.shape[0] == len(result.trace.tokens)
 
 
+def _reference():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / "rag_reference.json").read_text())
+
+
+def _same_result(result, run) -> None:
+    assert result.response == run["response"], run["strategy"]
+    assert result.retrievals == run["retrievals"], run["strategy"]
+    assert [list(span) for span in result.opened] == run["opened"], run["strategy"]
+    assert [[list(h) for h in heads] for heads in result.heads_used] == run["heads_used"], run["strategy"]
+    assert result.visible_context_tokens == run["visible_context_tokens"]
+    assert abs(result.evidence_recall - run["evidence_recall"]) < 1e-9
+
+
+def test_strategies_answered_together_match_the_recorded_runs_and_share_their_trunk(embedded_model, monkeypatch):
+    """The strategies of one question decode their common generation (up to the first retrieval) once and then
+    fork: every strategy must still give the answer recorded for it alone, second retrievals included, while the
+    first retrieval pass runs once for all of them."""
+    from dynheads_tl.protocols.rag import RagPolicy
+
+    reference = _reference()
+    samples = make_hotpot_samples(embedded_model.tokenizer, n=3, seed=11, context_tokens=300)
+    scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads, generator=torch.Generator().manual_seed(3))
+    config = RagConfig(rind_threshold=0.0, max_retrievals=2, max_new_tokens=20, top_k_positions=8, window=24)
+    runs = [run for run in reference["runs"] if run["sample"] == 1]
+    assert [run["strategy"] for run in runs] == ["none", "oracle", "static", "dynamic_random"]
+    passes = []
+    original = RagPolicy._retrieval_pass
+    monkeypatch.setattr(RagPolicy, "_retrieval_pass", lambda self, *a: passes.append(a[1]) or original(self, *a))
+    # "static" first: the fork must reorder, since "none" has to go on from the trunk before the retrieval pass
+    order = ["static", "none", "dynamic_random", "oracle"]
+    selectors = [HeadSelector(strategy, embedded_model, config, static_scores=scores) for strategy in order]
+    results = rag_generate_many(embedded_model, samples[1], selectors, config, sample_seed=1)
+    by_strategy = {run["strategy"]: run for run in runs}
+    for strategy, result in zip(order, results):
+        assert result.strategy == strategy
+        _same_result(result, by_strategy[strategy])
+        assert embedded_model.tokenizer.decode(result.trace.tokens.tolist(), skip_special_tokens=True) == result.response
+        assert result.trace.config["strategy"] == strategy
+    # Alone, the three retrieving strategies would run 6 retrieval passes; together the first is shared.
+    assert sum(r.retrievals for r in results) == 6 and len(passes) == 4, passes
+    assert passes[0] <= min(passes[1:])  # the shared pass is the first; each strategy's second lies after it
+
+
+def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_model, samples):
+    """Bit for bit: every recorded step (tokens, argmax positions, Eq. 2 shares, hidden states) and every sentence's
+    RIND value, one retrieval at most (the default), every strategy but full."""
+    config = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=12)
+    scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads, generator=torch.Generator().manual_seed(5))
+    probe = lambda hidden: scores * hidden[: scores.numel()].reshape(scores.shape)
+    strategies = ["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none"]
+    make = lambda strategy: HeadSelector(strategy, embedded_model, config, static_scores=scores, probe=probe)
+    together = rag_generate_many(embedded_model, samples[0], [make(s) for s in strategies], config, sample_seed=7)
+    assert sum(r.retrievals for r in together) == 5  # the trunk forked: every retrieving strategy retrieved
+    for strategy, shared in zip(strategies, together):
+        if strategy not in ("none", "dynamic_random"):  # the two cheapest to redo alone keep the test short
+            continue
+        alone = rag_generate(embedded_model, samples[0], make(strategy), config, sample_seed=7)
+        assert shared.response == alone.response and shared.rind_values == alone.rind_values
+        assert shared.opened == alone.opened and shared.heads_used == alone.heads_used
+        for name in ("tokens", "argmax_pos", "support_score", "hidden"):
+            assert torch.equal(getattr(shared.trace, name), getattr(alone.trace, name)), (strategy, name)
+
+
+def test_question_groups_keep_full_and_repeats_apart():
+    from dynheads_tl.tasks.common import Sample
+
+    def sample(ids):
+        return Sample(prompt_ids=ids, context_span=(0, 2), evidence_spans=[(0, 1)], answers=["a"], task="hotpotqa",
+                      question="q")
+
+    a, b, a_again = sample([1, 2, 3]), sample([4, 5, 6]), sample([1, 2, 3])
+    units = [("none", 0, a), ("full", 0, a), ("static", 0, a_again), ("none", 1, b), ("static", 0, a),
+             ("oracle", 1, b), ("full", 1, b), ("oracle", 0, sample([1, 2, 9]))]
+    assert question_groups(units) == [[0, 2], [1], [3, 5], [4], [6], [7]]
+
+
+def test_strategies_answered_together_are_checked(embedded_model, samples):
+    config = RagConfig(rind_threshold=0.0)
+    with pytest.raises(ValueError, match="once"):
+        rag_generate_many(embedded_model, samples[0], [HeadSelector("none", embedded_model, config)] * 2, config)
+    with pytest.raises(ValueError, match="full strategy"):
+        rag_generate_many(embedded_model, samples[0], [HeadSelector(s, embedded_model, config)
+                                                       for s in ("none", "full")], config)
+
+
 def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(embedded_model, samples, tmp_path, monkeypatch):
     from dynheads_tl.protocols import rag
 
@@ -442,13 +533,13 @@ def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(embedded_
                         original(model, units, *args))
     assert run(config, scores).equals(first) and answered == []  # every answer read back
     run(RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=6, window=9), scores)
-    assert answered == [1] * 2  # another protocol knob: every answer again
+    assert answered == [2]  # another protocol knob: every answer again (one question: one batch)
     run(config, scores + 1.0)
-    assert answered == [1] * 3  # other static scores: the static strategy's answer again, not the other one
+    assert answered == [2, 1]  # other static scores: the static strategy's answer again, not the other one
     with pytest.raises(ValueError, match="name the probe"):  # an unnamed probe could read another probe's answers
         run_strategies(embedded_model, samples, ["dynamic"], config, probe=lambda hidden: scores,
                        cache_key={"test": "rag"})
-    assert answered == [1] * 3
+    assert answered == [2, 1]
 
 
 def test_a_trained_probe_is_named_by_its_weights():
