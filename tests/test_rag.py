@@ -472,27 +472,41 @@ def test_strategies_answered_together_match_the_recorded_runs_and_share_their_tr
         assert result.trace.config["strategy"] == strategy
     # Alone, the three retrieving strategies would run 6 retrieval passes; together the first is shared.
     assert sum(r.retrievals for r in results) == 6 and len(passes) == 4, passes
-    assert passes[0] <= min(passes[1:])  # the shared pass is the first; each strategy's second lies after it
+    # RIND first fired at the end of none's sentence, before its last step: none decoded on from the fork (to its
+    # end-of-sequence, a second evaluated segment) before the retrieval pass ran
+    none = results[order.index("none")]
+    assert len(none.trace.tokens) < config.max_new_tokens and len(none.rind_values) >= 2
 
 
-def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_model, samples):
-    """Bit for bit: every recorded step (tokens, argmax positions, Eq. 2 shares, hidden states) and every sentence's
-    RIND value, one retrieval at most (the default), every strategy but full."""
-    config = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=12)
+@pytest.mark.parametrize("case", ["fork_on_last_step", "never_fires", "without_none"])
+def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_model, samples, case):
+    """Bit for bit against each strategy alone: every recorded step (tokens, argmax positions, Eq. 2 shares, hidden
+    states), every sentence's RIND value, the windows and heads. The paths: the trunk forks on its last step (every
+    strategy but full, one retrieval at most: the default; the recorded-runs test above forks at a sentence end with
+    none decoding on), it never fires (every strategy gets the trunk), and a group without none (the retrieval pass
+    right at the fork)."""
+    threshold, strategies, steps = {
+        "fork_on_last_step": (0.0, ["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none"], 12),
+        "never_fires": (1e9, ["none", "static", "oracle"], 8),
+        "without_none": (0.0, ["static", "fixed_random"], 8)}[case]
+    config = RagConfig(rind_threshold=threshold, max_retrievals=1, max_new_tokens=steps)
     scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads, generator=torch.Generator().manual_seed(5))
     probe = lambda hidden: scores * hidden[: scores.numel()].reshape(scores.shape)
-    strategies = ["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none"]
     make = lambda strategy: HeadSelector(strategy, embedded_model, config, static_scores=scores, probe=probe)
     together = rag_generate_many(embedded_model, samples[0], [make(s) for s in strategies], config, sample_seed=7)
-    assert sum(r.retrievals for r in together) == 5  # the trunk forked: every retrieving strategy retrieved
+    retrieving = sum(s != "none" for s in strategies)
+    assert sum(r.retrievals for r in together) == (0 if case == "never_fires" else retrieving)
     for strategy, shared in zip(strategies, together):
-        if strategy not in ("none", "dynamic_random"):  # the two cheapest to redo alone keep the test short
-            continue
         alone = rag_generate(embedded_model, samples[0], make(strategy), config, sample_seed=7)
-        assert shared.response == alone.response and shared.rind_values == alone.rind_values
-        assert shared.opened == alone.opened and shared.heads_used == alone.heads_used
+        assert shared.strategy == strategy
+        assert shared.response == alone.response and shared.rind_values == alone.rind_values, strategy
+        assert shared.opened == alone.opened and shared.heads_used == alone.heads_used, strategy
+        assert shared.visible_context_tokens == alone.visible_context_tokens
         for name in ("tokens", "argmax_pos", "support_score", "hidden"):
             assert torch.equal(getattr(shared.trace, name), getattr(alone.trace, name)), (strategy, name)
+    if case == "fork_on_last_step":  # RIND first fired on the last step: none was done at the fork
+        none = together[strategies.index("none")]
+        assert len(none.rind_values) == 1 and len(none.trace.tokens) == steps
 
 
 def test_question_groups_keep_full_and_repeats_apart():

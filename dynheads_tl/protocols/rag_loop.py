@@ -58,8 +58,8 @@ class RagPolicy(StepPolicy):
     trunk is decoded once. At the first firing the trunk forks: ``none`` (if asked) goes on from where the trunk
     stands; then the retrieval pass runs once (it is the same pass for every strategy: only the heads chosen from
     it differ) and each retrieving strategy in turn opens its own windows and retracts to the same sentence start,
-    from the same cache. Each strategy therefore makes exactly the forwards it would make alone, in the same order
-    on the same cache, and gets the same answer bit for bit (tested). :attr:`results` holds each strategy's finished
+    from the same cache. Each strategy therefore makes the forwards it would make alone, in the same order over the
+    same cached prefix (the retrieval pass shared, not repeated), and gets the same answer bit for bit (tested). :attr:`results` holds each strategy's finished
     generation, in the order of ``selectors``.
     """
 

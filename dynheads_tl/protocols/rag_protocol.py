@@ -32,7 +32,7 @@ pass -- the ceiling the probe aims for), ``static`` (the calibration split's top
 ``dynamic_random`` (5 random heads per retrieval), ``fixed_random`` (5 random heads per sample),
 ``none`` (w/o RAG: context never visible) and ``full`` (no masking at all: the upper bound).
 
-The loop is :class:`RagPolicy` on the engine's one decoding loop
+The loop is :class:`~dynheads_tl.protocols.rag_loop.RagPolicy` on the engine's one decoding loop
 (:func:`~dynheads_tl.engine.tracing.decode`), so every answer also comes with its :class:`Trace`.
 
 Simplification of the in-context variant: keys and values of the question tokens are computed once,
