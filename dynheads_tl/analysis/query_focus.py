@@ -33,16 +33,6 @@ from torch import Tensor
 NULL_QUERY = "N/A"
 
 
-def _copy_of(cache):
-    """A new ``DynamicCache`` holding copies of ``cache``'s keys and values (a forward appends to the cache it gets)."""
-    from transformers import DynamicCache
-
-    copy = DynamicCache()
-    for index, layer in enumerate(cache.layers):  # update concatenates onto empty: a copy, not a view
-        copy.update(layer.keys, layer.values, index)
-    return copy
-
-
 def query_attention(model, prompt_ids: Sequence[int], query_start: int, *,
                     prefix=None) -> Float[Tensor, "layer head pos"]:
     """Every head's attention from the query tokens (positions ``query_start`` to the end), averaged over those
@@ -51,6 +41,7 @@ def query_attention(model, prompt_ids: Sequence[int], query_start: int, *,
     ``prefix``: the KV cache of ``prompt_ids[:query_start]`` (:func:`~dynheads_tl.engine.decoder.prefill_context`); only the query tokens run
     through the hooked bridge, against it (``prefix`` itself is left as it was). Without it, the whole prompt runs
     through the hooked bridge in one pass (the reference)."""
+    from dynheads_tl.engine.decoder import cache_prefix
     from dynheads_tl.engine.hooks import pattern_hook_name
 
     n_layers = model.cfg.n_layers
@@ -69,7 +60,7 @@ def query_attention(model, prompt_ids: Sequence[int], query_start: int, *,
 
     run = list(prompt_ids) if prefix is None else list(prompt_ids)[query_start:]
     ids = torch.tensor([run], device=model.cfg.device)
-    extra = {} if prefix is None else {"past_key_values": _copy_of(prefix)}
+    extra = {} if prefix is None else {"past_key_values": cache_prefix(prefix)}
     with torch.no_grad():
         model.run_with_hooks(ids, fwd_hooks=[(pattern_hook_name(layer), make(layer)) for layer in range(n_layers)],
                              return_type=None, **extra)

@@ -188,6 +188,18 @@ def prefix_store() -> Iterator[PrefixStore | None]:
             yield store
 
 
+def cache_prefix(cache, n: int | None = None):
+    """A new ``DynamicCache`` holding copies of the first ``n`` positions (default: all) of ``cache``'s keys and
+    values, so that a forward appending to it leaves ``cache`` as it was."""
+    from transformers import DynamicCache
+
+    copy = DynamicCache()
+    for index, layer in enumerate(cache.layers):  # update concatenates onto empty: a copy, not a view
+        keys, values = (layer.keys, layer.values) if n is None else (layer.keys[:, :, :n], layer.values[:, :, :n])
+        copy.update(keys, values, index)
+    return copy
+
+
 def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None):
     """A ``DynamicCache`` of every position of ``ids``, prefilled by the SDPA twin, for a caller that runs further
     tokens through the hooked bridge itself (the query-focused scores). With ``store`` (:func:`prefix_store`), the
@@ -361,8 +373,7 @@ class BatchDecoder:
             source, start = reuse
             if not 0 < start <= split:
                 raise ValueError(f"Cannot reuse {start} positions of a prompt whose twin prefill covers {split}.")
-            for index, layer in enumerate(source.layers):  # update concatenates onto empty: a copy, not a view
-                cache.update(layer.keys[:, :, :start], layer.values[:, :, :start], index)
+            cache = cache_prefix(source, start)
         with torch.no_grad():
             if split > start:
                 # Only the cache is kept: logits for the last position alone (every position's would be

@@ -63,8 +63,8 @@ class RagPolicy(StepPolicy):
     generation, in the order of ``selectors``.
     """
 
-    def __init__(self, model, sample: Sample, selectors: "HeadSelector | list[HeadSelector]", config: RagConfig):
-        selectors = [selectors] if isinstance(selectors, HeadSelector) else list(selectors)
+    def __init__(self, model, sample: Sample, selectors: list[HeadSelector], config: RagConfig):
+        selectors = list(selectors)
         strategies = [selector.strategy for selector in selectors]
         if not selectors:
             raise ValueError("RagPolicy needs at least one strategy.")
@@ -249,8 +249,7 @@ class RagPolicy(StepPolicy):
             return
         if self.retrieval is None:
             self.retrieval = self._retrieval_pass(loop, self.P - 1 + cut, tokens)
-        self._open(branch, self.current, *self.retrieval)
-        self.allowed = branch.visible
+        self._open(branch, self.current, *self.retrieval)  # opens windows in branch.visible, what self.allowed is
         loop.tokens[0][:] = tokens  # the strategy before it generated its own; retract from the trunk's
         self._retract(loop, branch, cut)
 
