@@ -18,8 +18,13 @@ from typing import Any, Callable
 # the comparison says nothing) and qualitative (a picture, no verdict). Items beyond the paper test a hypothesis
 # of ours: supported, partly supported, not supported, undetermined, no headroom, or descriptive (a measurement
 # with no hypothesis attached).
-PAPER_STATUSES = ("reproduced", "weaker", "not reproduced", "undetermined", "no headroom", "qualitative")
-BEYOND_STATUSES = ("supported", "partly supported", "not supported", "undetermined", "no headroom", "descriptive")
+# Either list also holds "absent in this setting": the phenomenon the paper describes does not occur here (for
+# example D_t stays inside S_20), a finding distinct from "not reproduced" and from "no headroom". The
+# pre-registration file (preregistration.yaml) lists the same words.
+PAPER_STATUSES = ("reproduced", "weaker", "not reproduced", "absent in this setting", "undetermined", "no headroom",
+                  "qualitative")
+BEYOND_STATUSES = ("supported", "partly supported", "not supported", "absent in this setting", "undetermined",
+                   "no headroom", "descriptive")
 
 
 @dataclass(frozen=True)

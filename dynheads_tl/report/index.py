@@ -236,7 +236,7 @@ th{background:#f2f2f2;position:sticky;top:0} tbody tr:nth-child(even) td{backgro
 td.item{white-space:nowrap;font-weight:600} td.missing,.missing{color:#a00}
 .status{display:inline-block;white-space:nowrap;padding:.05em .45em;border-radius:.8em;font-size:.88em;font-weight:600}
 .status.good{background:#dcefdc;color:#17501a}.status.mixed{background:#fdf0c8;color:#6a4a00}
-.status.bad{background:#f8d9d6;color:#7a1b12}.status.open{background:#e3e7ee;color:#2b3a55}.status.none{background:#eee;color:#444}
+.status.bad{background:#f8d9d6;color:#7a1b12}.status.open{background:#e3e7ee;color:#2b3a55}.status.none{background:#eee;color:#444}.status.absent{background:#ece3f4;color:#4a2a66}
 details summary{cursor:pointer;color:#0b57a4}
 a{color:#0b57a4} code{font-size:.9em;word-break:break-all}
 figure{margin:1.5em 0 2.5em} figcaption{margin-bottom:.5em}

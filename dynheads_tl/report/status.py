@@ -16,7 +16,7 @@ from dynheads_tl.claim import BEYOND_STATUSES, PAPER_STATUSES, Status
 __all__ = ["BEYOND_STATUSES", "PAPER_STATUSES", "STATUS_CLASS", "Status", "item_status"]
 
 STATUS_CLASS = {"reproduced": "good", "supported": "good", "weaker": "mixed", "partly supported": "mixed",
-                "not reproduced": "bad", "not supported": "bad", "undetermined": "open", "no headroom": "open",
+                "not reproduced": "bad", "not supported": "bad", "absent in this setting": "absent", "undetermined": "open", "no headroom": "open",
                 "qualitative": "none", "descriptive": "none", "not produced": "bad", "see files": "none"}
 
 
