@@ -3,12 +3,14 @@ per-claim tables of its own.
 
 Each folder ``dynheads_tl/claims/<name>/`` exports one :class:`Claim` as ``CLAIM``: its notebook, its config class,
 its presets (the parameters that differ from the config's defaults), its index rows (:class:`PaperItem`, each with
-the paper's numbers typed once, a headline and a status read from the files the notebook wrote) and its seed
-offsets. ``dynheads_tl.claims.CLAIMS`` lists them in notebook order; adding a notebook is one folder and one line
-there.
+the paper's numbers typed once, a headline and a status read from the files the notebook wrote), the verdicts the
+README quotes (:class:`Finding`), its primary comparison (:class:`Primary`) and its seed offsets.
+``dynheads_tl.claims.all_claims`` finds them; adding a notebook is one folder.
 """
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -63,13 +65,26 @@ class PaperItem:
 
 @dataclass(frozen=True)
 class Finding:
-    """A verdict the README quotes: ``label`` names it; the sentences quoted are those of the Markdown output of the
-    first code cell of the executed notebook whose source contains ``call``, that match ``pattern``."""
+    """A verdict the README quotes. ``sentences(folder)`` computes its sentences from the files the notebook wrote
+    in its output folder, by the same functions the notebook's verdict cell calls (so a committed report can be
+    re-rendered without a model); ``section`` is the heading of the notebook section that shows the verdict (the
+    README links there)."""
 
     label: str
-    call: str
-    pattern: str
-    limit: int = 2  # sentences quoted at most
+    sentences: Callable[[Path], list[str]]
+    section: str = ""
+
+
+@dataclass(frozen=True)
+class Primary:
+    """A claim's primary comparison as its code computes it. ``id`` names the declaration in the pre-registration
+    file (``preregistration.yaml``: ``claims.<name>.primary.id``) that this computation implements; ``observed``
+    reads its numbers from the output folder: a dict with ``estimate``, ``low``, ``high``, ``n``, ``units``,
+    ``test``, ``p``, ``p_adjusted`` and ``computed`` (what exactly the files hold), or None when this run's files
+    hold no such comparison."""
+
+    id: str
+    observed: Callable[[Path], dict[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -77,9 +92,9 @@ class Claim:
     """A notebook's declaration: ``notebook`` is its stem (``02_irreplaceability``, the file name in
     ``notebooks/`` and the output folder's name), ``config`` its config class, ``presets`` its parameter overrides
     per preset (``{"smoke": {...}, "paper": {...}}``; ``default`` is the config's own defaults), ``title`` the name
-    of its page in the report's site, ``items`` its
-    index rows, ``findings`` the verdicts the README quotes, ``seeds`` the seed offsets of the sample splits only
-    this claim draws (added to a run's seed; the shared ones are ``corpus.SEED_OFFSETS``)."""
+    of its page in the report's site, ``items`` its index rows, ``findings`` the verdicts the README quotes,
+    ``seeds`` the seed offsets of the sample splits only this claim draws (added to a run's seed; the shared ones
+    are ``corpus.SEED_OFFSETS``), ``primary`` its primary comparison (None for a claim that tests nothing)."""
 
     notebook: str
     config: type
@@ -88,6 +103,7 @@ class Claim:
     items: tuple[PaperItem, ...] = ()
     findings: tuple[Finding, ...] = ()
     seeds: dict[str, int] = field(default_factory=dict)
+    primary: Primary | None = None
 
     def __post_init__(self) -> None:
         number, _, name = self.notebook.partition("_")
@@ -140,10 +156,36 @@ def is_true(value) -> bool:
 
 def sidecar(folder: Path, stem: str) -> dict[str, Any]:
     """The run config written beside ``<folder>/<stem>.*`` (``<stem>.config.json``); empty when absent."""
-    import json
-
     path = Path(folder) / f"{stem}.config.json"
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?:\*\*)?\s+(?=(?:\*\*)?[A-Za-z(])")
+_ABBREVIATIONS = ("Eq.", "Fig.", "e.g.", "i.e.", "vs.", "cf.", "al.", "Tab.")
+
+
+def sentences(paragraph: str) -> list[str]:
+    """Split a paragraph into sentences at ". " before a letter, not after an abbreviation (Eq., Fig.)."""
+    out: list[str] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(paragraph):
+        candidate = paragraph[start:match.start()].strip()
+        if candidate.endswith(_ABBREVIATIONS):
+            continue
+        out.append(candidate)
+        start = match.end()
+    tail = paragraph[start:].strip()
+    if tail:
+        out.append(tail)
+    return [s for s in out if s]
+
+
+def sentences_starting(text: str, *starts: str, limit: int | None = None) -> list[str]:
+    """The sentences of a claim's own verdict text (Markdown bold removed) that start with one of ``starts``, in
+    order: how a claim's :class:`Finding` picks what the README quotes from the text its notebook shows."""
+    flat = " ".join(text.replace("**", "").split())
+    chosen = [s for s in sentences(flat) if s.startswith(starts)]
+    return chosen[:limit] if limit is not None else chosen

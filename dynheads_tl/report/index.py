@@ -16,6 +16,7 @@ from typing import Any
 
 
 from dynheads_tl.store import atomic_write_text
+from dynheads_tl.tasks.hotpot import hotpot_label  # noqa: F401 (the notebooks' import)
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +54,6 @@ def _headline(claim, item, output_dir: Path) -> str:
 
 # HotpotQA items (``PaperItem.hotpot``) are labelled synthetic unless the config names a real file.
 SYNTHETIC_NOTE = "(synthetic HotpotQA-format data)"
-
-
-def hotpot_label(source: str) -> str:
-    """The dataset name for a figure title: synthetic questions are never called plain "HotpotQA"."""
-    return "HotpotQA (synthetic)" if source == "synthetic" else "HotpotQA"
 
 
 def hotpot_source(stem: Path) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import html as _html
 import re
 
+from dynheads_tl.claim import sentences
+
 LONG_PARAGRAPH = 300  # characters: a verdict paragraph longer than this becomes one bullet per sentence
 
 
@@ -51,24 +53,6 @@ def raw_tex(text: str) -> list[str]:
 
 # --- sentences and verdicts ------------------------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?:\*\*)?\s+(?=(?:\*\*)?[A-Za-z(])")
-_ABBREVIATIONS = ("Eq.", "Fig.", "e.g.", "i.e.", "vs.", "cf.", "al.", "Tab.")
-
-
-def sentences(paragraph: str) -> list[str]:
-    """Split a paragraph into sentences at ". " before a letter, not after an abbreviation (Eq., Fig.)."""
-    out: list[str] = []
-    start = 0
-    for match in _SENTENCE_END.finditer(paragraph):
-        candidate = paragraph[start:match.start()].strip()
-        if candidate.endswith(_ABBREVIATIONS):
-            continue
-        out.append(candidate)
-        start = match.end()
-    tail = paragraph[start:].strip()
-    if tail:
-        out.append(tail)
-    return [s for s in out if s]
 
 
 def verdict_bullets(markdown: str) -> str:

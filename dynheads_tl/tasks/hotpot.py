@@ -464,3 +464,8 @@ MULTIHOP = HotpotSetting("multihop", ("bridge", "comparison"), 10, False)
 # any of these paragraph counts. The examples were then reordered (see HOTPOT_DEMONSTRATIONS).
 HEADROOM = HotpotSetting("headroom", ("single_birthplace", "single_director"), 2, True)
 HOTPOT_SETTINGS = {setting.name: setting for setting in (MULTIHOP, HEADROOM)}
+
+
+def hotpot_label(source: str) -> str:
+    """The dataset name for a title or a sentence: synthetic questions are never called plain "HotpotQA"."""
+    return "HotpotQA (synthetic)" if source == "synthetic" else "HotpotQA"

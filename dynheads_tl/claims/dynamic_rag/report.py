@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 from dynheads_tl.analysis.statistics import bootstrap_interval, format_interval, wilson_interval
 
 from .config import SEEDS, RagStudyConfig
@@ -177,6 +177,26 @@ def _table4_status(folder: Path) -> Status:
 
 
 _L = PAPER_TABLE4["Llama-3.1-8B-Instruct"]
+def _rag_finding(folder: Path) -> list[str]:
+    """The sentences of :func:`rag_verdict` that compare Dynamic (probe) with another strategy, the primary first."""
+    verdict = rag_verdict(pd.read_csv(folder / "table4_rag.csv"), pd.read_csv(folder / "table4_comparisons.csv"))
+    return sentences_starting(verdict, "Primary comparison (declared): Dynamic (probe)", "Dynamic (probe) beats",
+                              "Dynamic (probe) and", limit=3)
+
+
+def _primary(folder: Path) -> dict | None:
+    """The row of ``table4_comparisons.csv`` marked primary: Dynamic minus Static answer F1 over questions."""
+    table = pd.read_csv(folder / "table4_comparisons.csv")
+    row = table[table["primary"].map(is_true)]
+    if row.empty:
+        return None
+    r = row.iloc[0]
+    return {"estimate": float(r["f1_difference"]), "low": float(r["low"]), "high": float(r["high"]),
+            "n": int(r["n"]), "units": "questions", "test": "exact two-sided sign test over questions; 95% bootstrap "
+            "interval", "p": float(r["sign_p"]), "p_adjusted": float(r["p_adjusted"]),
+            "computed": f"answer F1, {r['a']} − {r['b']}"}
+
+
 CLAIM = Claim(
     notebook="04_dynamic_rag",
     title="Case study: dynamic RAG",
@@ -198,7 +218,7 @@ CLAIM = Claim(
                                                                 ("w/o RAG", "none"))),
                   "table4_rag", 12, _table4_headline, _table4_status, hotpot=True),
     ),
-    findings=(Finding("Case study, dynamic RAG", "rag_verdict",
-                      r"^(Primary comparison \(declared\): )?Dynamic \(probe\) (beats|and)", limit=3),),
+    findings=(Finding("Case study, dynamic RAG", _rag_finding, "Verdict, computed from the tests"),),
+    primary=Primary("dynamic_vs_static_f1", _primary),
     seeds=SEEDS,
 )

@@ -1,0 +1,234 @@
+"""A notebook run's results as data: ``<output folder>/verdicts.json``, beside the figures and tables.
+
+One file per notebook output folder (``papers_figures/02_irreplaceability/verdicts.json``), computed from the files
+the notebook wrote by its claim's own functions (:class:`~dynheads_tl.claim.Claim`), so that it can be recomputed
+from a committed report without running a model. It holds:
+
+- ``model``, ``preset`` and ``run`` (date, minutes, parameters: the runner's record of the run);
+- ``preregistration``: the sha256 of ``preregistration.yaml`` the verdicts were computed under;
+- ``primary``: the claim's primary comparison, as declared there (measure, comparison, test, direction, smallest
+  effect of interest, units) and as observed (estimate, interval, n and units, test, p, adjusted p, and what exactly
+  the files hold);
+- ``items``: per index row (paper item), its status, the rule that gave it (the status function's docstring, and
+  the rule declared in the pre-registration file where there is one), its headline, every number ("ours") and its
+  files;
+- ``findings``: per verdict the README quotes, its sentences and the notebook section that shows it;
+- ``outputs``: every figure and table the notebook wrote, with its files, caption and the notebook cell that wrote
+  it (recorded by :func:`record_output` as the notebook saves them).
+
+The report layer (the README's findings, the index, the site) reads these files and parses no notebook source.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+from dynheads_tl import preregistration
+from dynheads_tl.claim import Status, sidecar
+from dynheads_tl.store import atomic_write_text
+
+__all__ = ["FILE", "FORMAT", "build", "write", "read", "record_output", "primary_problems", "not_produced"]
+
+FILE = "verdicts.json"
+FORMAT = 1
+# What a status or headline function may raise on files of another shape (an older run): the row then says
+# "see files" rather than stopping the report.
+_READ_ERRORS = (OSError, KeyError, IndexError, ValueError, AttributeError, TypeError)
+
+
+def read(folder: Path) -> dict[str, Any] | None:
+    """``<folder>/verdicts.json``, or None when it is missing or unreadable (the report then computes it)."""
+    path = Path(folder) / FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, default=str, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: a missing number is null."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        return _finite(value.item())
+    return value
+
+
+def _current_cell() -> int | None:
+    """The execution count of the notebook cell running now (IPython numbers a papermill run's cells 1, 2, ...),
+    or None outside a notebook."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the notebooks' kernel
+        return None
+    shell = get_ipython()
+    return int(shell.execution_count) if shell is not None and hasattr(shell, "execution_count") else None
+
+
+def record_output(folder: Path, stem: str, kind: str, caption: str = "") -> None:
+    """Record in ``<folder>/verdicts.json`` that the notebook wrote figure or table ``stem`` (``kind``: "figure" or
+    "table"), with its caption and the cell writing it, so the site can say which section makes which file."""
+    folder = Path(folder)
+    data = read(folder) or {"format": FORMAT}
+    outputs = dict(data.get("outputs_recorded") or {})
+    outputs[stem] = {"kind": kind, "caption": caption, "cell": _current_cell()}
+    data["outputs_recorded"] = outputs
+    atomic_write_text(folder / FILE, _dump(_finite(data)))
+
+
+def _files(folder: Path, stem: str) -> list[str]:
+    return sorted(p.name for p in folder.glob(f"{stem}.*") if p.is_file() and not p.name.endswith(".tmp")
+                  and p.name.split(".")[0] == stem)
+
+
+def not_produced(item) -> dict[str, Any]:
+    """An index row whose files are missing."""
+    return {"item": item.item, "produced": False, "status": "not produced", "headline": "not produced",
+            "ours": "not produced", "why": "", "rule": "", "declared_rule": None, "files": [], "synthetic": False}
+
+
+def _item(claim, item, folder: Path) -> dict[str, Any]:
+    files = _files(folder, item.output)
+    if not files:
+        return not_produced(item)
+    found = Status("see files", "see the files")
+    if item.status is not None:
+        try:
+            found = item.status(folder)
+        except _READ_ERRORS:
+            pass
+    ours = "see figure"
+    if item.headline is not None:
+        try:
+            ours = item.headline(folder)
+        except _READ_ERRORS:
+            ours = "see file"
+    try:
+        declared = preregistration.item_rule(claim.name, item.item).get("rule")
+    except preregistration.PreregistrationError:
+        declared = None
+    synthetic = item.hotpot and str(sidecar(folder, item.output).get("hotpot_source", "synthetic")) == "synthetic"
+    return {"item": item.item, "produced": True, "status": found.status, "headline": found.headline,
+            "ours": ours, "why": found.why, "rule": inspect.getdoc(item.status) or "" if item.status else "",
+            "declared_rule": declared, "files": files, "synthetic": bool(synthetic)}
+
+
+def _declared_primary(claim) -> dict[str, Any] | None:
+    try:
+        return preregistration.primary(claim.name)
+    except preregistration.PreregistrationError:
+        return None
+
+
+def _primary(claim, folder: Path) -> dict[str, Any] | None:
+    declared = _declared_primary(claim)
+    if claim.primary is None and declared is None:
+        return None
+    entry: dict[str, Any] = {"id": claim.primary.id if claim.primary else None, "declared": declared,
+                             "observed": None}
+    if claim.primary is not None:
+        try:
+            entry["observed"] = claim.primary.observed(folder)
+        except _READ_ERRORS as error:
+            entry["missing"] = f"this run's files hold no such comparison ({type(error).__name__}: {error})"
+        if entry["observed"] is None and "missing" not in entry:
+            entry["missing"] = "this run's files hold no such comparison"
+    return entry
+
+
+def _finding(finding, folder: Path, notebook: str) -> dict[str, Any]:
+    entry = {"label": finding.label, "section": finding.section, "sentences": []}
+    try:
+        entry["sentences"] = list(finding.sentences(folder))
+    except _READ_ERRORS as error:
+        entry["sentences"] = [f"not in this run: the files of {notebook} lack what this verdict reads "
+                              f"({type(error).__name__}: {error}); the next run adds it."]
+    return entry
+
+
+def _outputs(folder: Path, recorded: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every figure and table in ``folder`` (a stem with a CSV, PNG or Markdown file), with what was recorded."""
+    stems = sorted({p.name.split(".")[0] for p in folder.iterdir() if p.is_file() and p.suffix in (".csv", ".png", ".md")
+                    and p.name != FILE}) if folder.is_dir() else []
+    out = []
+    for stem in stems:
+        files = _files(folder, stem)
+        record = recorded.get(stem, {})
+        kind = record.get("kind") or ("figure" if f"{stem}.png" in files else "table")
+        out.append({"stem": stem, "kind": kind, "files": files, "caption": record.get("caption", ""),
+                    "cell": record.get("cell")})
+    return out
+
+
+def build(claim, folder: Path, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The results of ``claim``'s notebook, computed from the files in its output ``folder``; ``run`` is the
+    runner's record of the run (``runs.json``: model, preset, parameters, date, minutes)."""
+    folder = Path(folder)
+    run = dict(run or {})
+    recorded = (read(folder) or {}).get("outputs_recorded") or {}
+    model = run.get("model")
+    if model is None:
+        configs = sorted(folder.glob("*.config.json")) if folder.is_dir() else []
+        model = next((sidecar(folder, p.name[:-len(".config.json")]).get("model") for p in configs), None)
+    data = {
+        "format": FORMAT, "notebook": claim.notebook, "claim": claim.name, "title": claim.title,
+        "model": model, "preset": run.get("preset"),
+        "run": {key: run.get(key) for key in ("date", "minutes", "parameters")},
+        "preregistration": {"file": "preregistration.yaml", "sha256": preregistration.sha256()},
+        "primary": _primary(claim, folder),
+        "items": [_item(claim, item, folder) for item in claim.items],
+        "findings": [_finding(finding, folder, claim.notebook) for finding in claim.findings],
+        "outputs": _outputs(folder, recorded),
+        "outputs_recorded": recorded,
+    }
+    return _finite(data)
+
+
+def write(claim, folder: Path, run: dict[str, Any] | None = None) -> Path:
+    """Compute :func:`build` and write it to ``<folder>/verdicts.json`` (atomically); returns its path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / FILE, _dump(build(claim, folder, run)))
+    return folder / FILE
+
+
+_DECLARED_FIELDS = ("id", "measure", "comparison", "test", "direction", "sesoi", "units")
+
+
+def primary_problems(data: dict[str, Any]) -> list[str]:
+    """Where a results file's primary differs from what the pre-registration file declares for its claim: another
+    comparison computed (its id), a declaration copied from another version of the file, or a primary missing on
+    one side. Empty when they agree."""
+    name = data.get("claim", "?")
+    try:
+        declared = preregistration.primary(name)
+    except preregistration.PreregistrationError:
+        declared = None
+    recorded = data.get("primary")
+    where = f"{data.get('notebook', name)}/{FILE}"
+    if declared is None:
+        return [] if recorded is None else [f"{where} states a primary, but preregistration.yaml declares none for "
+                                            f"claim {name!r}"]
+    if recorded is None:
+        return [f"{where} states no primary, but preregistration.yaml declares {declared['id']!r} for claim {name!r}"]
+    problems = []
+    if recorded.get("id") != declared["id"]:
+        problems.append(f"{where}: the claim's code computes the primary {recorded.get('id')!r}, but "
+                        f"preregistration.yaml declares {declared['id']!r}")
+    copied = recorded.get("declared") or {}
+    changed = [f for f in _DECLARED_FIELDS if copied.get(f) != declared.get(f)]
+    if changed:
+        problems.append(f"{where}: the primary's {', '.join(changed)} differ from preregistration.yaml's declaration "
+                        "(the file was written under another version of it; recompute it)")
+    return problems
