@@ -29,7 +29,7 @@ from dynheads_tl import preregistration
 from dynheads_tl.claim import Status, sidecar
 from dynheads_tl.store import atomic_write_text
 
-__all__ = ["FILE", "FORMAT", "build", "write", "read", "record_output", "primary_problems", "not_produced"]
+__all__ = ["FILE", "FORMAT", "build", "write", "read", "record_output", "outputs", "primary_problems"]
 
 FILE = "verdicts.json"
 FORMAT = 1
@@ -76,13 +76,14 @@ def _current_cell() -> int | None:
     return int(shell.execution_count) if shell is not None and hasattr(shell, "execution_count") else None
 
 
-def record_output(folder: Path, stem: str, kind: str, caption: str = "") -> None:
+def record_output(folder: Path, stem: str, kind: str, caption: str = "", cell: int | None = None) -> None:
     """Record in ``<folder>/verdicts.json`` that the notebook wrote figure or table ``stem`` (``kind``: "figure" or
-    "table"), with its caption and the cell writing it, so the site can say which section makes which file."""
+    "table"), with its caption and the cell writing it (``cell``: its execution count, by default the running
+    cell's), so the site can say which section makes which file."""
     folder = Path(folder)
     data = read(folder) or {"format": FORMAT}
     outputs = dict(data.get("outputs_recorded") or {})
-    outputs[stem] = {"kind": kind, "caption": caption, "cell": _current_cell()}
+    outputs[stem] = {"kind": kind, "caption": caption, "cell": _current_cell() if cell is None else int(cell)}
     data["outputs_recorded"] = outputs
     atomic_write_text(folder / FILE, _dump(_finite(data)))
 
@@ -92,16 +93,10 @@ def _files(folder: Path, stem: str) -> list[str]:
                   and p.name.split(".")[0] == stem)
 
 
-def not_produced(item) -> dict[str, Any]:
-    """An index row whose files are missing."""
-    return {"item": item.item, "produced": False, "status": "not produced", "headline": "not produced",
-            "ours": "not produced", "why": "", "rule": "", "declared_rule": None, "files": [], "synthetic": False}
-
-
 def _item(claim, item, folder: Path) -> dict[str, Any]:
+    """An index row's results. Its status is computed even when the row's own files are missing (a rule may read
+    other tables); ``produced`` says whether they are there, and the index shows "not produced" when not."""
     files = _files(folder, item.output)
-    if not files:
-        return not_produced(item)
     found = Status("see files", "see the files")
     if item.status is not None:
         try:
@@ -119,9 +114,10 @@ def _item(claim, item, folder: Path) -> dict[str, Any]:
     except preregistration.PreregistrationError:
         declared = None
     synthetic = item.hotpot and str(sidecar(folder, item.output).get("hotpot_source", "synthetic")) == "synthetic"
-    return {"item": item.item, "produced": True, "status": found.status, "headline": found.headline,
-            "ours": ours, "why": found.why, "rule": inspect.getdoc(item.status) or "" if item.status else "",
-            "declared_rule": declared, "files": files, "synthetic": bool(synthetic)}
+    rule = (inspect.getdoc(item.status) or "") if item.status is not None else ""
+    return {"item": item.item, "produced": bool(files), "status": found.status, "headline": found.headline,
+            "ours": ours if files else "not produced", "why": found.why, "rule": rule, "declared_rule": declared,
+            "files": files, "synthetic": bool(synthetic)}
 
 
 def _declared_primary(claim) -> dict[str, Any] | None:
@@ -157,8 +153,13 @@ def _finding(finding, folder: Path, notebook: str) -> dict[str, Any]:
     return entry
 
 
-def _outputs(folder: Path, recorded: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every figure and table in ``folder`` (a stem with a CSV, PNG or Markdown file), with what was recorded."""
+def outputs(folder: Path, recorded: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every figure and table in ``folder`` (a stem with a CSV, PNG or Markdown file), each with its files and what
+    :func:`record_output` recorded of it (``recorded``; by default read from the folder's results file): its kind,
+    caption and the notebook cell (execution count) that wrote it, None where not recorded."""
+    folder = Path(folder)
+    if recorded is None:
+        recorded = (read(folder) or {}).get("outputs_recorded") or {}
     stems = sorted({p.name.split(".")[0] for p in folder.iterdir() if p.is_file() and p.suffix in (".csv", ".png", ".md")
                     and p.name != FILE}) if folder.is_dir() else []
     out = []
@@ -189,7 +190,7 @@ def build(claim, folder: Path, run: dict[str, Any] | None = None) -> dict[str, A
         "primary": _primary(claim, folder),
         "items": [_item(claim, item, folder) for item in claim.items],
         "findings": [_finding(finding, folder, claim.notebook) for finding in claim.findings],
-        "outputs": _outputs(folder, recorded),
+        "outputs": outputs(folder, recorded),
         "outputs_recorded": recorded,
     }
     return _finite(data)

@@ -9,19 +9,21 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from dynheads_tl import verdicts
 from dynheads_tl.report import findings, site
 from dynheads_tl.report.status import item_status
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "papers_figures"
 README = ROOT / "README.md"
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 
 # --- the README ------------------------------------------------------------------------------------
 
 def test_readme_findings_are_the_committed_reports_verdicts():
     """The block between the README's markers is exactly what the executed notebooks' verdict outputs give
-    (refresh it with `python -m dynheads_tl.report.site papers_figures --readme README.md`)."""
+    (refresh it with `python -m dynheads_tl.report.rerender papers_figures --readme README.md`)."""
     expected = findings.findings_markdown(COMMITTED)
     assert len(expected.splitlines()) == len(findings.declared_findings()) + 2, \
         "every declared finding was found, the statuses and the runs"
@@ -31,23 +33,25 @@ def test_readme_findings_are_the_committed_reports_verdicts():
 
 
 def test_the_readme_quotes_every_declared_primary_comparison_first():
-    """A claim's declared primary comparison is what its verdict rests on: where a claim's verdicts state one, the
-    README's quote of that claim starts with it (quoting only the secondary comparisons would say more than the
-    verdict)."""
-    import nbformat
+    """A claim's primary comparison is what its verdict rests on: where a claim's results state one, the README's
+    quote of that claim starts with it (quoting only the secondary comparisons would say more than the verdict).
+    Claim 3's quote once started with a secondary sentence labelled as the primary; it now quotes the primary."""
+    from dynheads_tl.report.results import all_results
 
     quoted = findings.findings(COMMITTED)  # in the order declared, a claim's findings together
-    first_quote: dict[str, list[str]] = {}
-    states_primary: set[str] = set()
-    for (label, stem, call, _, _), (_, _, chosen) in zip(findings.declared_findings(), quoted):
-        path = COMMITTED / "executed" / f"{stem}.ipynb"
-        text = findings._verdict_text(nbformat.read(path, as_version=4), call) if path.exists() else None
-        first_quote.setdefault(stem, chosen)
-        if text and "Primary comparison" in text:
-            states_primary.add(stem)
+    results = all_results(COMMITTED)
+    first_quote = {}
+    for label, page, chosen in quoted:
+        first_quote.setdefault(page.split("/")[1].split(".")[0], chosen)
+    states_primary = {stem for stem, data in results.items() if (data.get("primary") or {}).get("observed")
+                      and stem not in ("01_dynamism",)}  # claim 1 quotes readings, its primary is in the index
     for stem in sorted(states_primary):
         assert first_quote[stem] and first_quote[stem][0].startswith("Primary comparison"), (stem, first_quote[stem][:1])
     assert len(states_primary) >= 5, "claims 2, 3, 4, 5 and 6 state a primary comparison"
+    claim3 = first_quote["03_correlation"][0]
+    primary = results["03_correlation"]["primary"]["observed"]
+    assert f"{primary['estimate']:+.3f} [{primary['low']:+.3f}, {primary['high']:+.3f}]" in claim3
+    assert f"p_adj = {primary['p_adjusted']:.3f}" in claim3
 
 
 def test_the_runs_line_is_read_from_runs_json(tmp_path):
@@ -128,12 +132,13 @@ def test_verdict_paragraphs_become_one_bullet_per_sentence():
 def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
     (tmp_path / "01_dynamism").mkdir()
     (tmp_path / "01_dynamism" / "table1_niah.csv").write_text("a\n1\n")
+    verdicts.record_output(tmp_path / "01_dynamism", "table1_niah", "table", cell=1)  # what save_table records
     rows = "".join(f"<tr><td>{i}</td></tr>" for i in range(30))
     notebook = new_notebook(cells=[
         new_markdown_cell("# Claim 1\nEq. 1 marks $h \\in D_t$."),
         new_code_cell("n_analysis = 20", metadata={"tags": ["parameters"]}),
         new_code_cell("# Parameters\noutput_dir = 'x'", metadata={"tags": ["injected-parameters"]}),
-        new_code_cell('figures.save_table(t, "table1_niah", out_dir, c)\nprint("ok")', outputs=[
+        new_code_cell('save(t)\nprint("ok")', execution_count=1, outputs=[
             new_output("stream", name="stderr", text="Loading weights 100%\n"),
             new_output("stream", name="stdout", text="traces: 2/7 after 3 s, about 9 s left\nok\n"),
             new_output("display_data", data={"text/html": f"<table><tbody>{rows}</tbody></table>", "text/plain": "t"})]),
@@ -148,18 +153,22 @@ def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
     assert len(notebook.cells) == 4  # the executed notebook itself is untouched
     again = site.prepare_notebook(notebook, tmp_path, "01_dynamism")
     assert [c.id for c in again.cells] == [c.id for c in prepared.cells]  # the same page on every render
+    notebook.cells[3].execution_count = 2  # another cell wrote the table: this one links every output instead
+    elsewhere = site.prepare_notebook(notebook, tmp_path, "01_dynamism").cells[2].outputs[1].data["text/html"]
+    assert "table1_niah.csv" not in elsewhere and 'href="#all-outputs"' in elsewhere
 
 
 def test_a_rendered_page_has_navigation_and_its_outputs(tmp_path):
     pytest.importorskip("nbconvert")
     (tmp_path / "01_dynamism").mkdir()
     (tmp_path / "01_dynamism" / "table1_niah.csv").write_text("a\n1\n")
+    verdicts.record_output(tmp_path / "01_dynamism", "table1_niah", "table", cell=1)
     executed = tmp_path / "executed"
     executed.mkdir()
     for stem in ("00_inspect_attention", "01_dynamism", "02_irreplaceability"):
         nbformat.write(new_notebook(cells=[
             new_markdown_cell("# Title\n## Table 1 — metrics $D_t$"),
-            new_code_cell('figures.save_table(t, "table1_niah", out_dir, c)')]), executed / f"{stem}.ipynb")
+            new_code_cell("save(t)", execution_count=1)]), executed / f"{stem}.ipynb")
     page = site.render_page(executed / "01_dynamism.ipynb", tmp_path).read_text()
     assert '<a href="../index.html">' in page and site.PAPER_URL in page
     assert 'href="00_inspect_attention.html" rel="prev"' in page and 'href="02_irreplaceability.html" rel="next"' in page
@@ -170,34 +179,39 @@ def test_a_rendered_page_has_navigation_and_its_outputs(tmp_path):
 
 
 def test_every_figure_on_a_page_has_alternative_text_naming_its_file_and_numbers(tmp_path):
+    """Which image is which file is read from the data: the cell each figure was saved from (recorded in the
+    folder's verdicts.json) and the image's bytes, never the cell's source."""
     pytest.importorskip("nbconvert")
+    import base64
+
     folder = tmp_path / "02_irreplaceability"
     folder.mkdir()
-    for name in ("fig2_niah_masking.png", "fig2_niah_masking.csv", "size_aware_niah.png", "size_aware_hotpot.png",
-                 "niah_controls.png"):
-        (folder / name).write_bytes(b"x")
+    images = {name: base64.b64decode(PNG_1PX) + name.encode() for name in
+              ("fig2_niah_masking", "size_aware_niah", "size_aware_hotpot", "niah_controls")}
+    for name, data in images.items():
+        (folder / f"{name}.png").write_bytes(data)
+    (folder / "fig2_niah_masking.csv").write_text("a\n1\n")
+    verdicts.record_output(folder, "fig2_niah_masking", "figure", "Fig 2 (NIAH): masking", cell=1)
+    for name in ("size_aware_niah", "size_aware_hotpot"):
+        verdicts.record_output(folder, name, "figure", cell=2)
+    # niah_controls: recorded without its cell (an older run), found by its bytes
+    shown = lambda name: new_output("display_data", data={"image/png": base64.b64encode(images[name]).decode(),
+                                                           "text/plain": "<Image>"})
+    unknown = new_output("display_data", data={"image/png": PNG_1PX, "text/plain": "<Image>"})
     executed = tmp_path / "executed"
     executed.mkdir()
-    png = {"image/png": "iVBORw0KGgo=", "text/plain": "<Image>"}
     nbformat.write(new_notebook(cells=[
         new_markdown_cell("# Claim 2\n## Fig 2: masking $D_t$"),
-        new_code_cell('display(Image(figures.save_figure(fig, "fig2_niah_masking", out_dir, grid, c)))',
-                      outputs=[new_output("display_data", data=png)]),
-        new_code_cell('for task in tasks:\n    save_figure(fig, f"size_aware_{task}", out_dir, part, c)',
-                      outputs=[new_output("display_data", data=png), new_output("display_data", data=png)]),
-        new_code_cell('save_figure(b, "niah_controls", d, t, c)\nsave_figure(a, "fig2_niah_masking", d, t, c)',
-                      outputs=[new_output("display_data", data=png), new_output("display_data", data=png)]),
+        new_code_cell("a()", execution_count=1, outputs=[shown("fig2_niah_masking")]),
+        new_code_cell("b()", execution_count=2, outputs=[shown("size_aware_hotpot"), shown("size_aware_niah")]),
+        new_code_cell("c()", execution_count=3, outputs=[shown("niah_controls"), unknown]),
     ]), executed / "02_irreplaceability.ipynb")
     page = site.render_page(executed / "02_irreplaceability.ipynb", tmp_path).read_text()
     alts = re.findall(r'<img [^>]*alt="([^"]*)"', page)
-    assert alts[0] == ("Figure fig2_niah_masking under “Fig 2: masking D_t”; the numbers it plots are in "
-                       "fig2_niah_masking.csv.")
-    assert alts[1:3] == [f"Figure {i} of 2 of this cell under “Fig 2: masking D_t”: one of size_aware_hotpot, "
-                         "size_aware_niah." for i in (1, 2)]
-    # two figures named by literals: in the order the source names them (no CSV beside the first)
-    assert alts[3:] == ["Figure niah_controls under “Fig 2: masking D_t”.",
-                        "Figure fig2_niah_masking under “Fig 2: masking D_t”; the numbers it plots are in "
-                        "fig2_niah_masking.csv."]
+    where = "under “Fig 2: masking D_t”"
+    assert alts == [f"Figure fig2_niah_masking (Fig 2 (NIAH): masking) {where}; the numbers it plots are in "
+                    "fig2_niah_masking.csv.", f"Figure size_aware_hotpot {where}.", f"Figure size_aware_niah {where}.",
+                    f"Figure niah_controls {where}.", f"Figure 2 of 2 of this cell {where}."]
     assert "No description has been provided" not in page
 
 
@@ -310,13 +324,14 @@ def test_every_figure_and_table_of_the_committed_report_is_linked_from_the_index
     assert "<th>status</th>" in index and site.PAPER_URL in index
 
 
-def test_a_declared_finding_missing_from_an_older_run_is_said_to_be_missing(tmp_path, monkeypatch):
-    """A run made before a claim declared a verdict quotes nothing for it, and says so, instead of dropping it."""
+def test_a_declared_finding_whose_files_are_missing_is_said_to_be_missing(tmp_path):
+    """A run whose files lack what a declared verdict reads (an older run) quotes nothing for it, and says so,
+    instead of dropping it."""
     (tmp_path / "executed").mkdir()
-    nb = new_notebook(cells=[new_code_cell("print('an older cell')")])
-    nbformat.write(nb, tmp_path / "executed" / "06_kv_retention.ipynb")
-    monkeypatch.setattr(findings, "declared_findings",
-                        lambda: [("Beyond 2", "06_kv_retention", "kv_retention.primary_verdict", r"^Primary", 1)])
-    assert findings.findings(tmp_path) == [("Beyond 2", "executed/06_kv_retention.html",
-                                            ["not in this run: its executed notebook predates this verdict "
-                                             "(`kv_retention.primary_verdict`); the next run adds it."])]
+    nbformat.write(new_notebook(cells=[new_code_cell("print('an older cell')")]),
+                   tmp_path / "executed" / "06_kv_retention.ipynb")
+    (tmp_path / "06_kv_retention").mkdir()
+    quoted = findings.findings(tmp_path)
+    assert [label for label, _, _ in quoted] == ["Beyond 2, per-step KV retention"] * 2
+    assert quoted[0][2] == ["Primary comparison (predicted against static retention over the KV-head budgets): not run."]
+    assert quoted[1][2][0].startswith("not in this run: the files of 06_kv_retention lack what this verdict reads")

@@ -3,6 +3,8 @@ byte-identical on a rerun; and the error bars every figure draws from an interva
 
 Every figure: ``NAME.png`` + ``NAME.pdf`` + ``NAME.csv`` + ``NAME.config.json``.
 Every table: ``NAME.csv`` + ``NAME.md`` + ``NAME.config.json``.
+Each is also recorded in the folder's results file (``verdicts.json``: its kind, caption and the notebook cell that
+wrote it, :func:`dynheads_tl.verdicts.record_output`), which the site reads to place it.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dynheads_tl.store import atomic_write_text
+from dynheads_tl.verdicts import record_output
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None}  # byte-identical reruns
 
@@ -45,18 +48,30 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4f") -> str:
     return "\n".join([header, rule, *rows]) + "\n"
 
 
-def save_table(frame: pd.DataFrame, name: str, out_dir: str | Path, config: dict[str, Any]) -> Path:
+def save_table(frame: pd.DataFrame, name: str, out_dir: str | Path, config: dict[str, Any], caption: str = "") -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
     atomic_write_text(out / f"{name}.md", markdown_table(frame))
     write_config(out, name, config)
+    record_output(out, name, "table", caption)
     return out / f"{name}.md"
 
 
-def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config: dict[str, Any]) -> Path:
+def figure_caption(fig) -> str:
+    """A figure's own title: its suptitle, else its first panel's title ("" when it has neither)."""
+    suptitle = getattr(fig, "_suptitle", None)
+    if suptitle is not None and suptitle.get_text().strip():
+        return " ".join(suptitle.get_text().split())
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title().strip()]
+    return " ".join(titles[0].split()) if titles else ""
+
+
+def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config: dict[str, Any],
+                caption: str = "") -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    caption = caption or figure_caption(fig)
     fig.savefig(out / f"{name}.png", dpi=130, bbox_inches="tight", metadata={"Software": None})
     fig.savefig(out / f"{name}.pdf", bbox_inches="tight", metadata=PDF_METADATA)
     # Closed once saved: the notebooks display the PNG that was written, and an open figure would be
@@ -64,6 +79,7 @@ def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config:
     plt.close(fig)
     atomic_write_text(out / f"{name}.csv", data.to_csv(index=False))
     write_config(out, name, config)
+    record_output(out, name, "figure", caption)
     return out / f"{name}.png"
 
 

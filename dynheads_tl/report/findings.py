@@ -1,96 +1,65 @@
-"""The README's findings: the computed verdict sentences the claims declare (``Claim.findings``), quoted from the
-executed notebooks' outputs, with each index row's status, written between the README's markers."""
+"""The README's findings: the verdict sentences the claims declare (``Claim.findings``), with each index row's
+status, read from each notebook folder's results (``verdicts.json``, :mod:`dynheads_tl.verdicts`) and written
+between the README's markers."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from dynheads_tl.report.site import headings
-from dynheads_tl.report.text import sentences
+from dynheads_tl.claims import all_claims
+from dynheads_tl.report.results import all_results, read_runs
+from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
 
 FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
 
 
-def _verdict_cell(notebook, function: str):
-    """The first code cell whose source calls ``function`` and that shows Markdown, or None."""
-    for cell in notebook.cells:
-        if cell.cell_type == "code" and function in cell.source:
-            if any(output.get("data", {}).get("text/markdown") for output in cell.get("outputs", [])):
-                return cell
-    return None
-
-
-def _verdict_text(notebook, function: str) -> str | None:
-    """Every Markdown output of the verdict's cell, as paragraphs (a cell may show more than one verdict)."""
-    cell = _verdict_cell(notebook, function)
-    if cell is None:
-        return None
-    return "\n\n".join(o["data"]["text/markdown"] for o in cell.outputs if o.get("data", {}).get("text/markdown"))
-
-
-def _verdict_anchor(notebook, function: str, page_path: Path) -> str:
-    """``#anchor`` of the heading above the verdict's cell in the rendered page, or "" when unknown."""
-    cell = _verdict_cell(notebook, function)
-    if cell is None or not cell.get("id") or not page_path.exists():
-        return ""
-    page = page_path.read_text(encoding="utf-8")
-    position = page.find(f'id="cell-id={cell.id}"')
-    above = [h for h in headings(page) if 0 <= h.position < position]
-    return f"#{above[-1].anchor}" if above else ""
-
-
-def declared_findings() -> list[tuple[str, str, str, str, int]]:
-    """Every claim's declared findings (:class:`~dynheads_tl.claim.Finding`) as (label, notebook stem, call,
-    pattern, limit), in notebook order."""
-    from dynheads_tl.claims import all_claims
-
-    return [(f.label, claim.notebook, f.call, f.pattern, f.limit) for claim in all_claims() for f in claim.findings]
+def declared_findings() -> list[tuple[str, str, str]]:
+    """Every claim's declared findings (:class:`~dynheads_tl.claim.Finding`) as (label, notebook stem, section), in
+    notebook order."""
+    return [(f.label, claim.notebook, f.section) for claim in all_claims() for f in claim.findings]
 
 
 def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
-    """[(label, notebook page with the verdict's section, sentences)] quoted from the executed notebooks'
-    computed verdicts: of each declared finding, the Markdown output of the first code cell whose source contains
-    its call, the sentences that match its pattern."""
-    import nbformat
-
+    """[(label, notebook page with the verdict's section, sentences)] from each notebook folder's results, for the
+    notebooks that ran (an executed notebook is present)."""
     output_dir = Path(output_dir)
+    results = all_results(output_dir)
     out = []
-    for label, stem, function, pattern, limit in declared_findings():
-        path = output_dir / "executed" / f"{stem}.ipynb"
-        if not path.exists():
+    for claim in all_claims():
+        data = results.get(claim.notebook)
+        if data is None or not (output_dir / "executed" / f"{claim.notebook}.ipynb").exists():
             continue
-        notebook = nbformat.read(path, as_version=4)
-        text = _verdict_text(notebook, function)
-        if text is None:  # a run made before the claim declared this verdict: say so rather than leave it out
-            out.append((label, f"executed/{stem}.html", [f"not in this run: its executed notebook predates this "
-                                                         f"verdict (`{function}`); the next run adds it."]))
-            continue
-        page = f"executed/{stem}.html" + _verdict_anchor(notebook, function, path.with_suffix(".html"))
-        chosen = []
-        for paragraph in re.split(r"\n\s*\n", text):
-            flat = re.sub(r"\*\*", "", " ".join(paragraph.split()))
-            lead = re.match(r"^([^:.]{2,30}): ", flat)  # "NIAH: …", "HotpotQA (synthetic): …"
-            picked = [s for s in sentences(flat) if re.search(pattern, s)]
-            chosen += [f"{lead.group(1)}: {s}" if lead and not s.startswith(lead.group(1)) else s for s in picked]
-        out.append((label, page, chosen[:limit]))
+        page = f"executed/{claim.notebook}.html"
+        for finding in data.get("findings", []):
+            out.append((finding["label"], page + section_anchor(output_dir / page, finding.get("section", "")),
+                        list(finding["sentences"])))
+    return out
+
+
+def statuses(output_dir: Path) -> list[tuple[str, str]]:
+    """(item, status) of every index row whose files are present, in the paper's order."""
+    results = all_results(output_dir)
+    pairs = sorted(((claim, item) for claim in all_claims() for item in claim.items), key=lambda p: p[1].position)
+    out = []
+    for claim, item in pairs:
+        rows = results.get(claim.notebook, {}).get("items", [])
+        row = next((r for r in rows if r.get("item") == item.item), None)
+        if row is not None and row.get("produced"):
+            out.append((item.item, row["status"]))
     return out
 
 
 def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
     """The README's findings block (between its markers), from :func:`findings`."""
     lines = []
-    from dynheads_tl.report.index import _produced_files, index_items, item_stem
-    from dynheads_tl.report.status import item_status
-
     for label, page, chosen in findings(output_dir):
         number = page.split("/")[1][:2]
         lines.append(f"- **{label}** ([notebook {number}]({link_prefix}{page})): " + " ".join(chosen))
-    statuses = [f"{item.item} {item_status(output_dir, item.item).status}" for claim, item in index_items()
-                if _produced_files(Path(output_dir) / item_stem(claim, item))]
-    if statuses:
+    found = statuses(output_dir)
+    if found:
         lines.append(f"- **Status of each item** (computed from its CSV by the rule its claim declares; "
-                     f"[the index]({link_prefix}index.html) has the numbers): " + "; ".join(statuses) + ".")
+                     f"[the index]({link_prefix}index.html) has the numbers): "
+                     + "; ".join(f"{item} {status}" for item, status in found) + ".")
     provenance = runs_sentence(output_dir, link_prefix)
     if provenance:
         lines.append(provenance)
@@ -100,8 +69,6 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
 def runs_sentence(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
     """One line on where the quoted runs come from, read from ``runs.json`` (so it cannot contradict it): each
     notebook's date and minutes, and the model, preset and parameters when they are shared (else per notebook)."""
-    from dynheads_tl.report.index import read_runs
-
     runs = read_runs(Path(output_dir))
     if not runs:
         return ""

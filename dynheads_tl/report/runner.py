@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dynheads_tl.report.index import read_runs, render_notebook_html
-from dynheads_tl.report.site import render_site
+from dynheads_tl.report.rerender import render_site
+from dynheads_tl.report.results import MODELS_DIR, model_folder_name, write_results
 from dynheads_tl.store import HEAL_PREFIX, atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
 
 logger = logging.getLogger(__name__)
@@ -148,10 +149,25 @@ def check_notebook(notebook: Path, parameters: dict[str, Any], declared: dict[st
         raise type(error)(f"{notebook.stem}: {error}") from error
 
 
+def default_model() -> str:
+    """The model every notebook's config names by default (the committed report's)."""
+    import dataclasses
+
+    from dynheads_tl.claims import all_claims
+
+    names = {f.default for claim in all_claims() for f in dataclasses.fields(claim.config) if f.name == "model"}
+    return next(iter(names)) if len(names) == 1 else ""
+
+
 def output_dir_for(preset: str, model: str | None, overrides: dict[str, Any]) -> Path:
     """Where a run goes when no ``output_dir`` is given: :func:`default_output_dir`, customised by a model or any
-    override except those that only choose who computes (:data:`EXECUTION_ONLY`: the results are the same)."""
-    return default_output_dir(preset, customised=bool(model or set(overrides) - EXECUTION_ONLY))
+    override except those that only choose who computes (:data:`EXECUTION_ONLY`: the results are the same). The
+    default preset on another model, with nothing else changed, is that model's part of the committed report:
+    ``papers_figures/models/<model>/``, beside the default model's, and the top index lists both."""
+    others = set(overrides) - EXECUTION_ONLY
+    if preset == "default" and model and model != default_model() and not others:
+        return COMMITTED_REPORT / MODELS_DIR / model_folder_name(model)
+    return default_output_dir(preset, customised=bool(model or others))
 
 
 def default_output_dir(preset: str, customised: bool) -> Path:
@@ -372,6 +388,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                                    "date": datetime.date.today().isoformat(),
                                    "minutes": round((time.time() - t0) / 60, 1)}
             atomic_write_text(runs_path, _json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
+            write_results(output_dir, [notebook.stem])  # <folder>/verdicts.json, from the files it wrote
             done.append(final)
     finally:
         render_site(output_dir)  # every page (their previous / next links) and the index

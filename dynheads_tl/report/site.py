@@ -21,7 +21,8 @@ What a page gets that nbconvert alone does not give it:
 """
 from __future__ import annotations
 
-import argparse
+import base64
+import hashlib
 import html as _html
 import re
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from typing import Iterable
 
 from dynheads_tl.report.text import (LONG_PARAGRAPH, markdown_math_to_mathml, raw_tex, sentences,  # noqa: F401
                                      tex_to_mathml, verdict_bullets)
+from dynheads_tl import verdicts
+from dynheads_tl.claims import claim_for
 from dynheads_tl.store import atomic_write_text
 
 PAPER_URL = "https://arxiv.org/abs/2602.11162"
@@ -39,8 +42,6 @@ TABLE_ROWS_SHOWN = 10
 
 def notebook_title(stem: str) -> str:
     """The page title of notebook ``stem`` as its claim declares it (``"02 · Claim 2: irreplaceability"``)."""
-    from dynheads_tl.claims import claim_for
-
     try:
         return claim_for(stem).page_title
     except ValueError:
@@ -56,50 +57,57 @@ def quiet_stream(text: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not _PROGRESS_LINE.match(line.rstrip("\n")))
 
 
-def _is_verdict_cell(source: str) -> bool:
-    return bool(re.search(r"verdict|summary_markdown", source, re.I))
+def _png_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def _csv_links(source: str, folder: Path) -> list[Path]:
-    """The CSVs of ``folder`` whose names the cell's source spells (f-string fields match any word)."""
-    return _named_files(source, folder, ".csv")
+def cell_files(notebook, folder: Path) -> dict[str, list[str]]:
+    """Cell id -> the figure and table stems of ``folder`` that the cell wrote, from the folder's results file
+    (:func:`dynheads_tl.verdicts.outputs`: the cell each figure and table was saved from). A figure recorded without
+    its cell (a run made before the results file recorded cells) is found by its image: the cell whose PNG output
+    is the figure's file, byte for byte. A table without a recorded cell is not placed."""
+    outputs = verdicts.outputs(folder)
+    by_count: dict[int, str] = {}
+    by_image: dict[str, str] = {}
+    code = [cell for cell in notebook.cells if cell.cell_type == "code" and cell.get("id")]
+    for cell in code:
+        if isinstance(cell.get("execution_count"), int):
+            by_count[cell["execution_count"]] = cell["id"]
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            if png:
+                by_image.setdefault(_png_digest(base64.b64decode("".join(png))), cell["id"])
+    found: dict[str, list[str]] = {}
+    for entry in outputs:
+        cell = by_count.get(entry["cell"]) if isinstance(entry.get("cell"), int) else None
+        if cell is None and f"{entry['stem']}.png" in entry["files"]:
+            cell = by_image.get(_png_digest((folder / f"{entry['stem']}.png").read_bytes()))
+        if cell is not None:
+            found.setdefault(cell, []).append(entry["stem"])
+    return found
 
 
-def _named_files(source: str, folder: Path, suffix: str) -> list[Path]:
-    """The files of ``folder`` ending in ``suffix`` whose names the cell's source spells (f-string fields match
-    any word)."""
-    if not folder.is_dir():
-        return []
-    patterns = []
-    for literal in re.findall(r"""["']([\w{}.\- ]{3,80})["']""", source):
-        pattern = re.escape(literal)
-        pattern = re.sub(r"\\\{[^}]*\\\}|\{[^}]*\}", r"\\w+", pattern)
-        patterns.append(re.compile(pattern + r"$"))
-    return [path for path in sorted(folder.glob(f"*{suffix}"))
-            if any(p.match(path.name[:-len(suffix)]) for p in patterns)]
-
-
-def _describe_images(outputs: list, source: str, folder: Path, section: str) -> None:
+def _describe_images(outputs: list, stems: list[str], folder: Path, section: str) -> None:
     """Alternative text for each PNG output that has none (nbconvert would write a placeholder): the figure file
-    the cell saves and the table of the numbers it plots, under its section. Where a cell draws figures whose
-    names are built in a loop, which image is which is not known here, so each one names them all."""
+    it shows (found by its bytes), its caption where the notebook recorded one, and the table of the numbers it
+    plots, under its section."""
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    pngs = _named_files(source, folder, ".png")
-    # Figures the source names by plain literals, as many as it shows, are shown in the order it names them.
-    literal = sorted((source.find(f'"{p.stem}"'), p) for p in pngs if f'"{p.stem}"' in source)
-    in_order = [p for _, p in literal] if len(literal) == len(pngs) == len(images) else []
+    files = {_png_digest((folder / f"{stem}.png").read_bytes()): stem for stem in stems
+             if (folder / f"{stem}.png").exists()}
+    captions = {entry["stem"]: entry.get("caption", "") for entry in verdicts.outputs(folder)} if files else {}
     for i, output in enumerate(images):
         metadata = output.setdefault("metadata", {}).setdefault("image/png", {})
         if metadata.get("alt"):
             continue
         where = f"under “{re.sub(r'[*`$]', '', section)}”"
-        if in_order:
-            data = in_order[i].with_suffix(".csv")
+        stem = files.get(_png_digest(base64.b64decode("".join(output["data"]["image/png"]))))
+        if stem:
+            data = folder / f"{stem}.csv"
             numbers = f"; the numbers it plots are in {data.name}" if data.exists() else ""
-            metadata["alt"] = f"Figure {in_order[i].stem} {where}{numbers}."
+            caption = f" ({captions[stem]})" if captions.get(stem) else ""
+            metadata["alt"] = f"Figure {stem}{caption} {where}{numbers}."
         else:
-            names = f": one of {', '.join(p.stem for p in pngs)}" if pngs else ""
-            metadata["alt"] = f"Figure {i + 1} of {len(images)} of this cell {where}{names}."
+            metadata["alt"] = f"Figure {i + 1} of {len(images)} of this cell {where}."
 
 
 def shorten_table(html: str, note: str) -> str:
@@ -125,6 +133,7 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
 
     nb = copy.deepcopy(notebook)
     folder = output_dir / stem
+    written = cell_files(nb, folder)
     cells, parameters = [], []
     section = notebook_title(stem)
     for cell in nb.cells:
@@ -150,19 +159,17 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
                     if not output.text.strip():
                         continue
                 data = output.get("data", {})
-                if "text/markdown" in data:
-                    text = data["text/markdown"]
-                    if _is_verdict_cell(cell.source):
-                        text = verdict_bullets(text)
-                    data["text/markdown"] = markdown_math_to_mathml(text)
+                if "text/markdown" in data:  # computed text: verdicts and summaries
+                    data["text/markdown"] = markdown_math_to_mathml(verdict_bullets(data["text/markdown"]))
                 if "text/html" in data and "<table" in data["text/html"]:
-                    links = _csv_links(cell.source, folder)
+                    links = [folder / f"{name}.csv" for name in written.get(cell.get("id"), [])
+                             if (folder / f"{name}.csv").exists()]
                     note = (("Full table: " if len(links) == 1 else "Full tables of this cell: ") + ", ".join(f'<a href="../{stem}/{c.name}">{c.name}</a>' for c in links)
                             if links else 'Every table of this notebook: <a href="#all-outputs">all outputs</a>')
                     data["text/html"] = shorten_table(data["text/html"], note + ".")
                 outputs.append(output)
             cell.outputs = outputs
-            _describe_images(outputs, cell.source, folder, section)
+            _describe_images(outputs, written.get(cell.get("id"), []), folder, section)
         cells.append(cell)
     if parameters:
         body = "".join(f"<p>{_html.escape(label)}:</p><pre>{_html.escape(source)}</pre>" for label, source in parameters)
@@ -197,23 +204,28 @@ def headings(page: str) -> list[Heading]:
 
 
 def file_sections(notebook, page: str, output_dir: Path, stem: str) -> dict[str, str]:
-    """Each output file stem of the notebook's folder -> the anchor of the heading above the cell that
-    writes it (the first cell whose source spells its name), in the rendered ``page``."""
+    """Each figure and table stem of the notebook's folder -> the anchor of the heading above the cell that wrote
+    it (:func:`cell_files`), in the rendered ``page``."""
     heads = headings(page)
-    folder = output_dir / stem
-    stems = sorted({p.name.split(".")[0] for p in folder.iterdir()}) if folder.is_dir() else []
     sections: dict[str, str] = {}
-    for cell in notebook.cells:
-        if cell.cell_type != "code" or not cell.get("id"):
-            continue
-        position = page.find(f'id="cell-id={cell.id}"')
+    for cell_id, stems in cell_files(notebook, Path(output_dir) / stem).items():
+        position = page.find(f'id="cell-id={cell_id}"')
         above = [h for h in heads if h.position < position] if position >= 0 else []
-        if not above:
-            continue
-        for csv_or_file in _csv_links(cell.source, folder) + [p for s in stems if f'"{s}"' in cell.source
-                                                              for p in [folder / s]]:
-            sections.setdefault(csv_or_file.stem.split(".")[0], above[-1].anchor)
+        if above:
+            for name in stems:
+                sections.setdefault(name, above[-1].anchor)
     return sections
+
+
+def section_anchor(page_path: Path, section: str) -> str:
+    """``#anchor`` of the heading whose text is ``section`` in the rendered page at ``page_path``, or "" when the
+    page or the heading is missing."""
+    if not section or not Path(page_path).exists():
+        return ""
+    for heading in headings(Path(page_path).read_text(encoding="utf-8")):
+        if " ".join(_html.unescape(re.sub(r"<[^>]+>", "", heading.html)).split()) == section:
+            return f"#{heading.anchor}"
+    return ""
 
 
 # --- the page --------------------------------------------------------------------------------------
@@ -302,6 +314,29 @@ def _nav(stem: str, order: list[str], heads: list[Heading], meta: str) -> str:
             '</script>')
 
 
+# The lab template without the blocks that load require.js, MathJax, mermaid and the widget manager
+# from CDNs: the rendering must open in a browser with no network. Inline outputs (PNG data URIs,
+# the circuitsvis bundle of notebook 00) are untouched. TeX is converted to MathML before rendering (site.py).
+_OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+"""
+
+# A script or stylesheet fetched from the network: <script src="http...">, <script src="//...">,
+# <link href="http..."> and `import ... from "https://..."` / `import("https://...")` in module scripts.
+_REMOTE_RESOURCE = re.compile(
+    r"""<script\b[^>]*?\bsrc\s*=\s*["']?(?:https?:)?//[^"'\s>]*"""
+    r"""|<link\b[^>]*?\bhref\s*=\s*["']?(?:https?:)?//[^"'\s>]*"""
+    r"""|\bimport\s*(?:\(\s*|[\w{}\s,*]*?\bfrom\s*)["'](?:https?:)?//[^"']*""", re.I)
+
+
+def remote_resources(page: str) -> list[str]:
+    """Scripts, stylesheets and module imports that ``page`` would fetch from the network."""
+    return sorted(set(match.group(0)[:200] for match in _REMOTE_RESOURCE.finditer(page)))
+
+
 # nbconvert's lab template draws no alternative text for a PNG output (and then writes a placeholder): this block
 # writes the one prepare_notebook puts in the output's metadata.
 _ALT_TEXT_BLOCK = """
@@ -321,8 +356,6 @@ def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: s
     """
     import nbformat
     from nbconvert import HTMLExporter
-
-    from dynheads_tl.report.index import _OFFLINE_TEMPLATE, remote_resources
 
     executed_ipynb = Path(executed_ipynb)
     output_dir = Path(output_dir) if output_dir is not None else executed_ipynb.parent.parent
@@ -380,40 +413,3 @@ def run_meta(runs: dict) -> str:
     dates = sorted({str(r.get("date", "?")) for r in runs.values()})
     date = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     return f"{', '.join(models)} · preset {', '.join(presets)} · {date}"
-
-
-def render_site(output_dir: Path, notebooks: Iterable[str] | None = None) -> list[Path]:
-    """Render every executed notebook of ``output_dir`` (or those named) as a page, then the index."""
-    from dynheads_tl.report.index import build_index, read_runs
-
-    output_dir = Path(output_dir)
-    meta = run_meta(read_runs(output_dir))
-    chosen = set(notebooks) if notebooks is not None else None
-    pages = [render_page(output_dir / "executed" / f"{stem}.ipynb", output_dir, meta=meta)
-             for stem in notebook_order(output_dir) if chosen is None or stem in chosen]
-    build_index(output_dir)
-    return pages
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m dynheads_tl.report.site",
-        description="Re-render a report's pages and index from its executed notebooks (no model is run).")
-    parser.add_argument("output_dir", nargs="?", default="papers_figures", help="the report folder (default: papers_figures)")
-    parser.add_argument("--readme", default=None, help="also refresh the findings block of this README")
-    args = parser.parse_args(argv)
-    pages = render_site(Path(args.output_dir))
-    print(f"Rendered {len(pages)} page(s) and the index in {args.output_dir}.")
-    if args.readme:
-        import os
-
-        from dynheads_tl.report.findings import update_readme
-
-        prefix = Path(os.path.relpath(Path(args.output_dir).resolve(), Path(args.readme).resolve().parent)).as_posix()
-        changed = update_readme(Path(args.readme), Path(args.output_dir), link_prefix=f"{prefix}/")
-        print(f"{args.readme}: findings {'updated' if changed else 'already current'}.")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
