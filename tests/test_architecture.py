@@ -15,7 +15,7 @@ PACKAGE = ROOT / "dynheads_tl"
 LAYERS = {
     "store": 0, "tasks": 0, "progress": 0, "preregistration": 0,
     "engine": 1,
-    "config": 2, "claim": 2, "analysis": 2, "executors": 2,
+    "config": 2, "claim": 2, "analysis": 2, "executors": 2, "verdicts": 2,
     "protocols": 3,
     "corpus": 4,
     "claims": 5,
@@ -143,6 +143,79 @@ def test_the_rules_catch_an_upward_import_and_a_claim_importing_a_claim():
     assert upward == ["dynheads_tl.engine.tracing imports dynheads_tl.report.figures"]
     # a claim's own modules may import each other; another claim's may not
     assert between_claims == ["dynheads_tl.claims.correlation.pipeline imports dynheads_tl.claims.dynamism.pipeline"]
+
+
+def module_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of imports between modules (Tarjan's strongly connected groups of two or more modules, or a
+    module importing itself), at the top of a module or inside a function: two modules of one folder that import
+    each other are one module in disguise, and a function-local import only hides the circle."""
+    edges = {module: {t for t in targets if t in graph} for module, targets in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(edges[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1 or module in edges[module]:
+                circles.append(sorted(group))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+def test_no_module_imports_itself_around_a_circle():
+    graph = {module: _imports(module, path) for module, path in _modules().items()}
+    circles = module_circles(graph)
+    assert not circles, "modules that import each other (directly or around a circle): " + "; ".join(
+        " <-> ".join(circle) for circle in circles)
+
+
+def test_the_module_circle_rule_finds_a_circle_inside_a_layer():
+    graph = {"dynheads_tl.report.findings": {"dynheads_tl.report.index"},
+             "dynheads_tl.report.index": {"dynheads_tl.report.site"},
+             "dynheads_tl.report.site": {"dynheads_tl.report.findings", "dynheads_tl.store"},
+             "dynheads_tl.store": set(), "dynheads_tl.report.cli": {"dynheads_tl.report.index"}}
+    assert module_circles(graph) == [["dynheads_tl.report.findings", "dynheads_tl.report.index",
+                                      "dynheads_tl.report.site"]]
+    graph["dynheads_tl.report.site"] = {"dynheads_tl.store"}
+    assert module_circles(graph) == []
+
+
+def report_imports_of_claims(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a claim's modules (``dynheads_tl.claims.<name>...``) by the report layer, which reads claims only
+    through the discovery in ``dynheads_tl.claims`` and what each claim declares."""
+    return sorted(f"{module} imports {target}" for module, targets in graph.items() if _unit(module) == "report"
+                  for target in targets if target.startswith("dynheads_tl.claims.") and _claim(target)
+                  and f"dynheads_tl.claims.{_claim(target)}" in graph)
+
+
+def test_the_report_layer_imports_no_claim_module():
+    graph = {module: _imports(module, path) for module, path in _modules().items()}
+    found = report_imports_of_claims(graph)
+    assert not found, "the report layer names a claim (move the code into claims/<name>/):\n" + "\n".join(found)
+    faked = {**graph, "dynheads_tl.report.extra": {"dynheads_tl.claims.irreplaceability.config"}}
+    assert report_imports_of_claims(faked) == [
+        "dynheads_tl.report.extra imports dynheads_tl.claims.irreplaceability.config"], "the check can fail"
 
 
 def _definitions(pattern: str) -> list[str]:
