@@ -111,6 +111,13 @@ class Claim:
             raise ValueError(f"A claim's notebook stem is NN_name, got {self.notebook!r}.")
         if "default" in self.presets and self.presets["default"]:
             raise ValueError(f"{self.notebook}: the default preset is the config's own defaults; change those instead.")
+        for finding in self.findings:
+            if not isinstance(finding, Finding) or not callable(finding.sentences):
+                raise ValueError(f"{self.notebook}: each finding is a Finding(label, sentences, section) whose "
+                                 f"sentences(folder) computes its sentences from the notebook's files; got {finding!r}.")
+        if self.primary is not None and not (isinstance(self.primary, Primary) and callable(self.primary.observed)):
+            raise ValueError(f"{self.notebook}: the primary is a Primary(id, observed) whose observed(folder) reads its "
+                             f"numbers from the notebook's files; got {self.primary!r}.")
         fields = set(getattr(self.config, "__dataclass_fields__", {}))
         for preset, values in self.presets.items():
             unknown = sorted(set(values) - fields)
