@@ -109,6 +109,15 @@ def _tiny_notebook(folder: Path) -> Path:
         nbformat.v4.new_code_cell("import pathlib\nout = pathlib.Path(output_dir) / '01_tiny'\n"
                                   "out.mkdir(parents=True, exist_ok=True)\n(out / 'value.txt').write_text(str(value))\n"
                                   "if fail:\n    raise RuntimeError('the tiny notebook failed on purpose')\nprint(value)"),
+        nbformat.v4.new_markdown_cell("## The tiny figure"),
+        # A figure written as every notebook writes one: the writer records it in the folder's verdicts.json.
+        nbformat.v4.new_code_cell("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+                                  "import pandas as pd\nfrom IPython.display import Image, display\n"
+                                  "from dynheads_tl.report.figure_files import save_figure\n"
+                                  "fig, ax = plt.subplots(figsize=(2, 2))\nax.bar([0], [value])\n"
+                                  "ax.set_title('The tiny value')\n"
+                                  "display(Image(filename=str(save_figure(fig, 'tiny_value', out, "
+                                  "pd.DataFrame({'value': [value]}), {'value': value}))))"),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     folder.mkdir(parents=True, exist_ok=True)
@@ -147,9 +156,15 @@ def status(folder: Path) -> Status:
     return Status("supported" if value > 5 else "not supported", f"value {value}; n = 1")
 
 
+def verdict(folder: Path) -> list[str]:
+    value = int((folder / "value.txt").read_text())
+    return [f"The tiny value is {value}, so the tiny hypothesis is {'supported' if value > 5 else 'not supported'}."]
+
+
 CLAIM = Claim(notebook="01_tiny", config=TinyConfig, title="Tiny claim", presets={"smoke": {"value": 3}},
-              items=(PaperItem("Beyond 9", "a tiny measurement", "not in the paper", "value", 99, headline, status),),
-              findings=(Finding("Tiny finding", "print(value)", r"."),), seeds={"tiny": 987_654})
+              items=(PaperItem("Beyond 9", "a tiny measurement", "not in the paper", "tiny_value", 99, headline,
+                               status),),
+              findings=(Finding("Tiny finding", verdict, "The tiny figure"),), seeds={"tiny": 987_654})
 '''
 
 
@@ -184,19 +199,40 @@ def test_a_claim_declaration_is_checked_when_it_is_made(tiny_suite):
 
 
 def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
-    """Issue #29: a throwaway claim in a temporary package is validated, run, indexed and given a status through
-    its declaration alone: no table in the report layer names it."""
+    """A throwaway claim in a temporary package, with a figure and a verdict, is validated, run, indexed, given a
+    status and quoted through its declaration and its notebook alone: no table in the report layer names it, and
+    its verdict reaches the results file, the README's findings, the index and the site."""
+    from dynheads_tl.report.findings import findings_markdown
+
     work = tiny_suite
     with pytest.raises(ValueError, match="01_tiny: Parameter 'value' must be >= 0"):
         run_report(only="01_tiny", overrides={"value": -1}, cwd=work, show_cells=False)
     run_report(only="01_tiny", preset="smoke", cwd=work, show_cells=False)
     out = work / "runs" / "smoke"
     assert (out / "01_tiny" / "value.txt").read_text() == "3", "the claim's smoke preset was applied"
+    sentence = "The tiny value is 3, so the tiny hypothesis is not supported."
+    results = json.loads((out / "01_tiny" / "verdicts.json").read_text())
+    assert results["findings"] == [{"label": "Tiny finding", "section": "The tiny figure", "sentences": [sentence]}]
+    assert results["items"][0]["status"] == "not supported" and results["items"][0]["rule"] == \
+        "Supported when the value written is above 5."
+    run = json.loads((out / "runs.json").read_text())["01_tiny"]
+    assert (results["preset"], results["model"], results["run"]["date"]) == (run["preset"], run["model"], run["date"])
+    assert results["primary"] is None, "a claim the pre-registration file does not declare states no primary"
+    figure = next(entry for entry in results["outputs"] if entry["stem"] == "tiny_value")
+    assert figure["kind"] == "figure" and figure["caption"] == "The tiny value" and isinstance(figure["cell"], int)
     index = (out / "README.md").read_text()
     row = next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
     assert "a tiny measurement" in row and "value 3" in row and "not supported" in row
+    readme = findings_markdown(out, "runs/smoke/")
+    assert (f"- **Tiny finding** ([notebook 01](runs/smoke/executed/01_tiny.html#The-tiny-figure)): {sentence}"
+            in readme.splitlines())
+    assert "Beyond 9 not supported" in readme
     page = (out / "executed" / "01_tiny.html").read_text()
     assert "01 · Tiny claim" in page, "the site titles the page from the claim"
+    assert sentence in page and 'id="results"' in page, "the page shows the claim's results"
+    assert 'alt="Figure tiny_value (The tiny value) under “The tiny figure”; the numbers it plots are in ' \
+           'tiny_value.csv."' in page
+    assert "#The-tiny-figure" in (out / "index.html").read_text(), "the index row links the section that makes it"
     run_report(only="01_tiny", overrides={"value": 7}, cwd=work, show_cells=False)
     index = (work / "runs" / "default" / "README.md").read_text()
     assert "| supported |" in next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))

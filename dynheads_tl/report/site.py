@@ -33,6 +33,7 @@ from dynheads_tl.report.text import (LONG_PARAGRAPH, markdown_math_to_mathml, ra
                                      tex_to_mathml, verdict_bullets)
 from dynheads_tl import verdicts
 from dynheads_tl.claims import claim_for
+from dynheads_tl.report.results import claim_results
 from dynheads_tl.store import atomic_write_text
 
 PAPER_URL = "https://arxiv.org/abs/2602.11162"
@@ -292,7 +293,7 @@ def notebook_order(output_dir: Path) -> list[str]:
                   if not p.name.endswith(".failed.ipynb"))
 
 
-def _nav(stem: str, order: list[str], heads: list[Heading], meta: str) -> str:
+def _nav(stem: str, order: list[str], heads: list[Heading], meta: str, results: bool = False) -> str:
     esc = _html.escape
     i = order.index(stem) if stem in order else -1
     prev_link = (f'<a href="{esc(order[i - 1])}.html" rel="prev">← {esc(notebook_title(order[i - 1]))}</a>'
@@ -300,7 +301,9 @@ def _nav(stem: str, order: list[str], heads: list[Heading], meta: str) -> str:
     next_link = (f'<a href="{esc(order[i + 1])}.html" rel="next">{esc(notebook_title(order[i + 1]))} →</a>'
                  if 0 <= i < len(order) - 1 else "")
     contents = "".join(f'<li class="h{h.level}"><a href="#{esc(h.anchor)}">{h.html}</a></li>'
-                       for h in heads if h.level >= 2) + '<li><a href="#all-outputs">All outputs of this notebook</a></li>'
+                       for h in heads if h.level >= 2)
+    contents += ('<li><a href="#results">Results of this notebook</a></li>' if results else "") + \
+        '<li><a href="#all-outputs">All outputs of this notebook</a></li>'
     pages = "".join(f'<li><a href="{esc(s)}.html">{esc(notebook_title(s))}</a></li>' for s in order if s != stem)
     return (f'<nav class="site" aria-label="Report"><div class="top"><a href="../index.html">↑ The report (index)</a>'
             f'<a href="{PAPER_URL}">The paper</a></div>'
@@ -348,6 +351,48 @@ _ALT_TEXT_BLOCK = """
 """
 
 
+def _number(value, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return (f"{value:+.3g}" if signed else f"{value:.3g}").replace("-", "−")
+
+
+def results_html(output_dir: Path, stem: str) -> str:
+    """The notebook's results as its folder's results file states them (``verdicts.json``, computed from the files
+    when absent): the primary comparison as declared and as observed, each index row's status and headline with the
+    rule that gave it, and the verdicts the README quotes. Empty for a notebook no claim declares."""
+    try:
+        data = claim_results(output_dir, claim_for(stem))
+    except ValueError:
+        return ""
+    if not data:
+        return ""
+    esc = _html.escape
+    source = (f'<a href="../{esc(stem)}/{verdicts.FILE}">{verdicts.FILE}</a>'
+              if (Path(output_dir) / stem / verdicts.FILE).exists() else "the files below (no results file yet)")
+    parts = ['<section class="results"><h2 id="results">Results of this notebook</h2>',
+             f"<p>As computed from {source} by the rules the claim declares, under preregistration.yaml "
+             f"(sha256 {esc(str(data.get('preregistration', {}).get('sha256', ''))[:12])}).</p>"]
+    primary = data.get("primary")
+    if primary and primary.get("declared"):
+        declared, observed = primary["declared"], primary.get("observed")
+        numbers = (f"{_number(observed.get('estimate'), True)} [{_number(observed.get('low'), True)}, "
+                   f"{_number(observed.get('high'), True)}], n = {observed.get('n')} {observed.get('units', '')}, "
+                   f"p {_number(observed.get('p'))}, adjusted p {_number(observed.get('p_adjusted'))}; computed as "
+                   f"{observed.get('computed', '')}" if observed else primary.get("missing", "not in this run"))
+        parts.append(f"<p><strong>Primary comparison</strong> ({esc(declared['id'])}: {esc(declared['comparison'])}; "
+                     f"{esc(declared['test'])}): {esc(numbers)}.</p>")
+    rows = [f'<li><strong>{esc(row["item"])}</strong>: <span class="status">{esc(row["status"])}</span> — '
+            f'{esc(row["headline"])}' + (f'<details><summary>rule</summary><p>{esc(row["rule"])}</p></details>'
+                                          if row.get("rule") else "") + "</li>"
+            for row in data.get("items", []) if row.get("produced")]
+    if rows:
+        parts.append("<ul>" + "".join(rows) + "</ul>")
+    for finding in data.get("findings", []):
+        parts.append(f"<p><strong>{esc(finding['label'])}</strong>: {esc(' '.join(finding['sentences']))}</p>")
+    return "".join(parts) + "</section>"
+
+
 def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: str = "") -> Path:
     """Render one executed notebook to ``<same folder>/<stem>.html`` as a page of the site; returns its path.
 
@@ -377,12 +422,14 @@ def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: s
     heads = headings(page)
     order = notebook_order(output_dir)
     sections = file_sections(prepared, page, output_dir, stem)
-    footer = ('<footer class="site"><h2 id="all-outputs">All outputs of this notebook</h2>'
+    results = results_html(output_dir, stem)
+    footer = ('<footer class="site">' + results + '<h2 id="all-outputs">All outputs of this notebook</h2>'
               + outputs_list_html(output_dir / stem, f"../{stem}/", sections, "")
               + f'<p><a href="../index.html">↑ The report (index)</a> · <a href="{stem}.ipynb">this notebook as .ipynb</a>'
               f' · <a href="{PAPER_URL}">{_html.escape(PAPER_TITLE)}</a></p></footer>')
     page = page.replace("</head>", f"<style>{SITE_STYLE}</style>\n</head>", 1)
-    page = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _nav(stem, order, heads, meta) + '<main class="page">',
+    page = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _nav(stem, order, heads, meta, bool(results))
+                  + '<main class="page">',
                   page, count=1)
     page = page.replace("</body>", "</main>" + footer + "</body>", 1)
     target = executed_ipynb.with_suffix(".html")
