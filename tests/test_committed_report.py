@@ -222,3 +222,40 @@ def test_rendered_notebooks_open_offline(tmp_path):
     assert remote_resources(page) == [] and "mathjax" not in page.lower() and "require.min.js" not in page
     assert f"data:image/png;base64,{png}" in page  # images stay embedded
     assert 'document.getElementById("vis").textContent="ok";' in page  # inline scripts still run
+
+
+def test_a_second_models_report_lands_beside_the_first_and_the_index_reads_both(clean_report):
+    """The default model's report is where it always was; another model's is a report of its own under
+    models/<model>/ (nothing of the first is renamed), and the top index puts their statuses side by side."""
+    import shutil
+
+    from dynheads_tl.report.results import model_reports
+    from dynheads_tl.report.runner import output_dir_for
+
+    assert output_dir_for("default", "gemma-3-270m", {}) == Path("papers_figures/models/gemma-3-270m")
+    assert output_dir_for("default", "gemma-3-270m", {"n_analysis": 4}) == Path("runs/default")
+    before = (clean_report / "README.md").read_text()
+    assert "## Every model" not in before, "one model: no second table"
+    second = clean_report / "models" / "gemma-3-270m"
+    for folder in ("01_dynamism", "02_irreplaceability", "executed"):
+        shutil.copytree(clean_report / folder, second / folder)
+    intervals = "task,metric,value,low,high,n_samples,n_seeds\nniah,jaccard_adjacent,{},{},{},60,3\n"
+    (clean_report / "01_dynamism" / "table1_intervals.csv").write_text(intervals.format(0.335, 0.30, 0.37))
+    (second / "01_dynamism" / "table1_intervals.csv").write_text(intervals.format(0.94, 0.91, 0.97))
+    runs = json.loads((clean_report / "runs.json").read_text())
+    (second / "runs.json").write_text(json.dumps({k: {**v, "model": "gemma-3-270m"} for k, v in runs.items()}))
+    build_index(second)
+    build_index(clean_report)
+    assert [(r.model, r.prefix) for r in model_reports(clean_report)] == [("m", ""), ("gemma-3-270m",
+                                                                                  "models/gemma-3-270m/")]
+    readme = (clean_report / "README.md").read_text()
+    table = readme.split("## Every model", 1)[1]
+    assert "| item | paper | [m](README.md) | [gemma-3-270m](models/gemma-3-270m/README.md) |" in table
+    table1 = next(line for line in table.splitlines() if line.startswith("| Table 1 |"))
+    assert "| reproduced: adjacent-step Jaccard 0.34 [0.30, 0.37]" in table1, "the first model's, from its files"
+    assert "| not reproduced: adjacent-step Jaccard 0.94 [0.91, 0.97]" in table1, "the second's, from its own"
+    fig1 = next(line for line in table.splitlines() if line.startswith("| Fig 1 |"))
+    assert fig1.count("not produced: –") == 2
+    assert report_problems(clean_report) == [] and report_problems(second) == []
+    page = (clean_report / "index.html").read_text()
+    assert '<th><a href="models/gemma-3-270m/index.html">gemma-3-270m</a></th>' in page

@@ -195,7 +195,31 @@ HEAD_FILES_NOTE = ("Head scores in Wu et al.'s `head_score` JSON format (`{\"lay
                    "`static_source=PATH` reads one back as the static set of any claim.")
 
 
-def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]] | None = None) -> str:
+def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, str, list[tuple[str, str]]]]]:
+    """Every model's status and headline per index row, when the report holds more than one model
+    (``models/<model>/`` beside the default one): (the models, [(item, paper, [(status, headline) per model])]).
+    Empty rows with one model: the main table already says it all."""
+    reports = model_reports(output_dir)
+    if len(reports) < 2:
+        return reports, []
+    results = [all_results(report.folder) for report in reports]
+    rows = []
+    for claim, item in index_items():
+        cells = []
+        for found in results:
+            row = _result_row(found, claim, item)
+            cells.append((row["status"], row["headline"]) if row and row.get("produced") else ("not produced", "–"))
+        rows.append((item.item, item.paper, cells))
+    return reports, rows
+
+
+MODELS_NOTE = ("Each model's results sit in a report of their own (the default model's in this folder, every other "
+               "model's under models/<model>/), computed by the same notebooks and the same rules; this table puts "
+               "their statuses side by side.")
+
+
+def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]] | None = None,
+              output_dir: Path | None = None) -> str:
     md = ["# The reproduction at a glance", "", INTRO, "", STATUS_NOTE, ""]
     if runs:
         md += [f"Runs: {run_meta(runs)}. {RUN_TIME_NOTE}", ""]
@@ -206,6 +230,13 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]
         notebook = f"[{row.notebook}]({row.ipynb_link})" if row.ipynb_link else "–"
         status, headline = ("–", "–") if row.status == "not produced" else (row.status, row.headline)
         md.append(f"| {row.item} | {row.what} | {row.paper} | {row.ours} | {status} | {headline} | {links} | {notebook} |")
+    reports, by_model = model_table(output_dir) if output_dir is not None else ([], [])
+    if by_model:
+        md += ["", "## Every model", "", MODELS_NOTE, "",
+               "| item | paper | " + " | ".join(f"[{r.model}]({r.prefix}README.md)" for r in reports) + " |",
+               "|---|---|" + "---|" * len(reports)]
+        md += [f"| {item} | {paper} | " + " | ".join(f"{status}: {headline}" for status, headline in cells) + " |"
+               for item, paper, cells in by_model]
     if heads:
         md += ["", "## Head-score files", "", HEAD_FILES_NOTE, "", "| model | score | n | file | provenance |",
                "|---|---|---|---|---|"]
@@ -300,6 +331,17 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
                            f'</figcaption><a href="{esc(image)}"><img src="{esc(image)}" alt="{esc(row.item)}: '
                            f'{esc(row.what)}" loading="lazy"></a></figure>')
     parts.append("</tbody></table></div>")
+    reports, by_model = model_table(output_dir)
+    if by_model:
+        parts += ['<h2 id="models">Every model</h2>', f"<p>{esc(MODELS_NOTE)}</p>",
+                  '<div class="table-box"><table><thead><tr><th>item</th><th>paper</th>'
+                  + "".join(f'<th><a href="{esc(r.prefix)}index.html">{esc(r.model)}</a></th>' for r in reports)
+                  + "</tr></thead><tbody>"]
+        for item, paper, cells in by_model:
+            parts.append(f'<tr data-models="{esc(item)}"><td class="item">{esc(item)}</td><td>{esc(paper)}</td>' + "".join(
+                f'<td><span class="status {STATUS_CLASS.get(status, "none")}">{esc(status)}</span> {esc(headline)}</td>'
+                for status, headline in cells) + "</tr>")
+        parts.append("</tbody></table></div>")
     if figures:
         parts += ['<h2 id="figures">Figures</h2>', *figures]
     folders = sorted({claim.notebook for claim, _ in index_items()} | set(notebooks))
@@ -351,7 +393,7 @@ def build_index(output_dir: Path) -> Path:
     output_dir = Path(output_dir)
     runs = read_runs(output_dir)
     rows = _rows(output_dir, runs)
-    atomic_write_text(output_dir / "README.md", _markdown(rows, runs, head_score_files(output_dir)))
+    atomic_write_text(output_dir / "README.md", _markdown(rows, runs, head_score_files(output_dir), output_dir))
     atomic_write_text(output_dir / "index.html", _html_page(rows, runs, output_dir))
     return output_dir / "README.md"
 
