@@ -33,6 +33,7 @@ from IPython.display import Image, display
 import dynheads_tl
 from dynheads_tl import TraceConfig
 from dynheads_tl.claims import dynamism
+from dynheads_tl.analysis import plots
 from dynheads_tl.report import figures
 from dynheads_tl.claims import inspect_attention
 from dynheads_tl.tasks import NiahConfig, build_niah_sample
@@ -79,5 +80,5 @@ display(Image(filename=str(figures.save_figure(fig, "step_attention", out_dir, w
 # %%
 result = dynamism.TaskResult("niah", seed, [], [trace], trace.retrieval_mask.float(), [trace.retrieval_mask], {}, {})
 matrix, hits, tokens, labels, data, _ = dynamism.heatmap_data(result, lm.tokenizer, sample_index=0)
-fig = figures.step_heatmap(matrix, hits, tokens, labels, "This answer: 10 most variable heads", "attention share on needle")
+fig = plots.step_heatmap(matrix, hits, tokens, labels, "This answer: 10 most variable heads", "attention share on needle")
 display(Image(filename=str(figures.save_figure(fig, "answer_heatmap", out_dir, data, run_config))))

@@ -59,6 +59,7 @@ from IPython.display import Image, Markdown, display
 
 import dynheads_tl
 from dynheads_tl.claims import dynamism
+from dynheads_tl.analysis import plots
 from dynheads_tl.report import figures
 from dynheads_tl.report.index import hotpot_label
 
@@ -87,7 +88,7 @@ print(f"{config.model}: {lm.cfg.n_layers} layers x {lm.cfg.n_heads} heads = {lm.
 eq2_rule, eq2_curve = dynamism.eq2_calibration(lm, config)
 if len(eq2_curve):
     figures.save_table(eq2_curve, "eq2_calibration", out_dir, run_config)
-    fig = figures.eq2_calibration_figure(eq2_curve, f"Eq. 2 cutoff calibration ({hotpot_label(config.hotpot_source)}, "
+    fig = dynamism.eq2_calibration_figure(eq2_curve, f"Eq. 2 cutoff calibration ({hotpot_label(config.hotpot_source)}, "
                                          f"n = {eq2_curve.attrs['n_samples']} calibration samples)")
     display(Image(filename=str(figures.save_figure(fig, "eq2_calibration", out_dir, eq2_curve, run_config))))
 display(Markdown(dynamism.eq2_rule_sentence(eq2_rule, eq2_curve)))
@@ -130,7 +131,7 @@ display(table1_ci.round(4))
 
 # %%
 matrix, hits, tokens, labels, data, index = dynamism.heatmap_data(headline_niah, lm.tokenizer)
-fig = figures.step_heatmap(matrix, hits, tokens, labels,
+fig = plots.step_heatmap(matrix, hits, tokens, labels,
                            f"Fig 1 (NIAH): 10 heads whose retrieval varies most, analysis sample {index}", "attention share on needle")
 display(Image(filename=str(figures.save_figure(fig, "fig1_niah_heatmap", out_dir, data, run_config))))
 
@@ -139,7 +140,7 @@ display(Image(filename=str(figures.save_figure(fig, "fig1_niah_heatmap", out_dir
 
 # %%
 matrix, hits, tokens, labels, data, index = dynamism.heatmap_data(headline_hotpot, lm.tokenizer)
-fig = figures.step_heatmap(matrix, None, tokens, labels,
+fig = plots.step_heatmap(matrix, None, tokens, labels,
                            f"Fig 5 ({hotpot_label(config.hotpot_source)}): 10 most variable heads, analysis sample {index}", "Eq. 2 score")
 display(Image(filename=str(figures.save_figure(fig, "fig5_hotpot_heatmap", out_dir, data, run_config))))
 
@@ -154,7 +155,7 @@ from dynheads_tl.analysis.scoring import distinct_heads_curve
 for result, title in ((headline_niah, "NIAH"), (headline_hotpot, hotpot_label(config.hotpot_source))):
     freq = dynamism.frequency_frame(result, config.static_k)
     curve = distinct_heads_curve(result.step_sets)
-    fig = figures.long_tail_figure(freq, curve, result.metrics["n_heads"], title)
+    fig = dynamism.long_tail_figure(freq, curve, result.metrics["n_heads"], title)
     name = f"long_tail_{result.task}"
     display(Image(filename=str(figures.save_figure(fig, name, out_dir, freq, run_config))))
 
@@ -213,7 +214,7 @@ size_aware = pd.concat([dynamism.size_aware_table(results[task], config.static_s
 figures.save_table(size_aware, "size_aware_overlap", out_dir, run_config)
 for task, label in (("niah", "NIAH"), ("hotpot", hotpot_label(config.hotpot_source))):
     part = size_aware[size_aware["task"] == task]
-    fig = figures.size_aware_figure(part, f"{label}: overlap with the static top-k")
+    fig = dynamism.size_aware_figure(part, f"{label}: overlap with the static top-k")
     display(Image(filename=str(figures.save_figure(fig, f"size_aware_{task}", out_dir, part, run_config))))
 display(size_aware.round(3))
 size_aware_verdicts = [dynamism.size_aware_verdict(size_aware[size_aware["task"] == task], config.static_k, task_label=label)
@@ -272,7 +273,7 @@ soft = dynamism.soft_dynamism_table(settings, config)
 figures.save_table(soft, "soft_dynamism", out_dir, run_config)
 churn = dynamism.argmax_churn(settings, config)
 figures.save_table(churn, "argmax_churn", out_dir, run_config)
-fig = figures.soft_dynamism_figure(soft, "Soft dynamism (NIAH): Eq. 1 vs copy and evidence mass")
+fig = dynamism.soft_dynamism_figure(soft, "Soft dynamism (NIAH): Eq. 1 vs copy and evidence mass")
 display(Image(filename=str(figures.save_figure(fig, "soft_dynamism", out_dir, soft, run_config))))
 display(soft[soft["setting"] == "all"].pivot_table(index="definition", columns="metric", values="value", sort=False).round(3))
 display(churn[churn["setting"] == "all"].round(3))

@@ -121,7 +121,7 @@ print(f"k (mean |D_t| on calibration) = {niah.setup.k}; static top-{niah.setup.k
 # run, with the teacher-forced columns (`tf_*`) beside the free-generation ones.
 
 # %%
-fig = figures.condition_heatmaps(niah.grid, "accuracy", "Fig 2 (NIAH): accuracy", k=niah.setup.k)
+fig = irreplaceability.condition_heatmaps(niah.grid, "accuracy", "Fig 2 (NIAH): accuracy", k=niah.setup.k)
 display(Image(filename=str(figures.save_figure(fig, "fig2_niah_masking", out_dir, niah.grid, run_config))))
 
 # %% [markdown]
@@ -133,7 +133,7 @@ display(Image(filename=str(figures.save_figure(fig, "fig2_niah_masking", out_dir
 # %%
 summary_niah = irreplaceability.condition_summary(niah)
 figures.save_table(summary_niah, "niah_conditions", out_dir, run_config)
-fig = figures.controls_figure(summary_niah, "accuracy", "NIAH: masking conditions")
+fig = irreplaceability.controls_figure(summary_niah, "accuracy", "NIAH: masking conditions")
 display(Image(filename=str(figures.save_figure(fig, "niah_controls", out_dir, summary_niah, run_config))))
 display(summary_niah.round(3))
 
@@ -149,8 +149,8 @@ display(summary_niah.round(3))
 
 # %%
 prog_niah = irreplaceability.progressive_summary(niah)
-fig = figures.progressive_figure(prog_niah, "accuracy", "Fig 3 (NIAH): progressive masking",
-                                 ranking=figures.NIAH_RANKING)
+fig = irreplaceability.progressive_figure(prog_niah, "accuracy", "Fig 3 (NIAH): progressive masking",
+                                 ranking=irreplaceability.NIAH_RANKING)
 display(Image(filename=str(figures.save_figure(fig, "fig3_niah_progressive", out_dir, niah.progressive, run_config))))
 display(prog_niah.round(3))
 
@@ -188,18 +188,18 @@ hotpot = irreplaceability.run_task(lm, config, "hotpot")
 rule = hotpot.setup.threshold
 print(f"Eq. 2 rule: {rule.label() if hasattr(rule, 'label') else f'share > {rule:g}'}; k = {hotpot.setup.k} "
       "(mean calibration |D_t|)")
-fig = figures.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 ({hotpot_label('synthetic')}): F1", k=hotpot.setup.k)
+fig = irreplaceability.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 ({hotpot_label('synthetic')}): F1", k=hotpot.setup.k)
 display(Image(filename=str(figures.save_figure(fig, "fig6_hotpot_masking", out_dir, hotpot.grid, run_config))))
 summary_hotpot = irreplaceability.condition_summary(hotpot)
 figures.save_table(summary_hotpot, "hotpot_conditions", out_dir, run_config)
-fig = figures.controls_figure(summary_hotpot, "f1", f"{hotpot_label('synthetic')}: masking conditions")
+fig = irreplaceability.controls_figure(summary_hotpot, "f1", f"{hotpot_label('synthetic')}: masking conditions")
 display(Image(filename=str(figures.save_figure(fig, "hotpot_controls", out_dir, summary_hotpot, run_config))))
 display(summary_hotpot.round(3))
 
 # %%
 prog_hotpot = irreplaceability.progressive_summary(hotpot)
-fig = figures.progressive_figure(prog_hotpot, "f1", f"Fig 7 ({hotpot_label('synthetic')}): progressive masking",
-                                 ranking=figures.HOTPOT_RANKING)
+fig = irreplaceability.progressive_figure(prog_hotpot, "f1", f"Fig 7 ({hotpot_label('synthetic')}): progressive masking",
+                                 ranking=irreplaceability.HOTPOT_RANKING)
 display(Image(filename=str(figures.save_figure(fig, "fig7_hotpot_progressive", out_dir, hotpot.progressive, run_config))))
 figures.save_table(hotpot.compensation, "hotpot_compensation", out_dir, run_config)
 checks_hotpot = irreplaceability.protocol_checks(hotpot)

@@ -108,7 +108,7 @@ resid_niah_summary = correlation.residualised_summary(resid_niah)
 figures.save_table(cca_niah_raw, "fig4_niah_cca_per_split", out_dir, run_config)
 figures.save_table(correlation.cca_tests(cca_niah_raw), "fig4_niah_cca_tests", out_dir, run_config)
 figures.save_table(resid_niah_summary, "fig4_niah_cca_residualised", out_dir, run_config)
-fig = figures.cca_splits_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=correlation.PAPER_FIG4,
+fig = correlation.cca_splits_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=correlation.PAPER_FIG4,
                                 residualised=resid_niah_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig4_niah_cca", out_dir, cca_niah, run_config))))
 display(cca_niah.round(3))
@@ -125,7 +125,7 @@ resid_hotpot_summary = correlation.residualised_summary(resid_hotpot)
 figures.save_table(cca_hotpot_raw, "fig8_hotpot_cca_per_split", out_dir, run_config)
 figures.save_table(correlation.cca_tests(cca_hotpot_raw), "fig8_hotpot_cca_tests", out_dir, run_config)
 figures.save_table(resid_hotpot_summary, "fig8_hotpot_cca_residualised", out_dir, run_config)
-fig = figures.cca_splits_figure(cca_hotpot, f"Fig 8 ({hotpot_label(config.hotpot_source)}): CCA vs lag",
+fig = correlation.cca_splits_figure(cca_hotpot, f"Fig 8 ({hotpot_label(config.hotpot_source)}): CCA vs lag",
                                 residualised=resid_hotpot_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig8_hotpot_cca", out_dir, cca_hotpot, run_config))))
 display(cca_hotpot.round(3))
@@ -176,7 +176,7 @@ lead = pd.concat([lead_niah.assign(task="niah"), lead_hotpot.assign(task="hotpot
 figures.save_table(lead, "lead_probes", out_dir, run_config)
 figures.save_table(pd.concat([lead_niah_raw.assign(task="niah"), lead_hotpot_raw.assign(task="hotpot")], ignore_index=True),
                    "lead_probes_per_split", out_dir, run_config)
-fig = figures.lead_figure([(lead_niah, "f1", "NIAH Eq. 1 sets: F1"), (lead_niah, "auprc", "NIAH Eq. 1 sets: AUPRC"),
+fig = correlation.lead_figure([(lead_niah, "f1", "NIAH Eq. 1 sets: F1"), (lead_niah, "auprc", "NIAH Eq. 1 sets: AUPRC"),
                            (lead_hotpot, "r2", f"{hotpot_label(config.hotpot_source)} Eq. 2: R²")],
                           "Probes k steps ahead: what the hidden state adds to position", split_label="by-layout")
 display(Image(filename=str(figures.save_figure(fig, "lead_probes", out_dir, lead, run_config))))

@@ -83,7 +83,7 @@ lm = config.start()  # the model, and the backend that computes the units
 threshold, rind_table = dynamic_rag.calibrate_rind(lm, config)
 if len(rind_table):
     figures.save_table(rind_table, "rind_calibration", out_dir, run_config)
-    fig = figures.rind_calibration_figure(rind_table, threshold)
+    fig = dynamic_rag.rind_calibration_figure(rind_table, threshold)
     display(Image(filename=str(figures.save_figure(fig, "rind_calibration", out_dir, rind_table, run_config))))
 display(Markdown(dynamic_rag.rind_sentence(rind_table, threshold)))
 
@@ -115,7 +115,7 @@ figures.save_table(table, "table4_rag", out_dir, run_config)
 figures.save_table(comparisons, "table4_comparisons", out_dir, run_config)
 display(table.round(4))
 display(comparisons.round(4))
-fig = figures.rag_strategies_figure(table, title=f"Table 4 ({config.rag_setting} setting, n = {int(table['n'].min())} questions)")
+fig = dynamic_rag.rag_strategies_figure(table, title=f"Table 4 ({config.rag_setting} setting, n = {int(table['n'].min())} questions)")
 display(Image(filename=str(figures.save_figure(fig, "table4_rag", out_dir, table, run_config))))
 
 # %% [markdown]

@@ -112,7 +112,7 @@ transfer = error_signal.transfer_table(sets, config.static_k, seed=config.seed)
 figures.save_table(transfer, "transfer", out_dir, run_config)
 display(transfer[["train", "test", "method", "n", "wrong", "auroc", "low", "high"]].round(3) if len(transfer) else transfer)
 roc = error_signal.roc_points(labels, scores)
-fig = figures.error_signal_figure(roc, table, transfer, "Is the answer wrong? Retrieval-head features against baselines")
+fig = error_signal.error_signal_figure(roc, table, transfer, "Is the answer wrong? Retrieval-head features against baselines")
 display(Image(filename=str(figures.save_figure(fig, "roc_transfer", out_dir, roc, run_config))))
 
 # %% [markdown]

@@ -79,7 +79,7 @@ display(table.round(3))
 # ## Accuracy and gold log-probability against the budget
 
 # %%
-fig = figures.retention_figure(table, f"Per-step KV retention (NIAH {config.haystack} {config.context_tokens}, "
+fig = kv_retention.retention_figure(table, f"Per-step KV retention (NIAH {config.haystack} {config.context_tokens}, "
                                       f"n = {config.n_samples} samples)")
 display(Image(filename=str(figures.save_figure(fig, "retention", out_dir, table, run_config))))
 

@@ -13,7 +13,7 @@ from dynheads_tl.claims.irreplaceability import (GRID_CONDITIONS, TaskAblation, 
                                                  matched_controls_verdict, paired_difference, progressive_summary,
                                                  protocol_checks, summary_markdown)
 from dynheads_tl.protocols.ablation import AblationSetup
-from dynheads_tl.report import figures
+from dynheads_tl.claims.irreplaceability import figures
 
 matplotlib.use("Agg")
 

@@ -113,7 +113,7 @@ def _tiny_notebook(folder: Path) -> Path:
         # A figure written as every notebook writes one: the writer records it in the folder's verdicts.json.
         nbformat.v4.new_code_cell("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
                                   "import pandas as pd\nfrom IPython.display import Image, display\n"
-                                  "from dynheads_tl.report.figure_files import save_figure\n"
+                                  "from dynheads_tl.report.figures import save_figure\n"
                                   "fig, ax = plt.subplots(figsize=(2, 2))\nax.bar([0], [value])\n"
                                   "ax.set_title('The tiny value')\n"
                                   "display(Image(filename=str(save_figure(fig, 'tiny_value', out, "

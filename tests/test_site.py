@@ -284,25 +284,6 @@ def test_every_committed_item_has_a_computed_status():
             assert "n = " in found.headline and "[" in found.headline or item == "Beyond 0", (item, found.headline)
 
 
-# --- figures: nothing clipped, legends outside the data --------------------------------------------------
-
-def test_cca_figure_shows_a_chance_curve_below_zero_and_keeps_its_legend_off_the_data():
-    import pandas as pd
-
-    from dynheads_tl.report.figures import cca_figure
-
-    curve = pd.DataFrame({"k": [0, 1, 0, 1], "control": ["held-out", "held-out", "shuffled", "shuffled"],
-                          "first": [0.9, 0.8, 0.3, 0.3]})
-    resid = pd.DataFrame({"k": [0, 1], "control": ["held-out, residualised, chance"] * 2, "first": [-0.02, -0.04],
-                          "first_low": [-0.08, -0.1], "first_high": [0.03, 0.02], "splits": [5, 5]})
-    fig = cca_figure(curve, "t", residualised=resid)
-    ax = fig.axes[0]
-    assert ax.get_ylim()[0] < -0.1  # the lowest interval end is drawn, not cut at 0
-    fig.canvas.draw()
-    legend = ax.get_legend().get_window_extent()
-    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, not over the curves
-
-
 def test_every_figure_and_table_of_the_committed_report_is_linked_from_the_index():
     from html.parser import HTMLParser
 

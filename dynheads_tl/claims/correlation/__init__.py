@@ -8,5 +8,6 @@ Holm-adjusted over the family the verdict reads (SCIENCE 10-12).
 """
 from .config import *  # noqa: F401,F403 (the notebook's API: config, pipeline and report part)
 from .pipeline import *  # noqa: F401,F403
+from .figures import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401

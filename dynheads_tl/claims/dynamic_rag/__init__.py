@@ -6,5 +6,6 @@ claim 1's HotpotQA splits (:mod:`dynheads_tl.corpus`), its evaluation questions,
 """
 from .config import *  # noqa: F401,F403 (the notebook's API: config, pipeline and report part)
 from .pipeline import *  # noqa: F401,F403
+from .figures import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401

@@ -6,5 +6,6 @@ Static heads come from a calibration split; the dynamic analysis uses different 
 from .config import *  # noqa: F401,F403 (the notebook's API: config, pipeline, settings and report part)
 from .pipeline import *  # noqa: F401,F403
 from .settings import *  # noqa: F401,F403
+from .figures import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401

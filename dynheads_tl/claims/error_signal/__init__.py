@@ -49,6 +49,7 @@ Labels: an answer is wrong when the UUID is not reproduced exactly (NIAH) or its
 from .config import *  # noqa: F401,F403 (the notebook's API: config, features, pipeline and report part)
 from .features import *  # noqa: F401,F403
 from .pipeline import *  # noqa: F401,F403
+from .figures import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401
 from dynheads_tl.analysis.classification import roc_points  # noqa: F401 (notebook 05 draws its ROC curves)

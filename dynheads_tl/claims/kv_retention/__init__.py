@@ -7,5 +7,6 @@ teacher forcing on the needle sentence, cached per sample) and the tables, figur
 from .config import *  # noqa: F401,F403 (the notebook's API: config, pipeline, comparisons and report part)
 from .pipeline import *  # noqa: F401,F403
 from .comparisons import *  # noqa: F401,F403
+from .figures import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401

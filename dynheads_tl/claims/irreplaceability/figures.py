@@ -1,0 +1,164 @@
+"""Claim 2's figures: the masking grids (Fig 2 / Fig 6) with one panel per condition, the progressive masking
+curves (Fig 3 / Fig 7) and the size-matched controls."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from dynheads_tl.analysis.plots import error_bars
+
+__all__ = ["CONDITION_TITLES", "FIXED_K_CONDITIONS", "condition_heatmaps", "NIAH_RANKING", "HOTPOT_RANKING", "progressive_figure", "controls_figure"]
+
+
+# The paper's conditions first, then our size-matched controls (see dynheads_tl.protocols.ablation).
+CONDITION_TITLES = {"none": "unmasked", "dynamic": "D_t masked", "static": "static top-k masked",
+                    "random": "random k masked", "static_matched": "static top-|D_t| masked",
+                    "random_matched": "random |D_t| masked", "dynamic_nonstatic": "D_t \\ S_20 masked",
+                    "random_nonstatic": "random |D_t \\ S_20| (outside S_20)",
+                    "static_nondynamic": "S_20 \\ D_t masked",
+                    "random_nondynamic": "random |S_20 \\ D_t| (outside D_t)",
+                    "query_matched": "query-focused top-|D_t| masked"}
+
+
+# Conditions that mask the calibration's fixed k heads at every step; the other masked ones are sized by D_t.
+FIXED_K_CONDITIONS = ("static", "random")
+
+
+def _runs_per_cell(grid: pd.DataFrame) -> str:
+    counts = grid.groupby(["condition", "context", "depth"]).size()
+    low, high = int(counts.min()), int(counts.max())
+    return f"n = {low}" if low == high else f"n = {low}–{high}"
+
+
+def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | None = None):
+    """Fig 2 / Fig 6: one context x depth heatmap of ``metric`` per masking condition (4 panels a row).
+
+    Each panel's title gives the mean number of heads masked per step; the figure title gives n (runs per
+    cell and per panel) and, with ``k``, which panels mask the fixed k and which a number set by D_t."""
+    from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
+
+    conditions = [c for c in CONDITION_TITLES if c in set(grid["condition"])]
+    columns = min(4, len(conditions))
+    rows = -(-len(conditions) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.2, 2.5 * rows + 1.3), sharey=True,
+                             squeeze=False, layout="constrained")
+    flat = axes.flatten()
+
+    def cell(values: pd.Series) -> str:  # the cell's mean and 95% interval (Wilson for 0/1, bootstrap otherwise)
+        data = pd.to_numeric(values, errors="coerce").dropna().to_numpy(float)
+        binary = len(data) and set(np.unique(data)) <= {0.0, 1.0}
+        ci = wilson_interval(int(data.sum()), len(data)) if binary else bootstrap_interval(data)
+        return f"{ci.estimate:.2f}\n[{ci.low:.2f}, {ci.high:.2f}]"
+
+    image = None
+    for ax, condition in zip(flat, conditions):
+        part = grid[grid["condition"] == condition]
+        table = part.pivot_table(index="context", columns="depth", values=metric, aggfunc="mean")
+        labels = part.groupby(["context", "depth"])[metric].apply(cell).unstack("depth").reindex(
+            index=table.index, columns=table.columns)
+        sns.heatmap(table, ax=ax, vmin=0, vmax=1, cmap="RdYlGn", annot=labels.to_numpy(), fmt="", cbar=False,
+                    annot_kws={"fontsize": 9})
+        image = ax.collections[0]
+        heads = (f" ({part['heads_masked_per_step'].mean():.1f} heads/step)"
+                 if "heads_masked_per_step" in part and condition != "none" else "")
+        ax.set_title(CONDITION_TITLES[condition] + heads, fontsize=9)
+        ax.set_xlabel("depth" if condition in conditions[-columns:] else "")
+        ax.set_ylabel("context tokens" if ax in axes[:, 0] else "")
+    for ax in flat[len(conditions):]:
+        ax.set_visible(False)
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.6, aspect=30, label=f"mean {metric}")
+    per_panel = grid.groupby("condition").size()
+    fig.suptitle(title, fontsize=12)
+    note = (f"Each cell: mean {metric} with its 95% interval ({'Wilson' if metric in ('accuracy', 'em') else 'bootstrap'}); "
+            f"{_runs_per_cell(grid)} runs per cell, {int(per_panel.min())} per panel.")
+    if k is not None:
+        sized = [CONDITION_TITLES[c] for c in conditions if c not in FIXED_K_CONDITIONS + ("none",)]
+        fixed = [CONDITION_TITLES[c] for c in conditions if c in FIXED_K_CONDITIONS]
+        note += (f"\nfixed k = {k} heads at every step: {', '.join(fixed) or 'none'}; "
+                 f"sized by D_t at each step: {', '.join(sized) or 'none'}")
+    fig.supxlabel(note, fontsize=8)
+    return fig
+
+
+
+NIAH_RANKING = "Eq. 1 hits first, then attention share on the needle"
+
+
+
+HOTPOT_RANKING = "Eq. 2 share on the supporting facts (not Eq. 1)"
+
+
+def progressive_figure(summary: pd.DataFrame, metric: str, title: str, ranking: str = NIAH_RANKING):
+    """Fig 3 / Fig 7: ``metric`` vs k masked heads (with its 95% interval when the summary has
+    ``{metric}_low`` / ``_high``), and compensation m_s on a second axis. ``ranking`` names how the k heads
+    of each step are chosen, for the x-axis label (NIAH: Eq. 1; HotpotQA: Eq. 2). Where the summary has the
+    size-matched control (``random_`` columns: k random heads per step), both are drawn dashed beside the ranked
+    curves, from the shared unmasked point at k = 0."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    twin = ax.twinx()
+    control = summary.dropna(subset=[f"random_{metric}"]) if f"random_{metric}" in summary else summary.iloc[:0]
+    curves = [(summary, "", "ranked heads", "-", ("o", "s"))]
+    if len(control):
+        # The random curve starts at the shared unmasked point (k = 0 masks nothing under either rule).
+        first = summary[summary["k"] == summary["k"].min()]
+        columns = [metric, f"{metric}_low", f"{metric}_high", "m_s"]
+        origin = first[["k"] + [c for c in columns if c in first]].rename(columns=lambda c: c if c == "k" else f"random_{c}")
+        curves.append((pd.concat([origin, control], ignore_index=True), "random_", "random heads (size-matched)", "--",
+                       ("^", "v")))
+    # With the control drawn, the two series are dodged sideways by a fraction of the k spacing so that their
+    # error bars do not sit on one another (the k values themselves are in the CSV and on the axis ticks).
+    ks = np.unique(summary["k"].to_numpy(dtype=float))
+    dodge = 0.12 * float(np.diff(ks).min()) if len(control) and len(ks) > 1 else 0.0
+    for offset, (part, prefix, name, style, (marker, m_s_marker)) in zip((-dodge, dodge), curves):
+        x, y = part["k"].to_numpy(dtype=float) + offset, part[f"{prefix}{metric}"].to_numpy(dtype=float)
+        if f"{prefix}{metric}_low" in part:
+            ax.errorbar(x, y, yerr=error_bars(part, f"{prefix}{metric}"), marker=marker, linestyle=style, color="tab:blue", capsize=3,
+                        label=f"{metric}, {name}")
+        else:
+            ax.plot(x, y, marker=marker, linestyle=style, color="tab:blue", label=f"{metric}, {name}")
+        twin.plot(x, part[f"{prefix}m_s"], marker=m_s_marker, linestyle=style, color="tab:red", label=f"m_s, {name}")
+    ax.set_xlabel(f"k heads masked per step (ranked: {ranking})", fontsize=8)
+    ax.set_ylabel(metric, color="tab:blue")
+    ax.set_ylim(-0.05, 1.05)
+    span = float(summary["k"].max() - summary["k"].min()) or 1.0
+    ax.set_xlim(float(summary["k"].min()) - 0.05 * span - dodge, float(summary["k"].max()) + 0.05 * span + dodge)
+    ax.set_xticks(ks)
+    twin.set_ylabel("m_s: compensating static-top-20 heads", color="tab:red")
+    highest = max([float(summary["m_s"].max())] + ([float(control["random_m_s"].max())] if len(control) else []))
+    twin.set_ylim(-0.05 * max(highest, 1.0), None)
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=2, frameon=False)
+    n = f"\nn = {int(summary['n'].min())} samples per k, 95% CI" if "n" in summary else ""
+    fig.suptitle(title + n, fontsize=10)
+    return fig
+
+
+def controls_figure(summary: pd.DataFrame, metric: str, title: str):
+    """Every masking condition with its 95% interval (from ``irreplaceability.condition_summary``): the
+    free-generation ``metric`` (left) and the teacher-forced drop of the gold token's log-probability per
+    step (right), each condition labelled with the heads it masks per step and its n."""
+    conditions = [c for c in CONDITION_TITLES if c in set(summary["condition"])]
+    table = summary.set_index("condition").loc[conditions]
+    panels = [(metric, f"{metric} (free generation)")]
+    if "tf_drop" in table:
+        panels.append(("tf_drop", "gold log-prob drop per step, nats (teacher-forced)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.42 * len(conditions) + 1.6),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(conditions))[::-1]
+    labels = [f"{CONDITION_TITLES[c]} ({table.loc[c, 'heads_masked_per_step']:.1f}/step)"
+              if "heads_masked_per_step" in table else CONDITION_TITLES[c] for c in conditions]
+    for ax, (column, label) in zip(axes[0], panels):
+        xerr = error_bars(table, column)
+        ax.errorbar(table[column], y, xerr=xerr, fmt="o", color="tab:blue", capsize=3)
+        ax.set_xlabel(label)
+        ax.axvline(0, color="grey", lw=0.6)
+        ax.set_yticks(y)
+        ax.set_yticklabels(labels, fontsize=8)
+    fig.suptitle(f"{title}\nn = {int(table['n'].min())} runs per condition; 95% CI (Wilson for accuracy / EM, "
+                 "bootstrap over samples otherwise)", fontsize=9)
+    fig.tight_layout()
+    return fig
