@@ -29,7 +29,7 @@ from dynheads_tl import preregistration
 from dynheads_tl.claim import Status, sidecar
 from dynheads_tl.store import atomic_write_text
 
-__all__ = ["FILE", "FORMAT", "build", "write", "read", "record_output", "outputs", "primary_problems"]
+__all__ = ["FILE", "FORMAT", "build", "write", "read", "record_output", "outputs", "primary_problems", "synthetic"]
 
 FILE = "verdicts.json"
 FORMAT = 1
@@ -113,11 +113,17 @@ def _item(claim, item, folder: Path) -> dict[str, Any]:
         declared = preregistration.item_rule(claim.name, item.item).get("rule")
     except preregistration.PreregistrationError:
         declared = None
-    synthetic = item.hotpot and str(sidecar(folder, item.output).get("hotpot_source", "synthetic")) == "synthetic"
     rule = (inspect.getdoc(item.status) or "") if item.status is not None else ""
     return {"item": item.item, "produced": bool(files), "status": found.status, "headline": found.headline,
             "ours": ours if files else "not produced", "why": found.why, "rule": rule, "declared_rule": declared,
-            "files": files, "synthetic": bool(synthetic)}
+            "files": files, "synthetic": synthetic(item, folder)}
+
+
+def synthetic(item, folder: Path) -> bool:
+    """Whether an index row rests on synthetic HotpotQA-format questions: a HotpotQA row (``PaperItem.hotpot``) whose
+    run config (``<stem>.config.json``) names no real file. A config without ``hotpot_source`` counts as synthetic
+    (the generator is every entry point's default), so an unlabelled result is never passed off as real data."""
+    return bool(item.hotpot) and str(sidecar(folder, item.output).get("hotpot_source", "synthetic")) == "synthetic"
 
 
 def _declared_primary(claim) -> dict[str, Any] | None:

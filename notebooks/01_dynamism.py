@@ -61,7 +61,7 @@ import dynheads_tl
 from dynheads_tl.claims import dynamism
 from dynheads_tl.analysis import plots
 from dynheads_tl.report import figures
-from dynheads_tl.report.index import hotpot_label
+from dynheads_tl.tasks.hotpot import hotpot_label
 
 started = time.time()
 config = dynamism.DynamismConfig.from_namespace(globals())

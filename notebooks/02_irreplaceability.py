@@ -94,7 +94,7 @@ from IPython.display import Image, Markdown, display
 import dynheads_tl
 from dynheads_tl.report import figures
 from dynheads_tl.claims import irreplaceability
-from dynheads_tl.report.index import hotpot_label
+from dynheads_tl.tasks.hotpot import hotpot_label
 
 started = time.time()
 config = irreplaceability.IrreplaceabilityConfig.from_namespace(globals())

@@ -71,7 +71,7 @@ import dynheads_tl
 from dynheads_tl.analysis.correlation import layout_groups
 from dynheads_tl.report import figures
 from dynheads_tl.claims import correlation
-from dynheads_tl.report.index import hotpot_label
+from dynheads_tl.tasks.hotpot import hotpot_label
 
 started = time.time()
 config = correlation.PredictabilityConfig.from_namespace(globals())

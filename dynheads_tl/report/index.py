@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 
+from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.results import ModelReport, all_results, model_reports, read_runs  # noqa: F401 (read_runs: the runner's)
 from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, _OFFLINE_TEMPLATE, notebook_order,  # noqa: F401
@@ -22,7 +23,6 @@ from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, _OFFLINE_TEMPLATE, 
                                      run_meta)
 from dynheads_tl.report.status import STATUS_CLASS
 from dynheads_tl.store import atomic_write_text
-from dynheads_tl.tasks.hotpot import hotpot_label  # noqa: F401 (the notebooks' import)
 
 logger = logging.getLogger(__name__)
 
@@ -56,22 +56,9 @@ def _headline(claim, item, output_dir: Path) -> str:
         return "see file"
 
 
-# HotpotQA items (``PaperItem.hotpot``) are labelled synthetic unless the config names a real file.
+# HotpotQA items (``PaperItem.hotpot``) are labelled synthetic unless the config names a real file
+# (:func:`dynheads_tl.verdicts.synthetic`).
 SYNTHETIC_NOTE = "(synthetic HotpotQA-format data)"
-
-
-def hotpot_source(stem: Path) -> str:
-    """Where the HotpotQA data behind ``stem`` came from, read from ``<stem>.config.json``.
-
-    A config without ``hotpot_source`` (or no config) counts as ``"synthetic"``: the generator is every
-    entry point's default, and real data are used only when a config names the file, so an unlabelled
-    result is assumed synthetic rather than passed off as real HotpotQA.
-    """
-    config = stem.with_name(stem.name + ".config.json")
-    try:
-        return str(_json.loads(config.read_text()).get("hotpot_source", "synthetic"))
-    except (OSError, ValueError, AttributeError):
-        return "synthetic"
 
 
 def _produced_files(stem: Path) -> list[Path]:
@@ -88,7 +75,7 @@ def ours_text(output_dir: Path, item: str) -> str:
     if not _produced_files(stem):
         return "not produced"
     text = _headline(claim, declared, output_dir)
-    if declared.hotpot and hotpot_source(stem) == "synthetic":
+    if verdicts.synthetic(declared, stem.parent):
         text += " " + SYNTHETIC_NOTE
     return text
 
