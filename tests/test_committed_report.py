@@ -15,8 +15,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from dynheads_tl.report.checks import (absolute_paths, headline_problems, link_problems, notebook_problems,
                                        offline_problems, path_problems, report_problems)
-from dynheads_tl.report.index import (SYNTHETIC_NOTE, build_index, index_items, item_stem, ours_text,
-                                      remote_resources, render_notebook_html)
+from dynheads_tl.report.index import SYNTHETIC_NOTE, build_index, index_items, item_stem, ours_text, render_notebook_html
+from dynheads_tl.report.site import remote_resources
 from dynheads_tl.tasks.hotpot import hotpot_label
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
-from dynheads_tl.report.index import _rel, index_items, ours_text, read_runs, remote_resources
+from dynheads_tl.report.index import _rel, index_items, ours_text
+from dynheads_tl.report.results import read_runs
+from dynheads_tl.report.site import remote_resources
 
 # --- checks over a finished report -----------------------------------------------------------------
 

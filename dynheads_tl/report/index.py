@@ -17,10 +17,9 @@ from typing import Any
 
 from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.results import ModelReport, all_results, model_reports, read_runs  # noqa: F401 (read_runs: the runner's)
-from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, _OFFLINE_TEMPLATE, notebook_order,  # noqa: F401
-                                     notebook_title, outputs_list_html, page_sections, remote_resources, render_page,
-                                     run_meta)
+from dynheads_tl.report.results import ModelReport, all_results, model_reports, read_runs
+from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, notebook_order, notebook_title, outputs_list_html,
+                                     page_sections, render_page, run_meta)
 from dynheads_tl.report.status import STATUS_CLASS
 from dynheads_tl.store import atomic_write_text
 

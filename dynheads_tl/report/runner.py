@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from dynheads_tl.report.index import read_runs, render_notebook_html
+from dynheads_tl.report.index import render_notebook_html
 from dynheads_tl.report.rerender import render_site
-from dynheads_tl.report.results import MODELS_DIR, model_folder_name, write_results
+from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
 from dynheads_tl.store import HEAL_PREFIX, atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
 
 logger = logging.getLogger(__name__)
