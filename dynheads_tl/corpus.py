@@ -116,15 +116,10 @@ class TraceSets(TraceSettings):
 
 
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
-                   use_cache: bool = True, desc: str = "tracing", batch_size: int = 1,
-                   earlier_key: dict[str, Any] | None = None) -> list[Trace]:
+                   use_cache: bool = True, desc: str = "tracing", batch_size: int = 1) -> list[Trace]:
     """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
     + the model (its name and :func:`~dynheads_tl.engine.models.model_fingerprint`: another model saved under the
     same name misses), so an interrupted run resumes at the first sample not yet finished.
-
-    ``earlier_key``: the ``key`` an earlier version cached these samples under. A sample missing under ``key`` but
-    cached under it (same index, prompt, trace config and model) is read from there and saved under ``key`` too,
-    so a cache a report was built from stays valid when a key changes.
 
     ``batch_size`` > 1 decodes that many missing samples together (:func:`~dynheads_tl.engine.tracing.trace_batch`:
     tokens and sets as unbatched, floats to rounding); each is still cached on its own, and the cache key leaves
@@ -144,22 +139,12 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
                 "model_fingerprint": model_fingerprint(model)}
     keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
     traces: list[list[Trace]] = [[] for _ in samples]
-    if use_cache and earlier_key is not None:
-        earlier_full = {**earlier_key, **{name: full_key[name] for name in ("trace", "model", "model_fingerprint")}}
-        for index, key in enumerate(keys):
-            earlier = {**earlier_full, "index": index, "prompt": key["prompt"]}
-            if not traces_path(key).exists() and traces_path(earlier).exists():
-                try:
-                    found = cached_traces(earlier, _unreadable)
-                except LookupError:  # the earlier entry was unreadable (and is set aside): traced again below
-                    continue
-                traces[index] = cached_traces(key, lambda found=found: found)  # saved under the new key
     # Samples read back from the cache first; the missing ones go to the current executor (progress is shown
     # only for those), in batches of ``batch_size``, and each is cached as its batch comes back.
     todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
     missing = set(todo)
     for index in range(len(samples)):
-        if index not in missing and not traces[index]:  # not yet read (above, from an earlier key)
+        if index not in missing:
             traces[index] = cached_traces(keys[index], lambda: [finish(trace_generation(model, samples[index], trace_config))],
                                           use_cache=use_cache)
     chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
@@ -167,10 +152,6 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
                                         desc=desc):
         traces[index] = cached_traces(keys[index], lambda trace=trace: [finish(trace)], use_cache=use_cache)
     return [trace for per_sample in traces for trace in per_sample]
-
-
-def _unreadable() -> list[Trace]:
-    raise LookupError("an earlier cache entry could not be read")
 
 
 def trace_units(model, samples, trace_config: TraceConfig) -> list[Trace]:
@@ -223,14 +204,13 @@ def layout_traces(model, config: TraceSettings, *, haystack: str, context_tokens
         offset = SEED_OFFSETS[split]
         # The key leaves the split's size out: sample i depends on the seed and i alone (make_niah_samples with
         # random layouts; each cached trace also names its prompt), so a split of any size reads the traces of a
-        # smaller or larger one it shares samples with. Keys named the size before 2026-12-03 (earlier_key).
+        # smaller or larger one it shares samples with.
         spec = dict(task="niah", split=split, context_tokens=context_tokens, haystack=haystack,
                     seed=offset + seed, layout="random")
         samples = layout_split_samples(model, config, haystack=haystack, context_tokens=context_tokens, n=n,
                                        seed=seed, split=split)
         splits.append(collect_traces(model, samples, trace_config, spec, use_cache=use_cache, batch_size=batch_size,
-                                     desc=f"NIAH {haystack} {context_tokens} {split.split('_')[1]}",
-                                     earlier_key={**spec, "n": n}))
+                                     desc=f"NIAH {haystack} {context_tokens} {split.split('_')[1]}"))
     return splits[0], splits[1]
 
 

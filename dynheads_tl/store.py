@@ -25,7 +25,8 @@ from typing import Any, BinaryIO, Callable
 logger = logging.getLogger(__name__)
 # Bump when what a key means changes, so older entries are never read as new ones.
 # 2: model keys carry models.model_fingerprint (what the model is), not only the name it was loaded by.
-STORE_VERSION = 2
+# 3: no entry is read under another key than its own (a cache written under the keys of version 2 is recomputed).
+STORE_VERSION = 3
 
 
 def cache_dir() -> Path:

@@ -373,12 +373,11 @@ def test_trace_sets_are_traced_in_batches_of_trace_batch_size(tiny_long_model, c
             torch.testing.assert_close(a.support_score, b.support_score, atol=1e-4, rtol=0)
 
 
-def test_layout_traces_share_samples_across_sizes_and_read_the_earlier_keys(cache, tiny_model, monkeypatch):
+def test_layout_traces_share_samples_across_sizes(cache, tiny_model, monkeypatch):
     """A layout setting's traces are keyed per sample without the split's size: a larger split traces only the
-    samples a smaller one lacks, a smaller one traces nothing, and traces cached under the keys that named the size
-    (before 2026-12-03) are read back, not traced again."""
+    samples a smaller one lacks, and a smaller one traces nothing."""
     from dynheads_tl import corpus
-    from dynheads_tl.corpus import SEED_OFFSETS, TraceSettings, layout_split_samples, layout_traces
+    from dynheads_tl.corpus import TraceSettings, layout_split_samples, layout_traces
 
     settings = TraceSettings(max_new_tokens=4)
     where = dict(haystack="filler", context_tokens=60)
@@ -390,22 +389,10 @@ def test_layout_traces_share_samples_across_sizes_and_read_the_earlier_keys(cach
         return original(model, samples, trace_config)
 
     monkeypatch.setattr(corpus, "trace_units", counting)
-    # What the earlier code cached: each split under a key that names its size.
-    config = TraceConfig(**{**settings.trace_config("niah").key(), "evidence_attention": True, "signals": True})
-    earlier = {}
-    for split, n in (("layout_calibration", 1), ("layout_analysis", 2)):
-        spec = dict(task="niah", split=split, n=n, context_tokens=60, haystack="filler",
-                    seed=SEED_OFFSETS[split] + 5, layout="random")
-        samples = layout_split_samples(tiny_model, settings, **where, n=n, seed=5, split=split)
-        earlier[split] = collect_traces(tiny_model, samples, config, spec, batch_size=2)
-    assert sum(traced) == 3
-    traced.clear()
-
     calibration, analysis = layout_traces(tiny_model, settings, **where, n_calibration=1, n_analysis=2, seed=5,
                                           batch_size=2)
-    assert traced == [], "the earlier keys' traces were traced again"
-    assert_same_traces(calibration, earlier["layout_calibration"])
-    assert_same_traces(analysis, earlier["layout_analysis"])
+    assert traced == [1, 2]
+    traced.clear()
 
     _, larger = layout_traces(tiny_model, settings, **where, n_calibration=1, n_analysis=4, seed=5, batch_size=2)
     assert traced == [2], "only the two samples the smaller split lacks are traced"

@@ -187,8 +187,8 @@ def check_fits(n_tokens: int, max_tokens: int | None, max_new_tokens: int, what:
 def check_context_cannot_fit(context_tokens: int, max_new_tokens: int, max_tokens: int | None, what: str) -> None:
     """Fail before any tokenizing when the context alone, with the answer, is over the model's window.
 
-    Without this a very long ``context_tokens`` would first tokenize a haystack of that length, and
-    used to be reported against the haystack's size rather than the model's window.
+    Without it a very long ``context_tokens`` would first tokenize a haystack of that length, and the error would
+    name the haystack's size rather than the model's window.
     """
     if max_tokens is not None and context_tokens + max_new_tokens > max_tokens:
         room = max_tokens - PROMPT_TEMPLATE_TOKENS - max_new_tokens

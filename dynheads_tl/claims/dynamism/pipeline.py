@@ -277,7 +277,7 @@ def size_aware_table(results: list[TaskResult], sizes: list[int]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-# --- head-score files out (issue #31) ---------------------------------------------------------------
+# --- head-score files out (Wu et al.'s format) ------------------------------------------------------
 def _file_stem(model_label: str) -> str:
     from pathlib import Path
 
@@ -330,7 +330,7 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
     return pd.DataFrame(rows)
 
 
-# --- static-set stability (issue #31) -----------------------------------------------------------------------
+# --- static-set stability across seeds ----------------------------------------------------------------------
 def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int = 200, seed: int = 0,
                      check_calibration: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """How much the NIAH static set S_k moves with its calibration: the split-half curve over calibration sizes on
@@ -365,7 +365,7 @@ def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int
     return curve, pairs, verdict
 
 
-# --- a second static baseline: QRHead-style query-focused scores (issue #31) ---------------------------------
+# --- a second static baseline: QRHead-style query-focused scores ------------------------------------------
 def query_focused_tables(model, config: DynamismConfig, results: list[TaskResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """NIAH D_t against two static sets: Wu et al.'s (the claim's own) and the query-focused one
     (:func:`~dynheads_tl.analysis.query_focus.query_focused_scores` on the same calibration prompts of each seed).
