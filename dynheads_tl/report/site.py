@@ -281,7 +281,8 @@ def outputs_list_html(folder: Path, link_prefix: str, sections: dict[str, str] |
     rows = []
     for name_stem, links in _file_groups(folder, link_prefix):
         files = " · ".join(f'<a href="{esc(href)}">{esc(label)}</a>' for label, href in links)
-        kind = "figure" if any(label == "png" for label, _ in links) else "table"
+        kind = ("figure" if any(label == "png" for label, _ in links) else
+                "results" if f"{name_stem}.json" == verdicts.FILE else "table")
         section = (sections or {}).get(name_stem)
         where = f' · <a href="{esc(page_link)}#{esc(section)}">section</a>' if section else ""
         rows.append(f"<li><strong>{esc(name_stem)}</strong> ({kind}): {files}{where}</li>")
