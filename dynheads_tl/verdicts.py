@@ -49,7 +49,7 @@ def read(folder: Path) -> dict[str, Any] | None:
 
 
 def _dump(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=1, sort_keys=True, default=str, allow_nan=False) + "\n"
+    return json.dumps(data, indent=1, sort_keys=True, default=str, allow_nan=False, ensure_ascii=False) + "\n"
 
 
 def _finite(value: Any) -> Any:
