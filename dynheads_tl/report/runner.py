@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import ast
 import datetime
+import re
 import json as _json
 import logging
 import os
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,7 +153,7 @@ def check_notebook(notebook: Path, parameters: dict[str, Any], declared: dict[st
 def output_dir_for(preset: str, model: str | None, overrides: dict[str, Any]) -> Path:
     """Where a run goes when no ``output_dir`` is given: :func:`default_output_dir`, customised by a model or any
     override except those that only choose who computes (:data:`EXECUTION_ONLY`: the results are the same)."""
-    return default_output_dir(preset, customised=bool(model or set(overrides) - EXECUTION_ONLY))
+    return default_output_dir(preset, customised=model is not None or bool(set(overrides) - EXECUTION_ONLY))
 
 
 def default_output_dir(preset: str, customised: bool) -> Path:
@@ -246,9 +248,14 @@ def heal_warnings(executed: Path) -> list[str]:
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream":
-                lines += [line.strip() for line in output.get("text", "").splitlines()
-                          if line.strip().startswith(HEAL_PREFIX)]
+                lines += [match.group(1) for line in output.get("text", "").splitlines()
+                          if (match := _HEAL_LINE.match(line.strip()))]
     return lines
+
+
+# A heal warning as the kernel prints it: bare (Python's last-resort handler), or behind the default logging format's
+# "LEVEL:logger:" (once any library has called logging.warning(), which installs a root handler in the kernel).
+_HEAL_LINE = re.compile(rf"^(?:[A-Z]+:[\w.]+:)?({re.escape(HEAL_PREFIX)}.*)$")
 
 
 def repeat_heal_warnings(executed: Path) -> None:
@@ -257,10 +264,15 @@ def repeat_heal_warnings(executed: Path) -> None:
         print(f"{executed.stem}: {line}", file=sys.stderr, flush=True)
 
 
-def ipc_kernel_manager():
+def ipc_kernel_manager(stderr=None):
     """The kernel manager the notebooks run under: jupyter_client's, on IPC (Unix domain sockets in Jupyter's
     runtime folder) instead of TCP on localhost. The kernel is local either way; over TCP without encryption
-    ipykernel 7 prints a warning about plain-text traffic into every run's log, and a local socket needs no port."""
+    ipykernel 7 prints a warning about plain-text traffic into every run's log, and a local socket needs no port.
+
+    ``stderr``: a file the kernel process's own stderr goes to instead of the terminal (what the kernel application
+    logs itself; a cell's output goes to the notebook either way). The runner passes one per notebook and repeats it
+    after the notebook, unless the run was interrupted: a kernel stopped mid-cell logs a traceback of its closed
+    sockets, which is not the user's business."""
     from jupyter_client.manager import AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
@@ -268,7 +280,21 @@ def ipc_kernel_manager():
             kwargs.setdefault("transport", "ipc")
             super().__init__(**kwargs)
 
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            if stderr is not None:
+                kw.setdefault("stderr", stderr)
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+
     return IPCKernelManager
+
+
+def _repeat_kernel_log(log, stem: str) -> None:
+    """Print what a notebook's kernel wrote on its own stderr (:func:`ipc_kernel_manager`), each line after the
+    notebook's name."""
+    log.seek(0)
+    for line in log.read().decode("utf-8", errors="replace").splitlines():
+        if line.strip():
+            print(f"{stem} kernel: {line}", file=sys.stderr, flush=True)
 
 
 def run_report(*, preset: str = "default", model: str | None = None, only: str | None = None,
@@ -293,6 +319,13 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             raise ValueError(f"output_dir is given twice with different values ({str(asked)!r} and {str(output_dir)!r}); "
                              "give it once, with --output-dir.")
         output_dir = str(asked)
+    if model is not None:
+        if not (isinstance(model, str) and model.strip()):
+            raise ValueError(f"--model is {model!r}; name a model (an embedded name, a paper alias, a local Hugging "
+                             "Face folder or a hub id), or leave --model out for each notebook's own.")
+        if "model" in overrides and overrides["model"] != model:
+            raise ValueError(f"model is given twice with different values (--model {model!r} and -p "
+                             f"model={overrides['model']!r}); give it once.")
     cwd = Path(cwd or os.getcwd()).resolve()
     if output_dir is None:
         output_dir = output_dir_for(preset, model, overrides)
@@ -315,7 +348,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     plans = []
     for notebook in notebooks:
         parameters = preset_parameters(preset, notebook.stem)
-        if model:
+        if model is not None:
             parameters["model"] = model
         parameters.update({k: v for k, v in overrides.items() if k in declared[notebook]})
         parameters["output_dir"] = shown_output
@@ -345,14 +378,18 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                     partial.unlink()
                     print(f"Removed {_shown_path(partial, cwd)}, left by an earlier run that was stopped.", flush=True)
                 t0 = time.time()
+                kernel_log = tempfile.TemporaryFile()
                 try:
                     # No progress lines, and no library bars (transformers' "Loading weights"), in the notebooks:
                     # they are read as a report (the runner prints which notebook runs and the time so far).
                     with _environment(DYNHEADS_PROGRESS="off", HF_HUB_DISABLE_PROGRESS_BARS="1"):
                         papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
                                                    progress_bar=show_cells, kernel_name="python3",
-                                                   kernel_manager_class=ipc_kernel_manager())
+                                                   kernel_manager_class=ipc_kernel_manager(kernel_log))
                 except BaseException as error:
+                    if not isinstance(error, KeyboardInterrupt):
+                        _repeat_kernel_log(kernel_log, notebook.stem)
+                    kernel_log.close()
                     if partial.exists():
                         _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
                         partial.replace(failed)
@@ -362,6 +399,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                                 else f"there is no finished {shown_final} yet")
                         print(f"The {what} run is kept in {_shown_path(failed, cwd)}; {kept}.", flush=True)
                     raise
+                _repeat_kernel_log(kernel_log, notebook.stem)
+                kernel_log.close()
                 _relocate(partial, notebook, shown_final, cwd)
                 partial.replace(final)
             failed.unlink(missing_ok=True)

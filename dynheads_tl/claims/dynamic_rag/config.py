@@ -40,7 +40,7 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
     def __post_init__(self):
         super().__post_init__()
         check_ints(self, ("n_samples", "n_hotpot_train", "n_rind_calibration", "trace_batch_size"))
-        check_int_list(self, "train_seeds")
+        check_int_list(self, "train_seeds", minimum=0)
         check_choice(self, "rag_setting", list(HOTPOT_SETTINGS))
         unknown = [s for s in self.strategies if s not in STRATEGIES] if isinstance(self.strategies, list) else [0]
         if unknown or not self.strategies:
