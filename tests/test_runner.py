@@ -291,16 +291,19 @@ def test_a_non_editable_install_ships_the_notebooks(tmp_path):
     import shutil
 
     source = tmp_path / "src"  # built from a copy: setuptools writes build/ and egg-info beside the sources
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         source.mkdir(exist_ok=True)
         shutil.copy(ROOT / name, source / name)
     for folder in ("dynheads_tl", "notebooks"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(source)],
+    # -v: setuptools' deprecation boxes (the `project.license` table form) show only in a verbose build
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), str(source)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "SetuptoolsDeprecationWarning" not in result.stdout + result.stderr, "setuptools warns about the build files"
     [wheel] = tmp_path.glob("dynheads_tl-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), "the licence file ships"
     for notebook in list_notebooks():
         assert f"dynheads_tl/notebooks/{notebook.name}" in names
     packages = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in (ROOT / "dynheads_tl").rglob("__init__.py")}
