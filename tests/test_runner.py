@@ -276,6 +276,23 @@ def test_help_documents_every_option_and_where_outputs_go(capsys):
         assert snippet in text, f"an option lacks its help text: {snippet!r}"
 
 
+def test_help_lists_the_notebooks_and_every_parameter_from_the_claims(capsys):
+    """--help names every notebook --only can take and every parameter -p can set, read from the claims' config
+    classes (where they are declared), each parameter under the notebooks that have it."""
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    text = capsys.readouterr().out
+    listing = text[text.index("notebooks (--only"):]
+    words = set(listing.replace(",", " ").replace(":", " ").split())
+    for claim in claims.all_claims():
+        assert claim.notebook in words
+        missing = {f.name for f in dataclasses.fields(claim.config)} - words
+        assert not missing, f"{claim.notebook}'s parameters {sorted(missing)} are not in --help"
+    parameters = listing[listing.index("parameters (-p"):]
+    own = parameters[parameters.index("01_dynamism:"):parameters.index("02_irreplaceability:")]
+    assert "static_k" in own and "every notebook:" in parameters
+
+
 def test_ctrl_c_ends_with_one_line_that_says_how_to_resume(monkeypatch, capsys):
     def interrupted(**kwargs):
         raise KeyboardInterrupt

@@ -55,6 +55,34 @@ def preset_names() -> list[str]:
     return sorted(set(BUILTIN_PRESETS) | {name for claim in all_claims() for name in claim.presets})
 
 
+def parameters_help(width: int = 100) -> str:
+    """``dynheads report --help``'s list of the notebooks (for ``--only``) and of each one's parameters (for ``-p``),
+    read from the claims' config classes, where the parameters are declared (the notebooks' parameters cells match
+    them: tests/test_runner.py checks)."""
+    import dataclasses
+    import textwrap
+
+    from dynheads_tl.claims import all_claims
+
+    claims = all_claims()
+    names = {claim.notebook: [f.name for f in dataclasses.fields(claim.config)] for claim in claims}
+    shared = [name for name in names[claims[0].notebook] if all(name in fields for fields in names.values())]
+
+    def wrapped(label: str, items: list[str]) -> list[str]:
+        return textwrap.wrap(", ".join(items), width, initial_indent=f"  {label}: ", subsequent_indent="      ")
+
+    lines = ["notebooks (--only NAME, or a prefix that matches one):"]
+    lines += textwrap.wrap(", ".join(names), width, initial_indent="  ", subsequent_indent="  ")
+    lines += ["", "parameters (-p name=value; each notebook's defaults are in its parameters cell):"]
+    if shared and len(names) > 1:
+        lines += wrapped("every notebook", shared)
+    for notebook, fields in names.items():
+        own = [name for name in fields if name not in shared or len(names) == 1]
+        if own:
+            lines += wrapped(notebook, own)
+    return "\n".join(lines)
+
+
 def preset_parameters(preset: str, stem: str) -> dict[str, Any]:
     """Notebook ``stem``'s parameter overrides in ``preset`` (its claim's declaration; empty: the defaults)."""
     from dynheads_tl.claims import claim_for

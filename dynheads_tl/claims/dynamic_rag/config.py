@@ -52,10 +52,11 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
 
     def check_inputs(self) -> None:
         """The HotpotQA file (enough usable records for every split) and the model, before any model work."""
-        from dynheads_tl.engine.preflight import model_context_window
+        from dynheads_tl.engine.preflight import check_head_counts, model_context_window
         from dynheads_tl.tasks import check_hotpot_source
 
         model_context_window(self.model)  # an unknown model fails here, not after the notebook started
+        check_head_counts(self.model, {"n_heads": self.n_heads})
         check_hotpot_source(self.hotpot_source, self.records_needed, skip_incomplete=self.hotpot_skip_incomplete,
                             needed_for=f"evaluation {self.n_samples} + RIND calibration {self.n_rind_calibration}"
                                        + (f" + probe training {len(self.train_seeds)} x {self.n_hotpot_train}"
