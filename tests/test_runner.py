@@ -197,9 +197,13 @@ def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
     assert "a tiny measurement" in row and "value 3" in row and "not supported" in row
     page = (out / "executed" / "01_tiny.html").read_text()
     assert "01 · Tiny claim" in page, "the site titles the page from the claim"
+    # smoke-size statuses are marked as no evidence, above the table of the index (README and HTML)
+    assert index.index("Smoke-size runs (every notebook)") < index.index("| Beyond 9 |")
+    assert "are not evidence for or against any claim" in (out / "index.html").read_text()
     run_report(only="01_tiny", overrides={"value": 7}, cwd=work, show_cells=False)
     index = (work / "runs" / "default" / "README.md").read_text()
     assert "| supported |" in next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
+    assert "Smoke-size" not in index and "Smoke-size" not in (work / "runs" / "default" / "index.html").read_text()
 
 
 def test_a_failed_run_keeps_the_finished_notebook_and_records_relative_paths(tiny_suite):
