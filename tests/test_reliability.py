@@ -334,7 +334,9 @@ def _write_notebook(path: Path, code: str) -> None:
 # printed behind "WARNING:dynheads_tl.store:", the form a real report's kernel printed.
 _HEALING_CELL = """
 import logging
+import time
 from dynheads_tl import store
+from dynheads_tl.progress import progress
 
 def unit(name):
     key = {"tiny": name, "value": value}
@@ -343,13 +345,17 @@ def unit(name):
 unit("before")
 logging.basicConfig()
 unit("after")
+for step in progress(range(3), desc="tiny units"):
+    time.sleep(0.7)
 """
 
 
-def test_heal_warnings_from_a_real_run_reach_the_terminal(tiny_suite, tmp_path, monkeypatch, capsys):
+def test_heal_warnings_and_progress_from_a_real_run_reach_the_terminal(tiny_suite, tmp_path, monkeypatch, capsys):
     """A cache entry truncated on disk is healed inside a notebook's kernel; the runner repeats the kernel's warning
-    on the terminal, whether the kernel printed it bare or behind a logging prefix."""
+    on the terminal, whether the kernel printed it bare or behind a logging prefix. The cell's progress lines reach
+    the terminal while it runs (every item here: DYNHEADS_PROGRESS_EVERY_S=0), none the notebook."""
     monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DYNHEADS_PROGRESS_EVERY_S", "0")
     _write_notebook(tiny_suite.parent / "notebooks" / "01_tiny.ipynb", _HEALING_CELL)
     entries = []
     for name in ("before", "after"):  # what an earlier run cached, then truncated, as by a full disk
@@ -367,6 +373,10 @@ def test_heal_warnings_from_a_real_run_reach_the_terminal(tiny_suite, tmp_path, 
     executed = (tiny_suite / "runs" / "default" / "executed" / "01_tiny.ipynb").read_text()
     assert "WARNING:dynheads_tl.store:Cache entry" in executed, "the kernel printed the second behind the prefix"
     assert all(json.loads(entry.read_text())["result"]["value"] == 4 for entry in entries), "recomputed and saved"
+    shown = [line.strip() for line in err if "tiny units" in line]
+    assert shown[0] == "01_tiny: tiny units: 3 to compute" and shown[-1].startswith("01_tiny: tiny units: 3/3 done in")
+    assert [line.split(" after ")[0] for line in shown[1:-1]] == ["01_tiny: tiny units: 1/3", "01_tiny: tiny units: 2/3"]
+    assert "tiny units: 3" not in executed, "progress stays out of the executed notebook"
 
 
 def test_a_notebook_error_is_one_line_without_its_traceback():

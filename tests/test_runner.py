@@ -259,12 +259,20 @@ def test_notebooks_run_on_a_local_socket_without_the_plain_text_warning(tiny_sui
     assert "without encryption" in capfd.readouterr().err, "the TCP default no longer warns: this test checks nothing"
 
 
-def test_eta_uses_only_the_last_run_of_the_same_preset():
-    runs = {"01_a": {"preset": "default", "model": "m", "minutes": 10.0},
-            "02_b": {"preset": "smoke", "model": "m", "minutes": 1.0}}
-    assert report._eta(runs, ["01_a", "02_b"], "smoke", "m") == ""
-    assert "about 1 min left by the last smoke run" in report._eta(runs, ["02_b"], "smoke", "m")
-    assert report._eta(runs, ["01_a"], "default", "other-model") == ""
+def test_eta_uses_only_the_last_run_of_the_same_preset_and_cache_state():
+    cold = {"preset": "default", "model": "m", "minutes": 10.0, "computed": True, "cache_entries": 100}
+    warm = {"preset": "smoke", "model": "m", "minutes": 1.0, "computed": False, "cache_entries": 40}
+    runs = {"01_a": cold, "02_b": warm}
+    assert report._eta(runs, ["01_a", "02_b"], "smoke", "m", 100) == ""
+    assert "about 1 min left by the last smoke run" in report._eta(runs, ["02_b"], "smoke", "m", 100)
+    assert report._eta(runs, ["01_a"], "default", "other-model", 0) == ""
+    # the cold run's minutes predict a run on an emptied cache, not a rerun that finds what it computed
+    assert "about 10 min left" in report._eta(runs, ["01_a"], "default", "m", 0)
+    assert report._eta(runs, ["01_a"], "default", "m", 100) == ""
+    # and the warm run's minutes predict only a run that still finds its entries
+    assert report._eta(runs, ["02_b"], "smoke", "m", 10) == ""
+    assert report._eta({"02_b": {**warm, "computed": None}}, ["02_b"], "smoke", "m", 100) == "", \
+        "a record that does not say whether it computed predicts nothing"
 
 
 # --- the command line -----------------------------------------------------------------------------

@@ -224,13 +224,80 @@ def _relocate(executed: Path, notebook: Path, shown_output: str, cwd: Path) -> N
     nbformat.write(nb, executed)
 
 
-def _eta(runs: dict[str, Any], remaining: list[str], preset: str, model: str) -> str:
-    """Minutes left by the last run of the same preset and model, when every remaining notebook has one."""
+def cache_entries() -> int:
+    """How many entries the cache holds (traces and results): what a notebook's run found and left, for
+    :func:`_eta` to tell a run that will compute from one that will read the cache."""
+    count = 0
+    for sub in ("traces", "results"):
+        try:
+            count += sum(1 for entry in os.scandir(cache_dir() / sub)
+                         if entry.name.endswith((".pt", ".json")) and not entry.name.startswith("."))
+        except OSError:
+            pass
+    return count
+
+
+def _eta(runs: dict[str, Any], remaining: list[str], preset: str, model: str, entries: int) -> str:
+    """Minutes left by the last run of the same preset and model, when every remaining notebook has one made in the
+    same cache state as now. A run recorded whether it computed anything (``computed``) and how many entries the
+    cache held after it (``cache_entries``): while the cache holds at least that many (``entries``), a new run
+    reads what that run computed, so only a run that computed nothing predicts it; on a cache emptied since, only
+    a run that computed does. Without a matching run for every notebook, no estimate (a warm rerun would
+    otherwise quote a cold run's minutes)."""
     previous = [runs.get(stem, {}) for stem in remaining]
+
+    def same_state(run: dict[str, Any]) -> bool:
+        if not isinstance(run.get("computed"), bool) or not isinstance(run.get("cache_entries"), int):
+            return False
+        return run["computed"] == (entries < run["cache_entries"])
+
     if all(r.get("preset") == preset and r.get("model") == model and isinstance(r.get("minutes"), (int, float))
-           for r in previous):
+           and same_state(r) for r in previous):
         return f"; about {sum(r['minutes'] for r in previous):.0f} min left by the last {preset} run's times"
     return ""
+
+
+class _ProgressRelay:
+    """Prints on the terminal, while a notebook runs, the lines its kernel appends to a progress file
+    (:mod:`dynheads_tl.progress`'s ``file`` form), each after the notebook's name and above papermill's cell bar:
+    a cell that computes for minutes shows its units moving."""
+
+    def __init__(self, stem: str):
+        import threading
+
+        fd, self.path = tempfile.mkstemp(prefix="dynheads-progress-", suffix=".log")
+        os.close(fd)
+        self.stem, self.offset = stem, 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "_ProgressRelay":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(5)
+        self._relay()
+        Path(self.path).unlink(missing_ok=True)
+
+    def _watch(self) -> None:
+        while not self.stopping.wait(0.5):
+            self._relay()
+
+    def _relay(self) -> None:
+        from tqdm import tqdm
+
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.decode("utf-8", errors="replace").splitlines():
+            tqdm.write(f"  {self.stem}: {line}", file=sys.stderr)
 
 
 @contextmanager
@@ -390,7 +457,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     done, started = [], time.time()
     try:
         for i, (notebook, parameters) in enumerate(plans, 1):
-            eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", "smollm2-135m-instruct"))
+            eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", "smollm2-135m-instruct"),
+                       cache_entries())
             print(f"[{i}/{len(plans)}] {notebook.stem} (preset {preset}, output {shown_output}; "
                   f"{(time.time() - started) / 60:.1f} min so far{eta})", flush=True)
             final = executed_dir / notebook.name
@@ -405,12 +473,13 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                 if partial.exists():  # nobody else holds the lock, so a killed run left it
                     partial.unlink()
                     print(f"Removed {_shown_path(partial, cwd)}, left by an earlier run that was stopped.", flush=True)
-                t0 = time.time()
+                t0, entries_before = time.time(), cache_entries()
                 kernel_log = tempfile.TemporaryFile()
                 try:
                     # No progress lines, and no library bars (transformers' "Loading weights"), in the notebooks:
-                    # they are read as a report (the runner prints which notebook runs and the time so far).
-                    with _environment(DYNHEADS_PROGRESS="off", HF_HUB_DISABLE_PROGRESS_BARS="1"):
+                    # they are read as a report. Their progress goes to a file the runner prints on the terminal.
+                    with _ProgressRelay(notebook.stem) as relay, _environment(
+                            DYNHEADS_PROGRESS="file", DYNHEADS_PROGRESS_FILE=relay.path, HF_HUB_DISABLE_PROGRESS_BARS="1"):
                         papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
                                                    progress_bar=show_cells, kernel_name="python3",
                                                    kernel_manager_class=ipc_kernel_manager(kernel_log))
@@ -437,7 +506,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             runs[notebook.stem] = {"model": parameters.get("model", "smollm2-135m-instruct"), "preset": preset,
                                    "parameters": {k: v for k, v in parameters.items() if k != "output_dir"},
                                    "date": datetime.date.today().isoformat(),
-                                   "minutes": round((time.time() - t0) / 60, 1)}
+                                   "minutes": round((time.time() - t0) / 60, 1),
+                                   "computed": cache_entries() > entries_before, "cache_entries": cache_entries()}
             atomic_write_text(runs_path, _json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
             done.append(final)
     finally:
