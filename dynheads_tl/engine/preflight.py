@@ -212,8 +212,8 @@ def check_niah_lengths(model: str, *, max_new_tokens: tuple[str, int] | None = N
         name, value = max_new_tokens
         if value < answer_tokens:
             raise ValueError(
-                f"Parameter '{name}' is {value}, but a NIAH answer (a UUID) needs at least {answer_tokens} tokens of "
-                f"{model!r}'s tokenizer before it can count (more than half of its five words, Wu et al.'s ROUGE-1 "
+                f"Parameter '{name}' is {value}, but a NIAH answer (a UUID) needs at least {answer_tokens} tokens with "
+                f"the tokenizer of {model!r} before it can count (more than half of its five words, Wu et al.'s ROUGE-1 "
                 f"filter), so no sample could; use {name} >= {answer_tokens}.")
     if contexts is not None:
         name, values = contexts
@@ -222,7 +222,7 @@ def check_niah_lengths(model: str, *, max_new_tokens: tuple[str, int] | None = N
         if short:
             raise ValueError(
                 f"Parameter '{name}' asks for a NIAH context of {min(short)} tokens, but the needle sentence alone "
-                f"takes {needle_tokens} tokens of {model!r}'s tokenizer, which leaves no haystack to hide it in; use a "
+                f"takes {needle_tokens} tokens with the tokenizer of {model!r}, which leaves no haystack to hide it in; use a "
                 f"length above {needle_tokens} tokens (a few hundred or more for a meaningful search).")
 
 
