@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import ast
 import datetime
-import re
 import json as _json
 import logging
 import os
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -32,7 +30,8 @@ from typing import Any, Iterator
 
 from dynheads_tl.report.index import read_runs, render_notebook_html
 from dynheads_tl.report.site import render_site
-from dynheads_tl.store import HEAL_PREFIX, atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
+from dynheads_tl.report.terminal import ProgressRelay, repeat_heal_warnings, repeat_kernel_log
+from dynheads_tl.store import atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
 
 logger = logging.getLogger(__name__)
 
@@ -257,49 +256,6 @@ def _eta(runs: dict[str, Any], remaining: list[str], preset: str, model: str, en
     return ""
 
 
-class _ProgressRelay:
-    """Prints on the terminal, while a notebook runs, the lines its kernel appends to a progress file
-    (:mod:`dynheads_tl.progress`'s ``file`` form), each after the notebook's name and above papermill's cell bar:
-    a cell that computes for minutes shows its units moving."""
-
-    def __init__(self, stem: str):
-        import threading
-
-        fd, self.path = tempfile.mkstemp(prefix="dynheads-progress-", suffix=".log")
-        os.close(fd)
-        self.stem, self.offset = stem, 0
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> "_ProgressRelay":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopping.set()
-        self.thread.join(5)
-        self._relay()
-        Path(self.path).unlink(missing_ok=True)
-
-    def _watch(self) -> None:
-        while not self.stopping.wait(0.5):
-            self._relay()
-
-    def _relay(self) -> None:
-        from tqdm import tqdm
-
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
-        except OSError:
-            return
-        complete = data[: data.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        for line in complete.decode("utf-8", errors="replace").splitlines():
-            tqdm.write(f"  {self.stem}: {line}", file=sys.stderr)
-
-
 @contextmanager
 def notebook_lock(path: Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (POSIX ``flock``: released when the process ends, even when it is
@@ -331,34 +287,6 @@ def notebook_lock(path: Path, what: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def heal_warnings(executed: Path) -> list[str]:
-    """The cache's heal warnings (:data:`~dynheads_tl.store.HEAL_PREFIX` lines) in an executed notebook's output."""
-    import nbformat
-
-    try:
-        nb = nbformat.read(executed, as_version=4)
-    except (OSError, ValueError):
-        return []
-    lines = []
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                lines += [match.group(1) for line in output.get("text", "").splitlines()
-                          if (match := _HEAL_LINE.match(line.strip()))]
-    return lines
-
-
-# A heal warning as the kernel prints it: bare (Python's last-resort handler), or behind the default logging format's
-# "LEVEL:logger:" (once any library has called logging.warning(), which installs a root handler in the kernel).
-_HEAL_LINE = re.compile(rf"^(?:[A-Z]+:[\w.]+:)?({re.escape(HEAL_PREFIX)}.*)$")
-
-
-def repeat_heal_warnings(executed: Path) -> None:
-    """Print the notebook's heal warnings on the terminal too (a kernel's log lands only in its notebook)."""
-    for line in heal_warnings(executed):
-        print(f"{executed.stem}: {line}", file=sys.stderr, flush=True)
-
-
 def ipc_kernel_manager(stderr=None):
     """The kernel manager the notebooks run under: jupyter_client's, on IPC (Unix domain sockets in Jupyter's
     runtime folder) instead of TCP on localhost. The kernel is local either way; over TCP without encryption
@@ -381,15 +309,6 @@ def ipc_kernel_manager(stderr=None):
             return await super()._async_launch_kernel(kernel_cmd, **kw)
 
     return IPCKernelManager
-
-
-def _repeat_kernel_log(log, stem: str) -> None:
-    """Print what a notebook's kernel wrote on its own stderr (:func:`ipc_kernel_manager`), each line after the
-    notebook's name."""
-    log.seek(0)
-    for line in log.read().decode("utf-8", errors="replace").splitlines():
-        if line.strip():
-            print(f"{stem} kernel: {line}", file=sys.stderr, flush=True)
 
 
 def run_report(*, preset: str = "default", model: str | None = None, only: str | None = None,
@@ -478,14 +397,14 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                 try:
                     # No progress lines, and no library bars (transformers' "Loading weights"), in the notebooks:
                     # they are read as a report. Their progress goes to a file the runner prints on the terminal.
-                    with _ProgressRelay(notebook.stem) as relay, _environment(
+                    with ProgressRelay(notebook.stem) as relay, _environment(
                             DYNHEADS_PROGRESS="file", DYNHEADS_PROGRESS_FILE=relay.path, HF_HUB_DISABLE_PROGRESS_BARS="1"):
                         papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
                                                    progress_bar=show_cells, kernel_name="python3",
                                                    kernel_manager_class=ipc_kernel_manager(kernel_log))
                 except BaseException as error:
                     if not isinstance(error, KeyboardInterrupt):
-                        _repeat_kernel_log(kernel_log, notebook.stem)
+                        repeat_kernel_log(kernel_log, notebook.stem)
                     kernel_log.close()
                     if partial.exists():
                         _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
@@ -496,7 +415,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                                 else f"there is no finished {shown_final} yet")
                         print(f"The {what} run is kept in {_shown_path(failed, cwd)}; {kept}.", flush=True)
                     raise
-                _repeat_kernel_log(kernel_log, notebook.stem)
+                repeat_kernel_log(kernel_log, notebook.stem)
                 kernel_log.close()
                 _relocate(partial, notebook, shown_final, cwd)
                 partial.replace(final)
