@@ -254,7 +254,7 @@ def test_notebooks_run_on_a_local_socket_without_the_plain_text_warning(tiny_sui
     assert report.ipc_kernel_manager()().transport == "ipc"
     run_report(only="01_tiny", cwd=work, show_cells=False)
     assert "without encryption" not in capfd.readouterr().err
-    monkeypatch.setattr(report, "ipc_kernel_manager", lambda: AsyncKernelManager)
+    monkeypatch.setattr(report, "ipc_kernel_manager", lambda stderr=None: AsyncKernelManager)
     run_report(only="01_tiny", cwd=work, show_cells=False)
     assert "without encryption" in capfd.readouterr().err, "the TCP default no longer warns: this test checks nothing"
 
