@@ -26,6 +26,9 @@ class NotebookConfig:
         unknown = sorted(set(params) - known)
         if unknown:
             raise ValueError(f"Unknown parameter(s) {unknown}; valid parameters are {sorted(known)}.")
+        if "model" in params and not (isinstance(params["model"], str) and params["model"].strip()):
+            raise ValueError(f"Parameter 'model' must name a model (an embedded name, a paper alias, a local Hugging "
+                             f"Face folder or a hub id), got {params['model']!r}.")
         config = cls(**params)
         config.check_inputs()
         return config
@@ -224,3 +227,32 @@ def check_choice(config: Any, name: str, choices: Iterable[str]) -> None:
     value, choices = getattr(config, name), list(choices)
     if value not in choices:
         raise ValueError(f"Parameter {name!r} must be one of {choices}, got {value!r}.")
+
+
+def check_model_sizes(model: str, *, heads: dict[str, Any] | None = None, max_new_tokens: int | None = None,
+                      contexts: dict[str, Any] | None = None) -> None:
+    """Sizes against the model, read from its header and tokenizer without loading it: head counts (``heads``, name ->
+    an int or a list) against its layers x heads; NIAH ``max_new_tokens`` against the tokens an answer needs to pass
+    the calibration filter; NIAH context lengths (``contexts``, name -> an int, a list of ints, or a list of
+    ``"haystack:tokens"`` settings) against the needle sentence. Called last in a config's ``check_inputs``: the
+    tokenizer is the slowest thing read (:func:`~dynheads_tl.engine.preflight.check_niah_lengths`)."""
+    from dynheads_tl.engine.preflight import check_head_counts, check_niah_lengths
+
+    if heads:
+        check_head_counts(model, heads)
+    for name, value in (contexts or {}).items():
+        values = value if isinstance(value, list) else [value]
+        lengths = [_setting_tokens(v) if isinstance(v, str) else v for v in values]
+        lengths = [v for v in lengths if v is not None]
+        if lengths:
+            check_niah_lengths(model, contexts=(name, lengths))
+    if max_new_tokens is not None:
+        check_niah_lengths(model, max_new_tokens=("max_new_tokens", max_new_tokens))
+
+
+def _setting_tokens(spec: str) -> int | None:
+    """The context length of a ``"haystack:tokens"`` setting, or None for Wu et al.'s haystack (its own needles)."""
+    from dynheads_tl.tasks.wu_detect import is_wu_spec
+
+    haystack, _, tokens = spec.rpartition(":")
+    return None if is_wu_spec(haystack) or not tokens.isdigit() else int(tokens)

@@ -9,9 +9,12 @@ Three places need three forms:
   be saved into the executed notebook as hundreds of carriage-return refreshes, or as a red
   ``TqdmWarning: IProgress not found``.
 
-``DYNHEADS_PROGRESS`` forces one form: ``bar``, ``plain`` or ``off`` (``dynheads report`` sets ``plain``
-for the notebooks it runs). A loop over nothing shows nothing, so work read back from the cache leaves
-no bars stuck at ``0/N``: callers pass only the items that still have to be computed.
+``DYNHEADS_PROGRESS`` forces one form: ``bar``, ``plain``, ``off`` or ``file``: plain lines appended to the file
+``DYNHEADS_PROGRESS_FILE`` instead of the output, one after an item at most every :data:`FILE_EVERY_S` seconds (``DYNHEADS_PROGRESS_EVERY_S`` sets another).
+``dynheads report`` sets ``file`` for the notebooks it runs and prints the file's new lines on the terminal while
+the notebook runs, so a cell that computes for minutes shows its progress there and none in the executed notebook.
+A loop over nothing shows nothing, so work read back from the cache leaves no bars stuck at ``0/N``: callers pass
+only the items that still have to be computed.
 """
 from __future__ import annotations
 
@@ -21,8 +24,11 @@ import time
 from typing import Iterable, Iterator, Literal, TypeVar
 
 T = TypeVar("T")
-Mode = Literal["bar", "plain", "off"]
-MODES = ("bar", "plain", "off")
+Mode = Literal["bar", "plain", "off", "file"]
+MODES = ("bar", "plain", "off", "file")
+FILE_ENV = "DYNHEADS_PROGRESS_FILE"
+FILE_EVERY_S = 5.0  # file mode: at most one line per this many seconds (and always the first and the last) ...
+EVERY_ENV = "DYNHEADS_PROGRESS_EVERY_S"  # ... unless this sets another number of seconds
 
 
 def _in_kernel() -> bool:
@@ -69,7 +75,36 @@ def progress(items: Iterable[T], *, desc: str, total: int | None = None) -> Iter
         return iter(tqdm(items, desc=desc, total=total, leave=False))
     if mode == "off":
         return iter(items)
+    if mode == "file":
+        return _to_file(items, desc, total, os.environ.get(FILE_ENV, ""))
     return _plain(items, desc, total)
+
+
+def _to_file(items: Iterable[T], desc: str, total: int, path: str) -> Iterator[T]:
+    """Plain lines appended to ``path`` (nothing when none is set): a start line, one after an item when
+    :data:`FILE_EVERY_S` have passed since the last line, and an end line."""
+    def line(text: str) -> None:
+        if path:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+
+    try:
+        every = float(os.environ.get(EVERY_ENV, FILE_EVERY_S))
+    except ValueError:
+        raise ValueError(f"{EVERY_ENV} must be a number of seconds, got {os.environ[EVERY_ENV]!r}.") from None
+    started = last = time.time()
+    line(f"{desc}: {total} to compute")
+    done = 0
+    for item in items:
+        yield item
+        done += 1
+        now = time.time()
+        if done < total and now - last >= every:
+            last = now
+            elapsed = now - started
+            line(f"{desc}: {done}/{total} after {_minutes(elapsed)}, about {_minutes(elapsed / done * (total - done))} "
+                 "left")
+    line(f"{desc}: {done}/{total} done in {_minutes(time.time() - started)}")
 
 
 def _plain(items: Iterable[T], desc: str, total: int) -> Iterator[T]:

@@ -195,6 +195,72 @@ def test_the_embedded_context_window_and_head_shape_are_read_without_converting(
     assert no_model_work == []
 
 
+# Bad values that passed the checks once (issue 51), each refused before any model work with a sentence naming the
+# parameter, for every embedded model that is installed: head counts and lengths come from the model's own header and
+# tokenizer. (argv after `report --only 01 --model M`, what the sentence holds, with {layers}, {heads} and {model}
+# filled in.)
+BAD_VALUES = {
+    "negative seed": (["-p", "seeds=[-1]"], "Parameter 'seeds' must be a non-empty list of integers >= 0, got [-1]."),
+    "too few new tokens": (["-p", "max_new_tokens=1"], "Parameter 'max_new_tokens' is 1, but a NIAH answer (a UUID) "
+                                                       "needs at least"),
+    "more static heads than the model has": (
+        ["-p", "static_k=100000"], "Parameter 'static_k' is 100000, but {model!r} has {total} heads ({layers} layers x "
+                                   "{heads} query heads); use at most {total}."),
+    "a context shorter than the needle": (["-p", "context_tokens=16"], "Parameter 'context_tokens' asks for a NIAH "
+                                                                       "context of 16 tokens, but the needle sentence"),
+    "-p model= beside --model": (["-p", "model='another-model'"], "model is given twice with different values "
+                                                                  "(--model {model!r} and -p model='another-model')"),
+}
+
+
+def _installed_embedded_models() -> list[str]:
+    return [name for name, info in models.EMBEDDED_MODELS.items() if models._package_dir(info["package"]) is not None]
+
+
+_USER_CACHE = store.cache_dir()  # read at import, before a fixture points DYNHEADS_CACHE at a fresh folder
+
+
+def _link_converted(model: str, cache: Path) -> None:
+    """Link ``model``'s converted folder from the user's cache into the test's fresh ``cache`` when it is there (as
+    tests/test_notebooks.py's runs do): its tokenizer is then read in a second instead of being built from the GGUF
+    file (which the checks do on a cache that holds no conversion yet, correctly but slowly)."""
+    converted = _USER_CACHE / f"{model}-v{models._CONVERSION_VERSION}"
+    if models.manifest_problem(converted, "size") is None:
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / converted.name).symlink_to(converted, target_is_directory=True)
+
+
+@pytest.mark.parametrize("model", _installed_embedded_models())
+@pytest.mark.parametrize("case", list(BAD_VALUES))
+def test_bad_values_are_refused_with_the_parameter_before_any_model_work(no_model_work, tmp_path, capsys, case, model):
+    extra, expected = BAD_VALUES[case]
+    layers, heads = preflight.model_head_shape(model)
+    _link_converted(model, tmp_path / "fresh-cache")
+    err = _refused(["report", "--only", "01", "--model", model, *extra, "--output-dir", str(tmp_path / "out")], capsys)
+    assert expected.format(model=model, layers=layers, heads=heads, total=layers * heads) in err
+    assert "rouge_filter" not in err, "the advice names notebook parameters only"
+    assert no_model_work == [], "a model was loaded or converted before the refusal"
+
+
+def test_an_empty_model_name_is_refused(no_model_work, tmp_path, capsys):
+    err = _refused(["report", "--only", "01", "--model", "", "--output-dir", str(tmp_path / "out")], capsys)
+    assert "--model is ''; name a model" in err
+    err = _refused(["report", "--only", "01", "-p", "model=''", "--output-dir", str(tmp_path / "out")], capsys)
+    assert "Parameter 'model' must name a model" in err
+    assert no_model_work == []
+
+
+def test_a_model_folder_with_a_broken_config_is_refused_with_a_sentence(no_model_work, tmp_path, capsys):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", ')  # cut short
+    err = _refused(["report", "--only", "01", "--model", str(folder), "--output-dir", str(tmp_path / "out")], capsys)
+    assert (f"Parameter 'model' is {str(folder)!r}, but its config file ({folder / 'config.json'}) cannot be read: "
+            in err)
+    assert "Fix or replace config.json" in err
+    assert no_model_work == []
+
+
 # --- the cache under faults ---------------------------------------------------------------------------
 def _trace() -> Trace:
     return make_trace([5, 6], heads=4, d_model=8, prompt_ids=torch.arange(10), evidence_spans=[(2, 5)], answers=["a"],
@@ -251,19 +317,66 @@ def test_a_heal_warning_drops_torchs_unsafe_advice(tmp_path, caplog):
     assert "a safe (weights-only) load refuses" in message
 
 
-def test_heal_warnings_are_repeated_on_the_terminal(tmp_path, capsys):
+def _write_notebook(path: Path, code: str) -> None:
+    """The tiny suite's notebook (tests/test_runner.py's tiny claim: parameters fail, value, output_dir) with ``code``
+    as its one cell after the parameters."""
     nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("x = 1")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=(
-        "something else\nCache entry /c/traces/ab.pt is unreadable (permission denied); moved it to ab.pt.corrupt "
-        "and recomputing it.\n"))]
-    nb.cells = [cell]
-    executed = tmp_path / "01_x.ipynb"
-    nbformat.write(nb, executed)
-    report.repeat_heal_warnings(executed)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["01_x: Cache entry /c/traces/ab.pt is unreadable (permission denied); moved it to ab.pt.corrupt "
-                   "and recomputing it."]
+    nb.cells = [nbformat.v4.new_code_cell("fail = False  # unused\nvalue = 1  # the cache key\n"
+                                          "output_dir = 'papers_figures'  # where outputs go",
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell(code)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+# Two cached results, read as a claim reads its units; between them the cell installs a root logging handler, as any
+# library's logging.warning() call does in a kernel (TransformerLens makes such calls): a heal warning is then
+# printed behind "WARNING:dynheads_tl.store:", the form a real report's kernel printed.
+_HEALING_CELL = """
+import logging
+import time
+from dynheads_tl import store
+from dynheads_tl.progress import progress
+
+def unit(name):
+    key = {"tiny": name, "value": value}
+    return store.load_cached_json(key) or store.save_cached_json(key, {"name": name, "value": value})
+
+unit("before")
+logging.basicConfig()
+unit("after")
+for step in progress(range(3), desc="tiny units"):
+    time.sleep(0.7)
+"""
+
+
+def test_heal_warnings_and_progress_from_a_real_run_reach_the_terminal(tiny_suite, tmp_path, monkeypatch, capsys):
+    """A cache entry truncated on disk is healed inside a notebook's kernel; the runner repeats the kernel's warning
+    on the terminal, whether the kernel printed it bare or behind a logging prefix. The cell's progress lines reach
+    the terminal while it runs (every item here: DYNHEADS_PROGRESS_EVERY_S=0), none the notebook."""
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DYNHEADS_PROGRESS_EVERY_S", "0")
+    _write_notebook(tiny_suite.parent / "notebooks" / "01_tiny.ipynb", _HEALING_CELL)
+    entries = []
+    for name in ("before", "after"):  # what an earlier run cached, then truncated, as by a full disk
+        key = {"tiny": name, "value": 4}
+        store.save_cached_json(key, {"name": name, "value": 4})
+        entries.append(store.result_path(key))
+        entries[-1].write_bytes(entries[-1].read_bytes()[: entries[-1].stat().st_size // 2])
+    report.run_report(only="01_tiny", overrides={"value": 4}, cwd=tiny_suite, show_cells=False)
+    err = capsys.readouterr().err.splitlines()
+    healed = [line for line in err if "Cache entry" in line]
+    assert len(healed) == 2, err
+    for line, entry in zip(healed, entries):
+        assert line.startswith(f"01_tiny: Cache entry {entry} is unreadable (JSONDecodeError: "), line
+        assert line.endswith(f"moved it to {entry.name}.corrupt and recomputing it."), line
+    executed = (tiny_suite / "runs" / "default" / "executed" / "01_tiny.ipynb").read_text()
+    assert "WARNING:dynheads_tl.store:Cache entry" in executed, "the kernel printed the second behind the prefix"
+    assert all(json.loads(entry.read_text())["result"]["value"] == 4 for entry in entries), "recomputed and saved"
+    shown = [line.strip() for line in err if "tiny units" in line]
+    assert shown[0] == "01_tiny: tiny units: 3 to compute" and shown[-1].startswith("01_tiny: tiny units: 3/3 done in")
+    assert [line.split(" after ")[0] for line in shown[1:-1]] == ["01_tiny: tiny units: 1/3", "01_tiny: tiny units: 2/3"]
+    assert "tiny units: 3" not in executed, "progress stays out of the executed notebook"
 
 
 def test_a_notebook_error_is_one_line_without_its_traceback():
@@ -350,6 +463,53 @@ def test_an_interrupted_run_says_only_what_is_true(tiny_suite, capsys, tmp_path,
     assert ("The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb; there is no finished "
             "runs/default/executed/01_tiny.ipynb yet.") in out
     assert "left as it was" not in out
+
+
+# `dynheads report` on the tiny suite, in a process of its own: the claims package and the notebook folder pointed at
+# the suite's, as the tiny_suite fixture does in this process.
+_REPORT_ON_THE_TINY_SUITE = """
+import sys
+from pathlib import Path
+from dynheads_tl import claims
+from dynheads_tl.report import cli, runner
+suite = Path(sys.argv[1])
+claims.__path__ = [str(suite / "claims")]
+runner.notebook_dir = lambda: suite / "notebooks"
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_path):
+    """Ctrl-C in a terminal signals the whole foreground process group: a real `dynheads report` in a process group
+    of its own gets SIGINT while its notebook runs a cell. Its stderr ends with the resume line, with no traceback
+    before it (the kernel, stopped mid-cell, logs one about its closed sockets)."""
+    import signal
+    import subprocess
+    import sys
+
+    suite = tiny_suite.parent
+    started = tiny_suite / "started"
+    _write_notebook(suite / "notebooks" / "01_tiny.ipynb",
+                    f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('x')\ntime.sleep(120)")
+    env = {**os.environ, "DYNHEADS_CACHE": str(tmp_path / "cache")}
+    process = subprocess.Popen([sys.executable, "-c", _REPORT_ON_THE_TINY_SUITE, str(suite), "report", "--only",
+                                "01_tiny"], cwd=tiny_suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not started.exists() and process.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert started.exists(), "the notebook's cell never started"
+        os.killpg(process.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("Interrupted. Finished traces and ablation runs are cached; run the same "
+                                            "command again to resume from where it stopped.")
+    assert "Traceback" not in err and "Error" not in err, err
+    assert "The interrupted run is kept in papers_figures/executed/01_tiny.failed.ipynb" in out
 
 
 # --- the shell --------------------------------------------------------------------------------------------

@@ -233,9 +233,13 @@ def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
     assert 'alt="Figure tiny_value (The tiny value) under “The tiny figure”; the numbers it plots are in ' \
            'tiny_value.csv."' in page
     assert "#The-tiny-figure" in (out / "index.html").read_text(), "the index row links the section that makes it"
+    # smoke-size statuses are marked as no evidence, above the table of the index (README and HTML)
+    assert index.index("Smoke-size runs (every notebook)") < index.index("| Beyond 9 |")
+    assert "are not evidence for or against any claim" in (out / "index.html").read_text()
     run_report(only="01_tiny", overrides={"value": 7}, cwd=work, show_cells=False)
     index = (work / "runs" / "default" / "README.md").read_text()
     assert "| supported |" in next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
+    assert "Smoke-size" not in index and "Smoke-size" not in (work / "runs" / "default" / "index.html").read_text()
 
 
 def test_a_failed_run_keeps_the_finished_notebook_and_records_relative_paths(tiny_suite):
@@ -286,17 +290,25 @@ def test_notebooks_run_on_a_local_socket_without_the_plain_text_warning(tiny_sui
     assert report.ipc_kernel_manager()().transport == "ipc"
     run_report(only="01_tiny", cwd=work, show_cells=False)
     assert "without encryption" not in capfd.readouterr().err
-    monkeypatch.setattr(report, "ipc_kernel_manager", lambda: AsyncKernelManager)
+    monkeypatch.setattr(report, "ipc_kernel_manager", lambda stderr=None: AsyncKernelManager)
     run_report(only="01_tiny", cwd=work, show_cells=False)
     assert "without encryption" in capfd.readouterr().err, "the TCP default no longer warns: this test checks nothing"
 
 
-def test_eta_uses_only_the_last_run_of_the_same_preset():
-    runs = {"01_a": {"preset": "default", "model": "m", "minutes": 10.0},
-            "02_b": {"preset": "smoke", "model": "m", "minutes": 1.0}}
-    assert report._eta(runs, ["01_a", "02_b"], "smoke", "m") == ""
-    assert "about 1 min left by the last smoke run" in report._eta(runs, ["02_b"], "smoke", "m")
-    assert report._eta(runs, ["01_a"], "default", "other-model") == ""
+def test_eta_uses_only_the_last_run_of_the_same_preset_and_cache_state():
+    cold = {"preset": "default", "model": "m", "minutes": 10.0, "computed": True, "cache_entries": 100}
+    warm = {"preset": "smoke", "model": "m", "minutes": 1.0, "computed": False, "cache_entries": 40}
+    runs = {"01_a": cold, "02_b": warm}
+    assert report._eta(runs, ["01_a", "02_b"], "smoke", "m", 100) == ""
+    assert "about 1 min left by the last smoke run" in report._eta(runs, ["02_b"], "smoke", "m", 100)
+    assert report._eta(runs, ["01_a"], "default", "other-model", 0) == ""
+    # the cold run's minutes predict a run on an emptied cache, not a rerun that finds what it computed
+    assert "about 10 min left" in report._eta(runs, ["01_a"], "default", "m", 0)
+    assert report._eta(runs, ["01_a"], "default", "m", 100) == ""
+    # and the warm run's minutes predict only a run that still finds its entries
+    assert report._eta(runs, ["02_b"], "smoke", "m", 10) == ""
+    assert report._eta({"02_b": {**warm, "computed": None}}, ["02_b"], "smoke", "m", 100) == "", \
+        "a record that does not say whether it computed predicts nothing"
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -310,6 +322,23 @@ def test_help_documents_every_option_and_where_outputs_go(capsys):
     for snippet in ("parameter set:", "model for every notebook", "run one notebook", "where outputs go",
                     "notebook parameter override"):
         assert snippet in text, f"an option lacks its help text: {snippet!r}"
+
+
+def test_help_lists_the_notebooks_and_every_parameter_from_the_claims(capsys):
+    """--help names every notebook --only can take and every parameter -p can set, read from the claims' config
+    classes (where they are declared), each parameter under the notebooks that have it."""
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    text = capsys.readouterr().out
+    listing = text[text.index("notebooks (--only"):]
+    words = set(listing.replace(",", " ").replace(":", " ").split())
+    for claim in claims.all_claims():
+        assert claim.notebook in words
+        missing = {f.name for f in dataclasses.fields(claim.config)} - words
+        assert not missing, f"{claim.notebook}'s parameters {sorted(missing)} are not in --help"
+    parameters = listing[listing.index("parameters (-p"):]
+    own = parameters[parameters.index("01_dynamism:"):parameters.index("02_irreplaceability:")]
+    assert "static_k" in own and "every notebook:" in parameters
 
 
 def test_ctrl_c_ends_with_one_line_that_says_how_to_resume(monkeypatch, capsys):
@@ -327,16 +356,19 @@ def test_a_non_editable_install_ships_the_notebooks(tmp_path):
     import shutil
 
     source = tmp_path / "src"  # built from a copy: setuptools writes build/ and egg-info beside the sources
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         source.mkdir(exist_ok=True)
         shutil.copy(ROOT / name, source / name)
     for folder in ("dynheads_tl", "notebooks"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(source)],
+    # -v: setuptools' deprecation boxes (the `project.license` table form) show only in a verbose build
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), str(source)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "SetuptoolsDeprecationWarning" not in result.stdout + result.stderr, "setuptools warns about the build files"
     [wheel] = tmp_path.glob("dynheads_tl-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), "the licence file ships"
     for notebook in list_notebooks():
         assert f"dynheads_tl/notebooks/{notebook.name}" in names
     packages = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in (ROOT / "dynheads_tl").rglob("__init__.py")}

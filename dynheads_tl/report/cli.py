@@ -10,7 +10,7 @@ import sys
 
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
-from dynheads_tl.report.runner import preset_names, run_report
+from dynheads_tl.report.runner import parameters_help, preset_names, run_report
 
 
 def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
@@ -49,6 +49,15 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's help, with the epilog (the notebooks and their parameters) kept in its lines."""
+
+    def _fill_text(self, text, width, indent):
+        if "\n" in text:
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
 def _failure(error: BaseException) -> str:
     """One paragraph for a failed report: a notebook's error without its traceback (it is in the failed notebook
     the runner named), and every other error as its sentence."""
@@ -75,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                     "sends a run anywhere. Each output folder gets <notebook>/ figures and tables, executed/ "
                     "notebooks (.ipynb and .html), runs.json and index.html. Every parameter is checked before "
                     "the first notebook starts; traces and ablation runs are cached under $DYNHEADS_CACHE, so "
-                    "an interrupted run resumes where it stopped.")
+                    "an interrupted run resumes where it stopped.",
+        epilog=parameters_help(), formatter_class=_Help)
     p_report.add_argument("--preset", default="default", choices=preset_names(),
                           help="parameter set: 'default' (the committed report's), 'smoke' (tiny, a few minutes), "
                                "'thorough' (the default with the larger sizes that do not fit its hour; "
@@ -85,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                           help="model for every notebook: an embedded name, a paper alias, a local Hugging Face "
                                "folder or a hub id (default: each notebook's own, the embedded SmolLM2-135M)")
     p_report.add_argument("--only", default=None,
-                          help="run one notebook: its exact name (01_dynamism) or a prefix that matches only it (01)")
+                          help="run one notebook: its exact name (01_dynamism) or a prefix that matches only it (01); the "
+                               "notebooks are listed below")
     p_report.add_argument("--output-dir", default=None,
                           help="where outputs go (default: papers_figures/ for the default preset as it is, "
                                "else runs/<preset>/, both relative to the working directory)")
@@ -106,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                                "float32 there, and untested)")
     p_report.add_argument("-p", "--param", action="append", type=_parse_override, default=[],
                           help="notebook parameter override, name=value with a Python literal value "
-                               "(repeatable; -p output_dir=DIR means --output-dir DIR)")
+                               "(repeatable; -p output_dir=DIR means --output-dir DIR); each notebook's parameters "
+                               "are listed below")
     args = parser.parse_args(argv)
     if args.command == "install-model":
         install_model(args.name, rebuild=args.rebuild)

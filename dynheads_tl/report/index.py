@@ -204,9 +204,28 @@ MODELS_NOTE = ("Each model's results sit in a report of their own (the default m
                "their statuses side by side.")
 
 
+# Presets whose sizes only exercise the code (a few samples per cell: the tests' notebook runs); an index of such runs
+# says, above its table, that its statuses are no evidence either way.
+SMOKE_PRESETS = ("smoke",)
+
+
+def smoke_banner(runs: dict[str, Any]) -> str:
+    """The warning an index of smoke-size runs carries, or "" when no run of this folder used a smoke preset."""
+    smoke = sorted(notebook for notebook, run in runs.items() if run.get("preset") in SMOKE_PRESETS)
+    if not smoke:
+        return ""
+    which = "every notebook" if len(smoke) == len(runs) else ", ".join(smoke)
+    return (f"Smoke-size runs ({which}): a few samples per cell, enough to run every code path and no more. Their "
+            "statuses and intervals are not evidence for or against any claim (a 'not reproduced' here means nothing); "
+            "the report's findings come from the default preset.")
+
+
 def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]] | None = None,
               output_dir: Path | None = None) -> str:
-    md = ["# The reproduction at a glance", "", INTRO, "", STATUS_NOTE, ""]
+    md = ["# The reproduction at a glance", ""]
+    if smoke_banner(runs):
+        md += [f"> **{smoke_banner(runs)}**", ""]
+    md += [INTRO, "", STATUS_NOTE, ""]
     if runs:
         md += [f"Runs: {run_meta(runs)}. {RUN_TIME_NOTE}", ""]
     md += ["| item | what | paper | ours | status | headline | files | notebook |",
@@ -244,6 +263,7 @@ h1{margin-top:0;font-size:1.6em} h2{margin-top:2em;border-bottom:1px solid #ddd;
 header.site{display:flex;flex-wrap:wrap;gap:.3em 1.2em;align-items:baseline;font-size:.95em;margin-bottom:.5em}
 header.site a{white-space:nowrap}
 .meta{background:#f4f6f8;border:1px solid #dde;padding:.5em .8em}
+.smoke-banner{background:#fff4d6;border:2px solid #c98a00;padding:.6em .9em}
 .table-box{overflow-x:auto;max-width:100%;-webkit-overflow-scrolling:touch;border:1px solid #ddd}
 table{border-collapse:collapse;width:100%;font-size:.92em}
 .table-box table{min-width:760px}
@@ -281,6 +301,8 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
              '<a href="#items">Items</a><a href="#figures">Figures</a><a href="#all-outputs">All outputs</a>'
              '<a href="#runs">Runs</a></header>',
              "<h1>The reproduction at a glance</h1>"]
+    if smoke_banner(runs):
+        parts.append(f'<p class="smoke-banner" role="note"><strong>{esc(smoke_banner(runs))}</strong></p>')
     if runs:
         parts.append(f'<p class="meta"><strong>Runs:</strong> {esc(run_meta(runs))}</p>')
     if pages:

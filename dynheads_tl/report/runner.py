@@ -22,7 +22,7 @@ import datetime
 import json as _json
 import logging
 import os
-import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +31,8 @@ from typing import Any, Iterator
 from dynheads_tl.report.index import render_notebook_html
 from dynheads_tl.report.rerender import render_site
 from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
-from dynheads_tl.store import HEAL_PREFIX, atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
+from dynheads_tl.store import atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
+from dynheads_tl.report.terminal import ProgressRelay, repeat_heal_warnings, repeat_kernel_log
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,34 @@ def preset_names() -> list[str]:
     from dynheads_tl.claims import all_claims
 
     return sorted(set(BUILTIN_PRESETS) | {name for claim in all_claims() for name in claim.presets})
+
+
+def parameters_help(width: int = 100) -> str:
+    """``dynheads report --help``'s list of the notebooks (for ``--only``) and of each one's parameters (for ``-p``),
+    read from the claims' config classes, where the parameters are declared (the notebooks' parameters cells match
+    them: tests/test_runner.py checks)."""
+    import dataclasses
+    import textwrap
+
+    from dynheads_tl.claims import all_claims
+
+    claims = all_claims()
+    names = {claim.notebook: [f.name for f in dataclasses.fields(claim.config)] for claim in claims}
+    shared = [name for name in names[claims[0].notebook] if all(name in fields for fields in names.values())]
+
+    def wrapped(label: str, items: list[str]) -> list[str]:
+        return textwrap.wrap(", ".join(items), width, initial_indent=f"  {label}: ", subsequent_indent="      ")
+
+    lines = ["notebooks (--only NAME, or a prefix that matches one):"]
+    lines += textwrap.wrap(", ".join(names), width, initial_indent="  ", subsequent_indent="  ")
+    lines += ["", "parameters (-p name=value; each notebook's defaults are in its parameters cell):"]
+    if shared and len(names) > 1:
+        lines += wrapped("every notebook", shared)
+    for notebook, fields in names.items():
+        own = [name for name in fields if name not in shared or len(names) == 1]
+        if own:
+            lines += wrapped(notebook, own)
+    return "\n".join(lines)
 
 
 def preset_parameters(preset: str, stem: str) -> dict[str, Any]:
@@ -210,11 +239,35 @@ def _relocate(executed: Path, notebook: Path, shown_output: str, cwd: Path) -> N
     nbformat.write(nb, executed)
 
 
-def _eta(runs: dict[str, Any], remaining: list[str], preset: str, model: str) -> str:
-    """Minutes left by the last run of the same preset and model, when every remaining notebook has one."""
+def cache_entries() -> int:
+    """How many entries the cache holds (traces and results): what a notebook's run found and left, for
+    :func:`_eta` to tell a run that will compute from one that will read the cache."""
+    count = 0
+    for sub in ("traces", "results"):
+        try:
+            count += sum(1 for entry in os.scandir(cache_dir() / sub)
+                         if entry.name.endswith((".pt", ".json")) and not entry.name.startswith("."))
+        except OSError:
+            pass
+    return count
+
+
+def _eta(runs: dict[str, Any], remaining: list[str], preset: str, model: str, entries: int) -> str:
+    """Minutes left by the last run of the same preset and model, when every remaining notebook has one made in the
+    same cache state as now. A run recorded whether it computed anything (``computed``) and how many entries the
+    cache held after it (``cache_entries``): while the cache holds at least that many (``entries``), a new run
+    reads what that run computed, so only a run that computed nothing predicts it; on a cache emptied since, only
+    a run that computed does. Without a matching run for every notebook, no estimate (a warm rerun would
+    otherwise quote a cold run's minutes)."""
     previous = [runs.get(stem, {}) for stem in remaining]
+
+    def same_state(run: dict[str, Any]) -> bool:
+        if not isinstance(run.get("computed"), bool) or not isinstance(run.get("cache_entries"), int):
+            return False
+        return run["computed"] == (entries < run["cache_entries"])
+
     if all(r.get("preset") == preset and r.get("model") == model and isinstance(r.get("minutes"), (int, float))
-           for r in previous):
+           and same_state(r) for r in previous):
         return f"; about {sum(r['minutes'] for r in previous):.0f} min left by the last {preset} run's times"
     return ""
 
@@ -250,39 +303,26 @@ def notebook_lock(path: Path, what: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def heal_warnings(executed: Path) -> list[str]:
-    """The cache's heal warnings (:data:`~dynheads_tl.store.HEAL_PREFIX` lines) in an executed notebook's output."""
-    import nbformat
-
-    try:
-        nb = nbformat.read(executed, as_version=4)
-    except (OSError, ValueError):
-        return []
-    lines = []
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                lines += [line.strip() for line in output.get("text", "").splitlines()
-                          if line.strip().startswith(HEAL_PREFIX)]
-    return lines
-
-
-def repeat_heal_warnings(executed: Path) -> None:
-    """Print the notebook's heal warnings on the terminal too (a kernel's log lands only in its notebook)."""
-    for line in heal_warnings(executed):
-        print(f"{executed.stem}: {line}", file=sys.stderr, flush=True)
-
-
-def ipc_kernel_manager():
+def ipc_kernel_manager(stderr=None):
     """The kernel manager the notebooks run under: jupyter_client's, on IPC (Unix domain sockets in Jupyter's
     runtime folder) instead of TCP on localhost. The kernel is local either way; over TCP without encryption
-    ipykernel 7 prints a warning about plain-text traffic into every run's log, and a local socket needs no port."""
+    ipykernel 7 prints a warning about plain-text traffic into every run's log, and a local socket needs no port.
+
+    ``stderr``: a file the kernel process's own stderr goes to instead of the terminal (what the kernel application
+    logs itself; a cell's output goes to the notebook either way). The runner passes one per notebook and repeats it
+    after the notebook, unless the run was interrupted: a kernel stopped mid-cell logs a traceback of its closed
+    sockets, which is not the user's business."""
     from jupyter_client.manager import AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):
             kwargs.setdefault("transport", "ipc")
             super().__init__(**kwargs)
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            if stderr is not None:
+                kw.setdefault("stderr", stderr)
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
 
     return IPCKernelManager
 
@@ -309,6 +349,13 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             raise ValueError(f"output_dir is given twice with different values ({str(asked)!r} and {str(output_dir)!r}); "
                              "give it once, with --output-dir.")
         output_dir = str(asked)
+    if model is not None:
+        if not (isinstance(model, str) and model.strip()):
+            raise ValueError(f"--model is {model!r}; name a model (an embedded name, a paper alias, a local Hugging "
+                             "Face folder or a hub id), or leave --model out for each notebook's own.")
+        if "model" in overrides and overrides["model"] != model:
+            raise ValueError(f"model is given twice with different values (--model {model!r} and -p "
+                             f"model={overrides['model']!r}); give it once.")
     cwd = Path(cwd or os.getcwd()).resolve()
     if output_dir is None:
         output_dir = output_dir_for(preset, model, overrides)
@@ -331,7 +378,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     plans = []
     for notebook in notebooks:
         parameters = preset_parameters(preset, notebook.stem)
-        if model:
+        if model is not None:
             parameters["model"] = model
         parameters.update({k: v for k, v in overrides.items() if k in declared[notebook]})
         parameters["output_dir"] = shown_output
@@ -345,7 +392,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     done, started = [], time.time()
     try:
         for i, (notebook, parameters) in enumerate(plans, 1):
-            eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", "smollm2-135m-instruct"))
+            eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", "smollm2-135m-instruct"),
+                       cache_entries())
             print(f"[{i}/{len(plans)}] {notebook.stem} (preset {preset}, output {shown_output}; "
                   f"{(time.time() - started) / 60:.1f} min so far{eta})", flush=True)
             final = executed_dir / notebook.name
@@ -360,15 +408,20 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                 if partial.exists():  # nobody else holds the lock, so a killed run left it
                     partial.unlink()
                     print(f"Removed {_shown_path(partial, cwd)}, left by an earlier run that was stopped.", flush=True)
-                t0 = time.time()
+                t0, entries_before = time.time(), cache_entries()
+                kernel_log = tempfile.TemporaryFile()
                 try:
                     # No progress lines, and no library bars (transformers' "Loading weights"), in the notebooks:
-                    # they are read as a report (the runner prints which notebook runs and the time so far).
-                    with _environment(DYNHEADS_PROGRESS="off", HF_HUB_DISABLE_PROGRESS_BARS="1"):
+                    # they are read as a report. Their progress goes to a file the runner prints on the terminal.
+                    with ProgressRelay(notebook.stem) as relay, _environment(
+                            DYNHEADS_PROGRESS="file", DYNHEADS_PROGRESS_FILE=relay.path, HF_HUB_DISABLE_PROGRESS_BARS="1"):
                         papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
                                                    progress_bar=show_cells, kernel_name="python3",
-                                                   kernel_manager_class=ipc_kernel_manager())
+                                                   kernel_manager_class=ipc_kernel_manager(kernel_log))
                 except BaseException as error:
+                    if not isinstance(error, KeyboardInterrupt):
+                        repeat_kernel_log(kernel_log, notebook.stem)
+                    kernel_log.close()
                     if partial.exists():
                         _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
                         partial.replace(failed)
@@ -378,6 +431,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                                 else f"there is no finished {shown_final} yet")
                         print(f"The {what} run is kept in {_shown_path(failed, cwd)}; {kept}.", flush=True)
                     raise
+                repeat_kernel_log(kernel_log, notebook.stem)
+                kernel_log.close()
                 _relocate(partial, notebook, shown_final, cwd)
                 partial.replace(final)
             failed.unlink(missing_ok=True)
@@ -386,7 +441,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             runs[notebook.stem] = {"model": parameters.get("model", "smollm2-135m-instruct"), "preset": preset,
                                    "parameters": {k: v for k, v in parameters.items() if k != "output_dir"},
                                    "date": datetime.date.today().isoformat(),
-                                   "minutes": round((time.time() - t0) / 60, 1)}
+                                   "minutes": round((time.time() - t0) / 60, 1),
+                                   "computed": cache_entries() > entries_before, "cache_entries": cache_entries()}
             atomic_write_text(runs_path, _json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
             write_results(output_dir, [notebook.stem])  # <folder>/verdicts.json, from the files it wrote
             done.append(final)

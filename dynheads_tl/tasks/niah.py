@@ -222,3 +222,20 @@ def make_niah_samples(
         )
         samples.append(build_niah_sample(tokenizer, config, max_tokens=max_tokens))
     return samples
+
+
+def needle_lengths(tokenizer, needle: str = NiahConfig.needle, samples: int = 16) -> tuple[int, int]:
+    """What a NIAH sample needs from ``tokenizer``'s model, as (answer tokens, needle tokens), over ``samples`` seeded
+    UUIDs drawn as :func:`build_niah_sample` draws them.
+
+    Answer tokens: the fewest tokens in which an answer can pass Wu et al.'s filter (ROUGE-1 recall above 0.5 of the
+    UUID's five words, so its first three words), the least number of decoding steps with which a calibration sample
+    can count. Needle tokens: the most any needle sentence takes, which a context must exceed to hold any haystack."""
+    answer_tokens, needle_tokens = [], []
+    for index in range(samples):
+        answer = str(uuid.UUID(int=random.Random(mix_seed(0, index)).getrandbits(128), version=4))
+        words = answer.split("-")
+        passing = "-".join(words[: len(words) // 2 + 1])
+        answer_tokens.append(len(tokenizer(" " + passing, add_special_tokens=False)["input_ids"]))
+        needle_tokens.append(len(tokenizer(" " + needle.format(answer=answer), add_special_tokens=False)["input_ids"]))
+    return min(answer_tokens), max(needle_tokens)

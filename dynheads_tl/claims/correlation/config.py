@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dynheads_tl.config import RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
+from dynheads_tl.config import (RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints,
+                                check_model_sizes)
 from dynheads_tl.analysis.correlation import LEAD_KS, MIN_PROBE_TEST_SAMPLES, ProbeConfig
 from dynheads_tl.corpus import TraceSets
 from dynheads_tl.engine.models import DEFAULT_MODEL
@@ -41,9 +42,10 @@ class PredictabilityConfig(TraceSets, ProbeSettings, RunSettings, NotebookConfig
         if self.max_lag > 50:
             raise ValueError(f"Parameter 'max_lag' must be at most 50, got {self.max_lag!r}.")
         check_choice(self, "probe_preset", ("cpu", "paper"))
-        check_int_list(self, "seeds")
+        check_int_list(self, "seeds", minimum=0)
         check_int_list(self, "lead_ks", minimum=0)
         check_ints(self, ("n_splits", "probe_min_test"))
+        check_ints(self, ("split_seed",), minimum=0)
         if self.n_splits < 2:
             raise ValueError(f"Parameter 'n_splits' must be at least 2 (an interval needs two splits), got {self.n_splits!r}.")
 
@@ -57,6 +59,7 @@ class PredictabilityConfig(TraceSets, ProbeSettings, RunSettings, NotebookConfig
         check_haystack(self.haystack)
         check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
                             needed_for=f"claim 1's calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}")
+        check_model_sizes(self.model, max_new_tokens=self.max_new_tokens, contexts={"context_tokens": self.context_tokens})
 
     def probe_config(self) -> ProbeConfig:
         if self.probe_preset == "paper":

@@ -40,7 +40,7 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
     def __post_init__(self):
         super().__post_init__()
         check_ints(self, ("n_samples", "n_hotpot_train", "n_rind_calibration", "trace_batch_size"))
-        check_int_list(self, "train_seeds")
+        check_int_list(self, "train_seeds", minimum=0)
         check_choice(self, "rag_setting", list(HOTPOT_SETTINGS))
         unknown = [s for s in self.strategies if s not in STRATEGIES] if isinstance(self.strategies, list) else [0]
         if unknown or not self.strategies:
@@ -52,10 +52,11 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
 
     def check_inputs(self) -> None:
         """The HotpotQA file (enough usable records for every split) and the model, before any model work."""
-        from dynheads_tl.engine.preflight import model_context_window
+        from dynheads_tl.engine.preflight import check_head_counts, model_context_window
         from dynheads_tl.tasks import check_hotpot_source
 
         model_context_window(self.model)  # an unknown model fails here, not after the notebook started
+        check_head_counts(self.model, {"n_heads": self.n_heads})
         check_hotpot_source(self.hotpot_source, self.records_needed, skip_incomplete=self.hotpot_skip_incomplete,
                             needed_for=f"evaluation {self.n_samples} + RIND calibration {self.n_rind_calibration}"
                                        + (f" + probe training {len(self.train_seeds)} x {self.n_hotpot_train}"

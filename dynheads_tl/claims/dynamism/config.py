@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_int_list, check_ints,
-                                check_open_unit)
+                                check_model_sizes, check_open_unit)
 from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSets,
                                    check_settings, parse_setting)
 from dynheads_tl.engine.models import DEFAULT_MODEL
@@ -32,7 +32,7 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
         super().__post_init__()
         check_ints(self, ("static_k", "n_setting", "n_setting_calibration"))
         check_open_unit(self, "soft_threshold")
-        check_int_list(self, "seeds")
+        check_int_list(self, "seeds", minimum=0)
         check_int_list(self, "static_sizes", minimum=1)
         if not isinstance(self.niah_settings, list) or not self.niah_settings:
             raise ValueError(f"Parameter 'niah_settings' must be a non-empty list of 'haystack:tokens' strings, "
@@ -66,3 +66,6 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
         check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
                             needed_for=f"calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}, "
                                        f"the analysis split starting at record {self.n_hotpot}")
+        check_model_sizes(self.model, heads={"static_k": self.static_k, "static_sizes": self.static_sizes},
+                          max_new_tokens=self.max_new_tokens,
+                          contexts={"context_tokens": self.context_tokens, "niah_settings": self.niah_settings})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints
+from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints, check_model_sizes
 from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings,
                                    check_settings, parse_setting)
 
@@ -105,6 +105,9 @@ class ErrorSignalConfig(TraceSettings, RunSettings, NotebookConfig):
         settings get: :func:`~dynheads_tl.corpus.check_settings`)."""
         if self.niah_settings:
             check_settings(self.niah_settings, "niah_settings", self.model, self.max_new_tokens)
+        check_model_sizes(self.model, heads={"static_k": self.static_k},
+                          max_new_tokens=self.max_new_tokens if self.niah_settings else None,
+                          contexts={"niah_settings": self.niah_settings})
 
 
 def setting_name(spec: str) -> str:

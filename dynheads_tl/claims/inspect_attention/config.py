@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dynheads_tl.config import DeviceSettings, NotebookConfig, check_ints
+from dynheads_tl.config import DeviceSettings, NotebookConfig, check_ints, check_model_sizes
 
 __all__ = ["InspectConfig"]
 
@@ -39,3 +39,5 @@ class InspectConfig(DeviceSettings, NotebookConfig):
         if self.context_tokens > 2000:
             raise ValueError(f"Parameter 'context_tokens' must be at most 2000 here (every head's full attention row "
                              f"is kept at every step), got {self.context_tokens}.")
+        check_model_sizes(self.model, heads={"n_view_heads": self.n_view_heads},
+                          contexts={"context_tokens": self.context_tokens})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_choice, check_fraction_list, check_int_list,
-                                check_ints)
+                                check_ints, check_model_sizes)
 from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.models import DEFAULT_MODEL
 
@@ -75,6 +75,7 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
         check_ints(self, ("runs_per_cell", "n_calibration", "progressive_k_step", "n_progressive",
                           "progressive_context", "batch_size"))
         check_ints(self, ("progressive_k_max",), minimum=0)
+        check_ints(self, ("seed",), minimum=0)
         check_int_list(self, "niah_contexts", minimum=32)
         check_int_list(self, "hotpot_contexts", minimum=32)
         check_fraction_list(self, "niah_depths")
@@ -92,6 +93,9 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
         check_context_fits(self.progressive_context, self.max_new_tokens, n_ctx, name="progressive_context")
         check_context_fits(self.hotpot_contexts, self.hotpot_max_new_tokens, n_ctx, name="hotpot_contexts")
         self.check_static_source()
+        check_model_sizes(self.model, heads={"progressive_k_max": self.progressive_k_max},
+                          max_new_tokens=self.max_new_tokens,
+                          contexts={"niah_contexts": self.niah_contexts, "progressive_context": self.progressive_context})
 
     @property
     def progressive_ks(self) -> list[int]:

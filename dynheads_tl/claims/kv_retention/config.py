@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dynheads_tl.config import RunSettings, NotebookConfig, StaticSource, check_ints
+from dynheads_tl.config import RunSettings, NotebookConfig, StaticSource, check_ints, check_model_sizes
 from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings,
                                    check_settings, parse_setting)
 from dynheads_tl.protocols.retention import STRATEGIES
@@ -70,6 +70,7 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
         and the static-source file."""
         check_settings([self.niah_setting], "niah_setting", self.model, self.max_new_tokens)
         self.check_static_source()
+        check_model_sizes(self.model, max_new_tokens=self.max_new_tokens, contexts={"niah_setting": [self.niah_setting]})
 
 
 QUERY_STATIC = "query_static"  # a fixed set ranked by QRHead-style query-focused scores (issue #31)
