@@ -32,7 +32,7 @@ span every cached key (those outside the window hold the dtype's minimum, as on 
 keeps every key on every layer: a rewind or a retraction may need any of them.
 
 Anything else hooked (a hook point this step does not fire, e.g. ``hook_result``), an architecture it
-does not reproduce (per-head or post-RoPE Q/K norms, soft-capped attention, sinks, a sliding window on a
+does not reproduce (Q/K norms outside Gemma 3, soft-capped attention, sinks, a sliding window on a
 non-Gemma-3 layer, partial rotary, compatibility mode, ...) or another layer class: :func:`grouped_unsupported`
 says why and the decoder runs the bridge's eager forward instead, over the same preallocated cache. The eager
 path is the tested reference (``tests/test_grouped.py``).
