@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -32,6 +30,8 @@ from typing import Iterator, Literal
 
 import torch
 
+from dynheads_tl.engine.checksums import MANIFEST_NAME, ManifestCheck, manifest_problem, write_manifest  # noqa: F401
+from dynheads_tl.engine.fingerprint import model_fingerprint  # noqa: F401
 from dynheads_tl.store import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -124,66 +124,6 @@ def _package_dir(package: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0])
-
-
-MANIFEST_NAME = "CHECKSUM.json"
-ManifestCheck = Literal["size", "sha256"]
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_manifest(folder: str | Path) -> Path:
-    """Record the size and sha256 of every file in ``folder`` (recursively) in ``CHECKSUM.json``.
-
-    Written inside the conversion's temporary folder, before it is renamed into place, so the
-    manifest always describes a complete conversion.
-    """
-    folder = Path(folder)
-    files = {
-        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
-        for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST_NAME
-    }
-    manifest = folder / MANIFEST_NAME
-    manifest.write_text(json.dumps({"format": 1, "files": files}, indent=1, sort_keys=True) + "\n")
-    return manifest
-
-
-def manifest_problem(folder: str | Path, check: ManifestCheck = "size") -> str | None:
-    """What is wrong with a converted model folder, as a phrase, or None when it matches its manifest.
-
-    ``check="size"`` only compares each recorded file's size (a few ``stat`` calls, done on every
-    load, catching truncation and missing files); ``"sha256"`` re-hashes every file (seconds; done by
-    ``dynheads install-model``). A folder without a manifest counts as unverified.
-    """
-    if check not in ("size", "sha256"):
-        raise ValueError(f"check must be 'size' or 'sha256', got {check!r}.")
-    folder = Path(folder)
-    if not folder.is_dir():
-        return "the folder does not exist"
-    try:
-        files = json.loads((folder / MANIFEST_NAME).read_text())["files"]
-        records = [(name, int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()]
-    except FileNotFoundError:
-        return f"it has no {MANIFEST_NAME} (converted by an older version, or interrupted)"
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        return f"its {MANIFEST_NAME} is unreadable ({type(error).__name__}: {error})"
-    if not records:
-        return f"its {MANIFEST_NAME} lists no files"
-    for name, size, sha256 in records:
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes where {size} were written"
-        if check == "sha256" and _sha256(path) != sha256:
-            return f"{name} does not match its recorded sha256"
-    return None
 
 
 def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, check: ManifestCheck = "size") -> Path:
@@ -524,49 +464,3 @@ def fast_twin(model) -> torch.nn.Module:
 
 def model_name(model) -> str:
     return model.__dict__.get("_dynheads_source", getattr(model.cfg, "model_name", "unknown"))
-
-
-# Config fields that name where or how a model was loaded, not what it computes.
-_VOLATILE_CONFIG_FIELDS = {"_name_or_path", "_model_name_or_path", "name_or_path", "transformers_version", "_commit_hash",
-                           "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
-                           "dtype", "torch_dtype", "device", "model_name", "tokenizer_name"}
-
-
-def model_fingerprint(model) -> str:
-    """A short hex digest of what the model computes with: its config and, for every parameter, its
-    name, shape, dtype and 64 sampled values (the first and last 16 and 32 evenly spaced between).
-
-    Why: caches were keyed by the name or path the user typed, so a different model saved into the
-    same folder got the old model's traces back. Sampling values instead of hashing all weights
-    keeps this to milliseconds even for an 8B model on a GPU, and distinguishes any two trainings or
-    fine-tunes in practice (a change confined to unsampled elements would go unnoticed). Computed
-    once per model object and kept in ``model.__dict__``: weights edited in place afterwards are not seen.
-    """
-    cached = model.__dict__.get("_dynheads_fingerprint")
-    if cached is not None:
-        return cached
-    network = getattr(model, "original_model", None) or model
-    config = getattr(network, "config", None)
-    if hasattr(config, "to_dict"):
-        config_dict = config.to_dict()
-    else:
-        cfg = getattr(model, "cfg", None)
-        config_dict = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg or {}))
-    digest = hashlib.sha256()
-    config_dict = {k: v for k, v in config_dict.items() if k not in _VOLATILE_CONFIG_FIELDS}
-    digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
-    samples = []
-    with torch.no_grad():
-        for name, param in network.named_parameters():
-            digest.update(f"{name}:{tuple(param.shape)}:{param.dtype};".encode())
-            flat = param.detach().reshape(-1)
-            if flat.numel() == 0:
-                continue
-            last = flat.numel() - 1  # integer arithmetic: the same indices on every device
-            middle = torch.tensor([i * last // 33 for i in range(1, 33)], device=flat.device)
-            samples.append(torch.cat([flat[:16], flat[middle], flat[-16:]]).float())
-    if samples:  # one transfer from the device for all parameters
-        digest.update(torch.cat(samples).cpu().numpy().tobytes())
-    fingerprint = digest.hexdigest()[:16]
-    model.__dict__["_dynheads_fingerprint"] = fingerprint
-    return fingerprint
