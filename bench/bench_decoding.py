@@ -3,14 +3,15 @@
     python bench/bench_decoding.py                         # every part, 8 rows x ~1k tokens
     python bench/bench_decoding.py --parts decode share    # a few parts
     python bench/bench_decoding.py --rows 8 --length 1000 --steps 16 --repeats 2
+    python bench/bench_decoding.py --model gemma-3-270m --parts trace --trace-rows 1 8 --length 2000
 
 Parts (results as Markdown table rows, for docs/decoding.md):
 - ``decode``: ms per decoding step of one batch of ``--rows`` NIAH prompts (one haystack, ``--length``
   context tokens, left-padded), for the grouped step, the bridge's eager step (the reference, also on the
   preallocated cache) and transformers' own SDPA decode (``DynamicCache``, the same padded keys and values);
 - ``trace``: ``trace_batch`` of those prompts (traced: Eq. 1/2 reductions every step) against transformers
-  ``generate`` of the same left-padded batch (untraced), both ``--steps`` tokens; today's path
-  (eager attention, no shared prefixes) beside it;
+  ``generate`` of the same left-padded batch (untraced, SDPA, logits of the last position only), both ``--steps``
+  tokens; today's path (eager attention, no shared prefixes) beside it; one row per ``--trace-rows`` batch size;
 - ``share``: the share of prompt positions actually prefilled on the default NIAH splits (the calibration and
   analysis splits of seed 0 at the default settings, in the batches ``collect_traces`` forms), sharing within a
   batch only and with the prefix store across the split's batches (token arithmetic: no model run);
@@ -121,7 +122,15 @@ def part_decode(model, args) -> None:
 
 
 def part_trace(model, args) -> None:
-    samples = niah_batch(model, args.rows, args.length, args.steps)
+    print("| model | rows x context | steps | transformers generate s | traced s | today's path s | "
+          "traced / transformers | today / transformers |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rows in args.trace_rows or [args.rows]:
+        _trace_row(model, args, rows)
+
+
+def _trace_row(model, args, rows: int) -> None:
+    samples = niah_batch(model, rows, args.length, args.steps)
     config = TraceConfig(max_new_tokens=args.steps, stop_at_eos=False)
     ids, mask = left_padded(model, samples)
     twin = fast_twin(model)
@@ -139,10 +148,7 @@ def part_trace(model, args) -> None:
     same = sum(torch.equal(a.tokens, b.tokens) and torch.equal(a.retrieval_mask, b.retrieval_mask)
                for a, b in zip(last["traced"], last["today"]))
     hf_same = sum(a.tokens.tolist() == row[ids.shape[1]:].tolist() for a, row in zip(last["traced"], last["transformers"]))
-    print("| rows x context | steps | transformers generate s | traced s | today's path s | "
-          "traced / transformers | today / transformers |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| {args.rows} x {args.length} | {args.steps} | {best['transformers']:.1f} | {best['traced']:.1f} | "
+    print(f"| {args.model} | {rows} x {args.length} | {args.steps} | {best['transformers']:.1f} | {best['traced']:.1f} | "
           f"{best['today']:.1f} | {best['traced'] / best['transformers']:.2f} | {best['today'] / best['transformers']:.2f} |"
           f"  <!-- traced = today (tokens, Eq. 1): {same}/{len(samples)}; tokens = transformers: "
           f"{hf_same}/{len(samples)} -->", flush=True)
@@ -431,7 +437,11 @@ PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", choices=sorted(PARTS), default=["share", "decode", "trace", "grid"])
+    parser.add_argument("--model", default=dynheads_tl.DEFAULT_MODEL,
+                        help="the model (an embedded name such as gemma-3-270m, or any name load_model takes)")
     parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--trace-rows", type=int, nargs="+", default=None,
+                        help="the trace part's batch sizes, each timed in this run (default: --rows)")
     parser.add_argument("--length", type=int, default=1000, help="NIAH context tokens")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--runs", type=int, default=2, help="samples per grid cell")
@@ -446,7 +456,7 @@ def main() -> None:
     parser.add_argument("--retention-batch-sizes", type=int, nargs="+", default=[64, 108],
                         help="notebook 06 batch sizes to time (its batch_size)")
     args = parser.parse_args()
-    model = dynheads_tl.load_model(device="cpu")
+    model = dynheads_tl.load_model(args.model, device="cpu")
     print(f"torch threads: {torch.get_num_threads()}\n")
     for part in args.parts:
         PARTS[part](model, args)

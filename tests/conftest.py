@@ -92,6 +92,14 @@ TINY_CONFIGS = {
     "qwen2": ("Qwen2Config", {}),
     "qwen3": ("Qwen3Config", {"head_dim": 16}),
     "phi3": ("Phi3Config", {"pad_token_id": 2}),
+    # Gemma 3's shape in miniature: one KV head, Q/K norms, sliding layers around a global one with a window
+    # (16) shorter than the test prompts, a RoPE base per layer type.
+    "gemma3": ("Gemma3TextConfig", {
+        "num_hidden_layers": 3, "num_key_value_heads": 1, "head_dim": 16, "query_pre_attn_scalar": 16,
+        "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
+        "pad_token_id": 0}),
 }
 
 
@@ -104,11 +112,10 @@ def build_tiny_model(family: str, folder, *, seed: int = 0, max_positions: int =
 
     class_name, extra = TINY_CONFIGS[family]
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
-    config = getattr(transformers, class_name)(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **extra,
-    )
+    config = getattr(transformers, class_name)(**{
+        "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": max_positions,
+        "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     # Random init gives near-uniform attention; sharpen it so argmaxes are well separated.
@@ -116,6 +123,8 @@ def build_tiny_model(family: str, folder, *, seed: int = 0, max_positions: int =
         for name, param in model.named_parameters():
             if "q_proj" in name or "k_proj" in name or "qkv_proj" in name:
                 param.mul_(8.0)
+            elif "q_norm" in name or "k_norm" in name:  # normalised queries and keys: scale after the norm
+                param.fill_(2.0)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

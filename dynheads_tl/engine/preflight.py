@@ -1,8 +1,8 @@
 """Checks that need no model: where it can run, in which dtype, and how long a context it takes.
 
 Each check fails with one sentence that names the value and says what to do, and each runs before any model is
-loaded, and before the embedded model is converted (its context window is read from the GGUF header when no
-converted folder exists yet), so a bad parameter costs a second, not a conversion.
+loaded, and before an embedded model is converted (its context window and head shape are declared with it, in
+``dynheads_tl.engine.models.EMBEDDED_MODELS``), so a bad parameter costs a second, not a conversion.
 """
 from __future__ import annotations
 
@@ -54,39 +54,20 @@ def check_dtype(dtype: str, device: str, *, name: str = "dtype") -> None:
             f"purpose with `dynheads report --allow-cpu-half` (or {ALLOW_CPU_HALF_ENV}=1).")
 
 
-def _embedded_header(name: str) -> dict[str, int] | None:
-    """Shape facts of embedded model ``name`` read from its GGUF header (no conversion, no weights read): context
-    length, layers, query heads; None when its package is not installed (the caller's model resolution then says
-    how to install it)."""
-    from dynheads_tl.engine.models import EMBEDDED_MODELS, _package_dir
+def embedded_context_window(name: str) -> int:
+    """The context window declared for embedded model ``name`` (:class:`~dynheads_tl.engine.models.EmbeddedModel`;
+    nothing is read or converted)."""
+    from dynheads_tl.engine.models import EMBEDDED_MODELS
 
-    info = EMBEDDED_MODELS[name]
-    package = _package_dir(info["package"])
-    if package is None or not (package / info["gguf"]).is_file():
-        return None
-    from gguf import GGUFReader
-
-    reader = GGUFReader(str(package / info["gguf"]))
-    field = reader.fields.get("general.architecture")
-    architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else "llama"
-    facts = {}
-    for key, gguf_key in (("context", "context_length"), ("layers", "block_count"),
-                          ("heads", "attention.head_count")):
-        value = reader.fields.get(f"{architecture}.{gguf_key}")
-        if value is not None:
-            facts[key] = int(value.parts[value.data[0]][0])
-    return facts
+    return EMBEDDED_MODELS[name].context_window
 
 
-def embedded_context_window(name: str) -> int | None:
-    """The context window of embedded model ``name`` from its GGUF header (see :func:`_embedded_header`)."""
-    return (_embedded_header(name) or {}).get("context")
+def embedded_head_shape(name: str) -> tuple[int, int]:
+    """(layers, query heads per layer) declared for embedded model ``name``."""
+    from dynheads_tl.engine.models import EMBEDDED_MODELS
 
-
-def embedded_head_shape(name: str) -> tuple[int, int] | None:
-    """(layers, query heads per layer) of embedded model ``name`` from its GGUF header."""
-    facts = _embedded_header(name) or {}
-    return (facts["layers"], facts["heads"]) if "layers" in facts and "heads" in facts else None
+    spec = EMBEDDED_MODELS[name]
+    return spec.layers, spec.heads
 
 
 def _text_config(model: str):

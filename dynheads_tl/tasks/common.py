@@ -83,8 +83,11 @@ def tokenize_with_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[i
     ids = list(encoded["input_ids"])
     offsets = [tuple(o) for o in encoded["offset_mapping"]]
     bos = getattr(tokenizer, "bos_token_id", None)
-    # Templates without a BOS token of their own (Llama 3 has one, SmolLM2 does not need one).
-    if getattr(tokenizer, "add_bos_token", False) and bos is not None and (not ids or ids[0] != bos):
+    # Templates without a BOS token of their own (Llama 3 has one, SmolLM2 does not need one); a tokenizer may add
+    # its BOS through its post-processor without saying so in add_bos_token (Gemma 3's, converted from GGUF).
+    adds_bos = getattr(tokenizer, "add_bos_token", False) or (
+        bos is not None and tokenizer("a", add_special_tokens=True)["input_ids"][:1] == [bos])
+    if adds_bos and bos is not None and (not ids or ids[0] != bos):
         ids, offsets = [bos] + ids, [(0, 0)] + offsets
     return ids, offsets
 

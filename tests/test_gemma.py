@@ -1,0 +1,138 @@
+"""Gemma 3 (one KV head, Q/K norms, sliding-window and global layers with their own RoPE bases) on the grouped
+decoding path, against the bridge's eager path and plain transformers: a tiny random model for the mechanics, the
+embedded Gemma 3 270M for one behaviour test.
+
+Tolerances as in ``tests/test_grouped.py``: tokens, top-1 sources and Eq. 1 sets equal; floats to float32 rounding.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import dynheads_tl
+from dynheads_tl import TraceConfig
+from dynheads_tl.engine.decoder import BatchDecoder, prefix_sharing
+from dynheads_tl.engine.grouped import _fired_hook_points, attention_path, grouped_unsupported
+from dynheads_tl.engine.models import EMBEDDED_MODELS, embedded_installed
+from dynheads_tl.engine.tracing import trace_batch, trace_generation
+from dynheads_tl.tasks import make_niah_samples
+from conftest import build_tiny_model
+from test_grouped import assert_same_traces
+
+WINDOW = 16  # the tiny model's sliding window (conftest.TINY_CONFIGS["gemma3"]), shorter than every prompt here
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma_folder(tmp_path_factory):
+    return build_tiny_model("gemma3", tmp_path_factory.mktemp("tiny") / "gemma3")
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tiny_gemma_folder):
+    return dynheads_tl.load_model(str(tiny_gemma_folder), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def gemma_samples(tiny_gemma):
+    # One haystack, needles at different depths: the prompts share a prefix and differ in length.
+    return make_niah_samples(tiny_gemma.tokenizer, n=3, context_tokens=[60, 90, 75], seed=4, max_new_tokens=6)
+
+
+def transformers_greedy(reference, prompt_ids, steps: int):
+    """Plain transformers (eager attention): greedy tokens, then every step's attention rows from one forward over
+    prompt + response, [step, layer, head, key]."""
+    ids = torch.tensor(prompt_ids)[None]
+    with torch.no_grad():
+        for _ in range(steps):
+            ids = torch.cat([ids, reference(ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        tokens = ids[0, len(prompt_ids):]
+        out = reference(ids[:, :-1], output_attentions=True)
+    start = len(prompt_ids) - 1
+    return tokens, torch.stack([a[0, :, start:, :] for a in out.attentions]).permute(2, 0, 1, 3)
+
+
+def eq1(rows, trace):
+    argmax = rows.argmax(-1)
+    ids = torch.cat([trace.prompt_ids, trace.tokens])
+    (needle_start, needle_end), = trace.evidence_spans
+    return (argmax >= needle_start) & (argmax < needle_end) & (ids[argmax] == trace.tokens[:, None, None])
+
+
+def test_tiny_gemma_takes_the_grouped_path(tiny_gemma):
+    assert grouped_unsupported(tiny_gemma) is None
+    config = tiny_gemma.original_model.config
+    assert config.num_key_value_heads == 1 and config.sliding_window == WINDOW
+    decoder = BatchDecoder(tiny_gemma, [[1] + list(range(40, 70))], attention="grouped")
+    decoder.step()
+    assert decoder.last_path == "grouped"
+
+
+def test_tiny_gemma_grouped_eager_and_transformers_agree(tiny_gemma, tiny_gemma_folder, gemma_samples):
+    """Single prompts longer than the window, then the same prompts as one left-padded batch with shared prefixes:
+    the grouped path, the eager bridge and plain transformers give the same tokens, top-1 sources and Eq. 1 sets."""
+    reference = AutoModelForCausalLM.from_pretrained(tiny_gemma_folder, attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+    config = TraceConfig(max_new_tokens=6, stop_at_eos=False, local_window=8, signals=True)
+    with attention_path("grouped"):
+        grouped = [trace_generation(tiny_gemma, s, config) for s in gemma_samples]
+        batched = trace_batch(tiny_gemma, gemma_samples, config)
+    with attention_path("eager"), prefix_sharing(False):
+        eager = [trace_generation(tiny_gemma, s, config) for s in gemma_samples]
+    assert_same_traces(grouped, eager)
+    assert_same_traces(batched, eager)
+    layer_types = reference.config.layer_types
+    for sample, trace in zip(gemma_samples, grouped):
+        assert len(sample.prompt_ids) > 3 * WINDOW
+        tokens, rows = transformers_greedy(reference, sample.prompt_ids, config.max_new_tokens)
+        assert trace.tokens.tolist() == tokens.tolist()
+        assert torch.equal(trace.argmax_pos, rows.argmax(-1))
+        assert torch.equal(trace.retrieval_mask, eq1(rows, trace))
+        # The window bites: sliding layers read only their last WINDOW keys; the global layer reaches further back.
+        query_at = len(sample.prompt_ids) - 1 + torch.arange(len(trace.tokens))
+        reach = query_at[:, None, None] - trace.argmax_pos  # [step, layer, head]
+        for layer, kind in enumerate(layer_types):
+            if kind == "sliding_attention":
+                assert int(reach[:, layer].max()) < WINDOW
+        assert int(reach[:, layer_types.index("full_attention")].max()) >= WINDOW
+    decoder = BatchDecoder(tiny_gemma, [s.prompt_ids for s in gemma_samples])
+    assert decoder.prefilled_positions < decoder.prompt_positions, "the samples share their haystack's start"
+
+
+def test_every_hook_point_the_grouped_step_claims_fires_on_both_paths_of_gemma(tiny_gemma):
+    """Q/K norms and the sandwich norms included: the same hook points fire on the grouped step and the eager one."""
+    claimed = _fired_hook_points(tiny_gemma)
+    names = [name for name, point in tiny_gemma.hook_dict.items() if id(point) in claimed]
+    assert "blocks.0.attn.hook_q_normed" in names and "blocks.1.ln2_post.hook_out" in names
+    fired_on = {}
+    for path in ("grouped", "eager"):
+        fired: set[str] = set()
+        hooks = [(name, lambda tensor, hook, seen=fired: seen.add(hook.name)) for name in names]
+        decoder = BatchDecoder(tiny_gemma, [[1] + list(range(40, 70)), [1, 5, 8]], attention=path)
+        with tiny_gemma.hooks(fwd_hooks=hooks):
+            decoder.step()
+        assert decoder.last_path == path
+        fired_on[path] = fired
+    assert fired_on["grouped"] == fired_on["eager"]
+
+
+@pytest.mark.skipif(not embedded_installed("gemma-3-270m"),
+                    reason=f"the Gemma 3 270M packages are not installed ({EMBEDDED_MODELS['gemma-3-270m'].pip})")
+def test_gemma_270m_grouped_equals_the_eager_bridge_within_and_beyond_the_window():
+    """The real model, loaded once: a prompt inside the 512-token window and one beyond it, single and batched."""
+    model = dynheads_tl.load_model("gemma-3-270m", device="cpu")
+    spec = EMBEDDED_MODELS["gemma-3-270m"]
+    config = model.original_model.config
+    assert (config.num_hidden_layers, config.num_attention_heads, config.max_position_embeddings) == (
+        spec.layers, spec.heads, spec.context_window)
+    assert not getattr(model.tokenizer, "chat_template", None), "a base model: prompted as plain text"
+    assert grouped_unsupported(model) is None
+    samples = make_niah_samples(model.tokenizer, n=2, context_tokens=[300, 700], seed=5, max_new_tokens=8)
+    assert len(samples[0].prompt_ids) < config.sliding_window < len(samples[1].prompt_ids)
+    trace_config = TraceConfig(max_new_tokens=8, signals=True)
+    with attention_path("grouped"):
+        grouped = trace_batch(model, samples, trace_config)
+    with attention_path("eager"):
+        eager = [trace_generation(model, s, trace_config) for s in samples]
+    assert_same_traces(grouped, eager)
+    assert any(t.retrieval_mask.any() for t in grouped), "Gemma copies the needle here"
