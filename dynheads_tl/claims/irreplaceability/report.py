@@ -202,10 +202,9 @@ def _declared_verdict(comparisons: pd.DataFrame, declared: tuple, lead: str) -> 
 
 
 def primary_verdict(comparisons: pd.DataFrame) -> str:
-    """Claim 2's declared primary comparison (:data:`PRIMARY`, the fair one: D_{t-1}, known before step t, against
-    as many top static heads over the steps t ≥ 1) in one computed sentence (:func:`_declared_verdict`), then D_t
-    against as many top static heads (:data:`SELECTED_ON_OUTCOME`, a secondary: D_t is chosen on the step's own
-    outcome, so part of its larger drop is expected from selection alone)."""
+    """Claim 2's declared primary (:data:`PRIMARY`: D_{t-1} against as many top static heads, steps t ≥ 1), then D_t
+    against as many (:data:`SELECTED_ON_OUTCOME`, secondary: chosen on the step's own outcome), each in one computed
+    sentence (:func:`_declared_verdict`)."""
     return (_declared_verdict(comparisons, PRIMARY, "Primary comparison") + " "
             + _declared_verdict(comparisons, SELECTED_ON_OUTCOME, "Beside it, the set chosen on the step's own "
                                 "outcome (secondary)"))
@@ -317,10 +316,8 @@ def progressive_control_text(table: pd.DataFrame, metric: str) -> str:
 
 
 def progressive_teacher_forced_text(table: pd.DataFrame) -> str:
-    """The teacher-forced measure of progressive masking in one sentence, from :func:`progressive_table`'s ``tf_``
-    columns: per k the gold token's log-probability drop (nats per step) of the ranked masking with its 95%
-    interval, beside k random heads' and their paired difference with the exact sign test (Holm over k); empty
-    when the runs were not teacher-forced."""
+    """Progressive masking's teacher-forced drop per k (:func:`progressive_table`'s ``tf_`` columns: ranked, random
+    and their paired difference with the sign test, Holm over k) in one sentence; empty without teacher forcing."""
     if "tf_drop" not in table or not table["tf_drop"].notna().any():
         return ""
     parts = []
