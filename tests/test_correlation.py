@@ -363,15 +363,15 @@ def test_claim3_tables_over_splits_state_n_and_layouts():
     assert set(summary["splits"]) == {3} and set(summary["n_clusters"]) == {12}
     lead_raw, lead = lead_probes(traces, "classification", config, None)
     assert set(lead_raw[lead_raw["k"] == 0]["predictor"]) == {"MLP probe", "linear probe", "static-frequency prior",
-                                                             "step-aware prior"}
+                                                             "step-aware prior", "step-and-token prior"}
     assert "linear probe" not in set(lead_raw[lead_raw["k"] == 1]["predictor"])
     table, tests = probe_table_over_splits(lead_raw, "classification")
     assert (table["splits"] == 3).all() and (table["n_clusters"] == 12).all() and (table["test_samples"] == 12).all()
-    assert (table["f1_low"] <= table["f1"]).all() and len(tests) == 3 and tests["p_adjusted"].notna().all()
+    assert (table["f1_low"] <= table["f1"]).all() and len(tests) == 4 and tests["p_adjusted"].notna().all()
     reg_raw, _ = lead_probes(traces, "regression", config, None)
     table3, tests3 = probe_table_over_splits(reg_raw, "regression")
-    assert {"mse_low", "r2_high"} <= set(table3.columns) and set(tests3["b"]) == {"linear probe",
-                                                                              "static-frequency prior", "step-aware prior"}
+    assert {"mse_low", "r2_high"} <= set(table3.columns) and set(tests3["b"]) == {
+        "linear probe", "static-frequency prior", "step-aware prior", "step-and-token prior"}
     text = summary_markdown(raw, raw, table, tests, table3, tests3, "test model", min_test=20)
     assert "n = 36 samples in 12 layouts" in text and "fewer than the 20 asked for" in text
 
