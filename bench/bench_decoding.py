@@ -300,14 +300,14 @@ def part_cell(model, args) -> None:
     own calibration (read from the cache, or traced there: a user cache, never the repository), decoded in the
     batches ``cached_runs`` forms at each of ``--batch-sizes``, against one plain traced generation of the cell's
     first sample. The batch sizes' generated tokens are compared row by row."""
-    from dynheads_tl.claims.irreplaceability.config import GRID_CONDITIONS, IrreplaceabilityConfig
+    from dynheads_tl.claims.irreplaceability.config import IrreplaceabilityConfig
     from dynheads_tl.claims.irreplaceability.pipeline import calibrate, grid_cells
-    from dynheads_tl.protocols.ablation import batch_plan, grid_jobs, run_jobs
+    from dynheads_tl.protocols.ablation import batch_plan, grid_conditions, grid_jobs, run_jobs
 
     config = IrreplaceabilityConfig() if args.cell_runs is None else IrreplaceabilityConfig(runs_per_cell=args.cell_runs)
     setup = calibrate(model, config, "niah")
     trace_config = config.trace_config("niah")
-    conditions = [c for c in GRID_CONDITIONS if c != "query_matched" or setup.query_order is not None]
+    conditions = list(grid_conditions(setup))  # as notebook 02 runs them
     cells = grid_cells(model, config, "niah")
     members, jobs = grid_jobs(cells, conditions, teacher_forced=True)[0]
     sample = cells[members[0]][1]

@@ -29,6 +29,14 @@
 # - `random_nonstatic` and `random_nondynamic`: their size-matched random controls: as many random heads
 #   from outside $S_{20}$ as $D_t \setminus S_{20}$ has, and as many from outside $D_t$ as $S_{20} \setminus D_t$ has.
 #
+# **The fair comparison (ours; the primary).** $D_t$ is chosen on step $t$'s own clean pass, among heads whose
+# argmax already points at the token being produced, so part of its larger drop is expected from selection
+# alone. `previous_step` masks $D_{t-1}$, the previous answer step's set from its clean pass, known before step
+# $t$; `static_previous` and `random_previous` mask as many top static / random heads ($|D_{t-1}|$ at each step).
+# At $t = 0$ there is no previous set: the three mask nothing there, and their teacher-forced comparison is read
+# on the steps $t \ge 1$ (`tf_drop_t1`), so both sides cover the same steps. Each condition is declared once
+# (`dynheads_tl.protocols.conditions.ConditionSpec`: how it selects, its title, how it is sized).
+#
 # Every run records the mean number of heads masked per step, so sizes can be compared.
 #
 # **A measure that cannot be derailed (ours).** Free generation turns one early error into a failed
@@ -47,7 +55,7 @@
 # Holm over all the others) and the 95% bootstrap interval of the difference excludes 0; it needs at least 5
 # paired samples, and a "cannot be told apart" states the smallest difference the design could detect.
 #
-# **Grid size.** With 10 conditions, each run both generated and teacher-forced, the default grid is one
+# **Grid size.** With 14 conditions, each run both generated and teacher-forced, the default grid is one
 # context × two depths × 5 runs per task (10 samples per condition), so that the whole report fits in 60
 # minutes on a 2-core CPU; the `paper` preset runs the paper's grid. The NIAH runs of one cell share the
 # depth and differ in the UUID and in where the haystack text starts (a seeded offset of up to 3,000 tokens;
@@ -78,7 +86,7 @@ sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
 local_window = 32  # Eq. 2: most recent positions left out
 seed = 0  # seeds samples and the random baseline
 trace_batch_size = 24  # calibration samples traced together (speed only)
-batch_size = 165  # generations decoded together: a grid cell's 15 x 11 runs in one batch, teacher-forced in another
+batch_size = 210  # generations decoded together: a grid cell's 15 x 14 runs in one batch, teacher-forced in another
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
 backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
@@ -212,8 +220,9 @@ display(hotpot.compensation)
 # ## Every comparison, tested
 # One row per comparison, task and measure (`comparisons.csv`): the paired difference a − b with its bootstrap
 # 95% interval, the samples on which each side's masking hurt more, the exact sign test, and the Holm-adjusted
-# p-value. The **primary** comparison, declared before the data (NIAH, $D_t$ against as many top static heads,
-# teacher-forced drop), is tested alone; every other one is secondary, and Holm runs over the secondary
+# p-value. The **primary** comparison (`preregistration.yaml`: NIAH, $D_{t-1}$ against as many top static heads,
+# teacher-forced drop over the steps $t \ge 1$; exploratory on this model) is tested alone, with $D_t$ against as
+# many top static heads beside it; every other one is secondary, and Holm runs over the secondary
 # comparisons of both tasks that can reach 0.05 at all (a comparison with too few differing samples leaves the
 # family and is reported as untestable). A free-generation ranking needs headroom: the unmasked interval must
 # reach 0.5, else that metric is not ranked.

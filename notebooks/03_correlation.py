@@ -93,13 +93,16 @@ print(f"{len(niah_traces)} NIAH traces ({sum(t.n_steps for t in niah_traces)} st
 # the training layouts, the paper's measure), held-out, and the two shuffled controls, which are fitted on
 # shuffled training pairs and scored on shuffled held-out pairs, exactly as the held-out curve is.
 #
-# Red (ours, not in the paper): held-out CCA after the step index, the token step $n$ reads and the token
-# step $n + k$ reads (one-hot each; rare tokens pooled, held-out rows with unfamiliar tokens left out) and the
+# Red (ours, not in the paper): held-out CCA after the step index, the token step $n$ reads, the token
+# step $n + k$ reads and the token generated at step $n + k$ (which Eq. 1 at that step is defined against, and
+# which $h_n$ may encode; one-hot each; rare tokens pooled, held-out rows with unfamiliar tokens left out) and the
 # evidence depth (a cubic) are regressed out of both sides on the training layouts; orange: the same fit scored
 # against a held-out sample of another layout's residual scores at the same step (chance). The red curve is the
 # part of the correlation that position, depth and those tokens do not explain. Held-out correlations are
 # signed: a relation that flips on new samples counts as negative. The tests below the figures compare
-# held-out with each control on the same splits (corrected resampled t-test, Holm over lags × controls).
+# held-out with each control on the same splits (corrected resampled t-test, Holm over lags × controls). The
+# `*_generated_token` table says, per lag, how much of the residualised gain over chance goes once the generated
+# token is regressed out too (the same fit without it: `held-out, residualised (tokens read only)`).
 
 # %%
 cca_niah_raw, cca_niah = correlation.cca_table(niah_traces, config)
@@ -108,11 +111,15 @@ resid_niah_summary = correlation.residualised_summary(resid_niah)
 figures.save_table(cca_niah_raw, "fig4_niah_cca_per_split", out_dir, run_config)
 figures.save_table(correlation.cca_tests(cca_niah_raw), "fig4_niah_cca_tests", out_dir, run_config)
 figures.save_table(resid_niah_summary, "fig4_niah_cca_residualised", out_dir, run_config)
+generated_niah = correlation.generated_token_table(resid_niah)  # how much of each lag's gain the generated token explains
+figures.save_table(generated_niah, "fig4_niah_generated_token", out_dir, run_config)
 fig = correlation.cca_splits_figure(cca_niah, "Fig 4 (NIAH): CCA vs lag", paper=correlation.PAPER_FIG4,
                                 residualised=resid_niah_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig4_niah_cca", out_dir, cca_niah, run_config))))
 display(cca_niah.round(3))
 display(resid_niah_summary.round(3))
+display(generated_niah.round(3))
+display(Markdown(correlation.generated_token_sentence(resid_niah, "NIAH")))
 display(correlation.cca_tests(cca_niah_raw).round(3))
 
 # %% [markdown]
@@ -125,6 +132,7 @@ resid_hotpot_summary = correlation.residualised_summary(resid_hotpot)
 figures.save_table(cca_hotpot_raw, "fig8_hotpot_cca_per_split", out_dir, run_config)
 figures.save_table(correlation.cca_tests(cca_hotpot_raw), "fig8_hotpot_cca_tests", out_dir, run_config)
 figures.save_table(resid_hotpot_summary, "fig8_hotpot_cca_residualised", out_dir, run_config)
+figures.save_table(correlation.generated_token_table(resid_hotpot), "fig8_hotpot_generated_token", out_dir, run_config)
 fig = correlation.cca_splits_figure(cca_hotpot, f"Fig 8 ({hotpot_label(config.hotpot_source)}): CCA vs lag",
                                 residualised=resid_hotpot_summary)
 display(Image(filename=str(figures.save_figure(fig, "fig8_hotpot_cca", out_dir, cca_hotpot, run_config))))

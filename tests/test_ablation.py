@@ -12,14 +12,17 @@ from dynheads_tl import TraceConfig, trace_generation
 from dynheads_tl.protocols import ablation_experiments as experiments
 from dynheads_tl.protocols.ablation_experiments import Job, run_condition, run_jobs
 from dynheads_tl.protocols.ablation_metrics import compensation, compensation_table
-from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, make_selector
+from dynheads_tl.protocols.ablation_metrics import teacher_forced_scores
+from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, ConditionSpec, make_selector, register_condition
 from dynheads_tl.protocols.selectors import (random_heads, select_dynamic, select_dynamic_nonstatic, select_fixed,
                                              select_random_k, select_random_matched, select_random_nondynamic, select_random_nonstatic,
-                                             select_static_matched, select_static_nondynamic, select_top_ranked)
+                                             select_previous_step, select_static_matched, select_static_nondynamic,
+                                             select_top_ranked, previous_size)
 from dynheads_tl.protocols.stepwise import StepView, gold_token_ids
 from dynheads_tl.protocols.two_pass import AblationTrace, two_pass_batch, two_pass_generation
 from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.tasks import make_niah_samples
+from dynheads_tl.tasks.common import Sample
 from dynheads_tl.engine.decoder import Decoder
 from factories import make_trace
 
@@ -541,3 +544,149 @@ def test_an_ablation_job_s_trace_key_keeps_its_fields_when_later_options_are_off
         "max_new_tokens": 40, "sink_tokens": 4, "local_window": 32, "prefill": "fast", "stop_at_eos": True,
         "evidence_attention": False, "signals": False}
     assert trace_key(TraceConfig(stop_at_newline=True))["stop_at_newline"] is True
+
+
+# --- the fair comparison: D_{t-1}, a set known before step t ------------------------------------------
+def _repeating_sample(tokens: list[int], copies: int = 30) -> Sample:
+    """A prompt that repeats ``tokens`` (all of it evidence), so that on a tiny random model a head's argmax lands on
+    a copy of the forced token often enough for Eq. 1 sets of a few heads at most steps."""
+    prompt = [1] + tokens * copies
+    return Sample("niah", prompt, [(1, len(prompt))], ["x"], "q", (1, len(prompt)))
+
+
+def test_previous_step_selects_d_t_minus_1_and_nothing_at_step_0():
+    previous = _mask((2, 3), (0, 2), (1, 0))
+    view = lambda step, before: StepView(step, 1, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3),
+                                         _mask((2, 3), (1, 1)), previous_retrieval=before)
+    assert select_previous_step(view(0, None)) is None, "no previous set at step 0"
+    assert select_previous_step(view(3, torch.zeros(2, 3, dtype=torch.bool))) is None, "empty D_{t-1}"
+    assert torch.equal(select_previous_step(view(3, previous)), previous), "D_{t-1}, not this step's D_t"
+    order = torch.tensor([5, 0, 3, 1, 2, 4])
+    static = select_static_matched(order, previous_size)
+    assert static(view(0, None)) is None
+    assert static(view(3, previous)).flatten().nonzero().flatten().tolist() == [0, 5], "top-|D_{t-1}| static heads"
+    random = select_random_matched(9, previous_size)
+    assert random(view(0, None)) is None and int(random(view(3, previous)).sum()) == 2
+
+
+def test_previous_step_masks_the_clean_pass_set_of_the_step_before(tiny_llama):
+    """Teacher-forced on a tiny random model: at every step t >= 1 ``previous_step`` masks exactly the clean pass's
+    Eq. 1 set of step t - 1 (nothing at step 0), its static and random controls mask as many heads, and the masked
+    pass ablates exactly those heads: each step's masked log-probability equals a run that masks that set at that
+    step alone."""
+    _, model = tiny_llama
+    tokens = [400, 500, 600]
+    sample, gold = _repeating_sample(tokens), tokens * 4
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    static = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    setup = AblationSetup(static_mask=static, static_top20=static, k=1, static_order=torch.arange(n_layers * n_heads))
+    names = ("previous_step", "static_previous", "random_previous")
+    selectors = [make_selector(model, name, setup, sample_seed=3)[0] for name in names]
+    previous, static_run, random_run = two_pass_batch(model, [(sample, s) for s in selectors],
+                                                      TraceConfig(max_new_tokens=12), gold=[gold] * 3)
+    sets = previous.clean.retrieval_mask
+    assert sets.flatten(1).any(1).sum() >= 6, "Eq. 1 fires at most steps of this prompt"
+    assert not previous.masked_heads[0].any() and previous.logprob_drop[0] == 0
+    assert torch.equal(previous.masked_heads[1:], sets[:-1]), "step t masks the clean pass's set of step t - 1"
+    for control in (static_run, random_run):
+        assert torch.equal(control.clean.retrieval_mask, sets), "the clean passes are the same"
+        assert torch.equal(control.masked_heads.flatten(1).sum(1), previous.masked_heads.flatten(1).sum(1))
+    assert not torch.equal(static_run.masked_heads, previous.masked_heads)
+    # The masked pass: at step t, the same log-probability as masking D_{t-1} at step t alone.
+    step = int(torch.nonzero(previous.masked_heads.flatten(1).any(1)).flatten()[1])
+    heads = sets[step - 1]
+    alone = two_pass_batch(model, [(sample, lambda view: heads if view.step == step else None)],
+                           TraceConfig(max_new_tokens=12), gold=[gold])[0]
+    torch.testing.assert_close(previous.masked_logprob[step], alone.masked_logprob[step])
+    assert (previous.logprob_drop[1:].abs() > 1e-4).any(), "the mask bites on this model"
+    scores = teacher_forced_scores(previous)
+    assert scores["tf_drop_t1"] == pytest.approx(float(previous.logprob_drop[1:].mean()))
+    assert scores["tf_drop"] == pytest.approx(scores["tf_drop_t1"] * (len(gold) - 1) / len(gold)), "step 0 adds 0"
+
+
+def test_previous_step_in_free_generation_masks_the_set_of_the_step_before(embedded_model, sample, setup):
+    result = run_condition(embedded_model, sample, "previous_step", setup, CONFIG)
+    assert result.clean.retrieval_mask.any()
+    assert not result.masked_heads[0].any()
+    assert torch.equal(result.masked_heads[1:], result.clean.retrieval_mask[:-1])
+
+
+# --- one declaration per condition ---------------------------------------------------------------
+def test_a_condition_without_a_title_or_with_a_taken_name_is_refused():
+    build = lambda model, setup, sample_seed, k: ((lambda view: None), None)
+    with pytest.raises(ValueError, match="Condition 'untitled' has no title: every condition needs one"):
+        ConditionSpec("untitled", build, "", "D_t")
+    with pytest.raises(ValueError, match="sizing 'sometimes'"):
+        ConditionSpec("odd", build, "odd masked", "sometimes")
+    with pytest.raises(ValueError, match="already registered"):
+        register_condition(ConditionSpec("dynamic", build, "again", "D_t"))
+    with pytest.raises(ValueError, match="AblationSetup does not have"):
+        ConditionSpec("needy", build, "needy masked", "D_t", needs=("probe",))
+
+
+def test_a_condition_added_through_its_spec_alone_reaches_the_grid_the_runs_and_the_figures(request, tiny_llama,
+                                                                                           tiny_sample):
+    """One ConditionSpec (here: the first half of D_t by flat index) and nothing else: it joins the grid's order,
+    builds its selector, runs in the grid experiment, and gets its panel and row, titled, in both figures; a grid
+    row whose condition no spec declares is refused by the figures with a sentence."""
+    import matplotlib
+    import pandas as pd
+
+    from dynheads_tl.protocols import conditions
+    from dynheads_tl.report import figures
+
+    matplotlib.use("Agg")
+
+    def half(view):
+        heads = torch.nonzero(view.retrieval.flatten()).flatten()
+        if len(heads) < 2:
+            return None
+        mask = torch.zeros(view.retrieval.numel(), dtype=torch.bool)
+        mask[heads[: len(heads) // 2]] = True
+        return mask.reshape(view.retrieval.shape)
+
+    spec = ConditionSpec("half_dynamic", lambda model, setup, sample_seed, k: (half, None), "half of D_t masked", "part")
+    conditions.register_condition(spec)
+    request.addfinalizer(lambda: conditions.CONDITIONS.pop(spec.name))  # the registry as it was for later tests
+    assert conditions.grid_conditions()[-1] == "half_dynamic"
+    assert conditions.condition_titles()["half_dynamic"] == "half of D_t masked"
+    _, model = tiny_llama
+    static = _mask((model.cfg.n_layers, model.cfg.n_heads), (0, 1))
+    setup = AblationSetup(static_mask=static, static_top20=static, k=1)
+    assert "half_dynamic" in conditions.grid_conditions(setup)
+    assert "static_matched" not in conditions.grid_conditions(setup), "a condition whose setup field is missing"
+    cells = [({"context": 120, "depth": 0.5, "run": run}, tiny_sample) for run in range(2)]
+    grid = experiments.grid_experiment(model, cells, setup, TraceConfig(max_new_tokens=3),
+                                       conditions=["none", "half_dynamic"], teacher_forced=False)
+    assert grid["condition"].tolist() == ["none", "half_dynamic"] * 2
+    fig = figures.condition_heatmaps(grid, "accuracy", "grid", k=1)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert titles[0] == "unmasked" and titles[1].startswith("half of D_t masked")
+    assert "sized by D_t at each step: half of D_t masked" in fig._supxlabel.get_text()
+    summary = pd.DataFrame({"condition": ["none", "half_dynamic"], "accuracy": [1.0, 0.5], "accuracy_low": [0.5, 0.1],
+                            "accuracy_high": [1.0, 0.9], "n": [2, 2]})
+    fig = figures.controls_figure(summary, "accuracy", "controls")
+    assert {label.get_text() for label in fig.axes[0].get_yticklabels()} == {"half of D_t masked", "unmasked"}
+    with pytest.raises(ValueError, match="No condition spec declares 'quarter_dynamic'"):
+        figures.controls_figure(summary.replace("half_dynamic", "quarter_dynamic"), "accuracy", "controls")
+
+
+def test_progressive_runs_are_teacher_forced_too(monkeypatch, tiny_llama):
+    """With ``teacher_forced`` every (k, ranking) run is also teacher-forced on the gold continuation, apart from the
+    generated runs, and its drop joins the row: 0 exactly at k = 0 (nothing masked), and k heads masked per step."""
+    _, model = tiny_llama
+    samples = make_niah_samples(model.tokenizer, n=2, context_tokens=100, seed=6, max_new_tokens=4, max_tokens=512)
+    static = _mask((model.cfg.n_layers, model.cfg.n_heads), (0, 1), (1, 2))
+    setup = AblationSetup(static_mask=static, static_top20=static, k=2)
+    batches = []
+    original = experiments.run_jobs
+    monkeypatch.setattr(experiments, "run_jobs", lambda model, jobs, *a, **kw: batches.append(
+        {job.teacher_forced for job in jobs}) or original(model, jobs, *a, **kw))
+    rows, _ = experiments.progressive_experiment(model, samples, setup, TraceConfig(max_new_tokens=4), [0, 3],
+                                                 batch_size=8, teacher_forced=True)
+    assert all(len(kinds) == 1 for kinds in batches) and {True} in batches and {False} in batches
+    assert rows["ranking"].tolist() == ["ranked", "ranked", "random"] * 2
+    assert (rows[rows["k"] == 0]["tf_drop"] == 0).all() and (rows[rows["k"] == 0]["tf_masked_steps"] == 0).all()
+    masked = rows[rows["k"] == 3]
+    assert (masked["tf_heads_masked_per_step"] == 3).all() and masked["tf_drop"].notna().all()
+    assert (masked["tf_steps"] == [len(gold_token_ids(model.tokenizer, s)) for s in samples for _ in (0, 1)]).all()

@@ -217,7 +217,8 @@ def test_k_ahead_pairs_and_covariates_line_up_at_the_ends_of_sequences():
     traces[1] = positional_traces(n_samples=1, steps=2, seed=5)[0]  # shorter than k + 1: no pairs
     x, y, groups = lagged_pairs(traces, 2)
     traces[2].meta = {"actual_depth": 0.75}
-    steps, tokens, target_tokens, depths = pair_covariates(traces, 2)
+    steps, tokens, target_tokens, generated, depths = pair_covariates(traces, 2)
+    assert generated.tolist() == traces[0].tokens[2:].tolist() + traces[2].tokens[2:].tolist()
     assert groups.tolist() == [0, 0, 2, 2] and steps.tolist() == [0, 1, 0, 1]
     assert depths.tolist() == [0.0, 0.0, 0.75, 0.75]  # a trace without a recipe counts as depth 0
     # The target step n + 2 reads the token generated at n + 1.
@@ -238,7 +239,7 @@ def test_lead_probes_report_differences_with_intervals_over_splits():
     config = ProbeConfig(hidden=[64], epochs=30, lr=3e-3)
     raw = lead_probe_table(traces, "regression", config, ks=[0, 2], split_seeds=[0, 1, 2])
     assert set(raw["k"]) == {0, 2} and set(raw["split_seed"]) == {0, 1, 2}
-    assert set(raw["predictor"]) == {"MLP probe", "static-frequency prior", "step-aware prior"}
+    assert set(raw["predictor"]) == {"MLP probe", "static-frequency prior", "step-aware prior", "step-and-token prior"}
     diffs = lead_differences(raw, "r2").set_index("k")
     assert (diffs["splits"] == 3).all()
     # The planted relation is 2 steps ahead: the probe beats the step-aware prior there, with the interval above 0.
@@ -362,15 +363,15 @@ def test_claim3_tables_over_splits_state_n_and_layouts():
     assert set(summary["splits"]) == {3} and set(summary["n_clusters"]) == {12}
     lead_raw, lead = lead_probes(traces, "classification", config, None)
     assert set(lead_raw[lead_raw["k"] == 0]["predictor"]) == {"MLP probe", "linear probe", "static-frequency prior",
-                                                             "step-aware prior"}
+                                                             "step-aware prior", "step-and-token prior"}
     assert "linear probe" not in set(lead_raw[lead_raw["k"] == 1]["predictor"])
     table, tests = probe_table_over_splits(lead_raw, "classification")
     assert (table["splits"] == 3).all() and (table["n_clusters"] == 12).all() and (table["test_samples"] == 12).all()
-    assert (table["f1_low"] <= table["f1"]).all() and len(tests) == 3 and tests["p_adjusted"].notna().all()
+    assert (table["f1_low"] <= table["f1"]).all() and len(tests) == 4 and tests["p_adjusted"].notna().all()
     reg_raw, _ = lead_probes(traces, "regression", config, None)
     table3, tests3 = probe_table_over_splits(reg_raw, "regression")
-    assert {"mse_low", "r2_high"} <= set(table3.columns) and set(tests3["b"]) == {"linear probe",
-                                                                              "static-frequency prior", "step-aware prior"}
+    assert {"mse_low", "r2_high"} <= set(table3.columns) and set(tests3["b"]) == {
+        "linear probe", "static-frequency prior", "step-aware prior", "step-and-token prior"}
     text = summary_markdown(raw, raw, table, tests, table3, tests3, "test model", min_test=20)
     assert "n = 36 samples in 12 layouts" in text and "fewer than the 20 asked for" in text
 
@@ -492,3 +493,78 @@ def test_residualising_removes_a_depth_only_signal():
     table = residualised_cca(traces, [0], [0, 1, 2])
     assert _mean_first(table, "held-out") > 0.5
     assert _mean_first(table, "held-out, residualised") < 0.35
+
+
+# --- the token generated at n + k: residualised out, and known to the prior ------------------------------------
+def generated_token_traces(n_samples=40, steps=12, k=1, seed=0, vocabulary=(10, 11, 12, 13)):
+    """Traces whose scores at step n + k and Eq. 1 set at that step are a function of the token generated at n + k
+    only, and whose hidden state at n encodes that token (h_n "knows the next token" and nothing else): a prompt of
+    the vocabulary's tokens, all evidence; head (0, j) points at token j's position at every step, so it is an
+    Eq. 1 head exactly when token j is generated; the other heads point at the BOS position outside the evidence."""
+    rng = np.random.default_rng(seed)
+    embed = rng.normal(size=(len(vocabulary), D_MODEL)) * 2
+    effect = rng.normal(size=(len(vocabulary), N_LAYERS * N_HEADS)) * 2
+    prompt = [1, *vocabulary]
+    argmax = torch.zeros(steps, N_LAYERS, N_HEADS, dtype=torch.long)
+    argmax[:, 0, : len(vocabulary)] = torch.arange(1, len(vocabulary) + 1)
+    traces = []
+    for _ in range(n_samples):
+        index = rng.integers(0, len(vocabulary), size=steps)
+        ahead = np.concatenate([index[k:], rng.integers(0, len(vocabulary), size=k)])  # the token generated at n + k
+        hidden = embed[ahead] + 0.3 * rng.normal(size=(steps, D_MODEL))
+        scores = effect[index] + 0.3 * rng.normal(size=(steps, N_LAYERS * N_HEADS))
+        traces.append(make_trace(torch.tensor([vocabulary[i] for i in index]), argmax,
+                                 torch.tensor(scores, dtype=torch.float32).reshape(steps, N_LAYERS, N_HEADS),
+                                 hidden=torch.tensor(hidden, dtype=torch.float32), layers=N_LAYERS, heads=N_HEADS,
+                                 prompt_ids=torch.tensor(prompt), evidence_spans=[(1, len(prompt))]))
+    return traces
+
+
+def test_pair_covariates_give_the_token_generated_at_n_plus_k():
+    from dynheads_tl.analysis.correlation import pair_covariates
+
+    traces = generated_token_traces(n_samples=2, steps=5, k=2)
+    covariates = pair_covariates(traces, 2)
+    assert covariates.generated_tokens.tolist() == traces[0].tokens[2:].tolist() + traces[1].tokens[2:].tolist()
+    assert covariates.target_tokens[:3].tolist() == traces[0].tokens[1:4].tolist()  # read at n + 2: generated at n + 1
+
+
+def test_residualising_the_generated_token_removes_a_gain_that_is_the_next_token_only():
+    """The scores at n + 1 depend on the token generated at n + 1 alone, which h_n encodes: with the tokens read
+    only regressed out the held-out CCA stays far above chance; with the generated token regressed out too the
+    gain goes to about 0, and the share removed is about all of it."""
+    from dynheads_tl.analysis.correlation import generated_token_share, residualised_cca
+
+    table = residualised_cca(generated_token_traces(), [1], [0, 1, 2])
+    assert _mean_first(table, "held-out, residualised (tokens read only)") > 0.8
+    assert abs(_mean_first(table, "held-out, residualised") - _mean_first(table, "held-out, residualised, chance")) < 0.2
+    share = generated_token_share(table).set_index("k").loc[1]
+    assert share["gain_read_only"] > 0.5 and abs(share["gain_with_generated"]) < 0.2
+    assert share["removed_low"] > 0.3 and 0.7 < share["share_removed"] < 1.3 and share["splits"] == 3
+    from dynheads_tl.claims.correlation import generated_token_sentence
+
+    text = generated_token_sentence(table, "NIAH")
+    assert text.startswith("NIAH, how much of the residualised held-out CCA's gain") and "k = 1: gain over chance +" in text
+    assert "n = 3 splits by layout" in text
+
+
+def test_the_step_and_token_prior_knows_the_generated_token():
+    """Eq. 1 sets at n + 1 that are a function of the token generated at n + 1 only: the step-and-token prior
+    predicts them (F1 about 1), the step-aware prior cannot, and the probe (h_n encodes that token) gains nothing
+    over the prior that knows it."""
+    traces = generated_token_traces(n_samples=45)
+    table = probe_table(traces, "classification", ProbeConfig(hidden=[32], epochs=30, lr=3e-3), k=1,
+                        linear_probe=False).set_index("predictor")
+    assert table.loc["step-and-token prior", "f1"] > 0.95
+    assert table.loc["step-aware prior", "f1"] < 0.7
+    assert table.loc["MLP probe", "f1"] - table.loc["step-and-token prior", "f1"] < 0.05
+    from dynheads_tl.analysis.correlation import lead_differences, lead_probe_table
+
+    lead = lead_probe_table(traces, "classification", ProbeConfig(hidden=[8], epochs=2), ks=[1], split_seeds=[0, 1])
+    differences = lead_differences(lead, "f1").set_index("k").loc[1]
+    assert "vs_token_prior" in differences and differences["vs_token_prior"] < differences["vs_step_prior"]
+    from dynheads_tl.claims.correlation import lag_tests
+
+    tests = lag_tests(lead_differences(lead, "f1"), pd.DataFrame(), n_splits=2)
+    assert (tests["baseline"] == "step-and-token prior").all()
+    assert tests.loc[0, "difference"] == pytest.approx(differences["vs_token_prior"])

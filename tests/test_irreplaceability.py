@@ -20,13 +20,13 @@ matplotlib.use("Agg")
 # Per condition: accuracy (0/1 per run), teacher-forced drop (nats per step), heads masked per step.
 ACCURACY = {"none": 1, "dynamic": 0, "static": 0, "random": 1, "static_matched": 0, "random_matched": 1,
             "dynamic_nonstatic": 0, "random_nonstatic": 1, "static_nondynamic": 1, "random_nondynamic": 1,
-            "query_matched": 1}
+            "query_matched": 1, "previous_step": 1, "static_previous": 1, "random_previous": 1}
 DROP = {"none": 0.0, "dynamic": 1.5, "static": 1.4, "random": 0.01, "static_matched": 1.5, "random_matched": 0.05,
         "dynamic_nonstatic": 0.6, "random_nonstatic": 0.02, "static_nondynamic": 0.05, "random_nondynamic": 0.03,
-        "query_matched": 0.3}
+        "query_matched": 0.3, "previous_step": 0.4, "static_previous": 0.4, "random_previous": 0.05}
 HEADS = {"none": 0.0, "dynamic": 1.6, "static": 5.0, "random": 5.0, "static_matched": 1.6, "random_matched": 1.6,
          "dynamic_nonstatic": 0.4, "random_nonstatic": 0.4, "static_nondynamic": 18.8, "random_nondynamic": 18.8,
-         "query_matched": 1.6}
+         "query_matched": 1.6, "previous_step": 1.5, "static_previous": 1.5, "random_previous": 1.5}
 
 
 def _grid(runs_per_cell: int = 5, depths=(0.1, 0.9)) -> pd.DataFrame:
@@ -39,6 +39,7 @@ def _grid(runs_per_cell: int = 5, depths=(0.1, 0.9)) -> pd.DataFrame:
                              "accuracy": float(ACCURACY[condition]), "rouge_l": 0.5, "m_s": 1,
                              "heads_masked_per_step": HEADS[condition], "heads_ever_masked": f"{condition}-{run}",
                              "tf_drop": 0.0 if condition == "none" else DROP[condition] + jitter,
+                             "tf_drop_t1": 0.0 if condition == "none" else DROP[condition] + jitter,
                              "tf_drop_masked": None if condition == "none" else DROP[condition] + 2 * jitter,
                              "tf_steps": 38, "tf_heads_masked_per_step": HEADS[condition]})
     return pd.DataFrame(rows)
@@ -82,7 +83,13 @@ def test_condition_summary_has_n_and_intervals():
 
 def test_matched_controls_verdict_reads_the_intervals():
     text = matched_controls_verdict(_result(_grid()))
-    random_matched, static_matched, nonstatic, nonstatic_vs_all, nondynamic = text.split("NIAH, ")[1:]
+    (random_matched, static_matched, static_previous, random_previous, nonstatic, nonstatic_vs_all,
+     nondynamic) = text.split("NIAH, ")[1:]
+    # D_{t-1} against as many static / random heads, teacher-forced over the steps t >= 1.
+    assert static_previous.startswith("masking D_{t-1} against masking the top-|D_{t-1}| static heads")
+    assert static_previous.count("the data cannot distinguish them") == 2
+    assert "teacher-forced drop of the gold token's log-probability in nats per step over the steps t ≥ 1" in random_previous
+    assert "masking D_{t-1} hurts more" in random_previous
     assert "masking D_t against masking |D_t| random heads (1.6 vs 1.6 heads masked per step" in random_matched
     assert random_matched.count("masking D_t hurts more") == 2
     # D_t against the top-|D_t| static heads: equal accuracy and equal drops -> no difference claimed.
@@ -157,8 +164,10 @@ def test_figures_show_n_and_which_panels_use_k():
     assert "n = 5 runs per cell, 10 per panel" in note and "95% interval (Wilson)" in note
     assert "fixed k = 5 heads at every step: static top-k masked, random k masked" in note
     assert "sized by D_t at each step: D_t masked, static top-|D_t| masked" in note
+    assert ("sized by D_{t-1} at each step (nothing at step 0): D_{t-1} masked (known before step t), "
+            "static top-|D_{t-1}| masked, random |D_{t-1}| masked") in note
     panels = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
-    assert len(panels) == 11 and "D_t \\ S_20 masked (0.4 heads/step)" in panels  # 11: query_matched (#31)
+    assert len(panels) == len(GRID_CONDITIONS) == 14 and "D_t \\ S_20 masked (0.4 heads/step)" in panels
     cells = fig.axes[0].texts
     assert len(cells) == 2 and all("\n[" in text.get_text() for text in cells)  # every cell shows its interval
     prog = progressive_summary(_result(grid))
@@ -249,16 +258,48 @@ def test_comparison_table_tests_every_pair_with_holm_and_a_declared_primary():
     assert "not ranked: the unmasked run has no headroom" in matched_controls_verdict(_result(grid), flat)
 
 
-def test_primary_verdict_reproduced_when_d_t_hurts_more_on_enough_samples():
-    from dynheads_tl.claims.irreplaceability import comparison_table, primary_verdict
+def test_primary_verdict_reads_the_fair_comparison_and_gives_d_t_beside_it():
+    """The primary is D_{t-1} against as many top static heads over the steps t >= 1 (``tf_drop_t1``); D_t against
+    as many static heads follows as a secondary. Moving only D_t's drops leaves the primary's reading as it was."""
+    from dynheads_tl.claims.irreplaceability import PRIMARY, comparison_table, primary_verdict
+
+    assert PRIMARY == ("niah", "previous_step", "static_previous", "tf_drop_t1")
+    grid = _grid()
+    previous = grid["condition"] == "previous_step"
+    grid.loc[previous, "tf_drop_t1"] = grid.loc[previous, "tf_drop_t1"] + 0.5  # D_{t-1} hurts more on every sample
+    text = primary_verdict(comparison_table({"niah": _result(grid)}))
+    primary, secondary = text.split(" Beside it, ")
+    assert primary.startswith("Primary comparison (NIAH, masking D_{t-1} against masking the top-|D_{t-1}| static "
+                              "heads, teacher-forced, steps t ≥ 1): **reproduced**")
+    assert "D_{t-1} hurt more on 10, the top-|D_{t-1}| static heads on 0" in primary and "sign test p = 0.00195" in primary
+    assert "(secondary)" in secondary and "**undetermined**" in secondary  # D_t and static tie on every sample
+    grid.loc[previous, "tf_drop_t1"] = grid.loc[previous, "tf_drop_t1"] - 1.0  # now the static heads hurt more
+    assert primary_verdict(comparison_table({"niah": _result(grid)})).split(" Beside it, ")[0].count("**not reproduced**") == 1
+    dynamic = grid["condition"] == "dynamic"
+    grid.loc[dynamic, "tf_drop"] = grid.loc[dynamic, "tf_drop"] + 0.5
+    text = primary_verdict(comparison_table({"niah": _result(grid)}))
+    assert "**not reproduced**" in text.split(" Beside it, ")[0] and "**reproduced**" in text.split(" Beside it, ")[1]
+
+
+def test_previous_step_comparisons_are_read_on_the_steps_after_the_first():
+    """Where a side is sized by D_{t-1} (nothing masked at t = 0), the teacher-forced row is ``tf_drop_t1``; the
+    other comparisons stay on ``tf_drop``. A drop confined to step 0 (in tf_drop, not in tf_drop_t1) moves only the
+    D_t rows."""
+    from dynheads_tl.claims.irreplaceability import comparison_table
 
     grid = _grid()
-    worse = grid["condition"] == "dynamic"
-    grid.loc[worse, "tf_drop"] = grid.loc[worse, "tf_drop"] + 0.5  # D_t now hurts more on every sample
-    text = primary_verdict(comparison_table({"niah": _result(grid)}))
-    assert "**reproduced**" in text and "D_t hurt more on 10, the static heads on 0" in text
-    grid.loc[worse, "tf_drop"] = grid.loc[worse, "tf_drop"] - 1.0  # now the static heads hurt more
-    assert "**not reproduced**" in primary_verdict(comparison_table({"niah": _result(grid)}))
+    table = comparison_table({"niah": _result(grid)})
+    measures = {(r.a, r.b): r.metric for r in table[table["metric"] != "accuracy"].itertuples()}
+    assert measures[("previous_step", "static_previous")] == "tf_drop_t1"
+    assert measures[("previous_step", "random_previous")] == "tf_drop_t1"
+    assert measures[("dynamic", "static_matched")] == "tf_drop"
+    row = table[(table["a"] == "previous_step") & (table["b"] == "random_previous")
+                & (table["metric"] == "tf_drop_t1")].iloc[0]
+    assert row["difference"] == pytest.approx(0.35) and (row["a_worse"], row["b_worse"]) == (10, 0)
+    grid.loc[grid["condition"] == "random_previous", "tf_drop"] = 9.0  # step 0 would dominate, but is not read
+    again = comparison_table({"niah": _result(grid)})
+    assert again.set_index(["a", "b", "metric"]).loc[("previous_step", "random_previous", "tf_drop_t1"),
+                                                      "difference"] == pytest.approx(0.35)
 
 
 def test_progressive_status_needs_the_drop_to_be_specific_when_the_run_has_the_control(tmp_path):
@@ -321,3 +362,33 @@ def test_progressive_status_is_not_reproduced_when_random_heads_hurt_more(tmp_pa
     result = _progressive_status("fig3_niah_progressive")(tmp_path)
     # Accuracy drops (1.00 -> 0.40), but k random heads drop it further on 8 samples and never less: not the claim.
     assert result.status == "not reproduced" and "random heads hurt more than the ranked ones at k = 20" in result.headline
+
+
+def test_progressive_table_carries_the_teacher_forced_drop_per_k():
+    """Teacher-forced progressive runs (Fig 3 / Fig 7's measure that one early error cannot derail): at k = 10 the
+    ranked heads' drop exceeds k random heads' on all 8 samples (sign p = 2 / 2^8), at k = 20 on 6 of 8 (p = 0.289,
+    Holm: the larger of 2 x 0.0078 and 0.289); k = 0 masks nothing (drop 0, no control)."""
+    from dynheads_tl.claims.irreplaceability.report import progressive_teacher_forced_text
+
+    rows = [{"sample": s, "k": 0, "ranking": "ranked", "accuracy": 1.0, "m_s": 0.0, "tf_drop": 0.0} for s in range(8)]
+    rows += [{"sample": s, "k": 10, "ranking": "ranked", "accuracy": 0.0, "m_s": 2.0, "tf_drop": 1.0 + 0.1 * s}
+             for s in range(8)]
+    rows += [{"sample": s, "k": 10, "ranking": "random", "accuracy": 1.0, "m_s": 1.0, "tf_drop": 0.2} for s in range(8)]
+    rows += [{"sample": s, "k": 20, "ranking": "ranked", "accuracy": 0.0, "m_s": 2.0, "tf_drop": 0.5 if s < 6 else 0.1}
+             for s in range(8)]
+    rows += [{"sample": s, "k": 20, "ranking": "random", "accuracy": 1.0, "m_s": 1.0, "tf_drop": 0.3} for s in range(8)]
+    result = _result(_grid())
+    result.progressive = pd.DataFrame(rows)
+    table = progressive_summary(result).set_index("k")
+    assert table.loc[0, "tf_drop"] == 0.0 and pd.isna(table.loc[0, "tf_sign_p"])
+    assert table.loc[10, "tf_drop"] == pytest.approx(1.35) and table.loc[10, "random_tf_drop"] == pytest.approx(0.2)
+    assert (table.loc[10, "tf_ranked_worse"], table.loc[10, "tf_random_worse"]) == (8, 0)
+    assert table.loc[10, "tf_difference"] == pytest.approx(1.15)
+    assert table.loc[10, "tf_sign_p"] == pytest.approx(2 / 2 ** 8)
+    assert (table.loc[20, "tf_ranked_worse"], table.loc[20, "tf_random_worse"]) == (6, 2)
+    assert table.loc[20, "tf_p_adjusted"] == pytest.approx(max(2 * 2 / 2 ** 8, table.loc[20, "tf_sign_p"]))
+    text = progressive_teacher_forced_text(table.reset_index())
+    assert text.startswith("Teacher-forced (the gold token's log-probability drop") and "k = 0: 0.000 [0.000, 0.000]" in text
+    assert "8 vs 0 samples with the larger drop, Holm p = 0.0156" in text  # 2 x 2 / 2^8
+    assert "Teacher-forced" in summary_markdown({"niah": result}, "tiny")
+    assert progressive_teacher_forced_text(progressive_summary(_result(_grid()))) == "", "runs without teacher forcing"

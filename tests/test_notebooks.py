@@ -315,8 +315,13 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
     grid = pd.read_csv(folder / "fig2_niah_masking.csv", keep_default_na=False)
     assert set(grid["condition"]) == {"none", "dynamic", "static", "static_matched", "random", "random_matched",
+                                      "previous_step", "static_previous", "random_previous",
                                       "dynamic_nonstatic", "random_nonstatic", "static_nondynamic",
                                       "random_nondynamic", "query_matched"}  # query_matched: issue #31
+    # The fair comparison is the primary: its rows are read on the steps t >= 1.
+    comparisons = pd.read_csv(folder / "comparisons.csv")
+    primary = comparisons[comparisons["primary"]]
+    assert primary[["a", "b", "metric"]].values.tolist() == [["previous_step", "static_previous", "tf_drop_t1"]]
     assert grid["accuracy"].between(0, 1).all()
     # Every run is also teacher-forced; with nothing masked the drop is exactly 0.
     assert (grid[grid["condition"] == "none"]["tf_drop"].astype(float) == 0).all() and (grid["tf_steps"].astype(int) > 0).all()
@@ -336,6 +341,7 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke):
     # The size-matched control: k random heads at every k > 0, on the same samples as the ranked runs.
     random = progressive[progressive["ranking"] == "random"]
     assert sorted(set(random["k"])) == [5, 10] and set(progressive["ranking"]) == {"ranked", "random"}
+    assert (progressive[progressive["k"] == 0]["tf_drop"].astype(float) == 0).all(), "teacher-forced, k = 0 masks nothing"
     assert all(set(part["sample"]) == set(k0["sample"]) for _, part in random.groupby("k"))
     for task in ("niah", "hotpot"):
         checks = pd.read_csv(folder / f"{task}_protocol_checks.csv")

@@ -238,6 +238,34 @@ def test_size_aware_verdict_reads_the_interval_of_the_outside_share():
     assert "undefined" in size_aware_verdict(table(float("nan"), float("nan"), float("nan")))
 
 
+def test_size_aware_verdict_states_both_static_sets_the_query_focused_one_first():
+    """With the query-focused rows, the "So" sentence carries both readings (the README quotes it): here D_t stays
+    inside Wu et al.'s S_20 (0.036 outside) but a substantial share leaves the query-focused one (0.287)."""
+    import re
+
+    import pandas as pd
+
+    from dynheads_tl.claims.dynamism import size_aware_verdict
+
+    def table(value, low, high, baseline=None):
+        rows = [{"task": "niah", "static_k": 20, "metric": m, "value": 0.5, "low": 0.4, "high": 0.6, "n_samples": 60}
+                for m in ("jaccard_static", "jaccard_bound", "jaccard_over_bound", "static_coverage")]
+        rows.append({"task": "niah", "static_k": 20, "metric": "share_outside_static", "value": value, "low": low,
+                     "high": high, "n_samples": 60})
+        return pd.DataFrame(rows).assign(**({"baseline": baseline} if baseline else {}))
+
+    text = size_aware_verdict(table(0.036, 0.03, 0.042), query_focused=table(0.287, 0.279, 0.296, "query_focused"))
+    assert text.startswith("NIAH: 0.287 [0.279, 0.296] of all Eq. 1 activations fall outside the query-focused static "
+                           "top-20")
+    so = re.search(r"So (.*)$", text).group(1)
+    assert so.startswith("a substantial share of retrieval happens outside the query-focused static top-20, and "
+                         "retrieval stays inside Wu et al.'s static top-20")
+    assert "0.036 [0.030, 0.042] outside Wu et al.'s static top-20" in text
+    # Without a query-focused row at this size (or with an undefined one), the sentence is Wu's alone.
+    alone = size_aware_verdict(table(0.036, 0.03, 0.042), query_focused=table(float("nan"), float("nan"), float("nan")))
+    assert alone == size_aware_verdict(table(0.036, 0.03, 0.042)) and "query-focused" not in alone
+
+
 def test_copy_and_evidence_mass_on_a_hand_built_trace():
     from dynheads_tl.analysis.scoring import adjacent_counts, copy_mass, evidence_mass, head_churn_counts, soft_sets
 

@@ -14,7 +14,8 @@ import pandas as pd
 from sklearn.decomposition import PCA
 
 from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, pair_covariates,
-                                          shuffle_across_samples, split_sizes)
+                                          shuffle_across_samples, split_sizes, test_to_train_ratio)
+from dynheads_tl.analysis.statistics import resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.tasks.common import mix_seed
 
@@ -205,6 +206,12 @@ def _first_and_top10(correlations: np.ndarray) -> dict[str, float]:
     return {"first": float(correlations[0]), "top10_mean": float(correlations[:10].mean())}
 
 
+# The covariates each residualisation removes (besides the step index and the evidence depth): the tokens read at
+# n and n + k, and (the default one) also the token generated at n + k.
+RESIDUALISED = "held-out, residualised"
+READ_TOKENS_ONLY = "held-out, residualised (tokens read only)"
+
+
 def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[int], *,
                      held_out_fraction: float = 0.3, min_token_count: int = 5, clusters: np.ndarray | None = None,
                      **kwargs) -> pd.DataFrame:
@@ -214,13 +221,17 @@ def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Se
 
     - ``held-out``: CCA fitted on the training layouts, signed correlations of the held-out layouts;
     - ``held-out, residualised``: both sides first regressed, on the training layouts, on the step index,
-      the token step n reads and the token step n + k reads (one-hot each) and the evidence depth (a cubic,
+      the token step n reads, the token step n + k reads and the token generated at step n + k (one-hot each;
+      Eq. 1 at step n + k is defined against that token, and h_n may encode it) and the evidence depth (a cubic,
       :func:`depth_design`; :func:`residualise`); CCA on the residuals. Tokens seen fewer than
       ``min_token_count`` times in training are pooled into one level for the fit, and held-out rows whose
       tokens are not frequent training tokens are left out (their token effect could not be removed);
       ``test_rows_dropped`` says how many;
     - ``held-out, residualised, chance``: the same fit, scored on held-out residuals whose scores come from
-      a held-out sample of another layout at the same step (the level of an unrelated pairing).
+      a held-out sample of another layout at the same step (the level of an unrelated pairing);
+    - ``held-out, residualised (tokens read only)`` and its ``, chance``: the same without the generated token
+      among the covariates, on the same held-out rows, so that the two residualisations' gains over chance can
+      be compared (:func:`generated_token_share`).
     Columns ``first`` (first canonical pair) and ``top10_mean`` (mean of the first 10 pairs)."""
     clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
     rows = []
@@ -229,40 +240,79 @@ def residualised_cca(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Se
             x, y, groups = lagged_pairs(traces, k)
         except ValueError:
             continue
-        steps, tokens, target_tokens, depths = pair_covariates(traces, k)
-        depth_columns = depth_design(depths)
+        covariates = pair_covariates(traces, k)
+        steps, depth_columns = covariates.steps, depth_design(covariates.depths)
+        token_columns = (covariates.tokens, covariates.target_tokens, covariates.generated_tokens)
         for split_seed in split_seeds:
             train_s, test_s = layout_split(clusters, split_seed, held_out_fraction)
             train, test = np.isin(groups, train_s), np.isin(groups, test_s)
             if train.sum() < 3:
                 continue
-            frequent = frequent_levels(tokens[train], min_token_count)
-            frequent_target = frequent_levels(target_tokens[train], min_token_count)
+            frequent = [frequent_levels(values[train], min_token_count) for values in token_columns]
             pool = lambda values, keep: np.array([v if int(v) in keep else OTHER for v in values])
-            covered = test & np.isin(tokens, list(frequent)) & np.isin(target_tokens, list(frequent_target))
-            if len(np.unique(groups[covered])) < 2:
+            covered = test.copy()
+            for values, keep in zip(token_columns, frequent):
+                covered &= np.isin(values, list(keep))
+            if len(np.unique(groups[covered])) < 2 or len(np.unique(clusters[groups[covered]])) < 2:
                 continue
-            levels = [set(steps[train].tolist()), frequent | {OTHER}, frequent_target | {OTHER}]
-            design = lambda rows: np.concatenate([covariate_design(
-                [steps[rows], pool(tokens[rows], frequent), pool(target_tokens[rows], frequent_target)], levels),
-                depth_columns[rows]], axis=1)
-            d_train, d_test = design(train), design(covered)
-            x_tr, x_te = residualise(x[train], x[covered], d_train, d_test)
-            y_tr, y_te = residualise(y[train], y[covered], d_train, d_test)
-            if len(np.unique(clusters[groups[covered]])) < 2:
-                continue
-            y_te_chance = shuffle_across_samples(y_te, groups[covered], seed=split_seed + k, same_step=True,
-                                                 clusters=clusters[groups[covered]])
+
+            def design(rows: np.ndarray, n_tokens: int) -> np.ndarray:
+                levels = [set(steps[train].tolist())] + [keep | {OTHER} for keep in frequent[:n_tokens]]
+                columns = [steps[rows]] + [pool(values[rows], keep) for values, keep in
+                                           zip(token_columns[:n_tokens], frequent[:n_tokens])]
+                return np.concatenate([covariate_design(columns, levels), depth_columns[rows]], axis=1)
+
             base = {"k": k, "split_seed": split_seed, "train_pairs": int(train.sum()), "test_pairs": int(covered.sum()),
                     "test_rows_dropped": int(test.sum() - covered.sum()), **split_sizes(clusters, train_s, test_s)}
             try:
                 raw = held_out_correlations(x[train], y[train], x[covered], y[covered], **kwargs)
-                fit = fit_cca(x_tr, y_tr, **kwargs)
             except ValueError:
                 continue
             signed = lambda u_v: _canonical_correlations(*u_v, signed=True)
-            rows.append({**base, "control": "held-out", **_first_and_top10(raw)})
-            rows.append({**base, "control": "held-out, residualised", **_first_and_top10(signed(fit.transform(x_te, y_te)))})
-            rows.append({**base, "control": "held-out, residualised, chance",
-                         **_first_and_top10(signed(fit.transform(x_te, y_te_chance)))})
+            found = [{**base, "control": "held-out", **_first_and_top10(raw)}]
+            for name, n_tokens in ((RESIDUALISED, 3), (READ_TOKENS_ONLY, 2)):
+                d_train, d_test = design(train, n_tokens), design(covered, n_tokens)
+                x_tr, x_te = residualise(x[train], x[covered], d_train, d_test)
+                y_tr, y_te = residualise(y[train], y[covered], d_train, d_test)
+                y_te_chance = shuffle_across_samples(y_te, groups[covered], seed=split_seed + k, same_step=True,
+                                                     clusters=clusters[groups[covered]])
+                try:
+                    fit = fit_cca(x_tr, y_tr, **kwargs)
+                except ValueError:
+                    found = []
+                    break
+                found.append({**base, "control": name, **_first_and_top10(signed(fit.transform(x_te, y_te)))})
+                found.append({**base, "control": f"{name}, chance",
+                              **_first_and_top10(signed(fit.transform(x_te, y_te_chance)))})
+            rows += found
     return pd.DataFrame(rows)
+
+
+def generated_token_share(table: pd.DataFrame, column: str = "first") -> pd.DataFrame:
+    """How much of each lag's residualised gain the generated token explains, from :func:`residualised_cca`'s rows:
+    per k, the gain over chance with the tokens read only (``gain_read_only``: residualised minus its chance
+    pairing), the gain once the token generated at n + k is regressed out too (``gain_with_generated``), the part
+    that goes (``removed``: their difference on the same splits, with the corrected resampled 95% interval and
+    p-value over splits) and ``share_removed`` (removed / gain with the tokens read only; NaN when that gain is not
+    above 0), with the splits they rest on."""
+    columns = ["k", "gain_read_only", "gain_with_generated", "removed", "removed_low", "removed_high", "removed_p",
+               "share_removed", "splits"]
+    rows = []
+    for k, part in table.groupby("k", sort=True):
+        wide = part.pivot(index="split_seed", columns="control", values=column)
+        needed = [RESIDUALISED, f"{RESIDUALISED}, chance", READ_TOKENS_ONLY, f"{READ_TOKENS_ONLY}, chance"]
+        if any(name not in wide for name in needed):
+            continue
+        wide = wide[needed].dropna()
+        if wide.empty:
+            continue
+        read_only = wide[READ_TOKENS_ONLY] - wide[f"{READ_TOKENS_ONLY}, chance"]
+        with_generated = wide[RESIDUALISED] - wide[f"{RESIDUALISED}, chance"]
+        ratio = test_to_train_ratio(part.drop_duplicates("split_seed"))
+        removed = resampled_t_interval(read_only - with_generated, ratio)
+        gain = float(read_only.mean())
+        rows.append({"k": int(k), "gain_read_only": gain, "gain_with_generated": float(with_generated.mean()),
+                     "removed": removed.estimate, "removed_low": removed.low, "removed_high": removed.high,
+                     "removed_p": resampled_t_test(read_only - with_generated, ratio),
+                     "share_removed": removed.estimate / gain if gain > 0 else float("nan"), "splits": len(wide)})
+    return pd.DataFrame(rows, columns=columns)

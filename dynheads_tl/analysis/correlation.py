@@ -41,10 +41,11 @@ from __future__ import annotations
 from dynheads_tl.analysis.layouts import (NIAH_LAYOUT_KEYS, layout_groups, sample_depth, lagged_pairs,
                                           split_by_sample, step_of, shuffle_across_samples, layout_split,
                                           split_sizes, test_to_train_ratio, over_splits, paired_over_splits,
-                                          pair_covariates)  # noqa: F401
+                                          pair_covariates, PairCovariates)  # noqa: F401
 from dynheads_tl.analysis.cca import (LinearCCA, CCAFit, fit_cca, cca_summary, cca_in_sample, cca_held_out,
                                       cca_curve, DEPTH_DEGREE, depth_design, OTHER, frequent_levels,
                                       covariate_design, residualise, held_out_correlations, residualised_cca,
+                                      generated_token_share, RESIDUALISED, READ_TOKENS_ONLY,
                                       _canonical_correlations)  # noqa: F401
 from dynheads_tl.analysis.probes import (ProbeConfig, asymmetric_loss, train_probe, ridge_probe, best_f1_threshold,
                                          classification_metrics, regression_metrics, step_rates,
@@ -54,7 +55,8 @@ from dynheads_tl.analysis.probes import (ProbeConfig, asymmetric_loss, train_pro
 
 __all__ = ["NIAH_LAYOUT_KEYS", "layout_groups", "sample_depth", "lagged_pairs", "split_by_sample", "step_of",
            "shuffle_across_samples", "layout_split", "split_sizes", "test_to_train_ratio", "over_splits",
-           "paired_over_splits", "pair_covariates", "LinearCCA", "CCAFit", "fit_cca", "cca_summary",
+           "paired_over_splits", "pair_covariates", "PairCovariates", "generated_token_share", "RESIDUALISED",
+           "READ_TOKENS_ONLY", "LinearCCA", "CCAFit", "fit_cca", "cca_summary",
            "cca_in_sample", "cca_held_out", "cca_curve", "DEPTH_DEGREE", "depth_design", "OTHER", "frequent_levels",
            "covariate_design", "residualise", "held_out_correlations", "residualised_cca", "ProbeConfig",
            "asymmetric_loss", "train_probe", "ridge_probe", "best_f1_threshold", "classification_metrics",

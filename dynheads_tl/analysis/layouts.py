@@ -9,7 +9,7 @@ t-interval (Nadeau and Bengio 2003, :func:`~dynheads_tl.analysis.statistics.resa
 """
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -165,12 +165,23 @@ def paired_over_splits(table: pd.DataFrame, a: str, b: str, column: str = "first
     return pd.DataFrame(rows)
 
 
-def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+class PairCovariates(NamedTuple):
+    """What a pair of :func:`lagged_pairs` could be explained by besides the hidden state, one entry per pair."""
+
+    steps: np.ndarray            # the step index n of the hidden state
+    tokens: np.ndarray           # the token step n reads (the last prompt token at n = 0, else the one generated at n - 1)
+    target_tokens: np.ndarray    # the token step n + k reads (the same as ``tokens`` at k = 0)
+    generated_tokens: np.ndarray  # the token generated at step n + k, which Eq. 1 at that step is defined against
+    depths: np.ndarray           # the sample's evidence depth (:func:`sample_depth`)
+
+
+def pair_covariates(traces: Sequence[Trace], k: int) -> PairCovariates:
     """For every pair of :func:`lagged_pairs` (same order): the step index n of the hidden state, the token
     that step reads (its input: the last prompt token at n = 0, else the token generated at n - 1), the
-    token the target's step n + k reads (the same token when k = 0), and the sample's evidence depth
-    (:func:`sample_depth`)."""
-    steps, tokens, target_tokens, depths = [], [], [], []
+    token the target's step n + k reads (the same token when k = 0), the token generated at step n + k (Eq. 1 at
+    that step asks whether a head's argmax holds it, and h_n may encode it: a residualisation that leaves it in
+    credits the hidden state with the next token) and the sample's evidence depth (:func:`sample_depth`)."""
+    steps, tokens, target_tokens, generated, depths = [], [], [], [], []
     for trace in traces:
         n = trace.n_steps - k
         if n <= 0:
@@ -179,7 +190,9 @@ def pair_covariates(traces: Sequence[Trace], k: int) -> tuple[np.ndarray, np.nda
         steps.append(np.arange(n))
         tokens.append(inputs[:n].numpy())
         target_tokens.append(inputs[k:k + n].numpy())
+        generated.append(trace.tokens[k:k + n].numpy())
         depths.append(np.full(n, sample_depth(trace)))
     if not steps:
         raise ValueError(f"No sample is longer than k = {k} steps.")
-    return np.concatenate(steps), np.concatenate(tokens), np.concatenate(target_tokens), np.concatenate(depths)
+    return PairCovariates(np.concatenate(steps), np.concatenate(tokens), np.concatenate(target_tokens),
+                          np.concatenate(generated), np.concatenate(depths))

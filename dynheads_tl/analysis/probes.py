@@ -16,8 +16,9 @@ import torch
 from sklearn.metrics import (average_precision_score, f1_score, mean_absolute_error, mean_squared_error,
                              precision_recall_curve, precision_score, r2_score, recall_score)
 
-from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, split_sizes, step_of,
-                                          test_to_train_ratio)
+from dynheads_tl.analysis.cca import OTHER, covariate_design, frequent_levels
+from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, pair_covariates, split_sizes,
+                                          step_of, test_to_train_ratio)
 from dynheads_tl.analysis.statistics import resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.trace_data import Trace
 
@@ -165,6 +166,32 @@ def step_rates(y_train: np.ndarray, train_steps: np.ndarray, *, fallback: np.nda
     return predict
 
 
+TOKEN_PRIOR = "step-and-token prior"
+
+
+def step_token_prior(columns_train: Sequence[np.ndarray], y_train: np.ndarray, *, min_count: int = 5,
+                     alpha: float = 1.0):
+    """A predictor that knows the decoding step and the tokens, not the hidden state: a ridge regression of each
+    head's target on one-hot blocks of ``columns_train`` (here the step n + k, the tokens read at n and n + k and
+    the token generated at n + k), fitted on the training pairs. A token seen fewer than ``min_count`` times there
+    shares one pooled level; a step the training pairs never reached gets no column. Returns a function from the
+    same columns of other pairs to [pairs, heads] predictions (for Eq. 1 sets: rates, clipped to [0, 1] by the
+    caller where needed)."""
+    from sklearn.linear_model import Ridge
+
+    steps, *tokens = columns_train
+    frequent = [frequent_levels(values, min_count) for values in tokens]
+    levels = [set(np.asarray(steps).tolist())] + [keep | {OTHER} for keep in frequent]
+
+    def design(columns: Sequence[np.ndarray]) -> np.ndarray:
+        step_values, *token_values = columns
+        pooled = [np.array([v if int(v) in keep else OTHER for v in values]) for values, keep in zip(token_values, frequent)]
+        return covariate_design([step_values] + pooled, levels)
+
+    ridge = Ridge(alpha=alpha).fit(design(columns_train), y_train)
+    return lambda columns: ridge.predict(design(columns)) if len(columns[0]) else np.empty((0, y_train.shape[1]))
+
+
 MIN_PROBE_TEST_SAMPLES = 20  # SCIENCE 12: a probe's test part holds at least this many samples where data allow
 MAX_PROBE_TEST_FRACTION = 1 / 3  # ... but never more than a third of the layouts (training keeps the majority)
 
@@ -194,9 +221,10 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
                 *, k: int = 0, split_seed: int = 0, linear_probe: bool = True, clusters: np.ndarray | None = None,
                 min_test_samples: int = MIN_PROBE_TEST_SAMPLES) -> pd.DataFrame:
     """Table 2 (classification of Eq. 1) or Table 3 (regression of Eq. 2 scores) on one split by layout
-    (:func:`probe_splits`): MLP probe, linear probe, the static-frequency prior and a step-aware prior (each
-    head's rate at that decoding step: what the position in the answer alone predicts), all scored on the test
-    layouts. The linear probe is a linear layer trained like the MLP (classification) or closed-form ridge
+    (:func:`probe_splits`): MLP probe, linear probe, the static-frequency prior, a step-aware prior (each
+    head's rate at that decoding step: what the position in the answer alone predicts) and the step-and-token
+    prior (:func:`step_token_prior`: the step, the tokens read at n and n + k and the token generated at n + k,
+    which Eq. 1 at step n + k is defined against), all scored on the test layouts. The linear probe is a linear layer trained like the MLP (classification) or closed-form ridge
     regression (regression). Each row says how many samples and layouts the split's parts hold."""
     target = "eq1" if task == "classification" else "score"
     x, y, groups = lagged_pairs(traces, k, target)
@@ -225,6 +253,12 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
     rows.append(("static-frequency prior", np.tile(base_rate, (len(xva), 1)), np.tile(base_rate, (len(xte), 1))))
     step_prior = step_rates(ytr, steps[parts[0]], fallback=base_rate)
     rows.append(("step-aware prior", step_prior(steps[parts[1]]), step_prior(steps[parts[2]])))
+    covariates = pair_covariates(traces, k)
+    columns = (steps, covariates.tokens, covariates.target_tokens, covariates.generated_tokens)
+    token_prior = step_token_prior([c[parts[0]] for c in columns], ytr)
+    clip = (lambda p: np.clip(p, 0.0, 1.0)) if task == "classification" else (lambda p: p)
+    rows.append((TOKEN_PRIOR, clip(token_prior([c[parts[1]] for c in columns])),
+                 clip(token_prior([c[parts[2]] for c in columns]))))
     table = []
     for name, val_scores, test_scores in rows:
         if task == "classification":
@@ -270,7 +304,8 @@ def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "r
 
 
 def lead_differences(table: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per k: the probe's ``metric`` minus the base rate's and minus the step-aware prior's on the same splits,
+    """Per k: the probe's ``metric`` minus the base rate's, the step-aware prior's and the step-and-token prior's
+    (``vs_token_prior``) on the same splits,
     each as a mean over the splits with the corrected resampled 95% t-interval and the two-sided p-value of the
     corrected resampled t-test (``<name>_p``; :func:`~dynheads_tl.analysis.statistics.resampled_t_interval`:
     the splits share layouts); ``splits`` counts the splits where the metric is defined (fewer than 2: NaN
@@ -286,7 +321,10 @@ def lead_differences(table: pd.DataFrame, metric: str) -> pd.DataFrame:
                "probe": resampled_t_interval(wide["MLP probe"], ratio).estimate,
                "test_samples": float(splits["test_samples"].mean()), "test_clusters": float(splits["test_clusters"].mean()),
                "n_samples": int(splits["n_samples"].iloc[0]), "n_clusters": int(splits["n_clusters"].iloc[0])}
-        for baseline, name in (("static-frequency prior", "vs_base_rate"), ("step-aware prior", "vs_step_prior")):
+        for baseline, name in (("static-frequency prior", "vs_base_rate"), ("step-aware prior", "vs_step_prior"),
+                               (TOKEN_PRIOR, "vs_token_prior")):
+            if baseline not in wide:  # tables from before the step-and-token prior
+                continue
             difference = wide["MLP probe"] - wide[baseline]
             interval = resampled_t_interval(difference, ratio)
             row.update({name: interval.estimate, f"{name}_low": interval.low, f"{name}_high": interval.high,

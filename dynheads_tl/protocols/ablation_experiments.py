@@ -88,8 +88,8 @@ def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
 
 
 # Bump when the protocol's outputs change, so cached runs of an older protocol are not reused.
-# 3: m_s leaves out the heads masked at the step; teacher-forced runs.
-_PROTOCOL_VERSION = 3
+# 3: m_s leaves out the heads masked at the step; teacher-forced runs. 4: teacher-forced rows carry tf_drop_t1.
+_PROTOCOL_VERSION = 4
 
 
 _LATER_TRACE_FIELDS = ("stop_at_newline",)
@@ -211,20 +211,28 @@ def grid_experiment(model, cells: list[tuple[dict, Sample]], setup: AblationSetu
 
 def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, config: TraceConfig,
                            ks: list[int], desc: str = "progressive", cache_key: dict | None = None,
-                           batch_size: int = 8, random_control: bool = True):
+                           batch_size: int = 8, random_control: bool = True, teacher_forced: bool = False):
     """Fig 3 / Fig 7: mask the top-k ranked heads at each step, for each k. Returns (rows, new-head counts).
 
     With ``random_control`` each k > 0 also runs its size-matched control, k random heads drawn afresh at each
     step (``progressive_random``); rows say which in ``ranking`` ("ranked" or "random"), and the new-head counts
     come from the ranked runs alone. Each sample's runs (every k, its controls, and its unmasked generation for
     reference) are batched together, and as many samples' runs as fit in ``batch_size`` rows share a batch; every
-    row carries the unmasked response, so the k = 0 row can be checked against it."""
+    row carries the unmasked response, so the k = 0 row can be checked against it. With ``teacher_forced`` every
+    (k, ranking) run is also teacher-forced on the sample's gold continuation, and its
+    :func:`teacher_forced_scores` (the ``tf_`` columns: the gold token's log-probability drop per step) join its row;
+    generated and teacher-forced runs batch apart."""
     rows = []
     new_heads = torch.zeros_like(setup.static_top20, dtype=torch.long)
     plan = [("ranked", "progressive", k) for k in ks]
     plan += [("random", "progressive_random", k) for k in ks if random_control and k > 0]
-    sample_jobs = [[Job(sample, "none", index)] + [Job(sample, condition, index, k) for _, condition, k in plan]
-                   for index, sample in enumerate(samples)]
+
+    def jobs_of(index: int, sample: Sample) -> list[Job]:
+        runs = [Job(sample, condition, index, k) for _, condition, k in plan]
+        return [Job(sample, "none", index)] + runs + ([replace(job, teacher_forced=True) for job in runs]
+                                                      if teacher_forced else [])
+
+    sample_jobs = [jobs_of(index, sample) for index, sample in enumerate(samples)]
     todo = [i for i, jobs in enumerate(sample_jobs) if count_missing(model, jobs, setup, config, cache_key=cache_key)]
     per_group = max(1, batch_size // (len(plan) + 1))
     # Samples with missing runs share batches, per_group samples at a time; every sample's runs go to the executor
@@ -236,12 +244,16 @@ def progressive_experiment(model, samples: list[Sample], setup: AblationSetup, c
     labels = [group_of[index] for index in range(len(samples)) for _ in sample_jobs[index]]
     outputs = cached_runs(model, jobs, setup, config, batch_size=batch_size, cache_key=cache_key, groups=labels,
                           desc=f"{desc}: runs")
-    size = len(plan) + 1
+    start = 0
     for index in range(len(samples)):
-        (reference, _), *runs = outputs[index * size: (index + 1) * size]
-        for (ranking, _, k), (row, counts) in zip(plan, runs):
+        size = len(sample_jobs[index])
+        (reference, _), *runs = outputs[start: start + size]
+        start += size
+        generated, forced = runs[: len(plan)], runs[len(plan):]
+        for position, ((ranking, _, k), (row, counts)) in enumerate(zip(plan, generated)):
             if ranking == "ranked":
                 new_heads += counts.long()
-            rows.append({"sample": index, "k": k, "ranking": ranking, **row,
+            tf = forced[position][0] if teacher_forced else {}
+            rows.append({"sample": index, "k": k, "ranking": ranking, **row, **tf,
                          "unmasked_response": reference["response"]})
     return pd.DataFrame(rows), new_heads

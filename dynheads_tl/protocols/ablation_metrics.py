@@ -48,12 +48,15 @@ def teacher_forced_scores(result: AblationTrace) -> dict[str, float | int | None
     """One teacher-forced run in numbers (log-probabilities in nats, ``tf_`` for teacher-forced):
     ``tf_drop`` the mean per-step drop of the gold token's log-probability over all gold steps,
     ``tf_drop_masked`` the same over the steps where something was masked (None when none was),
+    ``tf_drop_t1`` the same over the steps t >= 1 (None for a one-step continuation: the steps on which a set known
+    before the step, D_{t-1}, exists, so a comparison with such a condition covers the same steps on both sides),
     ``tf_steps`` / ``tf_masked_steps`` how many steps of each, the mean clean and masked log-probabilities,
     and the mean number of heads masked per step."""
     drop = result.logprob_drop
     masked_steps = result.masked_heads.flatten(1).any(1)
     return {"tf_drop": float(drop.mean()),
             "tf_drop_masked": float(drop[masked_steps].mean()) if bool(masked_steps.any()) else None,
+            "tf_drop_t1": float(drop[1:].mean()) if len(drop) > 1 else None,
             "tf_steps": int(len(drop)), "tf_masked_steps": int(masked_steps.sum()),
             "tf_clean_logprob": float(result.clean_logprob.mean()),
             "tf_masked_logprob": float(result.masked_logprob.mean()),

@@ -25,12 +25,32 @@ def select_fixed(mask: Bool[Tensor, "layer head"]) -> Selector:
     return lambda view: mask
 
 
-def select_static_matched(static_order: Int[Tensor, "rank"]) -> Selector:
-    """Size-matched static baseline: at each step, the top-|D_t| heads of the static ranking
-    (``static_order``: flat head indices, best first); nothing when D_t is empty."""
+def current_size(view: StepView) -> int:
+    """|D_t|: the size the matched controls of D_t take at each step."""
+    return int(view.retrieval.sum())
+
+
+def previous_size(view: StepView) -> int:
+    """|D_{t-1}|: the size the matched controls of ``previous_step`` take at each step (0 at step 0)."""
+    return 0 if view.previous_retrieval is None else int(view.previous_retrieval.sum())
+
+
+def select_previous_step(view: StepView):
+    """D_{t-1}, the previous step's set from its clean pass: a set known before step t, so it is not chosen on step
+    t's outcome (the fair comparison of claim 2); nothing at step 0 (no previous set) or when D_{t-1} is empty."""
+    previous = view.previous_retrieval
+    if previous is None or not bool(previous.any()):
+        return None
+    return previous.to(view.retrieval.device)
+
+
+def select_static_matched(static_order: Int[Tensor, "rank"], size: Callable[[StepView], int] = current_size) -> Selector:
+    """Size-matched static baseline: at each step, the top-``size(view)`` heads of the static ranking
+    (``static_order``: flat head indices, best first; ``size``: |D_t| by default, :func:`previous_size` for the
+    control of ``previous_step``); nothing when the size is 0."""
 
     def select(view: StepView):
-        n = int(view.retrieval.sum())
+        n = size(view)
         if n == 0:
             return None
         mask = torch.zeros(view.retrieval.numel(), dtype=torch.bool, device=view.retrieval.device)
@@ -40,11 +60,11 @@ def select_static_matched(static_order: Int[Tensor, "rank"]) -> Selector:
     return select
 
 
-def select_random_matched(seed: int) -> Selector:
-    """Size-matched random control: at each step, |D_t| heads drawn uniformly from all heads (they may overlap
-    D_t) by a generator seeded with ``seed`` (one per sample) and the step; nothing when D_t is empty."""
-    return select_random_sized(seed, lambda view: int(view.retrieval.sum()),
-                               lambda view: torch.ones(view.retrieval.shape, dtype=torch.bool))
+def select_random_matched(seed: int, size: Callable[[StepView], int] = current_size) -> Selector:
+    """Size-matched random control: at each step, ``size(view)`` heads (|D_t| by default; :func:`previous_size`
+    for the control of ``previous_step``) drawn uniformly from all heads (they may overlap the set they match) by a
+    generator seeded with ``seed`` (one per sample) and the step; nothing when the size is 0."""
+    return select_random_sized(seed, size, lambda view: torch.ones(view.retrieval.shape, dtype=torch.bool))
 
 
 def select_dynamic_nonstatic(static_top20: Bool[Tensor, "layer head"]) -> Selector:

@@ -1,9 +1,10 @@
 """Claim 3, the hidden state predicts the retrieval heads (notebook 03): CCA curves (Fig 4, Fig 8) and probes
 (Tables 2, 3) against step-aware baselines, over splits by layout.
 
-The declared primary comparison (:data:`PRIMARY`): the NIAH MLP probe's F1 minus the step-aware prior's at the
+The declared primary comparison (:data:`PRIMARY`; ``preregistration.yaml``): the NIAH MLP probe's F1 minus the
+step-and-token prior's (the step index, the tokens read at n and n + k and the token generated at n + k) at the
 first lag ahead (the smallest k ≥ 1 of ``lead_ks``), i.e. whether the hidden state predicts the next retrieval
-heads beyond position. Every comparison a verdict reads is a corrected resampled t-test over the splits,
+heads beyond position and the next token. Every comparison a verdict reads is a corrected resampled t-test over the splits,
 Holm-adjusted over the family the verdict reads (SCIENCE 10-12).
 """
 from .config import *  # noqa: F401,F403 (the notebook's API: config, pipeline and report part)

@@ -27,7 +27,7 @@ def cca_splits_figure(summary: pd.DataFrame, title: str, paper: Sequence[float] 
                     color=color, ls=ls, marker="o", capsize=3,
                     label=f"{control}{' (training layouts)' if control == 'in-sample' else ', held-out layouts'}")
     if residualised is not None:
-        for control, color, label in (("held-out, residualised", "tab:red", "held-out, step + tokens + depth regressed out"),
+        for control, color, label in (("held-out, residualised", "tab:red", "held-out, step + tokens read and generated + depth regressed out"),
                                       ("held-out, residualised, chance", "tab:orange", "the same, chance pairing")):
             part = residualised[residualised["control"] == control].sort_values("k")
             if part.empty:

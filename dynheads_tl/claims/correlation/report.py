@@ -12,12 +12,14 @@ import pandas as pd
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 from dynheads_tl.tasks.hotpot import hotpot_label
 from dynheads_tl.analysis.correlation import MIN_PROBE_TEST_SAMPLES, over_splits
+from dynheads_tl.analysis.statistics import format_interval
 
 from .config import METRIC_LABELS, PredictabilityConfig
-from .pipeline import cca_tests, lag_tests, residual_tests, residualised_summary
+from .pipeline import cca_tests, generated_token_table, lag_tests, residual_tests, residualised_summary
 
 __all__ = [
     "PAPER_FIG4", "PAPER_FIG8", "PAPER_TABLE2_LLAMA31_8B", "PAPER_TABLE3_LLAMA31_8B", "beyond_position_verdict",
+    "generated_token_sentence",
     "with_paper_row", "cca_sentence", "probe_sentence", "summary_markdown",
 ]
 
@@ -67,6 +69,9 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
     intervals' half-widths). The residualised CCA against its chance pairing is quoted beside it, Holm over lags."""
     tests = lag_tests(niah_diffs, hotpot_diffs, n_splits=n_splits)
     family = int(tests["p_adjusted"].notna().sum())
+    baseline = tests["baseline"].iloc[0] if len(tests) else "step-aware prior"
+    knows_tokens = baseline == "step-and-token prior"
+    alone = "the step index and the tokens alone" if knows_tokens else "the step index alone"
 
     def reach(task, metric, what):
         part = tests[(tests["task"] == task) & (tests["metric"] == metric)]
@@ -75,12 +80,12 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
         ahead = sorted(int(k) for k in better["k"] if k >= 1)
         tested = sorted(int(k) for k in part["k"] if k >= 1)
         if ahead:
-            text = (f"{what} better than the step index alone at {len(ahead)} of the {len(tested)} lags k ≥ 1 "
+            text = (f"{what} better than {alone} at {len(ahead)} of the {len(tested)} lags k ≥ 1 "
                     f"tested (k ∈ {{{', '.join(map(str, ahead))}}})")
         elif 0 in set(better["k"].astype(int)):
-            text = f"{what} better than the step index alone only concurrently (k = 0), at no lag ahead"
+            text = f"{what} better than {alone} only concurrently (k = 0), at no lag ahead"
         else:
-            text = f"{what} no better than the step index alone at any lag"
+            text = f"{what} no better than {alone} at any lag"
         if len(worse):
             text += f", worse at k ∈ {{{', '.join(str(int(k)) for k in worse['k'])}}}"
         undecided = part[~part["separated"]]
@@ -92,7 +97,7 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
     def describe(task, metric, label):
         part = tests[(tests["task"] == task) & (tests["metric"] == metric)].sort_values("k")
         cells = "; ".join(f"k = {int(r['k'])}: {_cell(r)}, n = {int(r['splits'])} splits" for _, r in part.iterrows())
-        return f"{label} probe − step-aware prior, {METRIC_LABELS.get(metric, metric.upper())} (corrected resampled 95% interval): {cells}"
+        return f"{label} probe − {baseline}, {METRIC_LABELS.get(metric, metric.upper())} (corrected resampled 95% interval): {cells}"
 
     def primary():
         row = tests[tests["primary"]]
@@ -101,8 +106,8 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
         r = row.iloc[0]
         word = ("is better than" if r["difference"] > 0 else "is worse than") if r["separated"] else "cannot be told apart from"
         tail = "" if r["separated"] else f"; the design could detect differences of about ±{r['half_width']:.3f}"
-        return (f"Primary comparison (declared): at k = {int(r['k'])} the NIAH probe's F1 {word} the step-aware "
-                f"prior's, {_cell(r)} (Holm over the {family} lag × metric comparisons{tail}). ")
+        return (f"Primary comparison (declared): at k = {int(r['k'])} the NIAH probe's F1 {word} the {baseline}'s, "
+                f"{_cell(r)} (Holm over the {family} lag × metric comparisons{tail}). ")
 
     def resid(raw, name):
         if raw is None or len(raw) == 0:
@@ -128,11 +133,34 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
             + reach("hotpot", "r2", f"it predicts the {hotpot_name} Eq. 2 scores") + ". "
             + describe("niah", "f1", "NIAH") + ". " + describe("niah", "auprc", "NIAH") + ". "
             + describe("hotpot", "r2", hotpot_name) + ". "
-            "The step-aware prior knows neither the tokens nor the prompt, so at k ≥ 1 part of a probe's gain can be "
-            "the next token, which the hidden state already determines under greedy decoding. "
-            f"With the step index, the tokens read at steps n and n + k and the evidence depth regressed out of both "
-            f"sides, the held-out first canonical correlation is {resid(niah_resid, 'NIAH')} and "
-            f"{resid(hotpot_resid, hotpot_name)}.")
+            + ("The step-and-token prior knows the step index, the tokens read at steps n and n + k and the token "
+               "generated at n + k (which Eq. 1 at that step is defined against), so a probe's gain over it is not "
+               "the next token. " if knows_tokens else
+               "The step-aware prior knows neither the tokens nor the prompt, so at k ≥ 1 part of a probe's gain can "
+               "be the next token, which the hidden state already determines under greedy decoding. ")
+            + f"With the step index, the tokens read at steps n and n + k, the token generated at n + k and the "
+            f"evidence depth regressed out of both sides, the held-out first canonical correlation is "
+            f"{resid(niah_resid, 'NIAH')} and {resid(hotpot_resid, hotpot_name)}. "
+            + generated_token_sentence(niah_resid, "NIAH") + " " + generated_token_sentence(hotpot_resid, hotpot_name))
+
+
+def generated_token_sentence(raw: pd.DataFrame | None, name: str) -> str:
+    """How much of each lag's residualised gain over chance the token generated at n + k explains, in one computed
+    sentence (:func:`~dynheads_tl.claims.correlation.pipeline.generated_token_table` of the per-split rows of
+    :func:`residualised_table`): per lag the gain with the tokens read only, the gain once the generated token is
+    regressed out too, and the part removed with its corrected resampled 95% interval over splits."""
+    table = generated_token_table(raw) if raw is not None and len(raw) else pd.DataFrame()
+    if table.empty:
+        return f"{name}: the residualisation without the generated token was not computed."
+    cells = []
+    for r in table.itertuples():
+        share = f", {r.share_removed:.0%} of it" if r.share_removed == r.share_removed else ""
+        cells.append(f"k = {r.k}: gain over chance {r.gain_read_only:+.3f} with the tokens read only, "
+                     f"{r.gain_with_generated:+.3f} once the generated token is regressed out too (removed "
+                     f"{format_interval(r.removed, r.removed_low, r.removed_high, 3, signed=True)}{share})")
+    return (f"{name}, how much of the residualised held-out CCA's gain over its chance pairing the token generated "
+            f"at n + k explains (first canonical correlation, n = {int(table['splits'].min())} splits by layout): "
+            + "; ".join(cells) + ".")
 
 
 def with_paper_row(table: pd.DataFrame, which: str) -> pd.DataFrame:

@@ -73,22 +73,32 @@ def outside_category(outside) -> str | None:
     return "not determined"
 
 
-def outside_reading(outside, k: int) -> str | None:
-    return {"stays inside": f"retrieval stays inside the static top-{k}: the per-step sets rotate within it",
-            "substantial share outside": f"a substantial share of retrieval happens outside the static top-{k}",
-            "mostly inside": f"retrieval happens mostly, but not only, inside the static top-{k}",
-            "not determined": f"these samples do not determine how much retrieval leaves the static top-{k}",
+def outside_reading(outside, k: int, static: str | None = None) -> str | None:
+    """The reading of :func:`outside_category` in words; ``static`` names the static set (default "the static
+    top-k")."""
+    static = static or f"the static top-{k}"
+    return {"stays inside": f"retrieval stays inside {static}: the per-step sets rotate within it",
+            "substantial share outside": f"a substantial share of retrieval happens outside {static}",
+            "mostly inside": f"retrieval happens mostly, but not only, inside {static}",
+            "not determined": f"these samples do not determine how much retrieval leaves {static}",
             None: None}[outside_category(outside)]
 
 
-def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | None = None) -> str:
+def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | None = None,
+                       query_focused: pd.DataFrame | None = None) -> str:
     """One computed sentence: is the per-step set a rotation inside the static top-k, or does retrieval
     leave it? Quoted with its intervals.
 
     Reading, from the 95% interval of the share of activations outside S_k: upper bound below 0.10 →
     retrieval stays inside S_k (the per-step sets rotate within it); lower bound above 0.25 → a substantial
     share leaves S_k; upper bound below 0.5 → mostly inside; anything else (or an undefined share) → not
-    determined by these samples."""
+    determined by these samples.
+
+    With ``query_focused`` (the ``query_focused`` rows of :func:`query_focused_comparison`'s table for this task),
+    the sentence states the share against both static sets, the query-focused one first: it is the preregistered
+    primary (``preregistration.yaml``, dynamism: outside_static_query_focused), since Wu et al.'s score averages
+    the same Eq. 1 event over calibration, so "D_t stays inside Wu's S_k" is close to built in; its "So" sentence
+    gives both readings."""
     part = table[table["static_k"] == k].set_index("metric")
     if part.empty:
         return f"No size-aware metrics for the static top-{k}."
@@ -98,6 +108,22 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
     outside = get("share_outside_static")
     n = int(get("static_coverage")["n_samples"])
     equation = "Eq. 1" if table["task"].iloc[0] == "niah" else "Eq. 2"
+    query = None
+    if query_focused is not None and len(query_focused):
+        rows = query_focused[(query_focused["static_k"] == k) & (query_focused["metric"] == "share_outside_static")]
+        query = rows.iloc[0] if len(rows) and outside_category(rows.iloc[0]) is not None else None
+    if query is not None:
+        wu_reading = outside_reading(outside, k, f"Wu et al.'s static top-{k}")
+        q_reading = outside_reading(query, k, f"the query-focused static top-{k}")
+        interval = lambda r: f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+        wu_part = (f"{fmt('share_outside_static')} outside Wu et al.'s static top-{k} (the same Eq. 1 event averaged "
+                   f"over calibration, so close to built in; per-step coverage |D_t ∩ S_{k}| / |D_t| "
+                   f"{fmt('static_coverage')}, Jaccard {fmt('jaccard_static')}, {fmt('jaccard_over_bound')} of the "
+                   f"largest value the set sizes allow)") if wu_reading else f"an undefined share outside Wu et al.'s"
+        return (f"{label}: {interval(query)} of all {equation} activations fall outside the query-focused static "
+                f"top-{k} (QRHead-style, from calibration prompts; the primary) and {wu_part}. So {q_reading}, and "
+                + (f"{wu_reading}" if wu_reading else "against Wu et al.'s the share is undefined")
+                + f" (95% bootstrap intervals over {n} analysis samples).")
     reading = outside_reading(outside, k)
     if reading is None:
         return f"{label}: the share of {equation} activations outside the static top-{k} is undefined here (no activations)."

@@ -6,14 +6,20 @@ from __future__ import annotations
 import pandas as pd
 
 from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
+from dynheads_tl.protocols.conditions import teacher_forced_measure
 
 from .config import ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY
 from .pipeline import TaskAblation
 
 __all__ = [
-    "metric_interval", "condition_summary", "paired_difference", "comparison_table", "protocol_checks",
+    "DROP_METRICS", "metric_interval", "condition_summary", "paired_difference", "comparison_table", "protocol_checks",
     "progressive_summary", "progressive_table", "progressive_control_outcome",
 ]
+
+
+# The teacher-forced drops (nats per step, higher = masking hurt more): over every gold step, and over the steps
+# t >= 1 (the steps on which D_{t-1} exists; teacher_forced_measure).
+DROP_METRICS = ("tf_drop", "tf_drop_t1")
 
 
 def metric_interval(values: pd.Series, metric: str, seed: int = 0) -> Interval:
@@ -31,9 +37,9 @@ def condition_summary(result: TaskAblation) -> pd.DataFrame:
     """One row per masking condition: n (runs = samples), the metrics with 95% intervals
     (:func:`metric_interval`; ``*_low`` / ``*_high``), m_s and the mean heads masked per step, in free
     generation and under teacher forcing (``tf_`` columns: per-step drop of the gold token's log-probability,
-    over all gold steps and over the steps where something was masked, in nats)."""
+    over all gold steps, over the steps t >= 1 and over the steps where something was masked, in nats)."""
     grid = result.grid
-    metrics = [c for c in ("accuracy", "f1", "em", "rouge_l", "tf_drop", "tf_drop_masked") if c in grid]
+    metrics = [c for c in ("accuracy", "f1", "em", "rouge_l", "tf_drop", "tf_drop_t1", "tf_drop_masked") if c in grid]
     rows = []
     for condition, part in grid.groupby("condition", sort=False):
         row = {"condition": condition, "n": len(part), "k_static_random": result.setup.k}
@@ -72,7 +78,7 @@ def paired_difference(result: "TaskAblation", a: str, b: str, metric: str, seed:
 
 
 def _has_headroom(result: "TaskAblation", metric: str) -> bool:
-    if metric == "tf_drop":
+    if metric in DROP_METRICS:
         return True
     unmasked = _condition_interval(result, "none", metric)
     return unmasked is not None and unmasked.high >= HEADROOM_FLOOR
@@ -81,7 +87,8 @@ def _has_headroom(result: "TaskAblation", metric: str) -> bool:
 def comparison_table(results: "dict[str, TaskAblation] | TaskAblation", *, alpha: float = ALPHA,
                      seed: int = 0) -> pd.DataFrame:
     """Every comparison of :data:`COMPARISONS` on each task, on the free-generation metric and on the teacher-forced
-    drop: one row each, with the paired difference a − b (bootstrap 95% over samples, ``n`` samples, each NIAH run
+    drop (``tf_drop``, or ``tf_drop_t1`` over the steps t >= 1 where a side is sized by D_{t-1} and so masks nothing
+    at t = 0: :func:`~dynheads_tl.protocols.conditions.teacher_forced_measure`): one row each, with the paired difference a − b (bootstrap 95% over samples, ``n`` samples, each NIAH run
     its own haystack offset and UUID), the exact two-sided sign test on the samples where the two differ
     (:func:`~dynheads_tl.analysis.statistics.paired_sign_test`; ``a_worse`` / ``b_worse``: samples where a's / b's
     masking hurt more), and:
@@ -98,10 +105,11 @@ def comparison_table(results: "dict[str, TaskAblation] | TaskAblation", *, alpha
     results = {results.task: results} if isinstance(results, TaskAblation) else results
     rows = []
     for task, result in results.items():
-        for metric in (result.metric, "tf_drop"):
-            worse_is_higher = metric == "tf_drop"
-            headroom = _has_headroom(result, metric)  # the unmasked interval, once per task and measure
+        for measure in (result.metric, "teacher-forced"):
             for a, b, _, _ in COMPARISONS:
+                metric = teacher_forced_measure(a, b) if measure == "teacher-forced" else measure
+                worse_is_higher = metric in DROP_METRICS
+                headroom = _has_headroom(result, metric)
                 joined = _paired(result, a, b, metric)
                 if joined is None:
                     continue
@@ -183,7 +191,8 @@ def progressive_table(prog: pd.DataFrame, metric: str, *, alpha: float = ALPHA, 
     (bootstrap 95%), ``ranked_worse`` / ``random_worse`` (samples where that masking scored lower), the exact sign
     test ``sign_p``, ``p_adjusted`` (Holm over the k values whose sign test can reach ``alpha``; NaN for the
     others, :func:`~dynheads_tl.analysis.statistics.holm_testable`) and ``specific``: the ranked heads hurt more
-    than random ones (adjusted p below ``alpha``, interval below 0)."""
+    than random ones (adjusted p below ``alpha``, interval below 0). Where the runs were also teacher-forced, the
+    gold token's log-probability drop per k joins them (:func:`_progressive_drops`: ``tf_`` columns)."""
     from dynheads_tl.analysis.statistics import holm_testable, paired_sign_test, sign_test_min_p
 
     ranking = _rankings(prog)
@@ -210,6 +219,8 @@ def progressive_table(prog: pd.DataFrame, metric: str, *, alpha: float = ALPHA, 
                         "ranked_worse": test.b_better, "random_worse": test.a_better, "sign_p": test.sign_p})
         rows.append(row)
     table = pd.DataFrame(rows)
+    if "tf_drop" in prog:
+        table = table.merge(_progressive_drops(ranked, random, alpha=alpha, seed=seed), on="k", how="left")
     if "sign_p" in table:
         tested = table["sign_p"].notna().to_numpy()
         adjusted = holm_testable(table.loc[tested, "sign_p"].tolist(),
@@ -219,6 +230,40 @@ def progressive_table(prog: pd.DataFrame, metric: str, *, alpha: float = ALPHA, 
         table.loc[tested, "p_adjusted"] = adjusted
         table["specific"] = (table["p_adjusted"] < alpha) & (table["difference_high"] < 0)
         table["reverse"] = (table["p_adjusted"] < alpha) & (table["difference_low"] > 0)  # random hurts more
+    return table
+
+
+def _progressive_drops(ranked: pd.DataFrame, random: pd.DataFrame, *, alpha: float, seed: int) -> pd.DataFrame:
+    """The teacher-forced measure of progressive masking, per k: the gold token's log-probability drop (nats per
+    step, bootstrap 95% over samples) of the ranked masking (``tf_drop``) and of k random heads (``random_tf_drop``),
+    and their paired difference ranked − random (``tf_difference``, bootstrap 95%; ``tf_ranked_worse`` /
+    ``tf_random_worse``: samples where that masking's drop is larger; the exact sign test ``tf_sign_p`` and
+    ``tf_p_adjusted``, Holm over the k values whose sign test can reach ``alpha``)."""
+    from dynheads_tl.analysis.statistics import holm_testable, paired_sign_test, sign_test_min_p
+
+    rows = []
+    for k, part in ranked.groupby("k"):
+        drop = metric_interval(part["tf_drop"], "tf_drop", seed=seed)
+        row = {"k": int(k), "tf_drop": drop.estimate, "tf_drop_low": drop.low, "tf_drop_high": drop.high}
+        control = random[random["k"] == k]
+        if len(control) and "tf_drop" in control and control["tf_drop"].notna().any():
+            other = metric_interval(control["tf_drop"], "tf_drop", seed=seed)
+            joined = part.set_index("sample")["tf_drop"].rename("ranked").to_frame().join(
+                control.set_index("sample")["tf_drop"].rename("random"), how="inner").astype(float).dropna()
+            test = paired_sign_test(joined["ranked"].to_numpy(), joined["random"].to_numpy(), seed=seed)
+            row.update({"random_tf_drop": other.estimate, "random_tf_drop_low": other.low,
+                        "random_tf_drop_high": other.high, "tf_difference": test.difference.estimate,
+                        "tf_difference_low": test.difference.low, "tf_difference_high": test.difference.high,
+                        "tf_ranked_worse": test.a_better, "tf_random_worse": test.b_better, "tf_sign_p": test.sign_p})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if "tf_sign_p" in table:
+        tested = table["tf_sign_p"].notna().to_numpy()
+        table["tf_p_adjusted"] = float("nan")
+        table.loc[tested, "tf_p_adjusted"] = holm_testable(
+            table.loc[tested, "tf_sign_p"].tolist(),
+            [sign_test_min_p(int(a + b)) for a, b in zip(table.loc[tested, "tf_ranked_worse"],
+                                                           table.loc[tested, "tf_random_worse"])], alpha)
     return table
 
 

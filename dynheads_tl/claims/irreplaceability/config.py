@@ -8,10 +8,11 @@ from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, Stati
                                 check_ints, check_model_sizes)
 from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.protocols.conditions import conditions_sized, grid_conditions
 
 __all__ = [
     "SEEDS", "GRID_CONDITIONS", "PER_STEP_SIZED", "MIN_SAMPLES_TO_COMPARE", "GRID_MAX_OFFSET", "IrreplaceabilityConfig",
-    "COMPARISONS", "PRIMARY", "ALPHA", "HEADROOM_FLOOR",
+    "COMPARISONS", "PRIMARY", "SELECTED_ON_OUTCOME", "ALPHA", "HEADROOM_FLOOR",
 ]
 
 
@@ -24,16 +25,12 @@ SEEDS = {
 }
 
 
-# The paper's three conditions and the unmasked baseline, then our controls: the size-matched static and
-# random baselines, and the parts of D_t outside / of S_20 outside D_t (see dynheads_tl.protocols.ablation).
-GRID_CONDITIONS = ("none", "dynamic", "static", "random", "static_matched", "query_matched", "random_matched",
-                   "dynamic_nonstatic",
-                   "random_nonstatic", "static_nondynamic", "random_nondynamic")
-
-
-# Conditions whose number of heads is set by D_t at each step (the others mask a fixed k, or nothing).
-PER_STEP_SIZED = ("dynamic", "static_matched", "query_matched", "random_matched", "dynamic_nonstatic", "random_nonstatic",
-                  "static_nondynamic", "random_nondynamic")
+# The grid's conditions in order, and those whose number of heads is set per step (by D_t, by D_{t-1}, or a part
+# of D_t / S_20): both derive from the condition specs (dynheads_tl.protocols.conditions.CONDITIONS), where a
+# new condition is declared once. The tuples are the registry at import; the pipeline reads grid_conditions() when
+# it runs.
+GRID_CONDITIONS = grid_conditions()
+PER_STEP_SIZED = conditions_sized("D_t", "D_{t-1}", "part")
 
 
 # A comparison needs at least this many samples per condition (the issue's minimum per grid cell); with fewer,
@@ -63,10 +60,10 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
     ablation_mode: str = "zero"
     keep_cache: str = "clean"
     seed: int = 0
-    # Generations decoded together: the runs of one grid cell (15 samples x 11 conditions; teacher-forced apart), or
+    # Generations decoded together: the runs of one grid cell (15 samples x 14 conditions; teacher-forced apart), or
     # several progressive samples' k values. Larger batches read the weights fewer times per run
     # (bench/bench_decoding.py --parts cell); memory grows with them (the KV cache of every row).
-    batch_size: int = 165
+    batch_size: int = 210
     output_dir: str = "papers_figures"
     use_cache: bool = True  # reuse cached traces and ablation runs
 
@@ -103,12 +100,17 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
 
 
 # Every comparison claim 2 makes: (a, b, what a masks, what b masks). The paper's two (against its fixed-k
-# baselines, not size-matched), our size-matched controls, and the second (query-focused) static ranking.
+# baselines, not size-matched), our size-matched controls, the fair comparison (D_{t-1}, a set known before step t,
+# against as many static and random heads) and the second (query-focused) static ranking. Each is read on the
+# free-generation metric and on the teacher-forced drop (teacher_forced_measure: steps t >= 1 where a side is sized
+# by D_{t-1}).
 COMPARISONS = (
     ("dynamic", "static", "masking D_t", "masking the static top-k"),
     ("dynamic", "random", "masking D_t", "masking k random heads"),
     ("dynamic", "random_matched", "masking D_t", "masking |D_t| random heads"),
     ("dynamic", "static_matched", "masking D_t", "masking the top-|D_t| static heads"),
+    ("previous_step", "static_previous", "masking D_{t-1}", "masking the top-|D_{t-1}| static heads"),
+    ("previous_step", "random_previous", "masking D_{t-1}", "masking |D_{t-1}| random heads"),
     ("dynamic_nonstatic", "random_nonstatic", "masking D_t \\ S_20", "masking as many random heads from outside S_20"),
     ("dynamic_nonstatic", "random_matched", "masking D_t \\ S_20", "masking |D_t| random heads"),
     ("static_nondynamic", "random_nondynamic", "masking S_20 \\ D_t", "masking as many random heads from outside D_t"),
@@ -116,10 +118,14 @@ COMPARISONS = (
 )
 
 
-# The declared primary comparison (SCIENCE 11): masking D_t against masking as many top static heads, on NIAH's
-# teacher-forced drop of the gold token's log-probability (size-matched, and a continuous measure that one early
-# error cannot derail). It is tested alone at ALPHA; every other comparison is secondary, Holm-corrected together.
-PRIMARY = ("niah", "dynamic", "static_matched", "tf_drop")
+# The declared primary comparison (SCIENCE 11 and 15; preregistration.yaml, irreplaceability:
+# fair_previous_step_vs_static): masking D_{t-1}, the previous step's Eq. 1 set (known before step t, so not chosen
+# on step t's outcome), against masking as many top static heads (|D_{t-1}| at each step), on NIAH's teacher-forced
+# drop of the gold token's log-probability over the steps t >= 1 (at t = 0 there is no previous set and both mask
+# nothing). It is tested alone at ALPHA; every other comparison is secondary, Holm-corrected together, among them
+# D_t against the top-|D_t| static heads (SELECTED_ON_OUTCOME: partly expected from selection alone).
+PRIMARY = ("niah", "previous_step", "static_previous", "tf_drop_t1")
+SELECTED_ON_OUTCOME = ("niah", "dynamic", "static_matched", "tf_drop")
 
 
 ALPHA = 0.05

@@ -8,22 +8,25 @@ import pandas as pd
 import seaborn as sns
 
 from dynheads_tl.analysis.plots import error_bars
+from dynheads_tl.protocols.conditions import CONDITIONS, condition_titles
 
-__all__ = ["CONDITION_TITLES", "FIXED_K_CONDITIONS", "condition_heatmaps", "NIAH_RANKING", "HOTPOT_RANKING", "progressive_figure", "controls_figure"]
+__all__ = ["condition_heatmaps", "NIAH_RANKING", "HOTPOT_RANKING", "progressive_figure", "controls_figure"]
 
 
 # The paper's conditions first, then our size-matched controls (see dynheads_tl.protocols.ablation).
-CONDITION_TITLES = {"none": "unmasked", "dynamic": "D_t masked", "static": "static top-k masked",
-                    "random": "random k masked", "static_matched": "static top-|D_t| masked",
-                    "random_matched": "random |D_t| masked", "dynamic_nonstatic": "D_t \\ S_20 masked",
-                    "random_nonstatic": "random |D_t \\ S_20| (outside S_20)",
-                    "static_nondynamic": "S_20 \\ D_t masked",
-                    "random_nondynamic": "random |S_20 \\ D_t| (outside D_t)",
-                    "query_matched": "query-focused top-|D_t| masked"}
+# Claim 2's condition titles and sizings come from the condition specs (dynheads_tl.protocols.conditions): a
+# condition declared there gets its panel and its row here, in the registry's order.
 
 
-# Conditions that mask the calibration's fixed k heads at every step; the other masked ones are sized by D_t.
-FIXED_K_CONDITIONS = ("static", "random")
+def _ordered_conditions(names: pd.Series) -> list[str]:
+    """The conditions of a grid or summary in the registry's order; a name no spec declares is refused with a
+    sentence (a condition never drops out of a figure silently)."""
+    present = set(names)
+    unknown = sorted(present - set(CONDITIONS))
+    if unknown:
+        raise ValueError(f"No condition spec declares {', '.join(map(repr, unknown))}: declare each condition once in "
+                         "dynheads_tl.protocols.conditions (register_condition) so that it has a title and a panel.")
+    return [c for c in CONDITIONS if c in present]
 
 
 def _runs_per_cell(grid: pd.DataFrame) -> str:
@@ -39,7 +42,8 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
     cell and per panel) and, with ``k``, which panels mask the fixed k and which a number set by D_t."""
     from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
 
-    conditions = [c for c in CONDITION_TITLES if c in set(grid["condition"])]
+    titles = condition_titles()
+    conditions = _ordered_conditions(grid["condition"])
     columns = min(4, len(conditions))
     rows = -(-len(conditions) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.2, 2.5 * rows + 1.3), sharey=True,
@@ -63,7 +67,7 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
         image = ax.collections[0]
         heads = (f" ({part['heads_masked_per_step'].mean():.1f} heads/step)"
                  if "heads_masked_per_step" in part and condition != "none" else "")
-        ax.set_title(CONDITION_TITLES[condition] + heads, fontsize=9)
+        ax.set_title(titles[condition] + heads, fontsize=9)
         ax.set_xlabel("depth" if condition in conditions[-columns:] else "")
         ax.set_ylabel("context tokens" if ax in axes[:, 0] else "")
     for ax in flat[len(conditions):]:
@@ -75,10 +79,13 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
     note = (f"Each cell: mean {metric} with its 95% interval ({'Wilson' if metric in ('accuracy', 'em') else 'bootstrap'}); "
             f"{_runs_per_cell(grid)} runs per cell, {int(per_panel.min())} per panel.")
     if k is not None:
-        sized = [CONDITION_TITLES[c] for c in conditions if c not in FIXED_K_CONDITIONS + ("none",)]
-        fixed = [CONDITION_TITLES[c] for c in conditions if c in FIXED_K_CONDITIONS]
-        note += (f"\nfixed k = {k} heads at every step: {', '.join(fixed) or 'none'}; "
-                 f"sized by D_t at each step: {', '.join(sized) or 'none'}")
+        fixed = [titles[c] for c in conditions if CONDITIONS[c].sizing == "fixed_k"]
+        note += f"\nfixed k = {k} heads at every step: {', '.join(fixed) or 'none'}"
+        for label, sizings in (("sized by D_t at each step", ("D_t", "part")),
+                               ("sized by D_{t-1} at each step (nothing at step 0)", ("D_{t-1}",))):
+            sized = [titles[c] for c in conditions if CONDITIONS[c].sizing in sizings]
+            if sized:
+                note += f"; {label}: {', '.join(sized)}"
     fig.supxlabel(note, fontsize=8)
     return fig
 
@@ -141,7 +148,8 @@ def controls_figure(summary: pd.DataFrame, metric: str, title: str):
     """Every masking condition with its 95% interval (from ``irreplaceability.condition_summary``): the
     free-generation ``metric`` (left) and the teacher-forced drop of the gold token's log-probability per
     step (right), each condition labelled with the heads it masks per step and its n."""
-    conditions = [c for c in CONDITION_TITLES if c in set(summary["condition"])]
+    titles = condition_titles()
+    conditions = _ordered_conditions(summary["condition"])
     table = summary.set_index("condition").loc[conditions]
     panels = [(metric, f"{metric} (free generation)")]
     if "tf_drop" in table:
@@ -149,8 +157,8 @@ def controls_figure(summary: pd.DataFrame, metric: str, title: str):
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.42 * len(conditions) + 1.6),
                              sharey=True, squeeze=False)
     y = np.arange(len(conditions))[::-1]
-    labels = [f"{CONDITION_TITLES[c]} ({table.loc[c, 'heads_masked_per_step']:.1f}/step)"
-              if "heads_masked_per_step" in table else CONDITION_TITLES[c] for c in conditions]
+    labels = [f"{titles[c]} ({table.loc[c, 'heads_masked_per_step']:.1f}/step)"
+              if "heads_masked_per_step" in table else titles[c] for c in conditions]
     for ax, (column, label) in zip(axes[0], panels):
         xerr = error_bars(table, column)
         ax.errorbar(table[column], y, xerr=xerr, fmt="o", color="tab:blue", capsize=3)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from dynheads_tl.protocols.ablation import AblationSetup, compensation_table, grid_experiment, progressive_experiment
+from dynheads_tl.protocols.ablation import (AblationSetup, compensation_table, grid_conditions, grid_experiment,
+                                           progressive_experiment)
 from dynheads_tl.corpus import collect_traces, placebo_traces
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import StepState, z_hook_name
@@ -19,7 +20,7 @@ from dynheads_tl.tasks.common import mix_seed
 from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, synthetic_hotpot_records
 from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 
-from .config import GRID_CONDITIONS, GRID_MAX_OFFSET, SEEDS, IrreplaceabilityConfig
+from .config import GRID_MAX_OFFSET, SEEDS, IrreplaceabilityConfig
 
 __all__ = ["mean_head_outputs", "calibrate", "grid_cells", "progressive_samples", "TaskAblation", "run_task"]
 
@@ -145,10 +146,11 @@ def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
     setup = calibrate(model, config, task)
     trace_config = config.trace_config(task)
     cache_key = {"claim": 2, "task": task} if config.use_cache else None
-    conditions = [c for c in GRID_CONDITIONS if c != "query_matched" or setup.query_order is not None]
+    conditions = list(grid_conditions(setup))  # the registered grid conditions this setup can build
     grid = grid_experiment(model, grid_cells(model, config, task), setup, trace_config, conditions=conditions,
                            desc=f"{task} grid", cache_key=cache_key, batch_size=config.batch_size, teacher_forced=True)
     progressive, new_heads = progressive_experiment(model, progressive_samples(model, config, task), setup,
                                                     trace_config, config.progressive_ks, desc=f"{task} progressive",
-                                                    cache_key=cache_key, batch_size=config.batch_size)
+                                                    cache_key=cache_key, batch_size=config.batch_size,
+                                                    teacher_forced=True)
     return TaskAblation(task, setup, grid, progressive, compensation_table(new_heads, setup.static_top20))

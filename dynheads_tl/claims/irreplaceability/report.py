@@ -11,12 +11,15 @@ import pandas as pd
 from dynheads_tl.analysis.statistics import Interval, format_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting
 
-from .config import ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY, SEEDS, IrreplaceabilityConfig
+from dynheads_tl.protocols.conditions import grid_conditions, teacher_forced_measure
+
+from .config import (ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY, SEEDS, SELECTED_ON_OUTCOME,
+                     IrreplaceabilityConfig)
 from .pipeline import TaskAblation
-from .comparisons import (_condition_interval, _heads, _row, comparison_table, condition_summary, metric_interval,
+from .comparisons import (DROP_METRICS, _condition_interval, _heads, _row, comparison_table, condition_summary, metric_interval,
                           progressive_control_outcome, progressive_summary, progressive_table)
 
-__all__ = ["PAPER_FIG3", "matched_controls_verdict", "progressive_control_text", "query_baseline_verdict", "primary_verdict", "summary_markdown"]
+__all__ = ["PAPER_FIG3", "matched_controls_verdict", "progressive_control_text", "progressive_teacher_forced_text", "query_baseline_verdict", "primary_verdict", "summary_markdown"]
 
 
 # The paper's anchors (Fig 3): accuracy 1.0 -> 0.0 by k = 20 dynamic heads; 4.5-7 compensating
@@ -42,7 +45,7 @@ def _resolve_text(row) -> str:
 
 def _reading_of(row, name_a: str, *, fewer: bool) -> str:
     """The computed reading of one comparison row (:func:`comparison_table`)."""
-    worse_is_higher = row["metric"] == "tf_drop"
+    worse_is_higher = row["metric"] in DROP_METRICS
     if row["n"] < MIN_SAMPLES_TO_COMPARE:
         return f"too few paired samples to compare (at least {MIN_SAMPLES_TO_COMPARE} needed)"
     if not row["headroom"]:
@@ -100,7 +103,8 @@ def matched_controls_verdict(result: TaskAblation, comparisons: pd.DataFrame | N
     metric = result.metric
     name = "NIAH" if result.task == "niah" else "HotpotQA (synthetic)"
     label = "accuracy" if metric == "accuracy" else "F1"
-    matched = ("random_matched", "static_matched", "random_nonstatic", "random_nondynamic")
+    matched = ("random_matched", "static_matched", "static_previous", "random_previous", "random_nonstatic",
+               "random_nondynamic")
     sentences = []
     for a, b, name_a, name_b in COMPARISONS:
         if b not in matched:
@@ -112,13 +116,15 @@ def matched_controls_verdict(result: TaskAblation, comparisons: pd.DataFrame | N
         sizes = f"{free_sizes[0]:.1f} vs {free_sizes[1]:.1f} heads masked per step on average"
         parts = [_comparison_text(name_a, free_a, free_b, _row(comparisons, result.task, a, b, metric),
                                   f"free-generation {label}", free_sizes)]
-        tf_a, tf_b = _condition_interval(result, a, "tf_drop"), _condition_interval(result, b, "tf_drop")
+        drop = teacher_forced_measure(a, b)
+        tf_a, tf_b = _condition_interval(result, a, drop), _condition_interval(result, b, drop)
         if tf_a is not None and tf_b is not None:
             tf_sizes = (_heads(result, a, "tf_heads_masked_per_step"), _heads(result, b, "tf_heads_masked_per_step"))
             sizes += f"; {tf_sizes[0]:.1f} vs {tf_sizes[1]:.1f} when teacher-forced"
-            parts.append(_comparison_text(name_a, tf_a, tf_b, _row(comparisons, result.task, a, b, "tf_drop"),
-                                          "teacher-forced drop of the gold token's log-probability in nats per step",
-                                          tf_sizes, digits=3))
+            steps = " over the steps t ≥ 1" if drop == "tf_drop_t1" else ""
+            parts.append(_comparison_text(name_a, tf_a, tf_b, _row(comparisons, result.task, a, b, drop),
+                                          "teacher-forced drop of the gold token's log-probability in nats per step"
+                                          + steps, tf_sizes, digits=3))
         sentences.append(f"{name}, {name_a} against {name_b} ({sizes}): " + "; ".join(parts) + ".")
     return " ".join(sentences) if sentences else f"{name}: the matched controls were not run."
 
@@ -134,7 +140,7 @@ def _reading(row) -> str:
         return "cannot be tested"
     if not row["separated"]:
         return "cannot distinguish"
-    hurts_more = (row["difference"] > 0) if row["metric"] == "tf_drop" else (row["difference"] < 0)
+    hurts_more = (row["difference"] > 0) if row["metric"] in DROP_METRICS else (row["difference"] < 0)
     return "D_t hurts more" if hurts_more else "D_t hurts less"
 
 
@@ -166,28 +172,42 @@ def query_baseline_verdict(result: TaskAblation, comparisons: pd.DataFrame | Non
               f"{readings[1][0]} / {readings[1][1]}).")
 
 
-def primary_verdict(comparisons: pd.DataFrame) -> str:
-    """Claim 2's declared primary comparison (:data:`PRIMARY`) in one computed sentence: reproduced when masking D_t
-    raises the gold token's teacher-forced log-probability drop more than masking as many top static heads
-    (separated: exact sign test at ALPHA and the paired 95% interval above 0); not reproduced when the static heads
-    hurt more; otherwise undetermined, with the smallest effect the design could detect."""
-    task, a, b, metric = PRIMARY
+def _declared_verdict(comparisons: pd.DataFrame, declared: tuple, lead: str) -> str:
+    """One declared comparison ``(task, a, b, metric)`` in one computed sentence opened by ``lead``: reproduced
+    when masking a raises the gold token's teacher-forced log-probability drop more than masking b (separated: the
+    row's test at its level and the paired 95% interval above 0); not reproduced when b hurts more; otherwise
+    undetermined, with the smallest effect the design could detect."""
+    task, a, b, metric = declared
+    name_a, name_b = next((na, nb) for ca, cb, na, nb in COMPARISONS if (ca, cb) == (a, b))
+    short_a, short_b = name_a.removeprefix("masking "), name_b.removeprefix("masking ")
+    steps = ", steps t ≥ 1" if metric == "tf_drop_t1" else ""
+    lead = f"{lead} ({task.upper() if task == 'niah' else task}, {name_a} against {name_b}, teacher-forced{steps}): "
     row = _row(comparisons, task, a, b, metric)
     if row is None:
-        return "Primary comparison (NIAH, D_t against the top-|D_t| static heads, teacher-forced): not run."
-    numbers = (f"D_t − static, gold log-probability drop {format_interval(row['difference'], row['low'], row['high'], 3, signed=True)} "
-               f"nats per step, paired over n = {int(row['n'])} samples; D_t hurt more on {int(row['a_worse'])}, "
-               f"the static heads on {int(row['b_worse'])}")
-    lead = "Primary comparison (NIAH, masking D_t against masking as many top static heads, teacher-forced): "
+        return f"{lead}not run."
+    numbers = (f"{short_a} − {short_b}, gold log-probability drop "
+               f"{format_interval(row['difference'], row['low'], row['high'], 3, signed=True)} nats per step, paired "
+               f"over n = {int(row['n'])} samples; {short_a} hurt more on {int(row['a_worse'])}, {short_b} on "
+               f"{int(row['b_worse'])}")
+    test = "sign test" if row["primary"] else "Holm-adjusted sign test"
     reading = _reading(row)
     if reading == "D_t hurts more":
-        return f"{lead}**reproduced**: D_t hurts more ({numbers}; sign test p = {row['p_adjusted']:.3g})."
+        return f"{lead}**reproduced**: {short_a} hurts more ({numbers}; {test} p = {row['p_adjusted']:.3g})."
     if reading == "D_t hurts less":
-        return f"{lead}**not reproduced**: the static heads hurt more ({numbers}; sign test p = {row['p_adjusted']:.3g})."
+        return f"{lead}**not reproduced**: {short_b} hurt more ({numbers}; {test} p = {row['p_adjusted']:.3g})."
     if reading == "cannot be tested":
         return f"{lead}**undetermined**: too few samples differ for a sign test to reach {ALPHA} ({numbers})."
     return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}; sign test p = {row['sign_p']:.3g}); "
             f"the design could detect differences of about ±{row['half_width']:.3f} nats{_resolve_text(row)}.")
+
+
+def primary_verdict(comparisons: pd.DataFrame) -> str:
+    """Claim 2's declared primary (:data:`PRIMARY`: D_{t-1} against as many top static heads, steps t ≥ 1), then D_t
+    against as many (:data:`SELECTED_ON_OUTCOME`, secondary: chosen on the step's own outcome), each in one computed
+    sentence (:func:`_declared_verdict`)."""
+    return (_declared_verdict(comparisons, PRIMARY, "Primary comparison") + " "
+            + _declared_verdict(comparisons, SELECTED_ON_OUTCOME, "Beside it, the set chosen on the step's own "
+                                "outcome (secondary)"))
 
 
 def _paper_comparison(result: TaskAblation, comparisons: pd.DataFrame | None = None) -> str:
@@ -267,10 +287,11 @@ def summary_markdown(results: dict[str, TaskAblation], model_label: str,
         m_s_text = (f"; compensation m_s (heads masked at the step left out) for k ≥ 5 ranges "
                     f"{later['m_s'].min():.1f}–{later['m_s'].max():.1f} static-top-20 heads") if len(later) else ""
         control = progressive_control_text(prog, metric)
+        forced = progressive_teacher_forced_text(prog)
         lines.append(f"- **Progressive masking ({name})** (n = {int(prog['n'].min())} samples per k): "
                      f"{interval(first)} at k = 0{at20_text}, {interval(last)} at k = {int(last['k'])}{m_s_text}"
                      + (" (paper, NIAH on Llama-3.1-8B: 1.0 → 0.0 by k = 20; 4.5–7 compensating heads)." if task == "niah" else ".")
-                     + (f" {control}" if control else ""))
+                     + (f" {control}" if control else "") + (f" {forced}" if forced else ""))
     return "\n".join(lines)
 
 
@@ -294,6 +315,26 @@ def progressive_control_text(table: pd.DataFrame, metric: str) -> str:
            + "; ".join(parts) + f". So {_control_conclusion(outcome)}."
 
 
+def progressive_teacher_forced_text(table: pd.DataFrame) -> str:
+    """Progressive masking's teacher-forced drop per k (:func:`progressive_table`'s ``tf_`` columns: ranked, random
+    and their paired difference with the sign test, Holm over k) in one sentence; empty without teacher forcing."""
+    if "tf_drop" not in table or not table["tf_drop"].notna().any():
+        return ""
+    parts = []
+    for _, row in table.iterrows():
+        text = f"k = {int(row['k'])}: {format_interval(row['tf_drop'], row['tf_drop_low'], row['tf_drop_high'], 3)}"
+        if "tf_sign_p" in table and row["tf_sign_p"] == row["tf_sign_p"]:
+            tested = (f"Holm p = {row['tf_p_adjusted']:.3g}" if row["tf_p_adjusted"] == row["tf_p_adjusted"] else
+                      f"cannot reach p < {ALPHA} with {int(row['tf_ranked_worse'] + row['tf_random_worse'])} "
+                      "differing samples")
+            text += (f" vs random {format_interval(row['random_tf_drop'], row['random_tf_drop_low'], row['random_tf_drop_high'], 3)}, "
+                     f"ranked − random {format_interval(row['tf_difference'], row['tf_difference_low'], row['tf_difference_high'], 3, signed=True)} "
+                     f"({int(row['tf_ranked_worse'])} vs {int(row['tf_random_worse'])} samples with the larger drop, {tested})")
+        parts.append(text)
+    return ("Teacher-forced (the gold token's log-probability drop, nats per step, bootstrap 95% over samples): "
+            + "; ".join(parts) + ".")
+
+
 def _control_conclusion(outcome: dict) -> str:
     """The control's conclusion in words (:func:`progressive_control_outcome`): where the ranked heads hurt more,
     where random heads hurt more, or why nothing could be told apart."""
@@ -313,8 +354,6 @@ def _control_conclusion(outcome: dict) -> str:
 
 
 # --- the index: claim 2's rows, read from the files the notebook wrote ---------------------------
-_CONDITION_ORDER = ("none", "dynamic", "static", "random", "static_matched", "query_matched", "random_matched",
-                    "dynamic_nonstatic", "random_nonstatic", "static_nondynamic", "random_nondynamic")
 
 
 def _masking_headline(stem: str) -> Callable[[Path], str]:
@@ -323,7 +362,7 @@ def _masking_headline(stem: str) -> Callable[[Path], str]:
         the teacher-forced drop of the gold token's log-probability (nats per step, bootstrap 95%), with n."""
         frame = pd.read_csv(folder / f"{stem}.csv")
         metric = "accuracy" if "accuracy" in frame else "f1"
-        conditions = [c for c in _CONDITION_ORDER if c in set(frame["condition"])]
+        conditions = [c for c in grid_conditions() if c in set(frame["condition"])]
         free, drops = [], []
         for condition in conditions:
             part = frame[frame["condition"] == condition]
