@@ -9,7 +9,7 @@ from scipy import stats
 
 from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, detectable_effect, grouped_splits,
                                              holm_adjust, holm_testable, interval_words, mark_separated, n_to_resolve,
-                                             paired_sign_test, primary_and_holm, resampled_t_interval,
+                                             paired_sign_test, primary_and_holm, detectable_words, resampled_t_interval,
                                              resampled_t_test, sensitivity_words, sign_test_min_p, sign_test_needs,
                                              tost, tost_interval)
 
@@ -215,3 +215,9 @@ def test_the_corrected_resampled_t_interval_matches_a_hand_computation():
     assert resampled_t_test(values, 0.25) > naive
     assert np.isnan(resampled_t_test([0.2], 0.25)) and np.isnan(resampled_t_interval([0.2], 0.25).low)
     assert resampled_t_test([0.0, 0.0], 0.25) == 1.0
+
+
+def test_detectable_words_from_a_half_width():
+    assert detectable_words(1.96, digits=2) == "the design detects differences of about ±2.80 with 80% power"
+    assert detectable_words(0.0, n=30) == "every one of the 30 samples ties, so the design names no detectable effect"
+    assert "±0.00" not in detectable_words(0.0, n=30) and "no interval" in detectable_words(float("nan"))

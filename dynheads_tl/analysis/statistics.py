@@ -21,7 +21,8 @@
   way a difference is said to be negligible ("cannot be told apart" is not "equal").
 - :func:`primary_and_holm`: the one convention (pre-registration): the primary tested alone at alpha, the
   secondaries Holm-corrected within their family.
-- :func:`interval_words`: an interval in words, saying "every sample at 0" where it is degenerate.
+- :func:`interval_words`, :func:`sensitivity_words` and :func:`detectable_words`: an interval and what a null
+  result could have seen, in words, saying "every sample at 0" / "ties" where it is degenerate.
 
 Bootstrap intervals are BCa (bias-corrected and accelerated, jackknife over the resampled units). A statistic whose
 estimate lies in the tail of its own bootstrap distribution (a count of distinct heads or a maximum, which
@@ -275,6 +276,21 @@ def sensitivity_words(interval: Interval, *, unit: str = "samples", digits: int 
         tail = (f"; about {need} {unit} would detect the observed one with 80% power" if need > units else
                 f"; the observed effect is within what {units} {unit} detect, so the test itself does not reach the level")
     return f"the design detects {what}differences of about ±{detectable:.{digits}f} with 80% power{tail}"
+
+
+def detectable_words(half_width: float, *, digits: int = 3, what: str = "differences", unit: str = "samples",
+                     n: int | None = None) -> str:
+    """The sentence part "the design detects <what> of about ±X with 80% power" from a 95% interval's half-width
+    (X = 2.8 standard errors, :func:`detectable_effect`), for tables that kept only the half-width; "every one of
+    the n <unit> ties, so the design names no detectable effect" when the half-width is 0 (a degenerate interval:
+    never "±0.00"); "no interval" when it is undefined."""
+    if half_width != half_width:
+        return "no interval, so no detectable effect can be named"
+    if half_width == 0:
+        count = f"every one of the {n} {unit}" if n else f"every one of the {unit}"
+        return f"{count} ties, so the design names no detectable effect"
+    detectable = detectable_effect(Interval(0.0, -half_width, half_width, n or 0))
+    return f"the design detects {what} of about ±{detectable:.{digits}f} with 80% power"
 
 
 def primary_and_holm(p_values: Sequence[float], primary: Sequence[bool], family: Sequence[bool] | None = None,

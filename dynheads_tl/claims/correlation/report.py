@@ -12,7 +12,7 @@ import pandas as pd
 from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sidecar
 from dynheads_tl.analysis.correlation import MIN_PROBE_TEST_SAMPLES, over_splits
 
-from .config import METRIC_LABELS, PredictabilityConfig
+from .config import ALPHA, METRIC_LABELS, PredictabilityConfig
 from .pipeline import cca_tests, lag_tests, residual_tests, residualised_summary
 
 __all__ = [
@@ -44,12 +44,17 @@ def _p(value: float) -> str:
 
 
 def _detectable(rows: pd.DataFrame) -> str:
-    """What the design could see where comparisons cannot be told apart: the range of their half-widths."""
+    """What the design could see where comparisons cannot be told apart: the range of the effects it detects with
+    80% power (2.8 standard errors, from the intervals' half-widths; :func:`detectable_effect`)."""
+    from dynheads_tl.analysis.statistics import Interval, detectable_effect
+
     widths = rows["half_width"].dropna()
     if widths.empty:
         return "no interval (too few splits)"
-    low, high = float(widths.min()), float(widths.max())
-    return f"about ±{low:.3f}" if abs(high - low) < 5e-4 else f"about ±{low:.3f} to ±{high:.3f}"
+    power = lambda w: detectable_effect(Interval(0.0, -float(w), float(w), 0))
+    low, high = power(widths.min()), power(widths.max())
+    span = f"about ±{low:.3f}" if abs(high - low) < 5e-4 else f"about ±{low:.3f} to ±{high:.3f}"
+    return span + " with 80% power"
 
 
 def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame, niah_resid: pd.DataFrame,
@@ -99,9 +104,11 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
             return "No lag ahead was tested, so the declared primary comparison could not be made. "
         r = row.iloc[0]
         word = ("is better than" if r["difference"] > 0 else "is worse than") if r["separated"] else "cannot be told apart from"
-        tail = "" if r["separated"] else f"; the design could detect differences of about ±{r['half_width']:.3f}"
+        tail = "" if r["separated"] else f"; the design could detect differences of {_detectable(row)}"
         return (f"Primary comparison (declared): at k = {int(r['k'])} the NIAH probe's F1 {word} the step-aware "
-                f"prior's, {_cell(r)} (Holm over the {family} lag × metric comparisons{tail}). ")
+                f"prior's, {_cell(r).replace('p_adj', 'p')} (tested alone at {ALPHA}; the other {family - 1} lag × "
+                f"metric comparisons are Holm-corrected among themselves{tail}). The declared prior also knows the "
+                f"tokens read and the token generated at n + k; the step-aware prior stands in for it here. ")
 
     def resid(raw, name):
         if raw is None or len(raw) == 0:
@@ -189,7 +196,7 @@ def probe_sentence(table: pd.DataFrame, comparisons: pd.DataFrame, label: str, m
     words = []
     for _, r in comparisons.iterrows():
         word = ("beats" if r["difference"] > 0 else "falls below") if r["separated"] else "cannot be told apart from"
-        detect = "" if r["separated"] else f", detectable ±{r['half_width']:.3f}"
+        detect = "" if r["separated"] else f", detectable {_detectable(pd.DataFrame([r]))}"
         words.append(f"{word} the {r['b']} ({_cell(r)}{detect})")
     small = (f" — fewer than the {min_test} asked for: the data do not allow more (the test part is capped at a "
              "third of the layouts)" if mlp["test_samples"] < min_test else "")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sidecar
-from dynheads_tl.analysis.statistics import bootstrap_interval, format_interval, wilson_interval
+from dynheads_tl.analysis.statistics import bootstrap_interval, detectable_words, format_interval, wilson_interval
 
 from .config import SEEDS, RagStudyConfig
 from .pipeline import _recall_per_visible
@@ -58,13 +58,15 @@ def _fmt(estimate: float, low: float, high: float) -> str:
     return format_interval(estimate, low, high, 3)
 
 
-def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
+def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
+                data: str = "synthetic HotpotQA-format questions") -> str:
     """The case study in computed sentences: the headroom between the bounds, what each strategy opens against
     chance, and which strategies differ on F1, the declared primary comparison (:data:`PRIMARY`) first. A
     difference is claimed only where ``comparison_table`` marks it separated (Holm-adjusted sign test and bootstrap
     interval); a comparison that cannot be told apart says how large a difference the design could detect, one
     that cannot reach significance at all (too few differing questions) says so; and no strategy is ranked at all
-    when the bounds leave no room (full context F1 below 0.5 or not separated from w/o RAG)."""
+    when the bounds leave no room (full context F1 below 0.5 or not separated from w/o RAG). Every comparison
+    names its ``data`` (synthetic unless the run read a real file)."""
     t = table.set_index("strategy")
     lines, room = [], False
     if {"full", "none"} <= set(t.index):
@@ -93,7 +95,7 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
         primary = bool(getattr(row, "primary", False))
         adjusted = ("tested alone (the declared primary)" if primary else
                     f"Holm-adjusted {row.p_adjusted:.3f}" if testable else "untestable, left out of the Holm family")
-        numbers = (f"F1 difference {_fmt(row.f1_difference, row.low, row.high)}, paired over n = {row.n}; "
+        numbers = (f"F1 difference {_fmt(row.f1_difference, row.low, row.high)}, paired over n = {row.n} {data}; "
                    f"{row.a_better} questions better, {row.b_better} worse, sign test p = {row.sign_p:.3f}, {adjusted}")
         lead = "Primary comparison (declared): " if getattr(row, "primary", False) else ""
         if not room:
@@ -106,8 +108,8 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame) -> str:
         else:
             need = getattr(row, "n_to_resolve", None)
             need = f"; about {int(need)} questions would resolve the observed one" if need == need and need else ""
-            lines.append(f"{lead}{name_a} and {name_b} cannot be told apart ({numbers}); the design could detect "
-                         f"F1 differences of about ±{row.half_width:.3f}{need}.")
+            lines.append(f"{lead}{name_a} and {name_b} cannot be told apart ({numbers}); "
+                         f"{detectable_words(row.half_width, what='F1 differences', unit='questions', n=row.n)}{need}.")
     return " ".join(lines)
 
 

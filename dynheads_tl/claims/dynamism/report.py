@@ -80,6 +80,16 @@ def outside_reading(outside, k: int) -> str | None:
             None: None}[outside_category(outside)]
 
 
+def _units(row) -> str:
+    """The independent units an interval resampled, with the samples they hold: "20 layouts (60 analysis samples)";
+    "60 analysis samples" where the table does not say how many layouts (each sample its own)."""
+    n = int(row["n_samples"])
+    layouts = row["n_layouts"] if "n_layouts" in row else float("nan")
+    if layouts == layouts and int(layouts) != n:
+        return f"{int(layouts)} layouts ({n} analysis samples)"
+    return f"{n} analysis samples"
+
+
 def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | None = None) -> str:
     """One computed sentence: is the per-step set a rotation inside the static top-k, or does retrieval
     leave it? Quoted with its intervals.
@@ -95,7 +105,7 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
     get = lambda m: part.loc[m]
     fmt = lambda m: f"{get(m)['value']:.3f} [{get(m)['low']:.3f}, {get(m)['high']:.3f}]"
     outside = get("share_outside_static")
-    n = int(get("static_coverage")["n_samples"])
+    units = _units(get("static_coverage"))
     equation = "Eq. 1" if table["task"].iloc[0] == "niah" else "Eq. 2"
     reading = outside_reading(outside, k)
     if reading is None:
@@ -103,7 +113,7 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
     return (f"{label}: {fmt('share_outside_static')} of all {equation} activations fall outside the static "
             f"top-{k}; per-step coverage |D_t ∩ S_{k}| / |D_t| is {fmt('static_coverage')}; the Jaccard "
             f"{fmt('jaccard_static')} is {fmt('jaccard_over_bound')} of the largest value the set sizes allow "
-            f"({fmt('jaccard_bound')}). So {reading} (95% bootstrap intervals over {n} analysis samples).")
+            f"({fmt('jaccard_bound')}). So {reading} (95% bootstrap intervals over {units}).")
 
 
 def _soft_reading(eq1: pd.Series, readers: pd.Series) -> str:
@@ -248,7 +258,7 @@ def query_focused_verdict(table: pd.DataFrame, overlap: pd.DataFrame, k: int = 2
         rows[baseline] = part.loc["share_outside_static"]
     categories = {b: outside_category(r) for b, r in rows.items()}
     fmt = lambda r: f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
-    n = int(rows["wu"]["n_samples"])
+    units = _units(rows["wu"])
     shared = (f" The two static top-{k} sets share {overlap['overlap'].mean():.2f} of their heads (mean over "
               f"{len(overlap)} seed(s); 95% bootstrap intervals over calibration samples from {overlap['low'].min():.2f} "
               f"to {overlap['high'].max():.2f}; Spearman {overlap['spearman'].mean():.2f})." if len(overlap) else "")
@@ -257,7 +267,7 @@ def query_focused_verdict(table: pd.DataFrame, overlap: pd.DataFrame, k: int = 2
     same = categories["wu"] == categories["query_focused"]
     return (f"With the query-focused static top-{k} (QRHead-style) instead of Wu et al.'s, the share of Eq. 1 "
             f"activations outside the static set is {fmt(rows['query_focused'])} against {fmt(rows['wu'])} "
-            f"({n} analysis samples, 95% bootstrap intervals): the conclusion "
+            f"(95% bootstrap intervals over {units}): the conclusion "
             + ("does not change (both read: " + categories["wu"] + ")." if same else
                f"changes (Wu: {categories['wu']}; query-focused: {categories['query_focused']}).") + shared)
 

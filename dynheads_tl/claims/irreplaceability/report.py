@@ -8,7 +8,7 @@ from typing import Callable
 
 import pandas as pd
 
-from dynheads_tl.analysis.statistics import Interval, format_interval
+from dynheads_tl.analysis.statistics import Interval, detectable_words, format_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sidecar
 
 from .config import ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY, SEEDS, IrreplaceabilityConfig
@@ -61,8 +61,8 @@ def _reading_of(row, name_a: str, *, fewer: bool) -> str:
         if hurts_more:
             return f"{name_a} hurts more" + (" although it masks fewer heads" if fewer else "") + f" ({test})"
         return f"{name_a} hurts less" + (" (it also masks fewer heads)" if fewer else "") + f" ({test})"
-    return (f"the data cannot distinguish them ({test}); the design could detect differences of about "
-            f"±{row['half_width']:.3g}{_resolve_text(row)}"
+    return (f"the data cannot distinguish them ({test}); {detectable_words(row['half_width'], digits=3, n=int(row['n']))}"
+            f"{_resolve_text(row)}"
             + (f" ({name_a} masks fewer heads, so this does not show its heads matter less)" if fewer else ""))
 
 
@@ -187,7 +187,7 @@ def primary_verdict(comparisons: pd.DataFrame) -> str:
     if reading == "cannot be tested":
         return f"{lead}**undetermined**: too few samples differ for a sign test to reach {ALPHA} ({numbers})."
     return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}; sign test p = {row['sign_p']:.3g}); "
-            f"the design could detect differences of about ±{row['half_width']:.3f} nats{_resolve_text(row)}.")
+            f"{detectable_words(row['half_width'], what='differences (nats)', n=int(row['n']))}{_resolve_text(row)}.")
 
 
 def _paper_comparison(result: TaskAblation, comparisons: pd.DataFrame | None = None) -> str:
@@ -220,7 +220,7 @@ def _paper_comparison(result: TaskAblation, comparisons: pd.DataFrame | None = N
             texts.append(f"dynamic masking and masking {name} are equal on all {int(row['n'])} samples ({numbers})")
         else:
             texts.append(f"dynamic masking and masking {name} cannot be told apart ({numbers}; the design could "
-                         f"detect about ±{row['half_width']:.2f}{_resolve_text(row)})")
+                         f"detect about ±{2.8 / 1.96 * row['half_width']:.2f} with 80% power{_resolve_text(row)})")
     sizes = f"D_t held {_heads(result, 'dynamic'):.1f} heads per step on average against k = {k}"
     return ("; ".join(texts) + f" ({label}; paired differences over the same samples, 95% bootstrap intervals, "
             f"exact sign tests; {sizes}, so these comparisons are not size-matched).") if texts else ""

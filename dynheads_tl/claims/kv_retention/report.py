@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynheads_tl.analysis.statistics import format_interval
+from dynheads_tl.analysis.statistics import detectable_words, format_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sidecar
 
 from .config import SEEDS, RetentionConfig
@@ -35,8 +35,8 @@ def primary_verdict(primary: dict | None) -> str:
         return f"{lead}{word} ({numbers})."
     need = primary["n_to_resolve"]
     need = f"; about {int(need)} samples would resolve the observed difference" if need else ""
-    return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}); the design could detect differences "
-            f"of about ±{primary['half_width']:.2f} nats{need}.")
+    return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}); "
+            f"{detectable_words(primary['half_width'], digits=2, what='differences (nats)', n=primary['n'])}{need}.")
 
 
 # The measures each (granularity, budget) comparison reads: (name, columns of difference, low, high, adjusted p,
@@ -173,7 +173,7 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame
             parts.append(f"{r.granularity} heads {r.budget:.0%}: {word} "
                          f"({_fmt(r.accuracy_difference, r.low, r.high, True)}, {r.predicted_better} samples better "
                          f"and {r.static_better} worse, {_p_text(r.p_adjusted, r.predicted_better + r.static_better)}; "
-                         f"the design could detect about ±{r.half_width:.2f}); gold log-prob "
+                         f"{detectable_words(r.half_width, digits=2, n=r.n)}); gold log-prob "
                          f"{_fmt(r.logprob_difference, r.logprob_low, r.logprob_high, True)} nats/token "
                          f"({_p_text(getattr(r, 'logprob_p_adjusted', float('nan')), getattr(r, 'logprob_predicted_better', 0) + getattr(r, 'logprob_static_better', 0))})"
                          + (f":{lp_word}" if lp_word else ""))
