@@ -114,7 +114,8 @@ def test_the_verdict_states_the_primary_first_and_what_the_design_could_detect()
     verdict = rag_verdict(table4(rows), comparison_table(rows))
     assert verdict.index("Primary comparison (declared): Dynamic (probe) and Static cannot be tested") < \
         verdict.index("Dynamic (probe) and Dynamic Random")
-    assert "the design could detect F1 differences of about ±" in verdict
+    assert "the design detects F1 differences of about ±" in verdict and "with 80% power" in verdict
+    assert "synthetic HotpotQA-format questions" in verdict
 
 
 def test_content_words_use_sklearn_stopwords():
