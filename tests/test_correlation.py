@@ -514,7 +514,7 @@ def _curve(values):
 
 
 def test_cca_rule_lets_only_lags_ahead_decide_predicts():
-    from dynheads_tl.claims.correlation.report import cca_rule
+    from dynheads_tl.claims.correlation.rules import cca_rule
 
     falling, flat = _curve([0.95, 0.9, 0.8, 0.7]), _curve([0.95, 0.9, 0.9, 0.9])
     verdict = lambda diffs, curve=falling, p=0.001: cca_rule(_cca_tests(diffs, p), curve, _CCA_RULE, alpha=0.05)[0]
@@ -531,7 +531,7 @@ def test_cca_rule_lets_only_lags_ahead_decide_predicts():
 
 
 def test_cca_rule_gates_fig8_on_headroom_and_synthetic_data():
-    from dynheads_tl.claims.correlation.report import cca_rule
+    from dynheads_tl.claims.correlation.rules import cca_rule
 
     tests, curve = _cca_tests([0.3, 0.2, 0.2, 0.1]), _curve([0.95, 0.9, 0.8, 0.7])
     run = lambda **kw: cca_rule(tests, curve, _CCA_RULE, alpha=0.05, **kw)[0]
@@ -552,7 +552,7 @@ _TABLE2_RULE = {"paper_range": {"f1": [0.8038, 0.8566]}}
 
 
 def test_probe_rule_reads_the_primary_lag_and_the_paper_range():
-    from dynheads_tl.claims.correlation.report import probe_rule
+    from dynheads_tl.claims.correlation.rules import probe_rule
 
     verdict = lambda rows, ours=0.83: probe_rule(rows, ours, "f1", _TABLE2_RULE, sesoi=0.02, alpha=0.05)[0]
     token = lambda diffs, **kw: _lead_rows(diffs, prefix="vs_step_token_prior", **kw)
@@ -569,7 +569,7 @@ def test_probe_rule_reads_the_primary_lag_and_the_paper_range():
 
 
 def test_lead_rule_supports_on_the_primary_alone_and_tost_for_not_supported():
-    from dynheads_tl.claims.correlation.report import lead_rule
+    from dynheads_tl.claims.correlation.rules import lead_rule
 
     verdict = lambda rows: lead_rule(rows, sesoi=0.02, alpha=0.05)[0]
     token = lambda diffs, **kw: _lead_rows(diffs, prefix="vs_step_token_prior", **kw)
@@ -582,7 +582,7 @@ def test_lead_rule_supports_on_the_primary_alone_and_tost_for_not_supported():
 
 
 def test_residualised_rule_reads_k1_and_needs_the_generated_token():
-    from dynheads_tl.claims.correlation.report import residualised_rule
+    from dynheads_tl.claims.correlation.rules import residualised_rule
 
     def frame(value, chance, control="held-out, residualised"):
         rows = []

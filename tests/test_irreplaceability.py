@@ -213,7 +213,7 @@ _FIG2_RULE = {"headroom_floor": 0.5, "tf_sesoi": 0.10, "static_destroys_ratio": 
 
 
 def test_masking_rule_reads_every_half_on_hand_built_numbers():
-    from dynheads_tl.claims.irreplaceability.report import masking_rule
+    from dynheads_tl.claims.irreplaceability.rules import masking_rule
 
     def verdict(rows, **summary):
         return masking_rule(_summary(**summary), pd.DataFrame(rows), "niah", _FIG2_RULE)[0]

@@ -1,7 +1,6 @@
 """The dynamic-RAG case study: trigger, windows, masking and the loop."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import Tensor

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, sidecar
 from dynheads_tl.analysis.statistics import bootstrap_interval, detectable_words, format_interval, wilson_interval
 
 from .config import SEEDS, RagStudyConfig
@@ -216,7 +216,7 @@ def _table4_status(folder: Path) -> Status:
         from dynheads_tl.analysis.statistics import Interval, n_to_resolve
 
         need = n_to_resolve(Interval(ds.f1_difference, ds.low, ds.high, int(ds.n)))
-        why += (f". What would settle it: " + (f"about {need} questions for the observed difference, " if need else "")
+        why += (". What would settle it: " + (f"about {need} questions for the observed difference, " if need else "")
                 + f"real HotpotQA questions{' (these are synthetic)' if synthetic else ''} and the confirmatory model "
                   f"({run.get('model', 'this model')} here).")
     return Status(verdict, headline, why)
