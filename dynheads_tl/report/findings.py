@@ -80,16 +80,18 @@ def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
 def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
     """The README's findings block (between its markers), from :func:`findings`."""
     lines = []
-    from dynheads_tl.report.index import _produced_files, index_items, item_stem
+    from dynheads_tl.report.index import _produced_files, hotpot_source, index_items, item_stem
     from dynheads_tl.report.status import item_status
 
     for label, page, chosen in findings(output_dir):
         number = page.split("/")[1][:2]
         lines.append(f"- **{label}** ([notebook {number}]({link_prefix}{page})): " + " ".join(chosen))
-    statuses = [f"{item.item} {item_status(output_dir, item.item).status}" for claim, item in index_items()
+    synthetic = lambda claim, item: item.hotpot and hotpot_source(Path(output_dir) / item_stem(claim, item)) == "synthetic"
+    statuses = [f"{item.item} {item_status(output_dir, item.item).status}"
+                + (" (synthetic)" if synthetic(claim, item) else "") for claim, item in index_items()
                 if _produced_files(Path(output_dir) / item_stem(claim, item))]
     if statuses:
-        lines.append(f"- **Status of each item** (computed from its CSV by the rule its claim declares; "
+        lines.append(f"- **Status of each item** (computed from its CSVs by the rule preregistration.yaml declares; "
                      f"[the index]({link_prefix}index.html) has the numbers): " + "; ".join(statuses) + ".")
     provenance = runs_sentence(output_dir, link_prefix)
     if provenance:
