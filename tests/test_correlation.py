@@ -337,9 +337,10 @@ def test_the_verdict_never_counts_a_lag_without_all_splits():
     niah = diffs("f1", [(0, 5, 0.05, 0.02, 0.08, 0.001), (1, 5, 0.01, -0.02, 0.04, 0.4), (10, 1, 0.09, nan, nan, nan)])
     hotpot = diffs("r2", [(0, 5, -0.1, -0.2, 0.0, 0.05), (1, 3, 0.2, 0.1, 0.3, 0.001)])
     tests = lag_tests(niah, hotpot, n_splits=5).set_index(["task", "k"])
-    # Holm over the three lags with all 5 splits: 0.001 * 3, 0.05 * 2, 0.4
-    assert tests.loc[("niah", 0), "p_adjusted"] == pytest.approx(0.003)
-    assert tests.loc[("hotpot", 0), "p_adjusted"] == pytest.approx(0.1)
+    # the primary (NIAH F1 at k = 1) alone: its own 0.4; Holm over the two secondary lags with all 5 splits:
+    # 0.001 * 2, 0.05 * 1
+    assert tests.loc[("niah", 0), "p_adjusted"] == pytest.approx(0.002)
+    assert tests.loc[("hotpot", 0), "p_adjusted"] == pytest.approx(0.05)
     assert tests.loc[("niah", 1), "p_adjusted"] == pytest.approx(0.4)
     assert np.isnan(tests.loc[("hotpot", 1), "p_adjusted"]) and not tests.loc[("hotpot", 1), "separated"]
     assert tests.loc[("niah", 1), "primary"] and tests["primary"].sum() == 1
@@ -348,9 +349,11 @@ def test_the_verdict_never_counts_a_lag_without_all_splits():
     assert "NIAH Eq. 1 sets better than the step index alone only concurrently (k = 0)" in text
     assert "HotpotQA (synthetic) Eq. 2 scores no better than the step index alone at any lag" in text
     assert "n = 1" in text  # the lag with one split is shown with its n, not counted
-    # The primary comparison cannot be told apart, and the sentence says what the design could detect (±0.03)
+    # The primary comparison cannot be told apart, and the sentence says what the design detects with 80% power:
+    # 2.8 standard errors of a half-width 0.03 (one standard error 0.03 / 1.96), ±0.043, not the half-width itself
     assert "at k = 1 the NIAH probe's F1 is cannot be told apart from" not in text
-    assert "cannot be told apart from the step-aware prior's" in text and "±0.030" in text
+    assert "cannot be told apart from the step-aware prior's" in text and "±0.043 with 80% power" in text
+    assert "tested alone at 0.05" in text
 
 
 def test_claim3_tables_over_splits_state_n_and_layouts():
@@ -568,3 +571,118 @@ def test_the_step_and_token_prior_knows_the_generated_token():
     tests = lag_tests(lead_differences(lead, "f1"), pd.DataFrame(), n_splits=2)
     assert (tests["baseline"] == "step-and-token prior").all()
     assert tests.loc[0, "difference"] == pytest.approx(differences["vs_token_prior"])
+
+
+# --- the declared status rules of claim 3's index rows, on hand-built numbers ------------------------------------
+_CCA_RULE = {"cca_sesoi": 0.05, "synthetic_cap": "weaker", "headroom_f1_floor": 0.3, "eq2_placebo_ratio_floor": 2.0}
+
+
+def _cca_tests(differences, p=0.001):
+    """Held-out minus the same-step shuffle at k = 0, 1, ...: each difference with a ±0.02 interval and raw p."""
+    return pd.DataFrame([{"k": k, "a": "held-out", "b": "shuffled, same step", "difference": d, "low": d - 0.02,
+                          "high": d + 0.02, "p": p if abs(d) > 0.02 else 0.5, "splits": 5}
+                         for k, d in enumerate(differences)])
+
+
+def _curve(values):
+    return pd.DataFrame([{"k": k, "first": v, "first_low": v - 0.01, "first_high": v + 0.01, "splits": 5}
+                         for k, v in enumerate(values)])
+
+
+def test_cca_rule_lets_only_lags_ahead_decide_predicts():
+    from dynheads_tl.claims.correlation.rules import cca_rule
+
+    falling, flat = _curve([0.95, 0.9, 0.8, 0.7]), _curve([0.95, 0.9, 0.9, 0.9])
+    verdict = lambda diffs, curve=falling, p=0.001: cca_rule(_cca_tests(diffs, p), curve, _CCA_RULE, alpha=0.05)[0]
+    assert verdict([0.3, 0.2, 0.2, 0.1]) == "reproduced"  # above at every k >= 1, and the curve falls
+    assert verdict([0.3, 0.2, 0.2, 0.1], flat) == "weaker"  # ... without the decline
+    assert verdict([0.3, 0.2, 0.0, 0.0]) == "weaker"  # above at some lag ahead
+    # above at k = 0 only: concurrent, nothing ahead (the SmolLM2 run's Fig 4)
+    assert verdict([0.03, 0.0, 0.0, 0.0]) == "absent in this setting"
+    assert verdict([0.0, 0.0, 0.0, 0.0]) == "not reproduced"  # k = 1 interval [-0.02, 0.02] below 0.05
+    assert verdict([0.0, 0.04, 0.0, 0.0], p=0.5) == "undetermined"  # k = 1 interval reaches 0.06: cannot say
+    assert verdict([-0.3, -0.2, -0.2, -0.2]) == "not reproduced"  # the shuffle above at every lag
+    # the decline half missing: at most weaker
+    assert verdict([0.3, 0.2, 0.2, 0.1], None) == "weaker"
+
+
+def test_cca_rule_gates_fig8_on_headroom_and_synthetic_data():
+    from dynheads_tl.claims.correlation.rules import cca_rule
+
+    tests, curve = _cca_tests([0.3, 0.2, 0.2, 0.1]), _curve([0.95, 0.9, 0.8, 0.7])
+    run = lambda **kw: cca_rule(tests, curve, _CCA_RULE, alpha=0.05, **kw)[0]
+    assert run(headroom={"f1": 0.6, "eq2_ratio": 3.0}) == "reproduced"
+    assert run(headroom={"f1": 0.14, "eq2_ratio": 3.0}) == "no headroom"  # the model does not solve the task
+    assert run(headroom={"f1": 0.6, "eq2_ratio": 1.47}) == "no headroom"  # Eq. 2 barely above placebo spans
+    assert run(headroom={"f1": 0.6, "eq2_ratio": 3.0}, synthetic=True) == "weaker"  # synthetic: at most weaker
+    assert run(headroom={}) == "weaker"  # the headroom data missing: never silently reproduced
+
+
+def _lead_rows(differences, p=0.001, prefix="vs_step_prior", ks=(0, 1, 2, 3)):
+    return pd.DataFrame([{"k": k, "metric": "f1", "splits": 5, prefix: d, f"{prefix}_low": d - 0.005,
+                          f"{prefix}_high": d + 0.005, f"{prefix}_p": p if abs(d) > 0.005 else 0.6}
+                         for k, d in zip(ks, differences)])
+
+
+_TABLE2_RULE = {"paper_range": {"f1": [0.8038, 0.8566]}}
+
+
+def test_probe_rule_reads_the_primary_lag_and_the_paper_range():
+    from dynheads_tl.claims.correlation.rules import probe_rule
+
+    verdict = lambda rows, ours=0.83: probe_rule(rows, ours, "f1", _TABLE2_RULE, sesoi=0.02, alpha=0.05)[0]
+    token = lambda diffs, **kw: _lead_rows(diffs, prefix="vs_step_token_prior", **kw)
+    assert verdict(token([0.06, 0.03, 0.0, 0.0])) == "reproduced"
+    assert verdict(token([0.06, 0.03, 0.0, 0.0]), ours=0.60) == "weaker"  # F1 more than 0.05 below the range
+    assert verdict(token([0.06, 0.0, 0.0, 0.0])) == "weaker"  # beats the prior at k = 0 only: concurrent
+    assert verdict(token([0.0, 0.0, 0.0, 0.0])) == "not reproduced"  # k = 1 interval below the sesoi 0.02
+    assert verdict(token([0.0, 0.02, 0.0, 0.0], p=0.5)) == "undetermined"
+    # against the step-aware prior only (the declared step-and-token prior missing): at most weaker
+    assert verdict(_lead_rows([0.06, 0.03, 0.0, 0.0])) == "weaker"
+    # Table 3: R² at or below 0 is not reproduced whatever the lags say
+    assert probe_rule(token([0.06, 0.03, 0.0, 0.0]), -0.6, "r2", {"paper_range": {"r2": [0.72, 0.81]}},
+                      sesoi=0.02, alpha=0.05)[0] == "not reproduced"
+
+
+def test_lead_rule_supports_on_the_primary_alone_and_tost_for_not_supported():
+    from dynheads_tl.claims.correlation.rules import lead_rule
+
+    verdict = lambda rows: lead_rule(rows, sesoi=0.02, alpha=0.05)[0]
+    token = lambda diffs, **kw: _lead_rows(diffs, prefix="vs_step_token_prior", **kw)
+    assert verdict(token([0.06, 0.03, 0.0, 0.0])) == "supported"
+    # the primary separated but below the smallest effect of interest, another lag ahead above: partly supported
+    assert verdict(token([0.06, 0.012, 0.03, 0.0])) == "partly supported"
+    assert verdict(token([0.06, 0.0, 0.0, 0.0])) == "not supported"  # k = 1 within ±0.02 (TOST on its interval)
+    assert verdict(token([0.06, 0.018, 0.0, 0.0], p=0.5)) == "undetermined"  # [0.013, 0.023]: reaches the margin
+    assert verdict(_lead_rows([0.06, 0.03, 0.0, 0.0])) == "partly supported"  # the step-aware prior only
+
+
+def test_residualised_rule_reads_k1_and_needs_the_generated_token():
+    from dynheads_tl.claims.correlation.rules import residualised_rule
+
+    def frame(value, chance, control="held-out, residualised"):
+        rows = []
+        for k in (0, 1):
+            rows += [{"k": k, "control": control, "first": value, "first_low": value - 0.1, "first_high": value + 0.1},
+                     {"k": k, "control": f"{control}, chance", "first": chance, "first_low": chance - 0.1,
+                      "first_high": chance + 0.1}]
+        return pd.DataFrame(rows)
+
+    generated = "held-out, residualised with the generated token"
+    assert residualised_rule(frame(0.5, 0.0, generated))[0] == "supported"
+    assert residualised_rule(frame(0.15, 0.0, generated))[0] == "not supported"  # the intervals overlap
+    assert residualised_rule(frame(0.5, 0.0))[0] == "partly supported"  # generated token not regressed out
+    assert residualised_rule(frame(0.5, 0.0))[1]["k"] == 1
+
+
+def test_the_primary_lag_is_tested_alone_and_the_other_lags_holm_corrected():
+    from dynheads_tl.claims.correlation.pipeline import lag_tests
+
+    rows = lambda ps: pd.DataFrame([{"k": k, "metric": "f1", "vs_step_prior": 0.03, "vs_step_prior_low": 0.01,
+                                     "vs_step_prior_high": 0.05, "vs_step_prior_p": p, "splits": 5}
+                                    for k, p in zip((0, 1, 2, 3), ps)])
+    table = lag_tests(rows([0.01, 0.03, 0.02, 0.04]), pd.DataFrame(), n_splits=5).set_index("k")
+    # k = 1 is the primary: its own p 0.03, separated at 0.05; inside Holm over four it would be 0.06 or more
+    assert table.loc[1, "primary"] and table.loc[1, "p_adjusted"] == pytest.approx(0.03) and table.loc[1, "separated"]
+    # the three secondaries: Holm over 0.01, 0.02, 0.04 -> 0.03, 0.04, 0.04
+    assert table.loc[[0, 2, 3], "p_adjusted"].tolist() == pytest.approx([0.03, 0.04, 0.04])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -137,7 +138,7 @@ def test_auroc_intervals_and_verdict_words():
     text = es.verdict(table, comparisons)
     assert "beat the lookback ratio" in text and "p_adj < 0.001" in text
     # dynamic and logit both separate perfectly: no layout differs, so no sign test can reach 0.05
-    assert "cannot be tested against the logit" in text and "Holm over the 1 testable comparisons" in text
+    assert "cannot be tested against the logit" in text and "Holm over the 1 testable secondary comparisons" in text
     assert "Lookback Lens (in-domain) 0.85-0.91" in text
 
 
@@ -162,11 +163,15 @@ def test_comparisons_leave_untestable_and_too_easy_scopes_out_of_holm():
     assert not table[table["scope"] == "B"]["evaluable"].any() and table[table["scope"] == "B"]["p_adjusted"].isna().all()
     same = table[(table["a"] == "dynamic") & (table["b"] == "logit")]
     assert (same["a_better"] + same["b_better"] == 0).all() and not same["testable"].any()  # identical scores
-    family = table["evaluable"] & table["testable"]
+    # the declared primary (pooled, context-only against the Lookback ratio) is tested alone; Holm runs over the rest
+    family = table["evaluable"] & table["testable"] & ~table["primary"]
     raw = table.loc[family, "sign_p"].to_numpy()
     expected = np.minimum(1, np.maximum.accumulate(np.sort(raw) * np.arange(len(raw), 0, -1)))
     assert sorted(table.loc[family, "p_adjusted"]) == pytest.approx(expected.tolist())
     assert table["primary"].sum() == 1
+    primary = table[table["primary"]].iloc[0]
+    assert (primary["scope"], primary["a"], primary["b"]) == ("pooled", "dynamic_ctx", "lookback")
+    assert primary["p_adjusted"] == primary["sign_p"]
     data = es.data_table({"A": ([make_trace([11], [[[0, 0], [0, 0]]])] * 40, labels[:40]),
                           "B": ([make_trace([11], [[[0, 0], [0, 0]]])] * 40, labels[40:])})
     assert data["too_easy"].tolist() == [False, True]
@@ -177,7 +182,7 @@ def test_comparisons_leave_untestable_and_too_easy_scopes_out_of_holm():
     assert es.difficulty_sentences(small) == ["C has 5 wrong and 0 right answers (fewer than 10 of each): too small "
                                               "to evaluate an error detector on its own; its within-setting "
                                               "comparisons are shown but not tested."]
-    assert "Primary comparison (declared): pooled, the context-only dynamic-head features beat the answer-in-context" in text
+    assert "Primary comparison (declared): pooled, the context-only dynamic-head features beat the lookback ratio" in text
 
 
 @pytest.mark.parametrize("bad, match", [({"niah_settings": ["prose"]}, "haystack:context_tokens"),
@@ -206,3 +211,25 @@ def test_fold_fitting_never_sees_the_test_answers_and_groups_stay_together(monke
     tests = [{id(traces[i]) for i in test} for _, test in splits]
     # every fit set misses at least one fold's test answers entirely: it was fitted without them
     assert fitted and all(any(not (f & t) for t in tests) for f in fitted)
+
+
+def test_the_primary_is_read_from_the_preregistration_file():
+    from dynheads_tl import preregistration
+    from dynheads_tl.claims.error_signal.config import PRIMARY
+
+    assert preregistration.primary("error_signal")["id"] == f"{PRIMARY[1]}_vs_{PRIMARY[2]}"
+
+
+@pytest.mark.parametrize("difference, low, high, sign_p, wrong, status", [
+    (0.10, 0.05, 0.15, 0.001, 32, "supported"),
+    (0.01, 0.005, 0.015, 0.001, 32, "not supported"),  # separated, but within ±0.02: TOST says negligible
+    (0.10, 0.05, 0.15, 0.08, 32, "undetermined"),  # the interval above 0, the exact test alone not below 0.05
+    (-0.10, -0.15, -0.05, 0.001, 32, "not supported"),
+    (-0.008, -0.051, 0.029, 0.38, 32, "undetermined"),  # the SmolLM2 run: cannot be told apart, not negligible
+    (0.10, 0.05, 0.15, 0.001, 8, "no headroom")])
+def test_beyond5_rule_on_hand_built_numbers(difference, low, high, sign_p, wrong, status):
+    from dynheads_tl.claims.error_signal.report import error_rule
+
+    row = pd.Series({"difference": difference, "low": low, "high": high, "sign_p": sign_p, "wrong": wrong,
+                     "right": 72})
+    assert error_rule(row, sesoi=0.02, alpha=0.05, min_per_class=10) == status

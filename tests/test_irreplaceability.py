@@ -192,12 +192,63 @@ def test_index_row_quotes_intervals_and_its_status_reads_the_exact_tests(tmp_pat
     assert "teacher-forced" not in item.headline(tmp_path)
     condition_summary(_result(_grid())).to_csv(tmp_path / "niah_conditions.csv", index=False)
     comparison_table({"niah": _result(_grid())}).to_csv(tmp_path / "comparisons.csv", index=False)
-    # D_t hurts more than |D_t| random heads on every sample, but equals the top-|D_t| static heads: undetermined.
-    assert item.status(tmp_path).status == "undetermined"
+    # D_t hurts more than |D_t| random heads on every sample, but equals the top-|D_t| static heads on both measures,
+    # and masking as many static heads destroys retrieval too (0/10 against 10/10 unmasked): absent in this setting.
+    result = item.status(tmp_path)
+    assert result.status == "absent in this setting"
+    assert "accuracy D_t − static: tied on every one of 10 samples" in result.why
+    assert "fair D_(t-1) − static: missing" in result.why and "What would settle it" in result.why
     grid = _grid()
     grid.loc[grid["condition"] == "dynamic", "tf_drop"] += 0.5
     comparison_table({"niah": _result(grid)}).to_csv(tmp_path / "comparisons.csv", index=False)
-    assert item.status(tmp_path).status == "reproduced"
+    # the teacher-forced drop now separates, but the paper's own measure ties 0/10 vs 0/10: never "reproduced"
+    assert item.status(tmp_path).status == "absent in this setting"
+
+
+def _summary(unmasked=(0.9, 0.75, 0.97), static=(0.8, 0.6, 0.9), metric="accuracy") -> pd.DataFrame:
+    """A condition summary (as ``<task>_conditions.csv``): the unmasked and static metrics with their intervals."""
+    rows = [{"condition": c, "n": 30, metric: v[0], f"{metric}_low": v[1], f"{metric}_high": v[2]}
+            for c, v in (("none", unmasked), ("static_matched", static), ("dynamic", (0.1, 0.0, 0.2)))]
+    return pd.DataFrame(rows).set_index("condition")
+
+
+def _comparison(a, metric, difference, separated, a_worse=20, b_worse=5, b="static_matched"):
+    return {"task": "niah", "a": a, "b": b, "metric": metric, "n": 30, "difference": difference,
+            "low": difference - 0.05, "high": difference + 0.05, "a_worse": a_worse, "b_worse": b_worse,
+            "p_adjusted": 0.01 if separated else 0.4, "separated": separated, "n_to_resolve": 80}
+
+
+_FIG2_RULE = {"headroom_floor": 0.5, "tf_sesoi": 0.10, "static_destroys_ratio": 0.5}
+
+
+def test_masking_rule_reads_every_half_on_hand_built_numbers():
+    from dynheads_tl.claims.irreplaceability.rules import masking_rule
+
+    def verdict(rows, **summary):
+        return masking_rule(_summary(**summary), pd.DataFrame(rows), "niah", _FIG2_RULE)[0]
+
+    accuracy_more = _comparison("dynamic", "accuracy", -0.6, True)
+    tf_big = _comparison("dynamic", "tf_drop", 0.3, True)
+    fair_big = _comparison("previous_step", "tf_drop_t1", 0.2, True, b="static_previous")
+    # every half separated, D_t lower on accuracy, both teacher-forced differences >= 0.10 nats: reproduced
+    assert verdict([accuracy_more, tf_big, fair_big]) == "reproduced"
+    # the fair half missing (no previous_step condition): at most weaker
+    assert verdict([accuracy_more, tf_big]) == "weaker"
+    # the fair difference separated but below the smallest effect of interest: weaker
+    assert verdict([accuracy_more, tf_big, _comparison("previous_step", "tf_drop_t1", 0.05, True, b="static_previous")]) == "weaker"
+    # the paper's own measure ties (0/30 vs 0/30 would be no sample differing): not separated, so not reproduced
+    tied = _comparison("dynamic", "accuracy", 0.0, False, 0, 0)
+    assert verdict([tied, tf_big, fair_big]) == "weaker"
+    # ... and when masking as many static heads destroys retrieval (0.1 upper bound < 0.5 x 0.9): absent
+    assert verdict([tied, tf_big, fair_big], static=(0.0, 0.0, 0.11)) == "absent in this setting"
+    # static separated as hurting more on any half: not reproduced
+    assert verdict([accuracy_more, _comparison("dynamic", "tf_drop", -0.2, True), fair_big]) == "not reproduced"
+    assert verdict([accuracy_more, tf_big, _comparison("previous_step", "tf_drop_t1", -0.2, True, b="static_previous")]) == "not reproduced"
+    # no headroom: the unmasked upper bound below 0.5
+    assert verdict([accuracy_more, tf_big, fair_big], unmasked=(0.2, 0.1, 0.4)) == "no headroom"
+    # nothing separated, static does not destroy retrieval: undetermined
+    assert verdict([tied, _comparison("dynamic", "tf_drop", 0.02, False)]) == "undetermined"
+
 
 
 def test_defaults_fit_the_budget_and_grid_has_every_condition():
@@ -316,11 +367,38 @@ def test_progressive_status_needs_the_drop_to_be_specific_when_the_run_has_the_c
         frame.to_csv(tmp_path / "fig3_niah_progressive.csv", index=False)
         return _progressive_status("fig3_niah_progressive")(tmp_path)
 
+    # the curve drops and is specific; m_s 3.0 heads per sample at k = 20, above the smallest effect of interest
+    # (1.0) and above random masking's 1.0 on every sample: compensation present, reproduced
     assert status(1.0).status == "reproduced" and "the ranked heads hurt more" in status(1.0).headline
     matched = status(0.0)  # k random heads destroy retrieval as well: nothing differs, nothing can be tested
     assert matched.status == "undetermined" and "no k could be tested" in matched.headline
     assert "at least 6 differing samples" in matched.headline and "n = 10 samples per k" in matched.headline
-    assert status(0.0, with_control=False).status == "reproduced", "older runs: judged on the drop alone"
+    # older runs without the control: the drop alone cannot show specificity, so at most weaker
+    assert status(0.0, with_control=False).status == "weaker"
+
+
+def test_progressive_rule_reads_the_curve_and_compensation(tmp_path):
+    """Hand-built progressive runs: the same curve with compensation present, absent and undetermined."""
+    from dynheads_tl.claims.irreplaceability.report import _progressive_status
+
+    def status(m_s, random_m_s=1.0, spread=0.0):
+        rows = [{"sample": s, "k": 0, "ranking": "ranked", "accuracy": 1.0, "m_s": 0.0} for s in range(10)]
+        rows += [{"sample": s, "k": k, "ranking": "ranked", "accuracy": 0.0, "m_s": m_s + spread * (s - 4.5)}
+                 for s in range(10) for k in (10, 20)]
+        rows += [{"sample": s, "k": k, "ranking": "random", "accuracy": 1.0, "m_s": random_m_s}
+                 for s in range(10) for k in (10, 20)]
+        pd.DataFrame(rows).to_csv(tmp_path / "fig3_niah_progressive.csv", index=False)
+        return _progressive_status("fig3_niah_progressive")(tmp_path)
+
+    assert status(3.0).status == "reproduced"
+    # the paper's curve, but m_s 0.1 heads (< 1.0, as the SmolLM2 run's 0.10): compensation absent, weaker
+    weak = status(0.1, random_m_s=2.0)
+    assert weak.status == "weaker" and "compensation absent" in weak.why and "What would settle it" in weak.why
+    # m_s above the smallest effect but not above random masking's: compensation undetermined, weaker
+    assert status(1.5, random_m_s=2.0).status == "weaker"
+    assert "compensation undetermined" in status(1.5, random_m_s=2.0).why
+    # the teacher-forced drop by k is named missing when the run did not write it
+    assert "teacher-forced drop by k: missing" in weak.why
 
 
 def test_progressive_control_holm_over_two_testable_k_and_the_reverse_direction():

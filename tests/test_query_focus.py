@@ -166,3 +166,14 @@ def test_notebook_06_verdict_compares_the_readings_per_budget():
     assert "on gold log-probability predicted beats the query-focused static set (+2.00 [+1.80, +2.10] nats/token, " \
            "Holm-adjusted sign-test p = 0.01; against Wu's: falls below)" in text
     assert text.endswith("changes at kv 5% (gold log-probability).")
+
+
+def test_the_verdict_names_the_layouts_it_resampled():
+    import pandas as pd
+
+    from dynheads_tl.claims.dynamism import query_focused_verdict
+
+    rows = [dict(_baseline_rows("wu", 0.036, 0.032, 0.039), n_samples=60, n_layouts=20),
+            dict(_baseline_rows("query_focused", 0.287, 0.279, 0.296), n_samples=60, n_layouts=20)]
+    sentence = query_focused_verdict(pd.DataFrame(rows), pd.DataFrame(), 20)
+    assert "over 20 layouts (60 analysis samples)" in sentence and "60 analysis samples," not in sentence

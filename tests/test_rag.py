@@ -1,7 +1,6 @@
 """The dynamic-RAG case study: trigger, windows, masking and the loop."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -108,12 +107,14 @@ def test_the_verdict_states_the_primary_first_and_what_the_design_could_detect()
         rows[column] = value
     comparisons = comparison_table(rows).set_index(["a", "b"])
     assert not comparisons.loc[("dynamic", "static"), "testable"]  # 4 differing questions: min p 0.125
-    assert np.isnan(comparisons.loc[("dynamic", "static"), "p_adjusted"])
+    # the primary is tested alone: its p is its own sign-test p (0.125), never Holm-adjusted or left out
+    assert comparisons.loc[("dynamic", "static"), "p_adjusted"] == pytest.approx(0.125)
     assert comparisons.loc[("dynamic", "static"), "primary"] and comparisons["primary"].sum() == 1
     verdict = rag_verdict(table4(rows), comparison_table(rows))
     assert verdict.index("Primary comparison (declared): Dynamic (probe) and Static cannot be tested") < \
         verdict.index("Dynamic (probe) and Dynamic Random")
-    assert "the design could detect F1 differences of about ±" in verdict
+    assert "the design detects F1 differences of about ±" in verdict and "with 80% power" in verdict
+    assert "synthetic HotpotQA-format questions" in verdict
 
 
 def test_content_words_use_sklearn_stopwords():
@@ -572,3 +573,22 @@ def test_a_trained_probe_is_named_by_its_weights():
     assert answers_cache_key(RagStudyConfig(), "evaluation", probe) == {"claim": "rag_study", "split": "evaluation",
                                                                         "probe": probe.digest}
     assert answers_cache_key(RagStudyConfig(use_cache=False), "evaluation", probe) is None
+
+
+def test_the_primary_is_tested_alone_and_the_secondaries_holm_corrected_among_themselves():
+    import pandas as pd
+
+    from dynheads_tl.claims.dynamic_rag import comparison_table
+
+    # dynamic beats static on 7 questions of 30 (p = 2 / 2^7 = 0.0156) and each random strategy on as many
+    rows = pd.concat([_rows([1.0] * 7 + [0.5] * 23, [0.0] * 7 + [0.5] * 23, a="dynamic", b=b)[
+        lambda r: r["strategy"] == b] for b in ("static", "dynamic_random", "fixed_random")]
+        + [_rows([1.0] * 7 + [0.5] * 23, [0.0] * 7 + [0.5] * 23)[lambda r: r["strategy"] == "dynamic"]],
+        ignore_index=True)
+    table = comparison_table(rows).set_index(["a", "b"])
+    raw = 2 / 2 ** 7
+    primary = table.loc[("dynamic", "static")]
+    assert primary["primary"] and primary["p_adjusted"] == pytest.approx(raw) and primary["separated"]
+    # the two secondaries: Holm over two equal p-values, 2 x 0.0156 = 0.031; the primary is not in their family
+    for b in ("dynamic_random", "fixed_random"):
+        assert table.loc[("dynamic", b), "p_adjusted"] == pytest.approx(2 * raw)

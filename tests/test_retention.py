@@ -269,3 +269,21 @@ def test_samples_decoded_together_give_what_each_gives_alone(embedded_model):
     assert [r["accuracy"] for r in alone] == [r["accuracy"] for r in together[1]]
     np.testing.assert_allclose([r["gold_logprob"] for r in alone], [r["gold_logprob"] for r in together[1]], atol=1e-4)
     assert len(together[0]) == len(alone) == 4
+
+
+@pytest.mark.parametrize("full_low, difference, low, high, sign_p, status", [
+    (0.2, 0.1, 0.05, 0.15, 0.001, "no headroom"),  # full cache's interval reaches streaming's
+    (0.6, 0.1, 0.05, 0.15, 0.001, "supported"),
+    (0.6, 0.03, 0.01, 0.04, 0.001, "not supported"),  # separated but within ±0.05: TOST negligible
+    (0.6, -0.06, -0.08, -0.04, 0.0003, "not supported"),  # the SmolLM2 run
+    (0.6, 0.1, -0.02, 0.2, 0.2, "undetermined")])
+def test_beyond6_rule_on_hand_built_numbers(full_low, difference, low, high, sign_p, status):
+    import pandas as pd
+
+    from dynheads_tl.claims.kv_retention.report import retention_rule
+
+    full = pd.Series({"accuracy_low": full_low})
+    stream = pd.Series({"accuracy_high": 0.3})
+    primary = pd.Series({"difference": difference, "low": low, "high": high, "sign_p": sign_p})
+    assert retention_rule(full, stream, primary, sesoi=0.05, alpha=0.05) == status
+    assert retention_rule(full, stream, None, sesoi=0.05, alpha=0.05) in ("no headroom", "undetermined")

@@ -7,9 +7,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from dynheads_tl.analysis.statistics import (bootstrap_interval, grouped_splits, holm_adjust, holm_testable,
-                                             mark_separated, n_to_resolve, paired_sign_test, resampled_t_interval,
-                                             resampled_t_test, sign_test_min_p, sign_test_needs)
+from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, detectable_effect, grouped_splits,
+                                             holm_adjust, holm_testable, interval_words, mark_separated, n_to_resolve,
+                                             paired_sign_test, primary_and_holm, detectable_words, resampled_t_interval,
+                                             resampled_t_test, sensitivity_words, sign_test_min_p, sign_test_needs,
+                                             tost, tost_interval)
 
 
 def test_a_cluster_bootstrap_is_wider_than_the_naive_one_on_clustered_data():
@@ -97,12 +99,107 @@ def test_mark_separated_can_leave_untestable_rows_out_of_the_family():
     assert testable["separated"].tolist() == [True, False, True]
 
 
-def test_n_to_resolve_scales_with_the_square_of_the_half_width():
-    values = np.random.default_rng(3).normal(0.1, 1.0, 40)
-    interval = bootstrap_interval(values, n_resamples=2000)
-    needed = n_to_resolve(interval, effect=interval.half_width / 2)  # an effect half the half-width needs 4x n
-    assert needed == pytest.approx(4 * 40, abs=1)
+def test_the_detectable_effect_is_2_8_standard_errors_not_the_half_width():
+    # a 95% interval of half-width 1.96 is one standard error; 80% power at 0.05 detects 1.96 + 0.8416 = 2.8016 of them
+    interval = Interval(0.5, 0.5 - 1.96, 0.5 + 1.96, n=25)
+    assert interval.standard_error == pytest.approx(1.0, rel=1e-3)
+    assert detectable_effect(interval) == pytest.approx(2.8016, rel=1e-3)
+    assert interval.detectable > interval.half_width
+    assert detectable_effect(interval, power=0.5) == pytest.approx(1.96, rel=1e-3)  # the half-width is 50% power
+
+
+def test_n_to_resolve_detects_the_observed_effect_at_80_percent_power():
+    # 25 units, one standard error 1.0: an effect of 2.8 standard errors (and a hair) is detected as it stands;
+    # half of it needs 4x the units
+    z, power = stats.norm.ppf(0.975), stats.norm.ppf(0.8)
+    effect = (z + power) * 1.0001
+    interval = Interval(effect, effect - z, effect + z, n=25)
+    assert n_to_resolve(interval) == 25
+    assert n_to_resolve(interval, effect=effect / 2) == 100
+    assert n_to_resolve(Interval(0.1, -1.0, 1.2, n=30, clusters=10), effect=0.1) > 10  # counts clusters, not samples
     assert n_to_resolve(interval, effect=0.0) is None
+    assert n_to_resolve(Interval(0.0, 0.0, 0.0, n=30)) is None  # every unit ties: no width, no n
+
+
+def test_tost_on_paired_differences_matches_a_hand_computation():
+    d = np.array([0.01, -0.02, 0.00, 0.015, -0.005, 0.01, -0.01, 0.0])
+    mean, se = d.mean(), d.std(ddof=1) / np.sqrt(len(d))
+    result = tost(d, 0.05)
+    lower = stats.t.sf((mean + 0.05) / se, len(d) - 1)
+    upper = stats.t.cdf((mean - 0.05) / se, len(d) - 1)
+    assert result.p == pytest.approx(max(lower, upper)) and result.equivalent
+    # the same differences cannot be called negligible at a margin they reach
+    assert not tost(d, 0.005).equivalent
+    # a large, clearly non-zero difference is not equivalent either
+    assert not tost(d + 0.3, 0.05).equivalent
+    # all tied at 0: exactly inside any positive margin
+    assert tost(np.zeros(10), 0.01).equivalent
+    assert np.isnan(tost([0.1], 0.05).p)
+    with pytest.raises(ValueError, match="must be positive"):
+        tost(d, 0.0)
+
+
+def test_tost_read_from_an_interval_needs_the_whole_interval_inside_the_margin():
+    assert tost_interval(-0.01, 0.015, 0.02)
+    assert not tost_interval(-0.051, 0.029, 0.02)  # Beyond 5 today: cannot be told apart, and not shown negligible
+    assert not tost_interval(float("nan"), 0.01, 0.02)
+
+
+def test_bca_interval_never_excludes_the_estimate_of_a_count():
+    # "heads ever active": the number of distinct heads over samples; resampling can only lose heads, so the
+    # percentile interval lies below the estimate (as HotpotQA's 221 [195, 217] did)
+    rng = np.random.default_rng(4)
+    sets = [set(rng.choice(300, size=8, replace=False).tolist()) for _ in range(60)]
+    index = np.arange(60).astype(float)
+    distinct = lambda rows: float(len(set().union(*(sets[int(i)] for i in rows))))
+    percentile = bootstrap_interval(index, distinct, method="percentile")
+    assert percentile.high < percentile.estimate  # the defect
+    fixed = bootstrap_interval(index, distinct)
+    assert fixed.method == "tail rule" and fixed.high == fixed.estimate and fixed.low == percentile.low
+    assert "count" in interval_words(fixed)
+
+
+def test_bca_interval_of_a_mean_is_close_to_the_percentile_one_and_contains_the_estimate():
+    values = np.random.default_rng(5).exponential(1.0, 80)  # skewed: BCa moves the bounds to the right
+    bca = bootstrap_interval(values, n_resamples=4000)
+    percentile = bootstrap_interval(values, n_resamples=4000, method="percentile")
+    assert bca.method == "bca" and bca.low <= bca.estimate <= bca.high
+    assert bca.high > percentile.high and abs(bca.half_width - percentile.half_width) < 0.3 * percentile.half_width
+    with pytest.raises(ValueError, match="'bca' or 'percentile'"):
+        bootstrap_interval(values, method="basic")
+
+
+def test_a_degenerate_interval_is_said_as_such():
+    zeros = bootstrap_interval(np.zeros(30))
+    assert zeros.degenerate and zeros.method == "degenerate" and (zeros.low, zeros.high) == (0.0, 0.0)
+    assert interval_words(zeros) == "every sample at 0.00 (no interval: all equal)"
+    assert "ties" in sensitivity_words(zeros) and "±0.00" not in sensitivity_words(zeros)
+    spread = bootstrap_interval(np.random.default_rng(6).normal(0, 1, 30))
+    assert not spread.degenerate and "80% power" in sensitivity_words(spread)
+
+
+def test_the_primary_is_tested_alone_and_the_secondaries_holm_corrected():
+    # primary p = 0.03 stays 0.03 (alone at 0.05); the three secondaries: Holm over 0.01, 0.02, 0.04
+    p = [0.03, 0.01, 0.02, 0.04]
+    adjusted = primary_and_holm(p, [True, False, False, False])
+    assert adjusted == pytest.approx([0.03, 0.03, 0.04, 0.04])
+    # inside Holm the primary would have been 4 x 0.01 ... 0.06: not separated
+    assert holm_adjust(p)[0] == pytest.approx(0.06)
+    # a secondary outside the family and not testable gets NaN
+    adjusted = primary_and_holm(p, [True, False, False, False], family=[True, True, False, True],
+                                min_p=[0.0, 0.0, 0.0, 0.25])
+    assert adjusted[0] == 0.03 and adjusted[1] == pytest.approx(0.01) and np.isnan(adjusted[2]) and np.isnan(adjusted[3])
+
+
+def test_mark_separated_keeps_the_primary_out_of_the_family():
+    table = pd.DataFrame({"sign_p": [0.02, 0.03, 0.04], "low": [0.1, 0.1, 0.1], "high": [0.3, 0.3, 0.3],
+                          "a_better": [9, 9, 9], "b_better": [1, 1, 1]})
+    marked = mark_separated(table.copy(), testable_only=True, primary=np.array([True, False, False]))
+    # primary alone: 0.02; the two secondaries: Holm 2 x 0.03 = 0.06, max(0.06, 0.04) = 0.06
+    assert marked["p_adjusted"].tolist() == pytest.approx([0.02, 0.06, 0.06])
+    assert marked["separated"].tolist() == [True, False, False]
+    inside = mark_separated(table.copy(), testable_only=True)  # the old way: primary inside Holm, 3 x 0.02
+    assert inside["p_adjusted"].iloc[0] == pytest.approx(0.06) and not inside["separated"].iloc[0]
 
 
 def test_the_corrected_resampled_t_interval_matches_a_hand_computation():
@@ -118,3 +215,9 @@ def test_the_corrected_resampled_t_interval_matches_a_hand_computation():
     assert resampled_t_test(values, 0.25) > naive
     assert np.isnan(resampled_t_test([0.2], 0.25)) and np.isnan(resampled_t_interval([0.2], 0.25).low)
     assert resampled_t_test([0.0, 0.0], 0.25) == 1.0
+
+
+def test_detectable_words_from_a_half_width():
+    assert detectable_words(1.96, digits=2) == "the design detects differences of about ±2.80 with 80% power"
+    assert detectable_words(0.0, n=30) == "every one of the 30 samples ties, so the design names no detectable effect"
+    assert "±0.00" not in detectable_words(0.0, n=30) and "no interval" in detectable_words(float("nan"))

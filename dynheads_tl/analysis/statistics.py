@@ -15,6 +15,19 @@
   splits by cluster; :func:`n_to_resolve` says how many units an interval's design would need.
 - :func:`format_interval`: an estimate and its interval as the claims' verdict sentences write them
   ("0.75 [0.47, 0.91]"); some tables and the report index still format theirs inline.
+- :func:`detectable_effect` and :func:`n_to_resolve`: what a design could see at 80% power (about 2.8 standard
+  errors, SCIENCE 17), and how many units would resolve an observed effect at that power.
+- :func:`tost` and :func:`tost_interval`: two one-sided tests against a smallest effect of interest, the only
+  way a difference is said to be negligible ("cannot be told apart" is not "equal").
+- :func:`primary_and_holm`: the one convention (pre-registration): the primary tested alone at alpha, the
+  secondaries Holm-corrected within their family.
+- :func:`interval_words`, :func:`sensitivity_words` and :func:`detectable_words`: an interval and what a null
+  result could have seen, in words, saying "every sample at 0" / "ties" where it is degenerate.
+
+Bootstrap intervals are BCa (bias-corrected and accelerated, jackknife over the resampled units). A statistic whose
+estimate lies in the tail of its own bootstrap distribution (a count of distinct heads or a maximum, which
+resampling can only lower) gets the stated rule of :data:`TAIL_RULE` instead, so that no interval excludes its own
+estimate.
 """
 from __future__ import annotations
 
@@ -25,6 +38,14 @@ import numpy as np
 from scipy import stats
 
 
+# z at 97.5% and at 80%: a two-sided test at 0.05 with 80% power detects (1.96 + 0.84) = 2.80 standard errors.
+_Z_ALPHA, _Z_POWER = float(stats.norm.ppf(0.975)), float(stats.norm.ppf(0.80))
+
+# The rule for a statistic whose estimate sits in the tail of its own bootstrap distribution.
+TAIL_RULE = ("the estimate lies in the tail of its own bootstrap distribution (a count or a maximum, which resampling "
+             "can only lower or raise), so the interval runs from the percentile bound on the far side to the estimate")
+
+
 @dataclass(frozen=True)
 class Interval:
     estimate: float
@@ -32,11 +53,30 @@ class Interval:
     high: float
     n: int
     clusters: int | None = None  # independent units among the n (a cluster bootstrap's resampled clusters)
+    method: str = ""  # "bca", "tail rule" (TAIL_RULE), "degenerate" (every resample equal), "" (t, Wilson)
 
     @property
     def half_width(self) -> float:
-        """Half the interval's width: about the smallest effect this design could tell from 0 (SCIENCE 12)."""
+        """Half the interval's width (about 1.96 standard errors for a 95% interval). The smallest effect the design
+        detects at 80% power is larger: :meth:`detectable`."""
         return (self.high - self.low) / 2
+
+    @property
+    def standard_error(self) -> float:
+        """The standard error a 95% interval of this width implies (half-width / 1.96)."""
+        return self.half_width / _Z_ALPHA
+
+    @property
+    def detectable(self) -> float:
+        """The smallest effect this design detects with 80% power at a two-sided 0.05: about 2.8 standard errors
+        (:func:`detectable_effect`)."""
+        return detectable_effect(self)
+
+    @property
+    def degenerate(self) -> bool:
+        """Every resample gave the same value (for a mean: every unit has the same value), so the interval has no
+        width and says nothing about sampling error."""
+        return self.low == self.high == self.estimate
 
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
@@ -66,20 +106,30 @@ def _student_t(values: Sequence[float], confidence: float, standard_error: Calla
 
 def bootstrap_interval(values: Sequence[float] | np.ndarray, statistic: Callable[[np.ndarray], float] = np.mean,
                        *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
-                       clusters: Sequence | np.ndarray | None = None) -> Interval:
-    """Percentile bootstrap of ``statistic`` over the first axis of ``values`` (one entry per sample).
-    Resamples on which the statistic is undefined (NaN, e.g. a ratio whose denominator drew only empty
-    samples) are left out of the quantiles; if none is defined the bounds are NaN.
+                       clusters: Sequence | np.ndarray | None = None, method: str = "bca") -> Interval:
+    """Bootstrap interval of ``statistic`` over the first axis of ``values`` (one entry per sample): BCa by default
+    (bias-corrected and accelerated; the acceleration from a jackknife over the resampled units), ``method =
+    "percentile"`` for the plain percentile interval. Resamples on which the statistic is undefined (NaN, e.g. a
+    ratio whose denominator drew only empty samples) are left out; if none is defined the bounds are NaN.
+
+    Two stated rules keep an interval from excluding its own estimate: when every resample gives the same value the
+    interval is that value (``method`` "degenerate": say "every sample at X", :func:`interval_words`); when the
+    estimate lies in the outer ``(1 - confidence) / 2`` tail of its own bootstrap distribution (a count of distinct
+    heads over samples or a maximum, which resampling can only lower), the interval runs from the percentile bound
+    on the far side to the estimate (``method`` "tail rule", :data:`TAIL_RULE`).
 
     ``clusters`` (one label per sample, e.g. the NIAH layout a sample shares with its siblings): resample whole
     clusters instead of samples (SCIENCE 10), so samples that are not independent are not counted as if they
     were; the interval records how many clusters it rests on. Without it every sample is its own cluster."""
+    if method not in ("bca", "percentile"):
+        raise ValueError(f"method must be 'bca' or 'percentile', got {method!r}.")
     data = np.asarray(values, dtype=float)
     if len(data) == 0:
         raise ValueError("No values to put an interval on.")
     rng = np.random.default_rng(seed)
     if clusters is None:
         groups = None
+        members = [np.array([i]) for i in range(len(data))]
         draws = np.array([statistic(data[rng.integers(0, len(data), len(data))]) for _ in range(n_resamples)])
     else:
         labels = np.asarray(clusters)
@@ -89,22 +139,177 @@ def bootstrap_interval(values: Sequence[float] | np.ndarray, statistic: Callable
         groups = len(members)
         draws = np.array([statistic(data[np.concatenate([members[j] for j in rng.integers(0, groups, groups)])])
                           for _ in range(n_resamples)])
+    estimate = float(statistic(data))
     draws = draws[~np.isnan(draws)]
     alpha = (1 - confidence) / 2
     if len(draws) == 0:
-        return Interval(float(statistic(data)), float("nan"), float("nan"), len(data), groups)
-    return Interval(float(statistic(data)), float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha)),
-                    len(data), groups)
+        return Interval(estimate, float("nan"), float("nan"), len(data), groups)
+    if np.all(draws == draws[0]):
+        value = float(draws[0])
+        return Interval(estimate, min(value, estimate), max(value, estimate), len(data), groups, "degenerate")
+    percentile = Interval(estimate, float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha)),
+                          len(data), groups, "percentile")
+    if method == "percentile" or estimate != estimate:
+        return percentile
+    below = float((draws < estimate).mean() + 0.5 * (draws == estimate).mean())
+    if below >= 1 - alpha:
+        return Interval(estimate, percentile.low, estimate, len(data), groups, "tail rule")
+    if below <= alpha:
+        return Interval(estimate, estimate, percentile.high, len(data), groups, "tail rule")
+    if len(members) < 3:
+        return percentile
+    low, high = _bca_quantiles(draws, below, _jackknife(data, members, statistic), alpha)
+    return Interval(estimate, min(low, estimate), max(high, estimate), len(data), groups, "bca")
 
 
-def n_to_resolve(interval: Interval, effect: float | None = None) -> int | None:
-    """About how many independent units would make an interval of this design exclude 0 at ``effect`` (default:
-    the observed estimate): the half-width shrinks as 1/sqrt(n). None when the effect is 0 or undefined."""
+def _jackknife(data: np.ndarray, members: list[np.ndarray], statistic: Callable[[np.ndarray], float]) -> np.ndarray:
+    """The statistic with each resampled unit (sample or cluster) left out in turn; NaNs dropped."""
+    every = np.arange(len(data))
+    values = []
+    for left_out in members:
+        keep = np.setdiff1d(every, left_out, assume_unique=True)
+        values.append(float(statistic(data[keep])) if len(keep) else float("nan"))
+    values = np.asarray(values)
+    return values[~np.isnan(values)]
+
+
+def _bca_quantiles(draws: np.ndarray, below: float, jack: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Efron's BCa bounds: the bias correction z0 from the share of draws below the estimate (ties counted half),
+    the acceleration from the jackknife's skewness; with no spread in the jackknife the acceleration is 0."""
+    z0 = float(stats.norm.ppf(below))
+    spread = jack.mean() - jack
+    denominator = 6 * float((spread ** 2).sum()) ** 1.5
+    acceleration = float((spread ** 3).sum()) / denominator if denominator > 0 else 0.0
+    bounds = []
+    for q in (alpha, 1 - alpha):
+        z = z0 + float(stats.norm.ppf(q))
+        level = float(stats.norm.cdf(z0 + z / (1 - acceleration * z))) if 1 - acceleration * z > 0 else float("nan")
+        bounds.append(float(np.quantile(draws, level if level == level else q)))  # extreme acceleration: percentile
+    return bounds[0], bounds[1]
+
+
+def detectable_effect(interval: Interval, *, power: float = 0.80, alpha: float = 0.05) -> float:
+    """The smallest true effect a design like this one detects with probability ``power`` in a two-sided test at
+    ``alpha``: (z_{1 - alpha/2} + z_power) standard errors, 2.80 at the defaults (SCIENCE 17). The standard error is
+    the one the 95% interval implies (half-width / 1.96); the half-width alone is the effect detected half of the
+    time. NaN when the interval has no width defined."""
+    z = float(stats.norm.ppf(1 - alpha / 2)) + float(stats.norm.ppf(power))
+    return z * interval.standard_error
+
+
+def n_to_resolve(interval: Interval, effect: float | None = None, *, power: float = 0.80,
+                 alpha: float = 0.05) -> int | None:
+    """About how many independent units (clusters where the interval has them) a design like this one needs to
+    detect ``effect`` (default: the observed estimate) with probability ``power`` in a two-sided test at ``alpha``:
+    the standard error shrinks as 1/sqrt(n), so n = units x (detectable effect / effect)^2 (:func:`detectable_effect`).
+    None when the effect is 0 or undefined, or the interval has no width (a degenerate interval says nothing about
+    sampling error)."""
     effect = interval.estimate if effect is None else effect
     units = interval.clusters or interval.n
-    if not effect or effect != effect or interval.half_width != interval.half_width or units < 1:
+    detectable = detectable_effect(interval, power=power, alpha=alpha)
+    if not effect or effect != effect or detectable != detectable or detectable == 0 or units < 1:
         return None
-    return int(np.ceil(units * (interval.half_width / abs(effect)) ** 2))
+    return int(np.ceil(units * (detectable / abs(effect)) ** 2))
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """Two one-sided tests (TOST) of a difference against the smallest effect of interest ``sesoi``: ``p`` is the
+    larger of the two one-sided p-values; ``equivalent`` when it is below alpha, i.e. the difference lies within
+    ±sesoi. Not equivalent is not "different": it only means negligibility is not shown."""
+
+    p: float
+    equivalent: bool
+    sesoi: float
+
+
+def tost(differences: Sequence[float] | np.ndarray, sesoi: float, *, alpha: float = 0.05) -> Equivalence:
+    """TOST on paired differences (one per independent unit): one-sample t-tests of mean > -sesoi and of
+    mean < +sesoi, each at ``alpha``. With every difference equal the tests are exact: equivalent when that value
+    lies strictly inside ±sesoi. NaNs are dropped; fewer than two values cannot be tested (p NaN, not equivalent)."""
+    if not sesoi > 0:
+        raise ValueError(f"The smallest effect of interest must be positive, got {sesoi!r}.")
+    data = np.asarray([v for v in np.asarray(differences, dtype=float) if v == v])
+    if len(data) < 2:
+        return Equivalence(float("nan"), False, sesoi)
+    mean, se = float(data.mean()), float(data.std(ddof=1) / np.sqrt(len(data)))
+    if se == 0:
+        inside = -sesoi < mean < sesoi
+        return Equivalence(0.0 if inside else 1.0, inside, sesoi)
+    df = len(data) - 1
+    p = max(float(stats.t.sf((mean + sesoi) / se, df)), float(stats.t.cdf((mean - sesoi) / se, df)))
+    return Equivalence(p, p < alpha, sesoi)
+
+
+def tost_interval(low: float, high: float, sesoi: float) -> bool:
+    """TOST read from a 95% interval (when only the interval was written): equivalent when the whole interval lies
+    within ±sesoi. A 95% interval inside the margin is TOST at 0.025 on each side, so this is conservative at
+    0.05. False when a bound is undefined."""
+    if not sesoi > 0:
+        raise ValueError(f"The smallest effect of interest must be positive, got {sesoi!r}.")
+    return bool(low == low and high == high and -sesoi < low and high < sesoi)
+
+
+def interval_words(interval: Interval, *, unit: str = "sample", digits: int = 2, signed: bool = False) -> str:
+    """An interval in words: "0.75 [0.47, 0.91]", or "every sample at 0.00 (no interval: all equal)" when it is
+    degenerate, so that a zero-width interval is never read as a precise one; the tail rule is named."""
+    if interval.degenerate:
+        spec = f"{'+' if signed else ''}.{digits}f"
+        return f"every {unit} at {interval.estimate:{spec}} (no interval: all equal)"
+    text = format_interval(interval.estimate, interval.low, interval.high, digits, signed=signed)
+    return text + (" (upper bound at the estimate: a count)" if interval.method == "tail rule" else "")
+
+
+def sensitivity_words(interval: Interval, *, unit: str = "samples", digits: int = 3, what: str = "") -> str:
+    """What a null result could have seen (SCIENCE 12, 17), in words: "the design detects differences of about
+    X with 80% power; about N <unit> would detect the observed one" — or, for a degenerate interval, that every
+    unit ties, so no effect size can be named."""
+    if interval.degenerate:
+        return f"every one of the {interval.clusters or interval.n} {unit} ties, so the design names no detectable effect"
+    detectable = interval.detectable
+    if detectable != detectable:
+        return "no interval, so no detectable effect can be named"
+    need = n_to_resolve(interval)
+    tail = ""
+    if need is not None:
+        units = interval.clusters or interval.n
+        tail = (f"; about {need} {unit} would detect the observed one with 80% power" if need > units else
+                f"; the observed effect is within what {units} {unit} detect, so the test itself does not reach the level")
+    return f"the design detects {what}differences of about ±{detectable:.{digits}f} with 80% power{tail}"
+
+
+def detectable_words(half_width: float, *, digits: int = 3, what: str = "differences", unit: str = "samples",
+                     n: int | None = None) -> str:
+    """The sentence part "the design detects <what> of about ±X with 80% power" from a 95% interval's half-width
+    (X = 2.8 standard errors, :func:`detectable_effect`), for tables that kept only the half-width; "every one of
+    the n <unit> ties, so the design names no detectable effect" when the half-width is 0 (a degenerate interval:
+    never "±0.00"); "no interval" when it is undefined."""
+    if half_width != half_width:
+        return "no interval, so no detectable effect can be named"
+    if half_width == 0:
+        count = f"every one of the {n} {unit}" if n else f"every one of the {unit}"
+        return f"{count} ties, so the design names no detectable effect"
+    detectable = detectable_effect(Interval(0.0, -half_width, half_width, n or 0))
+    return f"the design detects {what} of about ±{detectable:.{digits}f} with 80% power"
+
+
+def primary_and_holm(p_values: Sequence[float], primary: Sequence[bool], family: Sequence[bool] | None = None,
+                     min_p: Sequence[float] | None = None, alpha: float = 0.05) -> list[float]:
+    """The pre-registration's one convention: the primary comparison keeps its own p (tested alone at alpha); the
+    secondaries in ``family`` (default: every non-primary row) are Holm-adjusted together, leaving out those whose
+    ``min_p`` cannot reach alpha (Tarone; NaN); rows outside the family and not primary get NaN. In input order."""
+    n = len(p_values)
+    primary = [bool(x) for x in primary]
+    family = [not p for p in primary] if family is None else [bool(f) and not p for f, p in zip(family, primary)]
+    floors = list(min_p) if min_p is not None else [0.0] * n
+    adjusted = [float("nan")] * n
+    members = [i for i in range(n) if family[i] and p_values[i] == p_values[i]]
+    for i, value in zip(members, holm_testable([p_values[i] for i in members], [floors[i] for i in members], alpha)):
+        adjusted[i] = value
+    for i in range(n):
+        if primary[i]:
+            adjusted[i] = float(p_values[i])
+    return adjusted
 
 
 def grouped_splits(groups: Sequence | np.ndarray, n_splits: int = 5, *, test_fraction: float = 0.3,
@@ -236,16 +441,22 @@ def paired_sign_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
     return PairedComparison(bootstrap_interval(a - b, seed=seed), wins, losses, p)
 
 
-def mark_separated(table, alpha: float = 0.05, family=None, *, testable_only: bool = False):
+def mark_separated(table, alpha: float = 0.05, family=None, *, testable_only: bool = False, primary=None):
     """Add ``p_adjusted`` (Holm over the rows of ``family``, a boolean mask; default every row; other rows keep
     their raw ``sign_p``) and ``separated`` (adjusted p below ``alpha`` and the ``low``–``high`` interval away from
     0) to a table of paired comparisons with columns ``sign_p``, ``low`` and ``high``. Returns the table.
 
     ``testable_only`` (needs the columns ``a_better`` and ``b_better``): rows whose sign test cannot reach
     ``alpha`` (too few discordant pairs, :func:`sign_test_min_p`) leave the family, get ``testable`` False and a
-    NaN ``p_adjusted``, and are never separated."""
+    NaN ``p_adjusted``, and are never separated.
+
+    ``primary`` (a boolean mask): those rows are tested alone at ``alpha`` (their ``p_adjusted`` is their own
+    ``sign_p``, :func:`primary_and_holm`) and leave the Holm family whatever ``family`` says."""
     if table.empty:
         return table
+    if primary is not None:
+        primary = np.asarray(primary, dtype=bool)
+        family = (np.ones(len(table), dtype=bool) if family is None else np.asarray(family, dtype=bool)) & ~primary
     family = np.ones(len(table), dtype=bool) if family is None else np.asarray(family, dtype=bool)
     table["p_adjusted"] = table["sign_p"]
     if testable_only:
@@ -257,5 +468,7 @@ def mark_separated(table, alpha: float = 0.05, family=None, *, testable_only: bo
                                                             min_p[family].tolist(), alpha)
     elif family.any():
         table.loc[family, "p_adjusted"] = holm_adjust(table.loc[family, "sign_p"].tolist())
+    if primary is not None and primary.any():
+        table.loc[primary, "p_adjusted"] = table.loc[primary, "sign_p"]
     table["separated"] = (table["p_adjusted"] < alpha) & ((table["low"] > 0) | (table["high"] < 0))
     return table

@@ -36,8 +36,9 @@ def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
     return out
 
 
-def statuses(output_dir: Path) -> list[tuple[str, str]]:
-    """(item, status) of every index row whose files are present, in the paper's order."""
+def statuses(output_dir: Path) -> list[tuple[str, str, bool]]:
+    """(item, status, whether it rests on synthetic data) of every index row whose files are present, in the paper's
+    order."""
     results = all_results(output_dir)
     pairs = sorted(((claim, item) for claim in all_claims() for item in claim.items), key=lambda p: p[1].position)
     out = []
@@ -45,7 +46,7 @@ def statuses(output_dir: Path) -> list[tuple[str, str]]:
         rows = results.get(claim.notebook, {}).get("items", [])
         row = next((r for r in rows if r.get("item") == item.item), None)
         if row is not None and row.get("produced"):
-            out.append((item.item, row["status"]))
+            out.append((item.item, row["status"], bool(row.get("synthetic"))))
     return out
 
 
@@ -57,9 +58,10 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
         lines.append(f"- **{label}** ([notebook {number}]({link_prefix}{page})): " + " ".join(chosen))
     found = statuses(output_dir)
     if found:
-        lines.append(f"- **Status of each item** (computed from its CSV by the rule its claim declares; "
+        lines.append(f"- **Status of each item** (computed from its CSVs by the rule preregistration.yaml declares; "
                      f"[the index]({link_prefix}index.html) has the numbers): "
-                     + "; ".join(f"{item} {status}" for item, status in found) + ".")
+                     + "; ".join(f"{item} {status}" + (" (synthetic)" if synthetic else "")
+                                 for item, status, synthetic in found) + ".")
     provenance = runs_sentence(output_dir, link_prefix)
     if provenance:
         lines.append(provenance)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dynheads_tl import preregistration
 from dynheads_tl.config import (RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints,
                                 check_model_sizes)
 from dynheads_tl.analysis.correlation import LEAD_KS, MIN_PROBE_TEST_SAMPLES, ProbeConfig
@@ -12,7 +13,7 @@ from dynheads_tl.engine.models import DEFAULT_MODEL
 __all__ = ["ALPHA", "METRIC_LABELS", "PRIMARY", "PredictabilityConfig"]
 
 
-ALPHA = 0.05  # the family-wise level of every Holm-adjusted comparison here
+ALPHA = preregistration.alpha()  # the primary's level, and the family-wise level of every Holm-adjusted secondary
 
 
 METRIC_LABELS = {"f1": "F1", "auprc": "AUPRC", "r2": "R²"}

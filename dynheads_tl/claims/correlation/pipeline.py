@@ -109,9 +109,10 @@ def holm_family(rows: pd.DataFrame, p: str = "p", *, low: str = "low", high: str
 
 def lag_tests(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame, *, n_splits: int) -> pd.DataFrame:
     """Probe minus the step-and-token prior (``baseline``: the step-aware prior for tables without it) at every lag
-    and metric (NIAH F1 and AUPRC, HotpotQA R²), one family: Holm
-    over all of them (:func:`holm_family`); a lag where a split could not be scored (fewer than ``n_splits``)
-    stays out of the family and is never separated. ``primary`` marks :data:`PRIMARY` at the first lag ahead."""
+    and metric (NIAH F1 and AUPRC, HotpotQA R²). ``primary`` marks :data:`PRIMARY` at the first lag ahead: it is
+    tested alone at :data:`ALPHA` (its ``p_adjusted`` is its own p); the rest are one secondary family, Holm over all
+    of them (:func:`holm_family`). A lag where a split could not be scored (fewer than ``n_splits``) stays out of
+    every test and is never separated."""
     frames = []
     for task, diffs in (("niah", niah_diffs), ("hotpot", hotpot_diffs)):
         if len(diffs):
@@ -127,10 +128,15 @@ def lag_tests(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame, *, n_splits:
                                         "splits": diffs["splits"]}))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["task", "metric", "k", "baseline", "difference", "low", "high", "p", "splits"])
-    table = holm_family(table, member=table["splits"] >= n_splits)
     ahead = sorted(int(k) for k in table[(table["task"] == PRIMARY[0]) & (table["metric"] == PRIMARY[1])]["k"] if k >= 1)
-    table["primary"] = ((table["task"] == PRIMARY[0]) & (table["metric"] == PRIMARY[1])
-                        & (table["k"] == (ahead[0] if ahead else -1)))
+    primary = ((table["task"] == PRIMARY[0]) & (table["metric"] == PRIMARY[1])
+               & (table["k"] == (ahead[0] if ahead else -1)))
+    complete = table["splits"] >= n_splits
+    table = holm_family(table, member=complete & ~primary)
+    alone = primary & complete & table["p"].notna()  # the primary is tested alone at ALPHA, outside the family
+    table.loc[alone, "p_adjusted"] = table.loc[alone, "p"]
+    table["separated"] = (table["p_adjusted"] < ALPHA) & ((table["low"] > 0) | (table["high"] < 0))
+    table["primary"] = primary
     return table
 
 

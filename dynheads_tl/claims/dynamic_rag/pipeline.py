@@ -54,7 +54,8 @@ PRIMARY = ("dynamic", "static")  # the case study's declared primary comparison 
 def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:
     """Paired F1 differences (a − b) for the two bounds (full − none) and :data:`COMPARISONS`: the mean difference
     with a bootstrap 95% interval, how many questions differ and which way, and an exact two-sided sign test on
-    the questions that differ, Holm-adjusted over :data:`COMPARISONS` that can reach ``alpha`` (``testable``:
+    the questions that differ: :data:`PRIMARY` tested alone at ``alpha`` (its ``p_adjusted`` is its own ``sign_p``),
+    the secondaries Holm-adjusted over the other :data:`COMPARISONS` that can reach ``alpha`` (``testable``:
     a comparison with too few differing questions for any sign test to reach ``alpha`` leaves the family, Tarone;
     the bounds are tested on their own). ``separated``: the adjusted p-value is below ``alpha`` and the interval
     excludes 0 (with most questions tied, a bootstrap interval alone excludes 0 too easily: 4 wins and no loss in
@@ -72,7 +73,8 @@ def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> 
                     "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p,
                     "half_width": diff.half_width, "n_to_resolve": n_to_resolve(diff), "primary": (a, b) == PRIMARY})
     table = pd.DataFrame(out)
-    return table if table.empty else mark_separated(table, alpha, family=table["a"] != "full", testable_only=True)
+    return table if table.empty else mark_separated(table, alpha, family=table["a"] != "full", testable_only=True,
+                                                    primary=table["primary"].to_numpy(dtype=bool))
 
 
 def _file_records(config: RagStudyConfig) -> list | None:

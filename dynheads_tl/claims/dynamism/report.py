@@ -13,6 +13,7 @@ from dynheads_tl.tasks.hotpot import hotpot_label
 
 from .config import DynamismConfig
 from .pipeline import TABLE1_COLUMNS, TaskResult, query_focused_tables
+from .rules import _size_aware_status, _table1_status, _top20
 
 __all__ = [
     "PAPER_TABLE1_LLAMA31_8B", "eq2_rule_sentence", "table1", "OUTSIDE_READINGS", "outside_category",
@@ -84,6 +85,16 @@ def outside_reading(outside, k: int, static: str | None = None) -> str | None:
             None: None}[outside_category(outside)]
 
 
+def _units(row) -> str:
+    """The independent units an interval resampled, with the samples they hold: "20 layouts (60 analysis samples)";
+    "60 analysis samples" where the table does not say how many layouts (each sample its own)."""
+    n = int(row["n_samples"])
+    layouts = row["n_layouts"] if "n_layouts" in row else float("nan")
+    if layouts == layouts and int(layouts) != n:
+        return f"{int(layouts)} layouts ({n} analysis samples)"
+    return f"{n} analysis samples"
+
+
 def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | None = None,
                        query_focused: pd.DataFrame | None = None) -> str:
     """One computed sentence: is the per-step set a rotation inside the static top-k, or does retrieval
@@ -106,7 +117,7 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
     get = lambda m: part.loc[m]
     fmt = lambda m: f"{get(m)['value']:.3f} [{get(m)['low']:.3f}, {get(m)['high']:.3f}]"
     outside = get("share_outside_static")
-    n = int(get("static_coverage")["n_samples"])
+    units = _units(get("static_coverage"))
     equation = "Eq. 1" if table["task"].iloc[0] == "niah" else "Eq. 2"
     query = None
     if query_focused is not None and len(query_focused):
@@ -123,14 +134,14 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
         return (f"{label}: {interval(query)} of all {equation} activations fall outside the query-focused static "
                 f"top-{k} (QRHead-style, from calibration prompts; the primary) and {wu_part}. So {q_reading}, and "
                 + (f"{wu_reading}" if wu_reading else "against Wu et al.'s the share is undefined")
-                + f" (95% bootstrap intervals over {n} analysis samples).")
+                + f" (95% bootstrap intervals over {units}).")
     reading = outside_reading(outside, k)
     if reading is None:
         return f"{label}: the share of {equation} activations outside the static top-{k} is undefined here (no activations)."
     return (f"{label}: {fmt('share_outside_static')} of all {equation} activations fall outside the static "
             f"top-{k}; per-step coverage |D_t ∩ S_{k}| / |D_t| is {fmt('static_coverage')}; the Jaccard "
             f"{fmt('jaccard_static')} is {fmt('jaccard_over_bound')} of the largest value the set sizes allow "
-            f"({fmt('jaccard_bound')}). So {reading} (95% bootstrap intervals over {n} analysis samples).")
+            f"({fmt('jaccard_bound')}). So {reading} (95% bootstrap intervals over {units}).")
 
 
 def _soft_reading(eq1: pd.Series, readers: pd.Series) -> str:
@@ -275,7 +286,7 @@ def query_focused_verdict(table: pd.DataFrame, overlap: pd.DataFrame, k: int = 2
         rows[baseline] = part.loc["share_outside_static"]
     categories = {b: outside_category(r) for b, r in rows.items()}
     fmt = lambda r: f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
-    n = int(rows["wu"]["n_samples"])
+    units = _units(rows["wu"])
     shared = (f" The two static top-{k} sets share {overlap['overlap'].mean():.2f} of their heads (mean over "
               f"{len(overlap)} seed(s); 95% bootstrap intervals over calibration samples from {overlap['low'].min():.2f} "
               f"to {overlap['high'].max():.2f}; Spearman {overlap['spearman'].mean():.2f})." if len(overlap) else "")
@@ -284,7 +295,7 @@ def query_focused_verdict(table: pd.DataFrame, overlap: pd.DataFrame, k: int = 2
     same = categories["wu"] == categories["query_focused"]
     return (f"With the query-focused static top-{k} (QRHead-style) instead of Wu et al.'s, the share of Eq. 1 "
             f"activations outside the static set is {fmt(rows['query_focused'])} against {fmt(rows['wu'])} "
-            f"({n} analysis samples, 95% bootstrap intervals): the conclusion "
+            f"(95% bootstrap intervals over {units}): the conclusion "
             + ("does not change (both read: " + categories["wu"] + ")." if same else
                f"changes (Wu: {categories['wu']}; query-focused: {categories['query_focused']}).") + shared)
 
@@ -307,28 +318,6 @@ def _table1_headline(folder: Path) -> str:
     return text
 
 
-def _table1_status(folder: Path) -> Status:
-    """Reproduced when the adjacent-step Jaccard's whole interval lies at or below the paper's 0.2793 + 0.1 (the sets
-    change as much as in the paper, or more); not reproduced when it lies wholly at or above 0.9 (nearly the same
-    set at every step); weaker when it lies wholly between the two (they change, less); undetermined when it
-    spans either bound."""
-    ci = pd.read_csv(folder / "table1_intervals.csv")
-    row = ci[(ci["task"] == "niah") & (ci["metric"] == "jaccard_adjacent")].iloc[0]
-    paper = PAPER_TABLE1_LLAMA31_8B["jaccard_adjacent"]
-    if row.high <= paper + 0.1:
-        status = "reproduced"
-    elif row.low >= 0.9:
-        status = "not reproduced"
-    elif row.low > paper + 0.1 and row.high < 0.9:
-        status = "weaker"
-    else:
-        status = "undetermined"
-    layouts = f" in {int(row.n_layouts)} layouts" if "n_layouts" in row else ""
-    return Status(status, f"adjacent-step Jaccard {ci_text(row.value, row.low, row.high)} (paper {paper:.2f}); "
-                          f"n = {int(row.n_samples)} samples{layouts}",
-                  "interval against the paper's value + 0.1 (reproduced) and 0.9 (not reproduced)")
-
-
 def _eq2_headline(folder: Path) -> str:
     chosen = pd.read_csv(folder / "eq2_calibration.csv").pipe(lambda f: f[f["chosen"].map(is_true)]).iloc[0]
     return (f"share > {chosen.factor:.2f} x chance (placebo spans marked on {100 * chosen.placebo_rate:.1f}% of "
@@ -343,25 +332,12 @@ def _eq2_status(folder: Path) -> Status:
                                  f"{row.heads_per_step:.1f} heads per step")
 
 
-def _top20(folder: Path) -> pd.DataFrame:
-    frame = pd.read_csv(folder / "size_aware_overlap.csv")
-    return frame[(frame["task"] == "niah") & (frame["static_k"] == 20)].set_index("metric")
-
-
 def _size_aware_headline(folder: Path) -> str:
     part = _top20(folder)
     cell = lambda m: f"{part.loc[m, 'value']:.3f} [{part.loc[m, 'low']:.3f}, {part.loc[m, 'high']:.3f}]"
     return (f"top-20: outside share {cell('share_outside_static')}, coverage {cell('static_coverage')}, "
             f"Jaccard {cell('jaccard_static')} = {cell('jaccard_over_bound')} of its size bound "
             f"(n = {int(part.loc['static_coverage', 'n_samples'])} samples)")
-
-
-def _size_aware_status(folder: Path) -> Status:
-    """Descriptive: the share of Eq. 1 activations outside the static top-20 (bootstrap 95% over layouts)."""
-    part = _top20(folder)
-    row, cov = part.loc["share_outside_static"], part.loc["static_coverage"]
-    return Status("descriptive", f"NIAH: share outside the static top-20 {ci_text(row.value, row.low, row.high, 3)}, "
-                                 f"coverage {ci_text(cov.value, cov.low, cov.high, 3)}; n = {int(row.n_samples)} samples")
 
 
 def _soft_rows(folder: Path) -> tuple[pd.DataFrame, float]:

@@ -38,10 +38,11 @@ setting. Transfer trains on one setting and tests on another.
 Tests (SCIENCE 11, :func:`comparison_table`): every paired comparison the verdict reads (:data:`COMPARISONS`,
 pooled and within each setting) gets its cluster-bootstrap interval of the AUROC difference and an exact sign
 test over the layouts: each layout's share of the AUROC (its answers' placement values, which sum to the AUROC)
-under one detector against the other. Holm over the whole family, leaving out comparisons that cannot reach
-0.05 (too few layouts differ, Tarone) and settings too easy or too hard to evaluate (fewer than
-:data:`MIN_PER_CLASS` wrong or right answers, SCIENCE 12). The declared primary comparison (:data:`PRIMARY`):
-pooled, the context-only dynamic-head features against the answer-in-context string match.
+under one detector against the other. The declared primary comparison (:data:`PRIMARY`, read from
+preregistration.yaml): pooled, the context-only dynamic-head features against the Lookback ratio, tested alone
+at 0.05. Holm over the secondary family, leaving out comparisons that cannot reach 0.05 (too few layouts differ,
+Tarone) and settings too easy or too hard to evaluate (fewer than :data:`MIN_PER_CLASS` wrong or right answers,
+SCIENCE 12).
 
 Labels: an answer is wrong when the UUID is not reproduced exactly (NIAH) or its token F1 is below 0.5
 (HotpotQA format). Per-token labels are not defined here.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dynheads_tl import preregistration
 from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints, check_model_sizes
 from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings,
                                    check_settings, parse_setting)
@@ -55,13 +56,23 @@ COMPARISONS = (("dynamic", "lookback"), ("dynamic", "logit"), ("dynamic", "strin
                ("dynamic+logit", "logit"))
 
 
-PRIMARY = ("pooled", "dynamic_ctx", "string_match")  # claim 5's declared primary comparison (scope, a, b)
+def _declared_primary() -> tuple[str, str, str]:
+    """Claim 5's primary as the pre-registration file declares it (its id "<a>_vs_<b>", pooled over settings)."""
+    declared = preregistration.primary("error_signal")["id"]
+    a, sep, b = declared.partition("_vs_")
+    if not sep or a not in GROUPS or b not in GROUPS + UNTRAINED_GROUPS:
+        raise preregistration.PreregistrationError(
+            f"Claim error_signal's declared primary {declared!r} does not name two feature groups as '<a>_vs_<b>'.")
+    return ("pooled", a, b)
+
+
+PRIMARY = _declared_primary()  # claim 5's declared primary comparison (scope, a, b), read from preregistration.yaml
 
 
 MIN_PER_CLASS = 10  # a setting with fewer wrong (or right) answers is too easy (too hard) to evaluate a detector
 
 
-ALPHA = 0.05
+ALPHA = preregistration.alpha()
 
 
 # --- the notebook's pipeline ------------------------------------------------------------------------

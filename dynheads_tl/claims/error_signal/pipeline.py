@@ -133,8 +133,9 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
     """Every comparison of :data:`COMPARISONS` pooled and within each setting (``settings``: one name per answer),
     one row each: the AUROC difference (a − b) with its cluster-bootstrap 95% interval (layouts resampled), the
     layouts whose AUROC share favours each side and the exact two-sided sign test over them
-    (:func:`placement_contributions`, :func:`~dynheads_tl.analysis.statistics.paired_sign_test`), then Holm over
-    the whole family (:func:`~dynheads_tl.analysis.statistics.mark_separated` with ``testable_only``: comparisons
+    (:func:`placement_contributions`, :func:`~dynheads_tl.analysis.statistics.paired_sign_test`); :data:`PRIMARY`
+    is tested alone at :data:`ALPHA` (its ``p_adjusted`` is its own ``sign_p``), then Holm over the secondary
+    family (:func:`~dynheads_tl.analysis.statistics.mark_separated` with ``testable_only``: comparisons
     that cannot reach 0.05 leave it) with the scopes that have at least :data:`MIN_PER_CLASS` wrong and right
     answers; ``half_width`` and ``n_to_resolve`` (layouts that would resolve the observed difference) say what the
     design could detect; ``primary`` marks :data:`PRIMARY`."""
@@ -169,11 +170,12 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    table = mark_separated(table, ALPHA, family=table["evaluable"].to_numpy(), testable_only=True)
+    table["primary"] = [(r.scope, r.a, r.b) == PRIMARY for r in table.itertuples()]
+    table = mark_separated(table, ALPHA, family=table["evaluable"].to_numpy(), testable_only=True,
+                           primary=(table["primary"] & table["evaluable"]).to_numpy(dtype=bool))
     outside = ~table["evaluable"]
     table.loc[outside, "p_adjusted"] = float("nan")
     table.loc[outside, "separated"] = False
-    table["primary"] = [(r.scope, r.a, r.b) == PRIMARY for r in table.itertuples()]
     return table
 
 

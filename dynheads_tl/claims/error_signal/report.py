@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynheads_tl.analysis.statistics import format_interval
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, SEEDS, ErrorSignalConfig
 
@@ -38,12 +38,26 @@ def _compared(row) -> str:
     if not row["testable"]:
         return (f"cannot be tested against the {name} ({numbers}: too few layouts differ for a sign test to reach "
                 f"{ALPHA})")
+    tested = f"p {_p(row['sign_p'])}, tested alone" if row.get("primary", False) else f"p_adj {_p(row['p_adjusted'])}"
     if row["separated"]:
         verb = "beat" if row["difference"] > 0 else "fall below"
-        return f"{verb} the {name} ({numbers}, p_adj {_p(row['p_adjusted'])})"
-    need = f", about {int(row['n_to_resolve'])} layouts would resolve the observed one" if row["n_to_resolve"] else ""
-    return (f"cannot be told apart from the {name} ({numbers}, p_adj {_p(row['p_adjusted'])}; the design could "
-            f"detect differences of about ±{row['half_width']:.3f}{need})")
+        return f"{verb} the {name} ({numbers}, {tested})"
+    from dynheads_tl.analysis.statistics import Interval, sensitivity_words, tost_interval
+
+    interval = Interval(row["difference"], row["low"], row["high"], int(row["n"]),
+                        int(row["clusters"]) if "clusters" in row else None)
+    sesoi = _sesoi()
+    negligible = (f"; TOST at ±{sesoi:g}: negligible" if tost_interval(row["low"], row["high"], sesoi) else
+                  f"; not shown negligible (TOST at ±{sesoi:g})")
+    return (f"cannot be told apart from the {name} ({numbers}, {tested}; "
+            f"{sensitivity_words(interval, unit='layouts')}{negligible})")
+
+
+def _sesoi() -> float:
+    """Claim 5's smallest effect of interest (AUROC), declared in preregistration.yaml."""
+    from dynheads_tl import preregistration
+
+    return float(preregistration.primary("error_signal")["sesoi"])
 
 
 def difficulty_sentences(data: pd.DataFrame) -> list[str]:
@@ -93,9 +107,12 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame |
         lines.append("No comparison could be made (a scope with one class only).")
     else:
         testable = comparisons[comparisons["evaluable"] & comparisons["testable"]]
-        lines.append(f"Tests: exact sign tests over layouts, Holm over the {len(testable)} testable comparisons of "
-                     f"this verdict ({int((comparisons['evaluable'] & ~comparisons['testable']).sum())} untestable, "
-                     f"{int((~comparisons['evaluable']).sum())} in scopes too easy or too hard, left out).")
+        secondary = testable[~testable["primary"]] if "primary" in testable else testable
+        lines.append(f"Tests: exact sign tests over layouts; the declared primary alone at {ALPHA}, Holm over the "
+                     f"{len(secondary)} testable secondary comparisons of this verdict "
+                     f"({int((comparisons['evaluable'] & ~comparisons['testable']).sum())} untestable, "
+                     f"{int((~comparisons['evaluable']).sum())} in scopes too easy or too hard, left out). "
+                     "The pooled answers include synthetic HotpotQA-format questions where the run asked for them.")
         primary = comparisons[comparisons["primary"]]
         if len(primary):
             lines.append("Primary comparison (declared): pooled, the context-only dynamic-head features "
@@ -140,18 +157,53 @@ def _auroc_headline(folder: Path) -> str:
     return text + " (paired)"
 
 
+def error_rule(row, *, sesoi: float, alpha: float, min_per_class: int) -> str:
+    """The declared Beyond 5 rule (preregistration.yaml) on the primary's row of ``auroc_comparisons.csv`` (pooled,
+    the declared a − b): no headroom with fewer than ``min_per_class`` wrong or right answers; supported when the
+    primary, tested alone at ``alpha`` (its own sign-test p over layouts, the interval away from 0), is separated
+    positive and reaches ``sesoi``; not supported when separated negative or when TOST (the 95% interval within
+    ±sesoi) says it is negligible; undetermined otherwise."""
+    from dynheads_tl.analysis.statistics import tost_interval
+
+    if row["wrong"] < min_per_class or row["right"] < min_per_class:
+        return "no headroom"
+    separated = row["sign_p"] < alpha and (row["low"] > 0 or row["high"] < 0)
+    if separated and row["difference"] >= sesoi:
+        return "supported"
+    if (separated and row["difference"] < 0) or tost_interval(row["low"], row["high"], sesoi):
+        return "not supported"
+    return "undetermined"
+
+
 def _auroc_status(folder: Path) -> Status:
-    """Do context-only dynamic-head features flag wrong answers better than a Lookback-style ratio? Supported when
-    the paired AUROC difference's interval is above 0, not supported when below, undetermined when it contains 0
-    (cluster bootstrap 95%)."""
+    """:func:`error_rule` on the declared primary (:data:`~.config.PRIMARY`, read from preregistration.yaml)."""
+    from dynheads_tl import preregistration
+
+    from .config import PRIMARY
+
+    scope, a, b = PRIMARY
+    sesoi = float(preregistration.primary("error_signal")["sesoi"])
+    comp = pd.read_csv(folder / "auroc_comparisons.csv")
+    row = comp[(comp["scope"] == scope) & (comp["a"] == a) & (comp["b"] == b)].iloc[0]
+    verdict = error_rule(row, sesoi=sesoi, alpha=preregistration.alpha(), min_per_class=MIN_PER_CLASS)
     frame = pd.read_csv(folder / "auroc.csv").set_index("group")
-    look = frame.loc["lookback"]
-    d, lo, hi = look.dynamic_ctx_minus, look.dynamic_ctx_minus_low, look.dynamic_ctx_minus_high
-    verdict = "supported" if lo > 0 else "not supported" if hi < 0 else "undetermined"
-    ctx = frame.loc["dynamic_ctx"]
-    return Status(verdict, f"AUROC context-only {ci_text(ctx.auroc, ctx.low, ctx.high)} vs Lookback "
-                           f"{ci_text(look.auroc, look.low, look.high)}, paired {ci_text(d, lo, hi, signed=True)}; "
-                           f"n = {int(ctx.n)} answers ({int(ctx.wrong)} wrong)")
+    run = sidecar(folder, "auroc")
+    data = ("NIAH and synthetic HotpotQA-format answers pooled" if int(run.get("n_hotpot", 1) or 0) > 0
+            else "NIAH answers pooled")
+    cell = lambda g: ci_text(frame.loc[g, "auroc"], frame.loc[g, "low"], frame.loc[g, "high"]) if g in frame.index else "missing"
+    headline = (f"primary: AUROC {GROUP_NAMES.get(a, a).lower()} {cell(a)} vs {GROUP_NAMES.get(b, b).lower()} {cell(b)}, "
+                f"paired {ci_text(row.difference, row.low, row.high, signed=True)} (sign test over layouts alone, "
+                f"{int(row.a_better)}:{int(row.b_better)}, p = {row.sign_p:.2g}); n = {int(row.n)} answers "
+                f"({int(row.wrong)} wrong) in {int(row.clusters)} layouts, {data}")
+    why = f"smallest effect of interest {sesoi:g} AUROC; TOST within it: " + (
+        "yes" if verdict == "not supported" and not (row["high"] < 0) else "no")
+    if verdict != "supported":
+        from dynheads_tl.analysis.statistics import Interval, n_to_resolve
+
+        need = n_to_resolve(Interval(row.difference, row.low, row.high, int(row.n), int(row.clusters)))
+        why += (". What would settle it: " + (f"about {need} layouts for the observed difference, or " if need else "")
+                + "a setting with more wrong answers and real HotpotQA, on the confirmatory model.")
+    return Status(verdict, headline, why)
 
 
 def _verdict_finding(folder: Path) -> list[str]:

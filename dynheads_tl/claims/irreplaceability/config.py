@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dynheads_tl import preregistration
 from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_choice, check_fraction_list, check_int_list,
                                 check_ints, check_model_sizes)
 from dynheads_tl.corpus import TraceSettings
@@ -128,10 +129,10 @@ PRIMARY = ("niah", "previous_step", "static_previous", "tf_drop_t1")
 SELECTED_ON_OUTCOME = ("niah", "dynamic", "static_matched", "tf_drop")
 
 
-ALPHA = 0.05
+ALPHA = preregistration.alpha()
 
 
 # Headroom (SCIENCE 7): a free-generation comparison ranks conditions only when the unmasked run can lose
 # something, i.e. the unmasked metric's 95% interval reaches HEADROOM_FLOOR; the teacher-forced drop always has
-# headroom (it is 0 unmasked and unbounded above).
-HEADROOM_FLOOR = 0.5
+# headroom (it is 0 unmasked and unbounded above). Declared in preregistration.yaml (Fig 2's rule).
+HEADROOM_FLOOR = float(preregistration.item_rule("irreplaceability", "Fig 2")["headroom_floor"])

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pandas as pd
 
-from dynheads_tl.analysis.statistics import Interval, format_interval
+from dynheads_tl.analysis.statistics import Interval, detectable_words, format_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting
 
 from dynheads_tl.protocols.conditions import grid_conditions, teacher_forced_measure
@@ -18,13 +18,11 @@ from .config import (ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE,
 from .pipeline import TaskAblation
 from .comparisons import (DROP_METRICS, _condition_interval, _heads, _row, comparison_table, condition_summary, metric_interval,
                           progressive_control_outcome, progressive_summary, progressive_table)
+from .rules import PAPER_FIG3, _control_conclusion, _masking_status, _progressive_status
 
 __all__ = ["PAPER_FIG3", "matched_controls_verdict", "progressive_control_text", "progressive_teacher_forced_text", "query_baseline_verdict", "primary_verdict", "summary_markdown"]
 
 
-# The paper's anchors (Fig 3): accuracy 1.0 -> 0.0 by k = 20 dynamic heads; 4.5-7 compensating
-# static-top-20 heads for k >= 5.
-PAPER_FIG3 = {"accuracy_at_k0": 1.0, "accuracy_at_k20": 0.0, "m_s_range_k_ge_5": (4.5, 7.0)}
 
 
 def _interval_text(interval: Interval, digits: int = 2) -> str:
@@ -64,8 +62,8 @@ def _reading_of(row, name_a: str, *, fewer: bool) -> str:
         if hurts_more:
             return f"{name_a} hurts more" + (" although it masks fewer heads" if fewer else "") + f" ({test})"
         return f"{name_a} hurts less" + (" (it also masks fewer heads)" if fewer else "") + f" ({test})"
-    return (f"the data cannot distinguish them ({test}); the design could detect differences of about "
-            f"±{row['half_width']:.3g}{_resolve_text(row)}"
+    return (f"the data cannot distinguish them ({test}); {detectable_words(row['half_width'], digits=3, n=int(row['n']))}"
+            f"{_resolve_text(row)}"
             + (f" ({name_a} masks fewer heads, so this does not show its heads matter less)" if fewer else ""))
 
 
@@ -198,7 +196,7 @@ def _declared_verdict(comparisons: pd.DataFrame, declared: tuple, lead: str) -> 
     if reading == "cannot be tested":
         return f"{lead}**undetermined**: too few samples differ for a sign test to reach {ALPHA} ({numbers})."
     return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}; sign test p = {row['sign_p']:.3g}); "
-            f"the design could detect differences of about ±{row['half_width']:.3f} nats{_resolve_text(row)}.")
+            f"{detectable_words(row['half_width'], what='differences (nats)', n=int(row['n']))}{_resolve_text(row)}.")
 
 
 def primary_verdict(comparisons: pd.DataFrame) -> str:
@@ -240,7 +238,7 @@ def _paper_comparison(result: TaskAblation, comparisons: pd.DataFrame | None = N
             texts.append(f"dynamic masking and masking {name} are equal on all {int(row['n'])} samples ({numbers})")
         else:
             texts.append(f"dynamic masking and masking {name} cannot be told apart ({numbers}; the design could "
-                         f"detect about ±{row['half_width']:.2f}{_resolve_text(row)})")
+                         f"detect about ±{2.8 / 1.96 * row['half_width']:.2f} with 80% power{_resolve_text(row)})")
     sizes = f"D_t held {_heads(result, 'dynamic'):.1f} heads per step on average against k = {k}"
     return ("; ".join(texts) + f" ({label}; paired differences over the same samples, 95% bootstrap intervals, "
             f"exact sign tests; {sizes}, so these comparisons are not size-matched).") if texts else ""
@@ -335,24 +333,6 @@ def progressive_teacher_forced_text(table: pd.DataFrame) -> str:
             + "; ".join(parts) + ".")
 
 
-def _control_conclusion(outcome: dict) -> str:
-    """The control's conclusion in words (:func:`progressive_control_outcome`): where the ranked heads hurt more,
-    where random heads hurt more, or why nothing could be told apart."""
-    ks = lambda values: ", ".join(str(k) for k in values)
-    said = []
-    if outcome["specific"]:
-        said.append(f"the ranked heads hurt more than as many random heads at k = {ks(outcome['specific'])}")
-    if outcome["reverse"]:
-        said.append(f"random heads hurt more than the ranked ones at k = {ks(outcome['reverse'])}")
-    if said:
-        return "; ".join(said)
-    if not outcome["testable"]:
-        return (f"no k could be tested: too few samples differ (an exact sign test needs at least {outcome['needs']} "
-                f"differing samples to reach p < {ALPHA}; n = {outcome['n']} samples per k)")
-    return (f"the ranked heads are not told apart from as many random heads at any k (this design detects a "
-            f"difference of about {outcome['smallest']:.2f} at best)")
-
-
 # --- the index: claim 2's rows, read from the files the notebook wrote ---------------------------
 
 
@@ -377,40 +357,6 @@ def _masking_headline(stem: str) -> Callable[[Path], str]:
     return headline
 
 
-def _masking_status(task: str) -> Callable[[Path], Status]:
-    def status(folder: Path) -> Status:
-        """Teacher-forced drop of the gold token's log-probability, read from the notebook's ``comparisons.csv``: no
-        headroom when the unmasked metric's interval stays below :data:`HEADROOM_FLOOR`; reproduced when masking D_t
-        hurts more than as many random heads *and* than as many top static heads, each ``separated`` (exact sign test,
-        the primary alone and Holm over the rest, and the paired bootstrap interval above 0); not reproduced when
-        either is separated the other way; undetermined otherwise."""
-        summary = pd.read_csv(folder / f"{task}_conditions.csv").set_index("condition")
-        table = pd.read_csv(folder / "comparisons.csv")
-        metric = "accuracy" if "accuracy" in summary else "f1"
-        rows = {b: table[(table["task"] == task) & (table["a"] == "dynamic") & (table["b"] == b)
-                         & (table["metric"] == "tf_drop")].iloc[0] for b in ("random_matched", "static_matched")}
-        worse = [is_true(r.separated) and r.difference > 0 for r in rows.values()]
-        better = [is_true(r.separated) and r.difference < 0 for r in rows.values()]
-        unmasked = summary.loc["none"]
-        if unmasked[f"{metric}_high"] < HEADROOM_FLOOR:
-            verdict = "no headroom"
-        elif all(worse):
-            verdict = "reproduced"
-        elif any(better):
-            verdict = "not reproduced"
-        else:
-            verdict = "undetermined"
-        cell = lambda c: ci_text(summary.loc[c, "tf_drop"], summary.loc[c, "tf_drop_low"], summary.loc[c, "tf_drop_high"])
-        tests = ", ".join(f"D_t − {b.replace('_', ' ')} {ci_text(r.difference, r.low, r.high, 3, True)} "
-                          f"(p = {r.p_adjusted:.3g})" for b, r in rows.items())
-        return Status(verdict, f"gold log-prob drop, nats/step: D_t {cell('dynamic')}, as many static "
-                               f"{cell('static_matched')}, as many random {cell('random_matched')}; "
-                               f"n = {int(summary['n'].min())} per condition",
-                      f"unmasked {metric} {ci_text(unmasked[metric], unmasked[f'{metric}_low'], unmasked[f'{metric}_high'])}; "
-                      f"exact sign tests: {tests}")
-    return status
-
-
 def _progressive_headline(stem: str) -> Callable[[Path], str]:
     def headline(folder: Path) -> str:
         frame = pd.read_csv(folder / f"{stem}.csv")
@@ -425,39 +371,6 @@ def _progressive_headline(stem: str) -> Callable[[Path], str]:
         return "; ".join(parts) + (f" ({metric}, {'Wilson' if metric == 'accuracy' else 'bootstrap'} 95%, "
                                    f"n = {int(table['n'].min())} samples per k)")
     return headline
-
-
-def _progressive_status(stem: str) -> Callable[[Path], Status]:
-    def status(folder: Path) -> Status:
-        """No headroom when the k = 0 metric's interval stays below :data:`HEADROOM_FLOOR`; not reproduced when the
-        largest k's interval lies wholly at or above the k = 0 estimate (no drop at all). Otherwise the drop is
-        there when the largest k's interval lies wholly below the k = 0 interval (Wilson for accuracy, bootstrap
-        for F1), and it is reproduced when it is also specific: at some k the ranked heads hurt more than as many
-        random heads (exact sign test, Holm over the k values, :func:`progressive_table`). Random heads that hurt
-        significantly more at some k (and the ranked ones nowhere) make it not reproduced; a drop that random heads
-        match, or cannot be told from them, is undetermined; runs without the control are judged on the drop."""
-        frame = pd.read_csv(folder / f"{stem}.csv")
-        metric = "accuracy" if "accuracy" in frame else "f1"
-        table = progressive_table(frame, metric)
-        a, b = table.iloc[0], table.iloc[-1]
-        outcome = progressive_control_outcome(table)
-        controlled, specific = outcome is not None, bool(outcome and outcome["specific"])
-        reverse = bool(outcome and outcome["reverse"]) and not specific
-        if a[f"{metric}_high"] < HEADROOM_FLOOR:
-            verdict = "no headroom"
-        elif b[f"{metric}_low"] >= a[metric] or reverse:
-            verdict = "not reproduced"
-        elif b[f"{metric}_high"] < a[f"{metric}_low"] and (specific or not controlled):
-            verdict = "reproduced"
-        else:
-            verdict = "undetermined"
-        detail = (f"{metric} k = {int(a['k'])}: {ci_text(a[metric], a[f'{metric}_low'], a[f'{metric}_high'])} → "
-                  f"k = {int(b['k'])}: {ci_text(b[metric], b[f'{metric}_low'], b[f'{metric}_high'])}; "
-                  f"n = {int(table['n'].min())} samples per k")
-        if controlled:
-            detail += f"; size-matched random k: {_control_conclusion(outcome)}"
-        return Status(verdict, detail)
-    return status
 
 
 def _primary(folder: Path) -> dict | None:

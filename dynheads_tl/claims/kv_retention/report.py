@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynheads_tl.analysis.statistics import format_interval
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting
+from dynheads_tl.analysis.statistics import detectable_words, format_interval
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import SEEDS, RetentionConfig
 
@@ -35,8 +35,8 @@ def primary_verdict(primary: dict | None) -> str:
         return f"{lead}{word} ({numbers})."
     need = primary["n_to_resolve"]
     need = f"; about {int(need)} samples would resolve the observed difference" if need else ""
-    return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}); the design could detect differences "
-            f"of about ±{primary['half_width']:.2f} nats{need}.")
+    return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}); "
+            f"{detectable_words(primary['half_width'], digits=2, what='differences (nats)', n=primary['n'])}{need}.")
 
 
 # The measures each (granularity, budget) comparison reads: (name, columns of difference, low, high, adjusted p,
@@ -173,7 +173,7 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame
             parts.append(f"{r.granularity} heads {r.budget:.0%}: {word} "
                          f"({_fmt(r.accuracy_difference, r.low, r.high, True)}, {r.predicted_better} samples better "
                          f"and {r.static_better} worse, {_p_text(r.p_adjusted, r.predicted_better + r.static_better)}; "
-                         f"the design could detect about ±{r.half_width:.2f}); gold log-prob "
+                         f"{detectable_words(r.half_width, digits=2, n=r.n)}); gold log-prob "
                          f"{_fmt(r.logprob_difference, r.logprob_low, r.logprob_high, True)} nats/token "
                          f"({_p_text(getattr(r, 'logprob_p_adjusted', float('nan')), getattr(r, 'logprob_predicted_better', 0) + getattr(r, 'logprob_static_better', 0))})"
                          + (f":{lp_word}" if lp_word else ""))
@@ -198,13 +198,32 @@ def _retention_headline(folder: Path) -> str:
     return f"n = {int(frame['n'].min())} samples; {head}; " + "; ".join(parts)
 
 
+def retention_rule(full, stream, primary, *, sesoi: float, alpha: float) -> str:
+    """The declared Beyond 6 rule (preregistration.yaml): no headroom unless the full cache's accuracy interval lies
+    above streaming's; then the primary (``primary_comparison.csv``: predicted − static gold log-probability over the
+    KV-head budgets, tested alone at ``alpha`` by its sign test, the interval away from 0): supported when separated
+    positive and reaching ``sesoi``; not supported when separated negative or when TOST (the 95% interval within
+    ±sesoi) says it is negligible; undetermined otherwise, and undetermined when the primary is missing."""
+    from dynheads_tl.analysis.statistics import tost_interval
+
+    if full.accuracy_low <= stream.accuracy_high:
+        return "no headroom"
+    if primary is None:
+        return "undetermined"
+    separated = primary.sign_p < alpha and (primary.low > 0 or primary.high < 0)
+    if separated and primary.difference >= sesoi:
+        return "supported"
+    if (separated and primary.difference < 0) or tost_interval(primary.low, primary.high, sesoi):
+        return "not supported"
+    return "undetermined"
+
+
 def _retention_status(folder: Path) -> Status:
-    """No headroom unless the full cache's accuracy interval lies above streaming's. Then the declared primary
-    comparison (``primary_comparison.csv``: predicted − static gold log-probability over the KV-head budgets, exact
-    sign test at 0.05 and the interval away from 0) decides: supported when predicted is separated above static,
-    not supported when below, undetermined otherwise. A run without that file reads the per-budget accuracy
-    comparisons (Holm-adjusted): supported when predicted beats static at some budget, not supported when static
-    beats predicted at some budget, undetermined when none is separated."""
+    """:func:`retention_rule` on ``retention.csv`` and ``primary_comparison.csv``, thresholds from
+    preregistration.yaml; the per-budget accuracy comparisons (secondary, Holm) are counted beside it."""
+    from dynheads_tl import preregistration
+
+    sesoi = float(preregistration.primary("kv_retention")["sesoi"])
     frame = pd.read_csv(folder / "retention.csv")
     comp = pd.read_csv(folder / "predicted_vs_static.csv")
     full = frame[frame["strategy"] == "full"].iloc[0]
@@ -212,21 +231,21 @@ def _retention_status(folder: Path) -> Status:
     separated = comp[comp["separated"].map(is_true)]
     primary_path = folder / "primary_comparison.csv"
     primary = pd.read_csv(primary_path).iloc[0] if primary_path.exists() else None
-    if full.accuracy_low <= stream.accuracy_high:
-        verdict = "no headroom"
-    elif primary is not None:
-        verdict = ("supported" if is_true(primary.separated) and primary.difference > 0 else
-                   "not supported" if is_true(primary.separated) else "undetermined")
-    elif len(separated):
-        verdict = "supported" if (separated["accuracy_difference"] > 0).any() else "not supported"
-    else:
-        verdict = "undetermined"
+    verdict = retention_rule(full, stream, primary, sesoi=sesoi, alpha=preregistration.alpha())
     lead = (f"primary: predicted − static gold log-prob {ci_text(primary.difference, primary.low, primary.high, signed=True)} "
-            f"nats/token over the KV-head budgets (sign test p = {primary.sign_p:.3g}, n = {int(primary.n)}); "
-            if primary is not None else "")
-    return Status(verdict, lead + f"full cache {ci_text(full.accuracy, full.accuracy_low, full.accuracy_high)}; "
-                                  f"n = {int(full.n)} samples; {len(separated)} of {len(comp)} per-budget accuracy "
-                                  "comparisons separated")
+            f"nats/token over the KV-head budgets (sign test alone, {int(primary.predicted_better)}:"
+            f"{int(primary.static_better)} samples, p = {primary.sign_p:.3g}, n = {int(primary.n)}); "
+            if primary is not None else "primary: missing (this run did not write primary_comparison.csv); ")
+    headline = (lead + f"full cache accuracy {ci_text(full.accuracy, full.accuracy_low, full.accuracy_high)}; "
+                       f"n = {int(full.n)} samples; {len(separated)} of {len(comp)} per-budget accuracy comparisons "
+                       "separated (Holm)")
+    why = f"smallest effect of interest {sesoi:g} nats/token"
+    if verdict != "supported":
+        run = sidecar(folder, "retention")
+        why += (f". What would settle it: a probe whose predicted heads beat the static ones on the confirmatory "
+                f"model and at longer contexts ({run.get('model', 'this model')}, {run.get('niah_setting', '?')} here, "
+                f"n = {int(full.n)} samples).")
+    return Status(verdict, headline, why)
 
 
 def _primary_row(folder: Path) -> dict | None:
