@@ -673,6 +673,11 @@ def test_residualised_rule_reads_k1_and_needs_the_generated_token():
     assert residualised_rule(frame(0.15, 0.0, generated))[0] == "not supported"  # the intervals overlap
     assert residualised_rule(frame(0.5, 0.0))[0] == "partly supported"  # generated token not regressed out
     assert residualised_rule(frame(0.5, 0.0))[1]["k"] == 1
+    # a run that also writes the tokens-read-only control regressed the generated token out of the main one
+    from dynheads_tl.analysis.cca import READ_TOKENS_ONLY
+
+    both = pd.concat([frame(0.5, 0.0), frame(0.9, 0.0, READ_TOKENS_ONLY)], ignore_index=True)
+    assert residualised_rule(both)[0] == "supported" and residualised_rule(both)[1]["generated"]
 
 
 def test_the_primary_lag_is_tested_alone_and_the_other_lags_holm_corrected():

@@ -9,6 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
+from dynheads_tl.analysis.cca import READ_TOKENS_ONLY
 from dynheads_tl.claim import Status, ci_text, is_true, sidecar
 
 from .config import METRIC_LABELS
@@ -282,9 +283,14 @@ def residualised_rule(frame: pd.DataFrame) -> tuple[str, dict]:
     """The declared Beyond 3a rule (preregistration.yaml) on ``fig4_niah_cca_residualised.csv``: supported when the
     held-out CCA with step, tokens read and the token generated regressed out lies above its chance pairing at
     k = 1 (its interval wholly above the chance interval), not supported when the intervals overlap. A run whose
-    residualisation leaves the generated token in (no control naming it) reads "held-out, residualised" and is at
-    most partly supported."""
-    controls = [c for c in frame["control"].unique() if "residualised" in c and "generated" in c and "chance" not in c]
+    residualisation leaves the generated token in reads "held-out, residualised" and is at most partly supported.
+    Runs that regress the generated token out write ``held-out, residualised`` beside the control without it,
+    ``held-out, residualised (tokens read only)`` (:data:`~dynheads_tl.analysis.cca.READ_TOKENS_ONLY`); a control
+    naming "generated" counts too."""
+    present = set(frame["control"].unique())
+    controls = [c for c in present if "residualised" in c and "generated" in c and "chance" not in c]
+    if not controls and READ_TOKENS_ONLY in present:
+        controls = ["held-out, residualised"]
     control = controls[0] if controls else "held-out, residualised"
     resid = frame[frame["control"] == control].set_index("k").sort_index()
     chance = frame[frame["control"] == f"{control}, chance"].set_index("k")
