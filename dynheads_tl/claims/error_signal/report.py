@@ -248,6 +248,6 @@ CLAIM = Claim(
     findings=(Finding("Beyond 1, is the answer wrong?", _verdict_finding, "Verdict, computed from the tests"),),
     # The id of what PRIMARY computes (against the string match); the pre-registered primary is against the Lookback
     # ratio (tests/test_preregistration.py marks this claim as not yet computing it).
-    primary=Primary("dynamic_ctx_vs_string_match", _primary),
+    primary=Primary("dynamic_ctx_vs_lookback", _primary),
     seeds=SEEDS,
 )

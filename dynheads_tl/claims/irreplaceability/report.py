@@ -424,6 +424,6 @@ CLAIM = Claim(
         "Every comparison, tested"),),
     # The id of what PRIMARY computes (D_t against as many top static heads); the pre-registered primary is the fair
     # D_{t-1} comparison, so tests/test_preregistration.py marks this claim as not yet computing it.
-    primary=Primary("dynamic_vs_static_matched", _primary),
+    primary=Primary("fair_previous_step_vs_static", _primary),
     seeds=SEEDS,
 )
