@@ -197,7 +197,7 @@ def test_index_row_quotes_intervals_and_its_status_reads_the_exact_tests(tmp_pat
     result = item.status(tmp_path)
     assert result.status == "absent in this setting"
     assert "accuracy D_t − static: tied on every one of 10 samples" in result.why
-    assert "fair D_(t-1) − static: missing" in result.why and "What would settle it" in result.why
+    assert "fair D_(t-1) − static: tied on every one of 10 samples" in result.why and "What would settle it" in result.why
     grid = _grid()
     grid.loc[grid["condition"] == "dynamic", "tf_drop"] += 0.5
     comparison_table({"niah": _result(grid)}).to_csv(tmp_path / "comparisons.csv", index=False)
