@@ -262,3 +262,52 @@ def test_a_length_with_fewer_layouts_than_the_minimum_is_not_tested_and_says_why
     table = trend_table(units, n_resamples=200)
     assert table.set_index("primary").loc["rotation_vs_length", "reading"] == "not tested"
     assert f"at least {length_grid.MIN_LAYOUTS_PER_LENGTH} layouts each" in length_grid.trend_verdict(table, "m", "prose")
+
+
+# --- the pipeline on a tiny random model -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_grid(tmp_path_factory):
+    import dynheads_tl
+    from conftest import build_tiny_model
+
+    folder = build_tiny_model("llama", tmp_path_factory.mktemp("tiny_length_grid") / "llama")
+    model = dynheads_tl.load_model(str(folder), device="cpu")
+    config = LengthGridConfig(model=str(folder), lengths=[100, 150], depths=[0.0, 0.5, 1.0], runs_per_cell=2,
+                              n_calibration=2, max_new_tokens=5, use_cache=False, n_resamples=50, batch_size=16)
+    return model, config
+
+
+def test_the_grid_runs_end_to_end_on_a_tiny_model(tiny_grid):
+    model, config = tiny_grid
+    cells = length_grid.grid_samples(model, config)
+    assert len(cells) == 2 * 3 * 2
+    # the depths of one (length, run) share the haystack offset, so their prompts share the text up to the needle
+    offsets = {(c["context"], c["run"]): set() for c, _ in cells}
+    for cell, _ in cells:
+        offsets[(cell["context"], cell["run"])].add(cell["haystack_offset"])
+    assert all(len(found) == 1 for found in offsets.values())
+    share = prefill_share(cells)
+    assert (share["prefilled"] < share["prompt_positions"]).all()
+    statics, calibration = length_grid.static_sets(model, config)
+    assert len(calibration) == 2 and statics.wu_scores.shape == (model.cfg.n_layers, model.cfg.n_heads)
+    traces = length_grid.grid_traces(model, config, cells)
+    samples = sample_table(cells, traces, statics, config.static_k)
+    assert samples["layout"].nunique() == len(cells)
+    table1 = table1_by_length(samples, traces, n_resamples=50)
+    assert sorted(table1["length"].unique()) == [100, 150] and len(table1) == 2 * 7
+    names, note = length_grid.conditions()
+    assert "not run" in note or "runs" in note
+    grid = length_grid.masking_grid(model, config, cells, statics, names)
+    assert len(grid) == len(cells) * len(names)
+    assert {"accuracy", "tf_drop", "response", "layout", "context", "depth"} <= set(grid.columns)
+    # unmasked, the two-pass protocol is the plain traced generation: the same answer, no drop
+    unmasked = grid[grid["condition"] == "none"].reset_index(drop=True)
+    assert unmasked["response"].tolist() == [t.response for t in traces]
+    assert (unmasked["tf_drop"].abs() < 1e-5).all()
+    by_length = length_grid.masking_by_length(grid, n_resamples=50)
+    assert set(by_length["length"]) == {100, 150}
+    assert by_length.set_index(["length", "comparison"]).loc[(100, "accuracy_none"), "n"] == 6
+    units = primary_units(samples, grid)
+    assert set(units["rotation_vs_length"]["length"]) <= {100, 150}
+    trends = trend_table(units, n_resamples=50)
+    assert len(trends) == 3 and trends["n_layouts"].max() <= 12

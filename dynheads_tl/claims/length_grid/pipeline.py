@@ -262,17 +262,24 @@ def conditions() -> tuple[list[str], str]:
 def masking_grid(model, config: LengthGridConfig, cells: list[tuple[dict, Sample]], statics: StaticSets,
                  names: list[str]) -> pd.DataFrame:
     """Every condition on every grid sample, generated and teacher-forced (claim 2's two-pass protocol), cached per
-    run; one row per (sample, condition)."""
-    from dynheads_tl.protocols.ablation import AblationSetup, grid_experiment
+    run; one row per (sample, condition) with the teacher-forced columns (``tf_*``) beside the generated ones. The
+    runs of one length are decoded together (``batch_size`` rows at a time, generated and teacher-forced apart):
+    they share the haystack up to their needles, and a cell of one sample would make batches of a few rows."""
+    from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 
     wu = statics.wu_scores
     setup = AblationSetup(static_mask=statics.top("wu", statics.k), static_top20=statics.top("wu", config.static_k),
                           k=statics.k, kind="eq1", mode=config.ablation_mode, seed=config.seed,
                           static_order=torch.argsort(wu.flatten(), descending=True, stable=True))
     cache_key = {"claim": "length_grid", "haystack": config.haystack} if config.use_cache else None
-    return grid_experiment(model, cells, setup, config.trace_config("niah"), conditions=names,
-                           desc="length grid masking", cache_key=cache_key, batch_size=config.batch_size,
-                           teacher_forced=True)
+    plan = [(i, name, forced) for i in range(len(cells)) for forced in (False, True) for name in names]
+    jobs = [Job(cells[i][1], name, sample_seed=i, teacher_forced=forced) for i, name, forced in plan]
+    groups = [cells[i][0]["context"] for i, _, _ in plan]
+    outputs = cached_runs(model, jobs, setup, config.trace_config("niah"), batch_size=config.batch_size,
+                          cache_key=cache_key, groups=groups, desc="length grid masking")
+    found = {(i, name, forced): row for (i, name, forced), (row, _) in zip(plan, outputs)}
+    return pd.DataFrame([{**cells[i][0], "condition": name, **found[(i, name, False)], **found[(i, name, True)]}
+                         for i in range(len(cells)) for name in names])
 
 
 def _paired(grid: pd.DataFrame, a: str, b: str, metric: str) -> pd.DataFrame:
