@@ -25,6 +25,7 @@ from dynheads_tl import trace_batch, trace_generation
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
 from dynheads_tl.engine.grouped import attention_path
 from dynheads_tl.engine.decoder import prefix_sharing
+from dynheads_tl.engine.models import model_name
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -48,7 +49,7 @@ def main() -> None:
         samples = make_niah_samples(model.tokenizer, n=args.n, context_tokens=args.length, seed=args.seed,
                                     haystack=args.haystack, max_new_tokens=sets.max_new_tokens,
                                     max_tokens=int(model.cfg.n_ctx))
-    print(f"{len(samples)} samples of {[len(s.prompt_ids) for s in samples]} prompt tokens; model {model.cfg.model_name}")
+    print(f"{len(samples)} samples of {[len(s.prompt_ids) for s in samples]} prompt tokens; model {model_name(model)}")
     config = sets.trace_config("niah")
     runs = {"batched": lambda: trace_batch(model, samples, config)}
     if args.alone:

@@ -245,18 +245,18 @@ def heatmap_data(trace: Trace, tokenizer, n_heads: int = 10):
 
 # --- claim 2 per cell -------------------------------------------------------------------------------------------
 def conditions() -> tuple[list[str], str]:
-    """The masking conditions the grid runs (claim 2's, plus the fair pair when registered) and a note saying
-    whether the fair pair was found in the condition registry."""
+    """The masking conditions the grid runs (claim 2's, plus D_{t-1} and its size-matched static control, each when
+    the condition registry has it, looked up by name) and a note saying which of the fair pair were found."""
     from dynheads_tl.protocols.conditions import CONDITIONS
 
-    names = list(GRID_CONDITIONS)
     fair = [name for name in (PREVIOUS_CONDITION, PREVIOUS_BASELINE) if name in CONDITIONS]
+    names = list(GRID_CONDITIONS) + fair
     if len(fair) == 2:
-        return names + fair, (f"The fair comparison runs: {PREVIOUS_CONDITION} (D_{{t-1}}) against "
-                              f"{PREVIOUS_BASELINE}.")
+        return names, f"The fair comparison runs: {PREVIOUS_CONDITION} (D_{{t-1}}) against {PREVIOUS_BASELINE}."
     missing = [name for name in (PREVIOUS_CONDITION, PREVIOUS_BASELINE) if name not in CONDITIONS]
-    return names, (f"The fair comparison (D_{{t-1}} against as many static heads) is not run: the condition "
-                   f"registry has no {' or '.join(missing)} on this installation.")
+    return names, (f"The fair comparison (D_{{t-1}} against as many static heads) is not made: the condition "
+                   f"registry has no {' or '.join(missing)} on this installation"
+                   + (f" ({fair[0]} runs on its own)." if fair else "."))
 
 
 def masking_grid(model, config: LengthGridConfig, cells: list[tuple[dict, Sample]], statics: StaticSets,

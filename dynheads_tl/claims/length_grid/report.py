@@ -317,6 +317,6 @@ CLAIM = Claim(
                   "(rotation, share outside the query-focused S_20, D_{t-1} − static drop), Holm over the three",
                   "not in the paper", "length_trends", 27.3, _trend_headline, _trend_status),
     ),
-    findings=(Finding("Length grid: trends", "length_grid.trend_verdict", r"^(On|Length)", limit=3),),
+    findings=(Finding("Length grid: trends", "length_grid.trend_verdict", r"(per doubling|^Length trend of)", limit=3),),
     seeds=SEEDS,
 )
