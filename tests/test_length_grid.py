@@ -311,3 +311,30 @@ def test_the_grid_runs_end_to_end_on_a_tiny_model(tiny_grid):
     assert set(units["rotation_vs_length"]["length"]) <= {100, 150}
     trends = trend_table(units, n_resamples=50)
     assert len(trends) == 3 and trends["n_layouts"].max() <= 12
+
+
+def test_the_index_rows_read_their_csvs_and_state_n_and_an_interval(tmp_path):
+    import json
+
+    from dynheads_tl.report.status import item_status
+
+    folder = tmp_path / "07_length_grid"
+    folder.mkdir()
+    table1 = pd.concat([_table1_rows((0.30, 0.45), (0.01, 0.05), (0.02, 0.08)).assign(length=1000),
+                        _table1_rows((0.30, 0.45), (0.15, 0.30), (0.20, 0.40)).assign(length=2000)])
+    table1.assign(n_layouts=5, n_samples=5, degenerate=False).to_csv(folder / "table1_by_length.csv", index=False)
+    (folder / "table1_by_length.config.json").write_text(json.dumps({"haystack": "prose"}))
+    fig2 = pd.concat([_fig2_rows(none=(0.2, 0.05, 0.4)).assign(length=1000),
+                      _fig2_rows(accuracy=(-0.6, -0.8, -0.4, 0.001), tf=(0.5, 0.3, 0.7, 0.001)).assign(length=2000)])
+    fig2.assign(n=5).to_csv(folder / "fig2_by_length.csv", index=False)
+    trend_table({"rotation_vs_length": _units(-0.1, 0.02)}, n_resamples=200).to_csv(folder / "length_trends.csv",
+                                                                                    index=False)
+    table1_row = item_status(tmp_path, "Table 1 by length")
+    assert table1_row.status == "reproduced"  # the longest length's
+    assert "1,000 tokens: absent in this setting" in table1_row.headline and "n = 5 layouts" in table1_row.headline
+    fig2_row = item_status(tmp_path, "Fig 2 by length")
+    assert fig2_row.status == "weaker" and "1,000 tokens: no headroom" in fig2_row.headline
+    assert "n = 5 samples" in fig2_row.headline and "[" in fig2_row.headline
+    trend_row = item_status(tmp_path, "Beyond 7")
+    assert trend_row.status == "supported" and "n = 36 layouts" in trend_row.headline
+    assert item_status(tmp_path, "Fig 1 by length").status == "qualitative"

@@ -238,9 +238,15 @@ def _table1_headline(folder: Path) -> str:
 
 def _table1_row_status(folder: Path) -> Status:
     """Each length by claim 1's declared Table 1 rule (:func:`table1_status`); the row shows the longest length's
-    status and every length's in its headline."""
-    status, each = _longest(table1_statuses(pd.read_csv(folder / "table1_by_length.csv")))
-    return Status(status, f"{_haystack(folder)}; {each}")
+    status, with its numbers, and every length's status in its headline."""
+    frame = pd.read_csv(folder / "table1_by_length.csv")
+    status, each = _longest(table1_statuses(frame))
+    at = frame[frame["length"] == frame["length"].max()].set_index("metric")
+    numbers = "; ".join(f"{label} {ci_text(at.loc[m, 'value'], at.loc[m, 'low'], at.loc[m, 'high'])}"
+                        for m, label in (("jaccard_adjacent", "adjacent J"), ("share_outside_wu", "outside Wu's S_20"),
+                                         ("share_outside_query_focused", "outside the query-focused S_20")))
+    return Status(status, f"{_haystack(folder)}, {int(frame['length'].max()):,} tokens: {numbers}; "
+                          f"n = {int(at['n_layouts'].iloc[0])} layouts; by length: {each}")
 
 
 def _fig2_headline(folder: Path) -> str:
@@ -258,16 +264,25 @@ def _fig2_headline(folder: Path) -> str:
 
 def _fig2_row_status(folder: Path) -> Status:
     """Each length by claim 2's declared Fig 2 rule (:func:`fig2_status`); the row shows the longest length's
-    status and every length's in its headline."""
-    status, each = _longest(fig2_statuses(pd.read_csv(folder / "fig2_by_length.csv")))
-    return Status(status, f"{_haystack(folder)}; {each}")
+    status, with its unmasked accuracy and teacher-forced D_t − static drop, and every length's status in its
+    headline."""
+    frame = pd.read_csv(folder / "fig2_by_length.csv")
+    status, each = _longest(fig2_statuses(frame))
+    longest = int(frame["length"].max())
+    at = {r.comparison: r for r in frame[frame["length"] == longest].itertuples()}
+    parts = [f"unmasked accuracy {ci_text(at['accuracy_none'].value, at['accuracy_none'].low, at['accuracy_none'].high)}"]
+    if "tf_drop_dynamic_vs_static" in at:
+        r = at["tf_drop_dynamic_vs_static"]
+        parts.append(f"drop D_t − static {ci_text(r.value, r.low, r.high, signed=True)} nats/step")
+    return Status(status, f"{_haystack(folder)}, {longest:,} tokens: {'; '.join(parts)}; "
+                          f"n = {int(at['accuracy_none'].n)} samples; by length: {each}")
 
 
 def _trend_headline(folder: Path) -> str:
     frame = pd.read_csv(folder / "length_trends.csv")
-    return "; ".join(f"{r.primary}: " + ("not tested" if r.reading == "not tested" else
+    return "; ".join(f"{r.primary}: " + (f"not tested (n = {int(r.n_layouts)} layouts)" if r.reading == "not tested" else
                      f"{ci_text(r.slope_per_doubling, r.low, r.high, digits=3, signed=True)}/doubling, "
-                     f"Holm p = {r.p_holm:.3g} ({r.reading}; {int(r.n_layouts)} layouts, {r.lengths})")
+                     f"Holm p = {r.p_holm:.3g} ({r.reading}; n = {int(r.n_layouts)} layouts at {r.lengths} tokens)")
                      for r in frame.itertuples())
 
 
@@ -287,6 +302,11 @@ def _trend_status(folder: Path) -> Status:
     else:
         status = "undetermined"
     return Status(status, f"{_haystack(folder)}; " + _trend_headline(folder))
+
+
+def _picture(folder: Path) -> Status:
+    """Fig 1 per length: a picture of one answer per length, no verdict."""
+    return Status("qualitative", "a picture of one answer per length")
 
 
 CLAIM = Claim(
@@ -309,7 +329,7 @@ CLAIM = Claim(
                   "Table 1 at one NIAH length per model", "table1_by_length", 27, _table1_headline,
                   _table1_row_status),
         PaperItem("Fig 1 by length", "Fig 1 per context length: the 10 most variable heads over one answer",
-                  "Fig 1 (one answer)", "fig1_by_length", 27.1),
+                  "Fig 1 (one answer)", "fig1_by_length", 27.1, None, _picture),
         PaperItem("Fig 2 by length", "Fig 2 as a length x depth heatmap per masking condition (accuracy and the "
                   "teacher-forced gold log-prob drop), n per cell", "Fig 2: 5k-50k tokens x depths 0-100%, 5 runs per cell",
                   "fig2_length_accuracy", 27.2, _fig2_headline, _fig2_row_status),
