@@ -338,3 +338,15 @@ def test_the_index_rows_read_their_csvs_and_state_n_and_an_interval(tmp_path):
     trend_row = item_status(tmp_path, "Beyond 7")
     assert trend_row.status == "supported" and "n = 36 layouts" in trend_row.headline
     assert item_status(tmp_path, "Fig 1 by length").status == "qualitative"
+
+
+def test_verdicts_say_undefined_and_degenerate_values_as_such():
+    rows = _table1_rows((0.30, 0.45), (0.01, 0.05), (0.02, 0.08)).assign(length=1000, n_layouts=5, n_samples=5,
+                                                                           degenerate=False)
+    rows.loc[rows["metric"] == "jaccard_adjacent", ["value", "low", "high"]] = float("nan")
+    rows.loc[rows["metric"] == "share_outside_wu", ["value", "low", "high", "degenerate"]] = [0.0, 0.0, 0.0, True]
+    text = length_grid.claim1_verdict(rows, "m", "prose")
+    assert "adjacent-step Jaccard undefined (no Eq. 1 activation to pool)" in text
+    assert "share outside Wu's S_20 every layout at 0.00 (degenerate)" in text
+    empty = trend_table({"rotation_vs_length": pd.DataFrame(columns=["length", "layout", "value"])}, n_resamples=50)
+    assert "no answer had an Eq. 1 activation" in length_grid.trend_verdict(empty, "m", "prose")

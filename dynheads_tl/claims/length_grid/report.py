@@ -79,9 +79,13 @@ def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
     for r in table.itertuples():
         what = _PHRASES.get(r.primary, r.measure)
         if r.reading == "not tested":
-            reason = ("the fair masking pair was not run" if r.n_units == 0 else
-                      f"{int(r.n_layouts)} layouts over {int(r.n_lengths)} length(s): a slope needs two lengths with "
-                      f"at least {MIN_LAYOUTS_PER_LENGTH} layouts each")
+            if r.n_units == 0 and r.primary == "irreplaceability_vs_length":
+                reason = "the fair masking pair was not run"
+            elif r.n_units == 0:
+                reason = "no layout has the quantity: no answer had an Eq. 1 activation"
+            else:
+                reason = (f"{int(r.n_layouts)} layouts with the quantity over {int(r.n_lengths)} length(s): a slope "
+                          f"needs two lengths with at least {MIN_LAYOUTS_PER_LENGTH} layouts each")
             sentences.append(f"Length trend of {what}: not tested ({reason}).")
             continue
         lengths = [int(x) for x in str(r.lengths).split()]
@@ -175,14 +179,26 @@ def fig2_statuses(table: pd.DataFrame) -> dict[int, str]:
     return {int(length): fig2_status(part) for length, part in table.groupby("length", sort=True)}
 
 
+def _value_text(row, signed: bool = False) -> str:
+    """A value with its interval; "undefined" when there is no value (no Eq. 1 activation to pool), and "every
+    layout at X (degenerate)" when every resample gave the same value."""
+    value = float(row["value"] if isinstance(row, pd.Series) else row.value)
+    low, high = (float(row["low"]), float(row["high"])) if isinstance(row, pd.Series) else (float(row.low), float(row.high))
+    degenerate = is_true(row["degenerate"] if isinstance(row, pd.Series) else row.degenerate)
+    if value != value:
+        return "undefined (no Eq. 1 activation to pool)"
+    if degenerate:
+        return f"every layout at {value:{'+' if signed else ''}.2f} (degenerate)".replace("-", "−")
+    return ci_text(value, low, high, signed=signed)
+
+
 def claim1_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
     """Per length, Table 1's status by its declared rule, with the numbers it reads."""
     parts = []
     for length, part in table.groupby("length", sort=True):
         at = part.set_index("metric")
         n = f"{int(at['n_layouts'].iloc[0])} layouts ({int(at['n_samples'].iloc[0])} samples)"
-        numbers = "; ".join(f"{label} {ci_text(at.loc[m, 'value'], at.loc[m, 'low'], at.loc[m, 'high'])}"
-                            + (" (degenerate: every layout alike)" if is_true(at.loc[m, "degenerate"]) else "")
+        numbers = "; ".join(f"{label} {_value_text(at.loc[m])}"
                             for m, label in (("jaccard_adjacent", "adjacent-step Jaccard"),
                                              ("share_outside_wu", "share outside Wu's S_20"),
                                              ("share_outside_query_focused", "outside the query-focused S_20")))
@@ -206,7 +222,7 @@ def claim2_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
                 bits.append(f"{label} not run")
                 continue
             p = "" if r.sign_p is None or r.sign_p != r.sign_p else f", sign test p = {float(r.sign_p):.3g}"
-            bits.append(f"{label} {ci_text(r.value, r.low, r.high, signed=name != 'accuracy_none')}{p}")
+            bits.append(f"{label} {_value_text(r, signed=name != 'accuracy_none')}{p}")
         n = int(at["accuracy_none"].n) if "accuracy_none" in at else 0
         parts.append(f"at {int(length):,} tokens (n = {n} samples): Fig 2 **{fig2_status(part)}** ({'; '.join(bits)})")
     return f"On {_setting(model, haystack, sorted(table['length'].unique()), 'by its declared rule')}: " + "; ".join(parts) + "."
