@@ -2,11 +2,11 @@
 from the file), the per-length statuses of Table 1 and Fig 2 by their claims' declared rules, the computed verdict
 sentences, and the index rows.
 
-Presets. The default grid is small enough for the whole default report to stay within an hour from an empty cache
-on a 2-core CPU: 1k and 2k tokens x depths 0, 0.25, 0.5, 0.75, 1 x one run per cell (5 layouts per length, the fewest a
-length trend is tested on) (docs/notebooks.md gives its measured
-time). ``long`` is the pre-registered grid, 1k, 2k, 4k and 8k tokens x depths 0, 0.25, 0.5, 0.75, 1 x two runs per
-cell; ``smoke`` is the tests' tiny grid; ``paper`` the paper's lengths on Llama-3.1-8B.
+Presets. The default grid is meant to keep the whole default report within an hour from an empty cache on a 2-core
+CPU: 1k and 2k tokens x depths 0, 0.25, 0.5, 0.75, 1 x one run per cell (5 layouts per length, the fewest a length
+trend is tested on); docs/notebooks.md gives its time (an estimate until measured on a quiet hour). ``long`` is the
+pre-registered grid, 1k, 2k, 4k and 8k tokens x depths 0, 0.25, 0.5, 0.75, 1 x two runs per cell; ``smoke`` is a
+tiny grid for tests; ``paper`` the paper's lengths on Llama-3.1-8B.
 """
 from __future__ import annotations
 
