@@ -28,6 +28,17 @@ Parts (results as Markdown table rows, for docs/decoding.md):
 - ``retention``: notebook 06's units as the notebook runs them (its default conditions, free and teacher-forced,
   on its first ``--retention-samples`` evaluation samples), with ``batch_size`` each of ``--retention-batch-sizes``,
   per sample (not in the default parts: it takes minutes);
+- ``length``: the cost of a long context (``--long-tokens``, default 8000, one prompt and ``--long-rows`` prompts
+  of one haystack at different depths, so they share its prefix): ``trace_batch`` (traced: Eq. 1/2 every step)
+  against transformers ``generate`` (SDPA, untraced) of the same prompts, ``--steps`` tokens, and ms per decoding
+  step of the grouped step against transformers' SDPA decode on the prefilled cache;
+- ``length_memory``: peak resident memory of one traced generation at each of ``--memory-lengths`` context tokens,
+  each in a fresh process (the model loaded first, then its resident size subtracted), beside the KV cache the
+  decoder holds per row: linear in the context when no whole-prompt score matrix is kept;
+- ``length_share``: notebook 07's default grid (its default configuration): the share of prompt positions
+  actually prefilled when the rows of one length share their haystack up to the needle, for its traces and for
+  its masking runs (every condition of a sample, generated and teacher-forced, shares the sample's prompt)
+  (token arithmetic: the tokenizer only);
 - ``query``: the query-focused scores (QRHead-style, notebooks 01, 02 and 06) of the first ``--rows`` samples of the
   default NIAH calibration split of seed 0, with the context prefilled once by the SDPA twin and only the query tokens
   run through the hooked bridge (``query_focused_scores``), against one hooked pass over each whole prompt (the
@@ -429,9 +440,130 @@ def part_query(model, args) -> None:
           f"{best['prefilled'] / best['whole']:.2f} | {difference:.1e} |", flush=True)
 
 
+def part_length(model, args) -> None:
+    """Traced generation and decoding at ``--long-tokens``: one prompt and ``--long-rows`` prompts (one haystack,
+    depths spread, so they share its prefix up to the first needle), against transformers on the same prompts."""
+    from transformers import DynamicCache
+
+    length, steps = args.long_tokens, args.steps
+    config = TraceConfig(max_new_tokens=steps, stop_at_eos=False)
+    twin = fast_twin(model)
+    print(f"| rows x context | steps | transformers generate s | traced s | traced / transformers | "
+          f"tokens equal |")
+    print("|---|---|---|---|---|---|")
+    for rows in args.long_rows:
+        samples = make_niah_samples(model.tokenizer, n=rows, context_tokens=length, seed=7, max_new_tokens=steps,
+                                    haystack=args.haystack, max_tokens=int(model.cfg.n_ctx))
+        ids, mask = left_padded(model, samples)
+        best, last = best_of({
+            "transformers": lambda: twin.generate(ids, attention_mask=mask, max_new_tokens=steps,
+                                                  min_new_tokens=steps, do_sample=False),
+            "traced": lambda: trace_batch(model, samples, config),
+        }, args.repeats)
+        same = sum(a.tokens.tolist() == row[ids.shape[1]:].tolist() for a, row in zip(last["traced"], last["transformers"]))
+        print(f"| {rows} x {int(ids.shape[1])} | {steps} | {best['transformers']:.1f} | {best['traced']:.1f} | "
+              f"{best['traced'] / best['transformers']:.2f} | {same}/{rows} |", flush=True)
+    # Decoding alone, on one prefilled prompt: the grouped step against transformers' SDPA decode
+    sample = make_niah_samples(model.tokenizer, n=1, context_tokens=length, seed=7, max_new_tokens=steps,
+                               haystack=args.haystack, max_tokens=int(model.cfg.n_ctx))[0]
+    decoder = BatchDecoder(model, [sample.prompt_ids], max_new_tokens=steps)
+    base, first = decoder.n_cached, decoder.pending.clone()
+
+    def ours():
+        decoder.rewind(base)
+        tokens = first
+        for _ in range(steps):
+            tokens = decoder.step(tokens).argmax(-1)
+        return tokens
+
+    def theirs():
+        past = DynamicCache()
+        for index, (keys, values) in enumerate(zip(decoder.cache.keys, decoder.cache.values)):
+            past.update(keys[:, :, :base].clone(), values[:, :, :base].clone(), index)
+        tokens = first
+        with torch.no_grad():
+            for step in range(steps):
+                out = twin(input_ids=tokens[:, None], past_key_values=past, use_cache=True,
+                           position_ids=torch.tensor([[base + step]]))
+                past, tokens = out.past_key_values, out.logits[:, -1].argmax(-1)
+        return tokens
+
+    best, last = best_of({"grouped": ours, "transformers": theirs}, args.repeats)
+    print(f"\n| prompt tokens | grouped ms/step | transformers SDPA ms/step | ratio | same last token |")
+    print("|---|---|---|---|---|")
+    print(f"| {base + 1} | {1000 * best['grouped'] / steps:.0f} | {1000 * best['transformers'] / steps:.0f} | "
+          f"{best['grouped'] / best['transformers']:.2f} | {bool(torch.equal(last['grouped'], last['transformers']))} |",
+          flush=True)
+
+
+_MEMORY_CHILD = """
+import json, sys, torch
+import dynheads_tl
+from dynheads_tl import TraceConfig, trace_generation
+from dynheads_tl.engine.decoder import BatchDecoder
+from dynheads_tl.tasks import make_niah_samples
+length, steps, haystack = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+model = dynheads_tl.load_model(device="cpu")
+sample = make_niah_samples(model.tokenizer, n=1, context_tokens=length, seed=7, max_new_tokens=steps,
+                           haystack=haystack, max_tokens=int(model.cfg.n_ctx))[0]
+def status_mib(field):  # VmRSS (now) or VmHWM (peak since the last reset), from /proc
+    line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
+loaded = status_mib("VmRSS")
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak to the current resident size
+trace = trace_generation(model, sample, TraceConfig(max_new_tokens=steps, stop_at_eos=False))
+peak = status_mib("VmHWM")
+decoder = BatchDecoder(model, [sample.prompt_ids], max_new_tokens=steps)
+kv = sum(t.numel() * t.element_size() for t in list(decoder.cache.keys) + list(decoder.cache.values)) / 2**20
+stored = sum(v.numel() * v.element_size() for v in vars(trace).values() if isinstance(v, torch.Tensor)) / 2**20
+print(json.dumps({"prompt": len(sample.prompt_ids), "loaded": loaded, "peak": peak, "kv": kv, "trace": stored}))
+"""
+
+
+def part_length_memory(model, args) -> None:
+    """Peak resident memory of one traced generation per context length, each in a fresh process, minus the
+    resident size once the model is loaded; the decoder's preallocated KV cache per row; the trace's tensors."""
+    import json
+    import subprocess
+    import sys
+
+    print("| context tokens | prompt tokens | peak above the loaded model MiB | KV cache per row MiB | "
+          "trace tensors MiB | peak per 1k prompt tokens MiB |")
+    print("|---|---|---|---|---|---|")
+    for length in args.memory_lengths:
+        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(length), str(args.steps), args.haystack],
+                             capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        row = json.loads(out)
+        above = row["peak"] - row["loaded"]
+        print(f"| {length} | {row['prompt']} | {above:.0f} | {row['kv']:.1f} | {row['trace']:.2f} | "
+              f"{1000 * above / row['prompt']:.0f} |", flush=True)
+
+
+def part_length_share(model, args) -> None:
+    """Notebook 07's default grid: prompt positions prefilled with and without shared prefixes, for the traces
+    (one per sample) and the masking runs (each condition, generated and teacher-forced, on the sample's prompt)."""
+    from dynheads_tl.claims.length_grid import LengthGridConfig, conditions, grid_samples, prefill_share
+
+    config = LengthGridConfig()
+    cells = grid_samples(model, config)
+    share = prefill_share(cells)
+    rows_per_sample = 1 + 2 * len(conditions()[0])  # its trace, and every condition generated and teacher-forced
+    print(f"notebook 07 default grid: {config.haystack}, lengths {config.lengths}, depths {config.depths}, "
+          f"{config.runs_per_cell} run(s) per cell; {rows_per_sample} prompt rows per sample")
+    print("| length | samples | prompt positions, every row | prefilled, shared within a length | share prefilled |")
+    print("|---|---|---|---|---|")
+    for r in share.itertuples():
+        every = r.prompt_positions * rows_per_sample
+        print(f"| {r.length} | {r.samples} | {every} | {r.prefilled} | {r.prefilled / every:.3f} |", flush=True)
+    total = share["prompt_positions"].sum() * rows_per_sample
+    print(f"| all | {share['samples'].sum()} | {total} | {share['prefilled'].sum()} | "
+          f"{share['prefilled'].sum() / total:.3f} |")
+
+
 PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag,
          "cell": part_cell, "trace_batch": part_trace_batch, "retention": part_retention,
-         "query": part_query}
+         "query": part_query, "length": part_length, "length_memory": part_length_memory,
+         "length_share": part_length_share}
 
 
 def main() -> None:
@@ -455,6 +587,12 @@ def main() -> None:
     parser.add_argument("--retention-samples", type=int, default=6, help="notebook 06 evaluation samples")
     parser.add_argument("--retention-batch-sizes", type=int, nargs="+", default=[64, 108],
                         help="notebook 06 batch sizes to time (its batch_size)")
+    parser.add_argument("--long-tokens", type=int, default=8000, help="context tokens of the length part")
+    parser.add_argument("--long-rows", type=int, nargs="+", default=[1, 3],
+                        help="prompts traced together in the length part (one haystack, depths spread)")
+    parser.add_argument("--memory-lengths", type=int, nargs="+", default=[1000, 2000, 4000, 8000],
+                        help="context tokens of the length_memory part")
+    parser.add_argument("--haystack", default="prose", help="haystack of the length parts")
     args = parser.parse_args()
     model = dynheads_tl.load_model(args.model, device="cpu")
     print(f"torch threads: {torch.get_num_threads()}\n")

@@ -1,12 +1,18 @@
 """Exactness of the fast decoding path on the default NIAH analysis split, against today's computation.
 
     python bench/check_exactness.py --n 4          # the first 4 samples of the split, batched and alone
+    python bench/check_exactness.py --length 4000 --haystack prose --n 2 --alone   # a long context (notebook 07)
 
 "Today's computation" is the bridge's eager attention without shared prefixes (``attention_path("eager")``,
 ``prefix_sharing(False)``): the path every trace in the committed report was made with. The fast path is the
 default (grouped attention, preallocated cache, shared prefixes). Both trace the same samples, in one batch (as
 ``collect_traces`` does) and one at a time; the script prints, per sample, whether tokens, top-1 sources and
 Eq. 1 sets are identical and the largest difference of the Eq. 2 scores and hidden states.
+
+With ``--length`` the samples are ``--n`` prompts of ``--length`` context tokens on ``--haystack`` with their needles
+at depths spread over the context and the haystack starting at the same place, so a batch shares the haystack up to
+its first needle (the rows of one length of notebook 07's grid); the reference prefills each prompt whole with the
+eager bridge, which is slow at several thousand tokens (a check to run once, not a test).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from dynheads_tl import trace_batch, trace_generation
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
 from dynheads_tl.engine.grouped import attention_path
 from dynheads_tl.engine.decoder import prefix_sharing
+from dynheads_tl.engine.models import model_name
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -27,12 +34,22 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4, help="the first N samples of the split")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alone", action="store_true", help="also trace each sample alone (slower)")
+    parser.add_argument("--length", type=int, default=None,
+                        help="context tokens of prompts that share their haystack up to the needle (default: the split)")
+    parser.add_argument("--haystack", default="prose", help="the haystack with --length")
+    parser.add_argument("--steps", type=int, default=None, help="decoding steps (default: the split's)")
     args = parser.parse_args()
     model = dynheads_tl.load_model(device="cpu")
-    sets = TraceSets()
-    samples = make_niah_samples(model.tokenizer, n=sets.n_analysis, context_tokens=sets.context_tokens,
-                                seed=SEED_OFFSETS["analysis"] + args.seed, haystack=sets.haystack,
-                                max_new_tokens=sets.max_new_tokens, max_tokens=int(model.cfg.n_ctx))[: args.n]
+    sets = TraceSets() if args.steps is None else TraceSets(max_new_tokens=args.steps)
+    if args.length is None:
+        samples = make_niah_samples(model.tokenizer, n=sets.n_analysis, context_tokens=sets.context_tokens,
+                                    seed=SEED_OFFSETS["analysis"] + args.seed, haystack=sets.haystack,
+                                    max_new_tokens=sets.max_new_tokens, max_tokens=int(model.cfg.n_ctx))[: args.n]
+    else:
+        samples = make_niah_samples(model.tokenizer, n=args.n, context_tokens=args.length, seed=args.seed,
+                                    haystack=args.haystack, max_new_tokens=sets.max_new_tokens,
+                                    max_tokens=int(model.cfg.n_ctx))
+    print(f"{len(samples)} samples of {[len(s.prompt_ids) for s in samples]} prompt tokens; model {model_name(model)}")
     config = sets.trace_config("niah")
     runs = {"batched": lambda: trace_batch(model, samples, config)}
     if args.alone:

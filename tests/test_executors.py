@@ -240,7 +240,7 @@ def test_a_notebook_asking_for_ray_hands_its_units_to_ray_workers_with_its_model
 
     _make_current(monkeypatch, LocalExecutor())
     unit_notebooks = [claim.notebook for claim in all_claims() if "backend" in config_class(claim.notebook).__dataclass_fields__]
-    assert len(unit_notebooks) == 6
+    assert len(unit_notebooks) == 7
     for stem in unit_notebooks:
         assert "lm = config.start()" in (notebook_dir() / f"{stem}.ipynb").read_text(), stem
         cls = config_class(stem)

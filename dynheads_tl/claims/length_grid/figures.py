@@ -1,0 +1,59 @@
+"""Notebook 07's own figures: Fig 1 with one panel per length, and each length primary's units against log2(length)
+with the fitted slope. (Fig 2 is claim 2's context x depth heatmap per condition, drawn by the report layer.)"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["fig1_by_length", "trend_figure"]
+
+
+def fig1_by_length(panels: list[tuple[int, np.ndarray, np.ndarray, list[str], list[str], str]], title: str):
+    """One heatmap per length, stacked: (length, share of attention on the needle [head, step], Eq. 1 hits,
+    token labels, head labels, what the answer was)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    width = max(6.0, 0.3 * max(len(p[3]) for p in panels) + 2.5)
+    heights = [0.33 * len(p[4]) + 1.2 for p in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width, sum(heights) + 0.8), squeeze=False,
+                             gridspec_kw={"height_ratios": heights}, layout="constrained")
+    for ax, (length, scores, hits, tokens, heads, answer) in zip(axes[:, 0], panels):
+        sns.heatmap(scores, ax=ax, cmap="viridis", vmin=0, vmax=max(float(np.nanmax(scores)), 1e-6),
+                    xticklabels=tokens, yticklabels=heads, cbar_kws={"label": "attention on the needle"})
+        rows, cols = np.nonzero(hits)
+        ax.scatter(cols + 0.5, rows + 0.5, s=12, c="white", edgecolors="black", linewidths=0.5)
+        ax.set_title(f"{length:,} tokens: {answer}", fontsize=9)
+        ax.set_ylabel("head")
+        ax.tick_params(axis="x", labelrotation=90, labelsize=6)
+    axes[-1, 0].set_xlabel("generated token (white dots: Eq. 1 hits)")
+    fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def trend_figure(units: dict[str, pd.DataFrame], trends: pd.DataFrame, title: str):
+    """Each primary's units (one dot per layout or sample) against log2(length), with the fitted slope through the
+    mean and its BCa 95% interval in the panel's title."""
+    import matplotlib.pyplot as plt
+
+    rows = list(trends.itertuples())
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 3.4), squeeze=False, layout="constrained")
+    for ax, r in zip(axes[0], rows):
+        frame = units.get(r.primary)
+        ax.set_title(f"{r.primary}\n" + ("not tested" if r.reading == "not tested" else
+                     f"{r.slope_per_doubling:+.3f} [{r.low:+.3f}, {r.high:+.3f}] / doubling: {r.reading}"), fontsize=8)
+        if frame is None or frame.empty:
+            ax.text(0.5, 0.5, "no units", ha="center", va="center", transform=ax.transAxes)
+            continue
+        x = np.log2(frame["length"].to_numpy(float))
+        y = frame["value"].to_numpy(float)
+        jitter = np.random.default_rng(0).uniform(-0.05, 0.05, len(x))
+        ax.scatter(x + jitter, y, s=14, alpha=0.7)
+        if r.slope_per_doubling == r.slope_per_doubling:
+            grid = np.linspace(x.min(), x.max(), 2)
+            ax.plot(grid, y.mean() + r.slope_per_doubling * (grid - x.mean()), color="black")
+        ax.set_xticks(sorted(set(x)))
+        ax.set_xticklabels([f"{int(2 ** v):,}" for v in sorted(set(x))])
+        ax.set_xlabel("context tokens (log2 scale)")
+    fig.suptitle(title, fontsize=11)
+    return fig

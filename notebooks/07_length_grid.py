@@ -1,0 +1,169 @@
+# %% [markdown]
+# # Claims 1 and 2 across context length and needle depth, on real prose
+#
+# The paper's NIAH grids run from 5k to 50k tokens of Paul Graham essays at depths 0–100% (Fig 2); claim 1's
+# analysis and Fig 2 elsewhere in this report sit at 500–1,000 tokens, mostly in the filler haystack. This notebook
+# runs claims 1 and 2 on a **length × depth grid** of NIAH samples on a real-prose haystack (`prose`: Python's
+# reference documentation as running text; `folder:PATH` reads any folder of `.txt` files, such as the essays the
+# standard harness uses; `filler` is the easy control and is labelled so wherever it is used).
+#
+# **Grid.** `lengths` × `depths` × `runs_per_cell` samples. The runs of one (length, run) start the haystack at
+# one seeded offset, so the depths share the text up to their needle and their prompts share that prefix (prefilled
+# once). A layout (the unit intervals resample) is (haystack, length, depth, offset).
+#
+# **Claim 1 per length.** Each answer traced once; per length, Table 1's quantities (adjacent-step Jaccard,
+# Jaccard with S_20, entropy, heads per step, heads ever active) and the share of Eq. 1 activations outside the
+# static top-20, against Wu et al.'s static set and against the query-focused (QRHead-style) one, both from a
+# calibration split of the same lengths that never sees an analysis prompt. Intervals: BCa 95% over layouts.
+#
+# **Claim 2 per cell.** The two-pass protocol of notebook 02 on every grid sample: unmasked, $D_t$, as many top
+# static heads (static top-$|D_t|$) and as many random heads, generated (accuracy) and teacher-forced (the gold
+# token's log-probability drop per step); and the fair comparison, $D_{t-1}$ (known before step $t$) against as
+# many static heads, where the condition registry has it. Fig 2 is drawn as the paper draws it: one length × depth
+# heatmap per condition, with n in each cell.
+#
+# **Length trends (pre-registered).** `preregistration.yaml` (`lengths:`) declares three primaries, read from the
+# file here: the slope per doubling of the context of (1) the adjacent-step Jaccard per layout, (2) the share of
+# activations outside the query-focused static top-20 per layout, (3) the teacher-forced $D_{t-1}$ − static drop
+# per sample; BCa 95% intervals resampling layouts within each length; Holm over the three.
+
+# %% tags=["parameters"]
+model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
+haystack = "prose"  # prose (real text), folder:PATH (.txt files, e.g. Paul Graham essays) or filler (the easy control)
+lengths = [1000, 2000]  # context tokens per row of the grid (the long preset: 1000, 2000, 4000, 8000)
+depths = [0.0, 0.25, 0.5, 0.75, 1.0]  # needle depths: 0 is the start of the context, 1 its end
+runs_per_cell = 1  # samples per (length, depth); the runs of one length differ in haystack offset (long: 2)
+n_calibration = 6  # calibration samples (random layouts over the same lengths) for both static sets
+static_k = 20  # size of the static sets S_k the overlap is measured against
+max_offset = 3000  # haystack offsets are drawn below this many tokens
+masking = True  # run claim 2's masking conditions on every grid sample
+ablation_mode = "zero"  # hook_z of a masked head set to zero
+max_new_tokens = 40  # NIAH decoding steps
+hotpot_max_new_tokens = 16  # unused here (shared trace settings)
+sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
+local_window = 32  # Eq. 2: most recent positions left out
+seed = 0  # seeds the samples, offsets and random baselines
+n_resamples = 2000  # bootstrap resamples of every interval
+trace_batch_size = 24  # samples traced together (speed only)
+batch_size = 64  # masking runs decoded together (a cell's samples x conditions)
+device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
+dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
+backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
+ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
+output_dir = "papers_figures"  # where figures and tables are written
+use_cache = True  # reuse cached traces and masking runs
+
+# %%
+import time
+
+import pandas as pd
+from IPython.display import Image, Markdown, display
+
+import dynheads_tl
+from dynheads_tl.claims import length_grid
+from dynheads_tl.report import figures
+
+started = time.time()
+config = length_grid.LengthGridConfig.from_namespace(globals())
+out_dir, run_config = length_grid.CLAIM.outputs(config)  # the claim's output folder and run record
+config
+
+# %%
+lm = config.start()  # the model, and the backend that computes the units
+cells = length_grid.grid_samples(lm, config)
+share = length_grid.prefill_share(cells)
+figures.save_table(share, "prefill_share", out_dir, run_config)
+print(f"{len(cells)} grid samples on the {config.haystack_label} haystack; model {config.model} "
+      f"({lm.cfg.n_layers} layers x {lm.cfg.n_heads} heads, context window {lm.cfg.n_ctx} tokens)")
+display(share)
+
+# %% [markdown]
+# ## The two static sets
+# Wu et al.'s retrieval score and the query-focused score, on the same calibration prompts (random layouts over the
+# grid's lengths, seeds of their own); the heads of each static top-`static_k` and their overlap.
+
+# %%
+statics, calibration = length_grid.static_sets(lm, config)
+static_table = statics.table(config.static_k)
+figures.save_table(static_table, "static_sets", out_dir, run_config)
+display(static_table)
+
+# %% [markdown]
+# ## Claim 1 per length: Table 1 and the overlap with both static sets
+# One row per (length, quantity), with its BCa 95% interval over layouts (`degenerate`: every resample gave the same
+# value). `share_outside_*` is the share of all Eq. 1 activations (head, step) of the length's answers that fall
+# outside that static top-20. `accuracy` is the unmasked answers' share with the exact UUID.
+
+# %%
+traces = length_grid.grid_traces(lm, config, cells)
+samples = length_grid.sample_table(cells, traces, statics, config.static_k)
+figures.save_table(samples, "grid_samples", out_dir, run_config)
+table1 = length_grid.table1_by_length(samples, traces, n_resamples=config.n_resamples, seed=config.seed)
+figures.save_table(table1, "table1_by_length", out_dir, run_config)
+display(table1.round(3))
+display(Markdown(length_grid.claim1_verdict(table1, config.model, config.haystack)))
+
+# %% [markdown]
+# ## Fig 1 per length
+# For each length, the answer with the most Eq. 1 hits: the 10 heads whose Eq. 1 indicator varies most over its
+# steps; colour is the head's attention on the needle, white dots its Eq. 1 hits.
+
+# %%
+panels = []
+for length in config.lengths:
+    at = [i for i, (cell, _) in enumerate(cells) if cell["context"] == length]
+    best = max(at, key=lambda i: int(traces[i].retrieval_mask.sum()))
+    scores, hits, tokens, heads = length_grid.heatmap_data(traces[best], lm.tokenizer)
+    cell = cells[best][0]
+    panels.append((length, scores, hits, tokens, heads, f"depth {cell['depth']:g}, run {cell['run']}, "
+                   f"{'right' if samples.loc[best, 'accuracy'] else 'wrong'} answer"))
+fig = length_grid.fig1_by_length(panels, f"Fig 1 per length ({config.haystack_label}, {config.model})")
+heat = pd.DataFrame([{"length": p[0], "head": h, "step": s, "score": float(p[1][r, s]), "eq1": bool(p[2][r, s])}
+                     for p in panels for r, h in enumerate(p[4]) for s in range(p[1].shape[1])])
+display(Image(filename=str(figures.save_figure(fig, "fig1_by_length", out_dir, heat, run_config))))
+
+# %% [markdown]
+# ## Claim 2 per cell: Fig 2 as a length × depth heatmap per masking condition
+# Every grid sample under every condition, generated (accuracy) and teacher-forced (the gold token's log-probability
+# drop, nats per step). Each cell gives its mean, its 95% interval and n.
+
+# %%
+names, note = length_grid.conditions()
+print(note)
+grid = length_grid.masking_grid(lm, config, cells, statics, names) if config.masking else pd.DataFrame()
+if len(grid):
+    figures.save_table(grid.drop(columns=["response", "heads_ever_masked"], errors="ignore"), "masking_runs",
+                       out_dir, run_config)
+    for metric, stem in (("accuracy", "fig2_length_accuracy"), ("tf_drop", "fig2_length_tf_drop")):
+        fig = figures.condition_heatmaps(grid, metric, f"Fig 2 by length ({config.haystack_label}): {metric}",
+                                         k=statics.k)
+        display(Image(filename=str(figures.save_figure(fig, stem, out_dir, grid, run_config))))
+
+# %% [markdown]
+# ### Per length, by Fig 2's declared rule
+# The unmasked, static and $D_t$ accuracies (Wilson 95%) and the paired comparisons Fig 2's rule reads (a − b per
+# sample, BCa 95% over layouts, exact sign test over the samples that differ), each length alone.
+
+# %%
+by_length = length_grid.masking_by_length(grid, n_resamples=config.n_resamples, seed=config.seed) \
+    if len(grid) else pd.DataFrame()
+figures.save_table(by_length, "fig2_by_length", out_dir, run_config)
+display(by_length.round(3))
+display(Markdown(length_grid.claim2_verdict(by_length, config.model, config.haystack)))
+
+# %% [markdown]
+# ## Do the phenomena change with length? The three pre-registered slopes
+# Read from `preregistration.yaml` (`lengths:`): each measure's slope against log2(length) per unit (a layout, or a
+# sample for the drop), BCa 95% interval resampling layouts within each length, Holm over the primaries computed;
+# "flat" only by TOST at the declared smallest effect of interest.
+
+# %%
+units = length_grid.primary_units(samples, grid if len(grid) else None)
+trends = length_grid.trend_table(units, n_resamples=config.n_resamples, seed=config.seed)
+figures.save_table(trends, "length_trends", out_dir, run_config)
+display(trends.round(4))
+fig = length_grid.trend_figure(units, trends, f"Length trends ({config.haystack_label}, {config.model})")
+points = pd.concat([frame.assign(primary=name) for name, frame in units.items()], ignore_index=True)
+display(Image(filename=str(figures.save_figure(fig, "length_trends_figure", out_dir, points, run_config))))
+display(Markdown("**Verdict.** " + length_grid.trend_verdict(trends, config.model, config.haystack)))
+print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

@@ -1,0 +1,352 @@
+"""Notebook 07 (the length x depth grid): the slope test and its BCa interval on data with a known answer, the
+per-length status rules on hand-built rows, Table 1's per-length quantities on hand-built traces, and the config's
+checks before any model work."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from dynheads_tl import preregistration
+from dynheads_tl.claims import length_grid
+from dynheads_tl.claims.length_grid import (LengthGridConfig, fig2_status, holm_family, primary_units, sample_table,
+                                            slope_reading, slope_test, table1_by_length, table1_status, trend_table)
+from dynheads_tl.claims.length_grid.pipeline import StaticSets, cluster_bca, prefill_share
+
+from factories import make_trace
+
+pytestmark = pytest.mark.unit
+
+
+def _units(slope: float, noise: float, *, lengths=(1000, 2000, 4000), per_length: int = 12, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for length in lengths:
+        for j in range(per_length):
+            rows.append({"length": length, "layout": f"{length}|{j}",
+                         "value": 0.4 + slope * np.log2(length / 1000) + noise * rng.standard_normal()})
+    return pd.DataFrame(rows)
+
+
+# --- the slope test ---------------------------------------------------------------------------------------------
+def test_a_clear_slope_is_found_with_its_size_and_an_interval_that_excludes_zero():
+    frame = _units(0.1, 0.02)
+    result = slope_test(frame["value"], frame["length"], frame["layout"], n_resamples=1000)
+    assert result.estimate == pytest.approx(0.1, abs=0.02)
+    assert 0 < result.low < result.estimate < result.high
+    assert result.p < 0.01  # its floor is set by the resamples (no draw at or below 0 of 1000)
+    assert result.layouts == 36 and result.lengths == 3 and not result.degenerate
+    assert slope_reading(result, result.p, sesoi=0.02) == "increases"
+
+
+def test_a_flat_measure_reads_flat_within_the_sesoi_by_tost_and_noise_alone_is_undetermined():
+    flat = _units(0.0, 0.01)
+    result = slope_test(flat["value"], flat["length"], flat["layout"], n_resamples=1000)
+    assert -0.02 < result.tost_low and result.tost_high < 0.02
+    assert slope_reading(result, result.p, sesoi=0.02) == "flat within the sesoi"
+    # The same wide spread at every length: the slope is exactly 0 and its interval is wide
+    spread = np.random.default_rng(2).normal(0, 0.5, 6)
+    noisy = pd.DataFrame([{"length": length, "layout": f"{length}|{j}", "value": value}
+                          for length in (1000, 2000, 4000) for j, value in enumerate(spread)])
+    result = slope_test(noisy["value"], noisy["length"], noisy["layout"], n_resamples=1000)
+    assert result.estimate == pytest.approx(0.0, abs=1e-12)
+    assert result.low < 0 < result.high and result.tost_high - result.tost_low > 0.04
+    assert slope_reading(result, result.p, sesoi=0.02) == "undetermined"
+
+
+def test_the_p_value_agrees_with_the_interval():
+    # p < 0.05 exactly when the 95% BCa interval excludes 0: both come from the same corrected percentiles
+    for seed in range(6):
+        frame = _units(0.03, 0.08, per_length=6, seed=seed)
+        result = slope_test(frame["value"], frame["length"], frame["layout"], n_resamples=1000, seed=seed)
+        assert (result.p < 0.05) == (result.low > 0 or result.high < 0), seed
+
+
+def test_layouts_are_resampled_whole_and_within_their_length():
+    # Two samples per layout with identical values: the slope and interval equal those of one sample per layout
+    frame = _units(0.05, 0.05, per_length=8)
+    doubled = pd.concat([frame, frame], ignore_index=True)
+    one = slope_test(frame["value"], frame["length"], frame["layout"], n_resamples=500, seed=3)
+    two = slope_test(doubled["value"], doubled["length"], doubled["layout"], n_resamples=500, seed=3)
+    assert two.estimate == pytest.approx(one.estimate)
+    assert two.layouts == one.layouts == 24 and two.n == 48
+    assert (two.low, two.high) == pytest.approx((one.low, one.high), abs=1e-9)
+
+
+def test_a_length_with_one_layout_or_a_single_length_is_not_tested():
+    frame = _units(0.1, 0.02, per_length=1)
+    result = slope_test(frame["value"], frame["length"], frame["layout"])
+    assert result.low != result.low and slope_reading(result, float("nan"), 0.02) == "not tested"
+    single = _units(0.1, 0.02, lengths=(1000,))
+    assert slope_test(single["value"], single["length"], single["layout"]).estimate != \
+        slope_test(single["value"], single["length"], single["layout"]).estimate  # NaN: no slope with one length
+
+
+def test_identical_resamples_give_a_degenerate_interval_said_as_such():
+    frame = _units(0.1, 0.0)
+    result = slope_test(frame["value"], frame["length"], frame["layout"], n_resamples=200)
+    assert result.degenerate and result.low == result.high == pytest.approx(0.1)
+
+
+def test_mismatched_inputs_are_refused_with_a_sentence():
+    with pytest.raises(ValueError, match="one length and one layout per value"):
+        slope_test([0.1, 0.2], [1000], ["a", "b"])
+
+
+def test_bca_matches_scipy_on_a_mean_of_independent_units():
+    rng = np.random.default_rng(1)
+    data = rng.exponential(1.0, 40)  # skewed: BCa differs from the percentile interval
+    value, low, high, degenerate = cluster_bca(len(data), np.arange(len(data)), lambda i: float(data[i].mean()),
+                                               n_resamples=4000, seed=0)
+    reference = stats.bootstrap((data,), np.mean, n_resamples=4000, method="BCa", random_state=0).confidence_interval
+    assert value == pytest.approx(data.mean()) and not degenerate
+    assert low == pytest.approx(reference.low, abs=0.05) and high == pytest.approx(reference.high, abs=0.05)
+
+
+def test_holm_leaves_a_missing_primary_out_of_the_family():
+    assert holm_family([0.01, float("nan"), 0.04]) == pytest.approx([0.02, float("nan"), 0.04], nan_ok=True)
+
+
+def test_trend_table_reads_the_declared_primaries_and_their_sesoi_from_the_file():
+    section = preregistration.lengths()
+    units = {"rotation_vs_length": _units(-0.1, 0.02), "outside_vs_length": _units(0.0, 0.005)}
+    table = trend_table(units, n_resamples=500)
+    assert table["primary"].tolist() == [p["id"] for p in section["primaries"]]
+    assert table["sesoi"].tolist() == [float(p["sesoi"]) for p in section["primaries"]]
+    readings = dict(zip(table["primary"], table["reading"]))
+    assert readings == {"rotation_vs_length": "decreases", "outside_vs_length": "flat within the sesoi",
+                        "irreplaceability_vs_length": "not tested"}
+    # Holm over the two computed: the smaller p doubled
+    computed = table.dropna(subset=["p"])
+    assert computed["p_holm"].min() == pytest.approx(min(1.0, 2 * computed["p"].min()))
+    sentence = length_grid.trend_verdict(table, "tiny-model", "prose")
+    assert "decreases with length" in sentence and "tiny-model" in sentence and "1,000, 2,000, 4,000" in sentence
+    assert "not tested (the fair masking pair was not run)" in sentence
+    assert "easy control" in length_grid.trend_verdict(table, "tiny-model", "filler")
+
+
+# --- per-length statuses by the declared rules ------------------------------------------------------------------
+def _table1_rows(adjacent, wu, query):
+    return pd.DataFrame([{"metric": m, "value": (lo + hi) / 2, "low": lo, "high": hi}
+                         for m, (lo, hi) in (("jaccard_adjacent", adjacent), ("share_outside_wu", wu),
+                                             ("share_outside_query_focused", query))])
+
+
+@pytest.mark.parametrize("adjacent, wu, query, expected", [
+    ((0.30, 0.45), (0.01, 0.05), (0.02, 0.08), "absent in this setting"),
+    ((0.30, 0.45), (0.15, 0.30), (0.20, 0.40), "reproduced"),
+    ((0.30, 0.45), (0.01, 0.05), (0.20, 0.40), "weaker"),
+    ((0.60, 0.70), (0.15, 0.30), (0.20, 0.40), "weaker"),
+    ((0.60, 0.70), (0.01, 0.05), (0.05, 0.12), "not reproduced"),
+    ((0.50, 0.60), (0.05, 0.20), (0.05, 0.20), "undetermined"),
+])
+def test_table1_status_follows_the_declared_rule(adjacent, wu, query, expected):
+    assert table1_status(_table1_rows(adjacent, wu, query)) == expected
+
+
+def _fig2_rows(none=(0.9, 0.7, 1.0), static=(0.9, 0.7, 1.0), accuracy=None, tf=None, fair=None):
+    rows = [{"comparison": "accuracy_none", "value": none[0], "low": none[1], "high": none[2], "sign_p": None},
+            {"comparison": "accuracy_static_matched", "value": static[0], "low": static[1], "high": static[2],
+             "sign_p": None}]
+    for name, spec in (("accuracy_dynamic_vs_static", accuracy), ("tf_drop_dynamic_vs_static", tf),
+                       ("tf_drop_previous_vs_static", fair)):
+        if spec is not None:
+            rows.append({"comparison": name, "value": spec[0], "low": spec[1], "high": spec[2], "sign_p": spec[3]})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("rows, expected", [
+    (_fig2_rows(none=(0.2, 0.05, 0.4)), "no headroom"),
+    (_fig2_rows(accuracy=(0.4, 0.2, 0.6, 0.001)), "not reproduced"),
+    (_fig2_rows(static=(0.0, 0.0, 0.1), accuracy=(0.0, 0.0, 0.0, 1.0), tf=(0.3, 0.1, 0.5, 0.001)),
+     "absent in this setting"),
+    (_fig2_rows(accuracy=(-0.6, -0.8, -0.4, 0.001), tf=(0.5, 0.3, 0.7, 0.001), fair=(0.3, 0.15, 0.45, 0.01)),
+     "reproduced"),
+    (_fig2_rows(accuracy=(-0.6, -0.8, -0.4, 0.001), tf=(0.5, 0.3, 0.7, 0.001)), "weaker"),
+    (_fig2_rows(accuracy=(0.0, -0.1, 0.1, 1.0), tf=(0.5, 0.3, 0.7, 0.001), fair=(0.3, 0.15, 0.45, 0.01)),
+     "weaker"),
+    (_fig2_rows(accuracy=(-0.1, -0.3, 0.1, 0.5), tf=(0.05, -0.1, 0.2, 0.4)), "undetermined"),
+    # a separated interval without a significant sign test is not separated
+    (_fig2_rows(accuracy=(-0.6, -0.8, -0.4, 0.2), tf=(0.5, 0.3, 0.7, 0.2), fair=(0.3, 0.15, 0.45, 0.2)),
+     "undetermined"),
+])
+def test_fig2_status_follows_the_declared_rule(rows, expected):
+    assert fig2_status(rows) == expected
+
+
+# --- claim 1 per length on hand-built traces ---------------------------------------------------------------------
+def _trace(mask):
+    """A trace whose Eq. 1 sets are ``mask`` [step, layer, head]: every generated token is the needle's token 11 at
+    prompt position 1, and a head hits exactly where its top-1 source is that position."""
+    mask = torch.as_tensor(mask, dtype=torch.bool)
+    return make_trace([11] * mask.shape[0], argmax_pos=mask.long(), answers=["x"], response="x")
+
+
+def test_table1_by_length_pools_each_length_and_counts_outside_each_static_set():
+    # 2 layers x 2 heads; Wu's static top-1 is head (0, 0), the query-focused one head (1, 1)
+    statics = StaticSets(wu_scores=torch.tensor([[1.0, 0.0], [0.0, 0.0]]),
+                         query_scores=torch.tensor([[0.0, 0.0], [0.0, 1.0]]), k=1, wu_filter="test",
+                         n_calibration=1, n_kept=1)
+    short = [[[1, 0], [0, 0]], [[1, 0], [0, 0]]]  # always (0, 0): adjacent J 1, nothing outside Wu's
+    rotating = [[[1, 0], [0, 0]], [[0, 0], [0, 1]]]  # (0, 0) then (1, 1): adjacent J 0, half outside each
+    cells = [({"context": 100, "depth": 0.0, "run": 0, "haystack_offset": 0, "layout": "a"}, None),
+             ({"context": 100, "depth": 1.0, "run": 0, "haystack_offset": 0, "layout": "b"}, None),
+             ({"context": 200, "depth": 0.0, "run": 0, "haystack_offset": 0, "layout": "c"}, None),
+             ({"context": 200, "depth": 1.0, "run": 0, "haystack_offset": 0, "layout": "d"}, None)]
+    traces = [_trace(short), _trace(short), _trace(rotating), _trace(rotating)]
+    samples = sample_table(cells, traces, statics, static_k=1)
+    table = table1_by_length(samples, traces, n_resamples=100).set_index(["length", "metric"])["value"]
+    assert table[(100, "jaccard_adjacent")] == 1.0 and table[(200, "jaccard_adjacent")] == 0.0
+    assert table[(100, "share_outside_wu")] == 0.0 and table[(200, "share_outside_wu")] == 0.5
+    assert table[(100, "share_outside_query_focused")] == 1.0 and table[(200, "share_outside_query_focused")] == 0.5
+    assert table[(100, "ever_active")] == 1 and table[(200, "ever_active")] == 2
+    assert table[(100, "entropy")] == 0.0 and table[(200, "entropy")] == pytest.approx(np.log(2))
+    units = primary_units(samples, None)
+    assert units["rotation_vs_length"].sort_values("layout")["value"].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert units["irreplaceability_vs_length"].empty
+
+
+def test_primary_units_pair_the_fair_conditions_per_sample():
+    keys = {"depth": 0.5, "run": 0}
+    grid = pd.DataFrame([{"context": 100, "layout": "a", "condition": "previous_step", "tf_drop": 0.5, **keys},
+                         {"context": 100, "layout": "a", "condition": "previous_static_matched", "tf_drop": 0.2, **keys},
+                         {"context": 100, "layout": "a", "condition": "dynamic", "tf_drop": 0.9, **keys}])
+    samples = pd.DataFrame([{"context": 100, "layout": "a", "adjacent_sum": 1.0, "adjacent_pairs": 2.0,
+                             "inside_query_focused": 1.0, "activations": 4.0}])
+    units = primary_units(samples, grid)
+    assert units["irreplaceability_vs_length"]["value"].tolist() == pytest.approx([0.3])
+    assert units["outside_vs_length"]["value"].tolist() == [0.75]
+
+
+def test_prefill_share_counts_the_prefix_rows_of_one_length_share():
+    sample = lambda ids: type("S", (), {"prompt_ids": ids})()
+    cells = [({"context": 10}, sample([1, 2, 3, 4, 5])), ({"context": 10}, sample([1, 2, 3, 9, 9])),
+             ({"context": 20}, sample([1, 2, 3, 4, 5]))]
+    share = prefill_share(cells).set_index("length")
+    # length 10: 4 + 4 positions, the second reuses 3 of its 4 (positions 0-2); length 20 shares nothing across
+    assert share.loc[10, "prompt_positions"] == 8 and share.loc[10, "prefilled"] == 5
+    assert share.loc[20, "prefilled"] == 4
+
+
+# --- the config --------------------------------------------------------------------------------------------------
+def test_a_length_past_the_models_window_fails_before_any_model_work():
+    with pytest.raises(ValueError, match="lengths"):
+        LengthGridConfig.from_params({"lengths": [1000, 9000]})
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"depths": [0.5, 1.5]}, "depths"),
+    ({"lengths": [1000, 1000]}, "must not repeat"),
+    ({"haystack": "wu:/tmp/x"}, "Wu et al."),
+    ({"haystack": "folder:/no/such/folder"}, "does not exist"),
+    ({"ablation_mode": "mean"}, "not run on the length grid"),
+])
+def test_bad_parameters_are_refused_with_a_sentence(params, message):
+    with pytest.raises(ValueError, match=message):
+        LengthGridConfig.from_params(params)
+
+
+def test_the_default_and_long_presets_restate_the_declared_grid():
+    declared = preregistration.lengths()
+    long = length_grid.CLAIM.preset("long")
+    assert long["lengths"] == declared["lengths_tokens"] and long["depths"] == declared["depths"]
+    default = LengthGridConfig()
+    assert set(default.lengths) <= set(declared["lengths_tokens"]) and set(default.depths) <= set(declared["depths"])
+    assert default.haystack == "prose"
+
+
+def test_a_length_with_fewer_layouts_than_the_minimum_is_not_tested_and_says_why():
+    units = {"rotation_vs_length": _units(-0.1, 0.02, per_length=length_grid.MIN_LAYOUTS_PER_LENGTH - 1)}
+    table = trend_table(units, n_resamples=200)
+    assert table.set_index("primary").loc["rotation_vs_length", "reading"] == "not tested"
+    assert f"at least {length_grid.MIN_LAYOUTS_PER_LENGTH} layouts each" in length_grid.trend_verdict(table, "m", "prose")
+
+
+# --- the pipeline on a tiny random model -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_grid(tmp_path_factory):
+    import dynheads_tl
+    from conftest import build_tiny_model
+
+    folder = build_tiny_model("llama", tmp_path_factory.mktemp("tiny_length_grid") / "llama")
+    model = dynheads_tl.load_model(str(folder), device="cpu")
+    config = LengthGridConfig(model=str(folder), lengths=[100, 150], depths=[0.0, 0.5, 1.0], runs_per_cell=2,
+                              n_calibration=2, max_new_tokens=5, use_cache=False, n_resamples=50, batch_size=16)
+    return model, config
+
+
+def test_the_grid_runs_end_to_end_on_a_tiny_model(tiny_grid):
+    model, config = tiny_grid
+    cells = length_grid.grid_samples(model, config)
+    assert len(cells) == 2 * 3 * 2
+    # the depths of one (length, run) share the haystack offset, so their prompts share the text up to the needle
+    offsets = {(c["context"], c["run"]): set() for c, _ in cells}
+    for cell, _ in cells:
+        offsets[(cell["context"], cell["run"])].add(cell["haystack_offset"])
+    assert all(len(found) == 1 for found in offsets.values())
+    share = prefill_share(cells)
+    assert (share["prefilled"] < share["prompt_positions"]).all()
+    statics, calibration = length_grid.static_sets(model, config)
+    assert len(calibration) == 2 and statics.wu_scores.shape == (model.cfg.n_layers, model.cfg.n_heads)
+    traces = length_grid.grid_traces(model, config, cells)
+    samples = sample_table(cells, traces, statics, config.static_k)
+    assert samples["layout"].nunique() == len(cells)
+    table1 = table1_by_length(samples, traces, n_resamples=50)
+    assert sorted(table1["length"].unique()) == [100, 150] and len(table1) == 2 * 7
+    names, note = length_grid.conditions()
+    assert "not run" in note or "runs" in note
+    grid = length_grid.masking_grid(model, config, cells, statics, names)
+    assert len(grid) == len(cells) * len(names)
+    assert {"accuracy", "tf_drop", "response", "layout", "context", "depth"} <= set(grid.columns)
+    # unmasked, the two-pass protocol is the plain traced generation: the same answer, no drop
+    unmasked = grid[grid["condition"] == "none"].reset_index(drop=True)
+    assert unmasked["response"].tolist() == [t.response for t in traces]
+    assert (unmasked["tf_drop"].abs() < 1e-5).all()
+    by_length = length_grid.masking_by_length(grid, n_resamples=50)
+    assert set(by_length["length"]) == {100, 150}
+    assert by_length.set_index(["length", "comparison"]).loc[(100, "accuracy_none"), "n"] == 6
+    units = primary_units(samples, grid)
+    assert set(units["rotation_vs_length"]["length"]) <= {100, 150}
+    trends = trend_table(units, n_resamples=50)
+    assert len(trends) == 3 and trends["n_layouts"].max() <= 12
+
+
+def test_the_index_rows_read_their_csvs_and_state_n_and_an_interval(tmp_path):
+    import json
+
+    from dynheads_tl.report.status import item_status
+
+    folder = tmp_path / "07_length_grid"
+    folder.mkdir()
+    table1 = pd.concat([_table1_rows((0.30, 0.45), (0.01, 0.05), (0.02, 0.08)).assign(length=1000),
+                        _table1_rows((0.30, 0.45), (0.15, 0.30), (0.20, 0.40)).assign(length=2000)])
+    table1.assign(n_layouts=5, n_samples=5, degenerate=False).to_csv(folder / "table1_by_length.csv", index=False)
+    (folder / "table1_by_length.config.json").write_text(json.dumps({"haystack": "prose"}))
+    fig2 = pd.concat([_fig2_rows(none=(0.2, 0.05, 0.4)).assign(length=1000),
+                      _fig2_rows(accuracy=(-0.6, -0.8, -0.4, 0.001), tf=(0.5, 0.3, 0.7, 0.001)).assign(length=2000)])
+    fig2.assign(n=5).to_csv(folder / "fig2_by_length.csv", index=False)
+    trend_table({"rotation_vs_length": _units(-0.1, 0.02)}, n_resamples=200).to_csv(folder / "length_trends.csv",
+                                                                                    index=False)
+    table1_row = item_status(tmp_path, "Table 1 by length")
+    assert table1_row.status == "reproduced"  # the longest length's
+    assert "1,000 tokens: absent in this setting" in table1_row.headline and "n = 5 layouts" in table1_row.headline
+    fig2_row = item_status(tmp_path, "Fig 2 by length")
+    assert fig2_row.status == "weaker" and "1,000 tokens: no headroom" in fig2_row.headline
+    assert "n = 5 samples" in fig2_row.headline and "[" in fig2_row.headline
+    trend_row = item_status(tmp_path, "Beyond 7")
+    assert trend_row.status == "supported" and "n = 36 layouts" in trend_row.headline
+    assert item_status(tmp_path, "Fig 1 by length").status == "qualitative"
+
+
+def test_verdicts_say_undefined_and_degenerate_values_as_such():
+    rows = _table1_rows((0.30, 0.45), (0.01, 0.05), (0.02, 0.08)).assign(length=1000, n_layouts=5, n_samples=5,
+                                                                           degenerate=False)
+    rows.loc[rows["metric"] == "jaccard_adjacent", ["value", "low", "high"]] = float("nan")
+    rows.loc[rows["metric"] == "share_outside_wu", ["value", "low", "high", "degenerate"]] = [0.0, 0.0, 0.0, True]
+    text = length_grid.claim1_verdict(rows, "m", "prose")
+    assert "adjacent-step Jaccard undefined (no Eq. 1 activation to pool)" in text
+    assert "share outside Wu's S_20 every layout at 0.00 (degenerate)" in text
+    empty = trend_table({"rotation_vs_length": pd.DataFrame(columns=["length", "layout", "value"])}, n_resamples=50)
+    assert "no answer had an Eq. 1 activation" in length_grid.trend_verdict(empty, "m", "prose")
