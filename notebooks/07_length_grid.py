@@ -61,6 +61,7 @@ from IPython.display import Image, Markdown, display
 
 import dynheads_tl
 from dynheads_tl.claims import length_grid
+from dynheads_tl.claims.irreplaceability.figures import condition_heatmaps  # claim 2's Fig 2 panels, per condition
 from dynheads_tl.report import figures
 
 started = time.time()
@@ -135,8 +136,8 @@ if len(grid):
     figures.save_table(grid.drop(columns=["response", "heads_ever_masked"], errors="ignore"), "masking_runs",
                        out_dir, run_config)
     for metric, stem in (("accuracy", "fig2_length_accuracy"), ("tf_drop", "fig2_length_tf_drop")):
-        fig = figures.condition_heatmaps(grid, metric, f"Fig 2 by length ({config.haystack_label}): {metric}",
-                                         k=statics.k)
+        fig = condition_heatmaps(grid, metric, f"Fig 2 by length ({config.haystack_label}): {metric}",
+                                 k=statics.k)
         display(Image(filename=str(figures.save_figure(fig, stem, out_dir, grid, run_config))))
 
 # %% [markdown]

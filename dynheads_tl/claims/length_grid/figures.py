@@ -1,5 +1,5 @@
 """Notebook 07's own figures: Fig 1 with one panel per length, and each length primary's units against log2(length)
-with the fitted slope. (Fig 2 is claim 2's context x depth heatmap per condition, drawn by the report layer.)"""
+with the fitted slope. (Fig 2 is claim 2's context x depth heatmap per condition: the notebook draws it with claim 2's figures.)"""
 from __future__ import annotations
 
 import numpy as np

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynheads_tl import preregistration
-from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true
+from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import EASY_CONTROL, SEEDS, LengthGridConfig
 from .trend import holm_family, slope_reading, slope_test
@@ -325,6 +325,14 @@ def _picture(folder: Path) -> Status:
     return Status("qualitative", "a picture of one answer per length")
 
 
+def _trend_finding(folder: Path) -> list[str]:
+    """The three length primaries' sentences (:func:`trend_verdict`), from ``length_trends.csv`` and its run config."""
+    run = sidecar(folder, "length_trends")
+    text = trend_verdict(pd.read_csv(folder / "length_trends.csv"), str(run.get("model", "this model")),
+                         str(run.get("haystack", "prose")))
+    return sentences_starting(text, "On ", "Length trend of", limit=3)
+
+
 CLAIM = Claim(
     notebook="07_length_grid",
     title="Claims 1 and 2 across length and depth",
@@ -353,6 +361,7 @@ CLAIM = Claim(
                   "(rotation, share outside the query-focused S_20, D_{t-1} − static drop), Holm over the three",
                   "not in the paper", "length_trends", 27.3, _trend_headline, _trend_status),
     ),
-    findings=(Finding("Length grid: trends", "length_grid.trend_verdict", r"(per doubling|^Length trend of)", limit=3),),
+    findings=(Finding("Length grid: trends", _trend_finding,
+                      "Do the phenomena change with length? The three pre-registered slopes"),),
     seeds=SEEDS,
 )
