@@ -371,13 +371,19 @@ def _picture(folder: Path) -> Status:
 
 # --- results as data: what the README quotes and the primary, recomputed from the notebook's files ---------------
 def _size_aware_finding(folder: Path) -> list[str]:
-    """The "So ..." sentence of :func:`size_aware_verdict` per task, as the notebook shows it (NIAH, then HotpotQA)."""
+    """The "So ..." sentence of :func:`size_aware_verdict` per task, as the notebook shows it (NIAH against both
+    static sets, the query-focused one first; then HotpotQA)."""
     table = pd.read_csv(folder / "size_aware_overlap.csv")
     config = sidecar(folder, "size_aware_overlap")
     k = int(config.get("static_k", 20))
+    baselines = folder / "static_baselines_niah.csv"  # the query-focused static set's shares (the primary)
+    query = pd.read_csv(baselines) if baselines.exists() else None
+    if query is not None and "baseline" in query:
+        query = query[query["baseline"] == "query_focused"]
     chosen = []
     for task, label in (("niah", "NIAH"), ("hotpot", hotpot_label(str(config.get("hotpot_source", "synthetic"))))):
-        verdict = size_aware_verdict(table[table["task"] == task], k, task_label=label)
+        verdict = size_aware_verdict(table[table["task"] == task], k, task_label=label,
+                                     query_focused=query if task == "niah" else None)
         chosen += [f"{label}: {s}" for s in sentences_starting(verdict, "So ")]
     return chosen
 

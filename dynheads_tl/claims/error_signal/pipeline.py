@@ -20,7 +20,7 @@ from .features import context_match_share, feature_matrices
 
 __all__ = [
     "crossfit_features", "answer_groups", "out_of_fold_scores", "untrained_scores", "auroc_intervals",
-    "transfer_table", "comparison_table", "gather", "data_table", "pooled", "per_setting_table",
+    "transfer_table", "comparison_table", "mark_primary", "gather", "data_table", "pooled", "per_setting_table",
 ]
 
 
@@ -139,7 +139,7 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
     that cannot reach 0.05 leave it) with the scopes that have at least :data:`MIN_PER_CLASS` wrong and right
     answers; ``half_width`` and ``n_to_resolve`` (layouts that would resolve the observed difference) say what the
     design could detect; ``primary`` marks :data:`PRIMARY`."""
-    from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
+    from dynheads_tl.analysis.statistics import n_to_resolve, paired_sign_test
 
     labels, groups = np.asarray(labels), np.asarray(groups)
     names = np.array(settings if settings is not None else ["pooled"] * len(labels))
@@ -167,9 +167,20 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
                          "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p,
                          "evaluable": wrong >= MIN_PER_CLASS and right >= MIN_PER_CLASS,
                          "half_width": interval.half_width, "n_to_resolve": n_to_resolve(interval)})
-    table = pd.DataFrame(rows)
+    return mark_primary(pd.DataFrame(rows))
+
+
+def mark_primary(table: pd.DataFrame) -> pd.DataFrame:
+    """``primary`` (:data:`PRIMARY`), ``p_adjusted`` and ``separated`` of a comparison table by the one convention:
+    the primary tested alone at :data:`ALPHA`, the evaluable secondaries Holm-corrected among themselves (those that
+    cannot reach 0.05 left out). Applied to a table read back from ``auroc_comparisons.csv`` it re-marks the rows
+    under today's declaration (a file written under an earlier primary is read as the code declares now)."""
+    from dynheads_tl.analysis.statistics import mark_separated
+
     if table.empty:
         return table
+    table = table.drop(columns=[c for c in ("primary", "p_adjusted", "separated") if c in table]).copy()
+    table["evaluable"] = table["evaluable"].map(lambda v: str(v).strip().lower() == "true")
     table["primary"] = [(r.scope, r.a, r.b) == PRIMARY for r in table.itertuples()]
     table = mark_separated(table, ALPHA, family=table["evaluable"].to_numpy(), testable_only=True,
                            primary=(table["primary"] & table["evaluable"]).to_numpy(dtype=bool))

@@ -10,6 +10,7 @@ from dynheads_tl.analysis.statistics import format_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, SEEDS, ErrorSignalConfig
+from .pipeline import mark_primary
 
 __all__ = ["ANCHORS", "CLAIM", "difficulty_sentences", "verdict"]
 
@@ -206,9 +207,18 @@ def _auroc_status(folder: Path) -> Status:
     return Status(verdict, headline, why)
 
 
+def _comparisons(folder: Path) -> pd.DataFrame:
+    """``auroc_comparisons.csv`` with its primary and adjusted p-values marked by today's declaration
+    (:func:`~.pipeline.mark_primary`: the primary alone, the secondaries Holm among themselves)."""
+    table = pd.read_csv(folder / "auroc_comparisons.csv")
+    if "testable" in table:
+        table["testable"] = table["testable"].map(is_true)
+    return mark_primary(table)
+
+
 def _verdict_finding(folder: Path) -> list[str]:
     """The pooled context-only comparisons of :func:`verdict`, the declared primary first."""
-    text = verdict(pd.read_csv(folder / "auroc.csv"), pd.read_csv(folder / "auroc_comparisons.csv"),
+    text = verdict(pd.read_csv(folder / "auroc.csv"), _comparisons(folder),
                    pd.read_csv(folder / "answers.csv"), pd.read_csv(folder / "auroc_per_setting.csv"))
     return sentences_starting(text, "Primary comparison (declared): pooled, the context-only",
                               "Pooled, the context-only", "pooled, the context-only", limit=2)
@@ -216,8 +226,8 @@ def _verdict_finding(folder: Path) -> list[str]:
 
 def _primary(folder: Path) -> dict | None:
     """The row of ``auroc_comparisons.csv`` marked primary: pooled AUROC difference over layouts."""
-    table = pd.read_csv(folder / "auroc_comparisons.csv")
-    row = table[table["primary"].map(is_true)]
+    table = _comparisons(folder)
+    row = table[table["primary"]]
     if row.empty:
         return None
     r = row.iloc[0]
