@@ -296,7 +296,11 @@ def test_the_grid_runs_end_to_end_on_a_tiny_model(tiny_grid):
     table1 = table1_by_length(samples, traces, n_resamples=50)
     assert sorted(table1["length"].unique()) == [100, 150] and len(table1) == 2 * 7
     names, note = length_grid.conditions()
-    assert "not run" in note or "runs" in note
+    from dynheads_tl.protocols.conditions import CONDITIONS
+
+    registered = "previous_step" in CONDITIONS and "previous_static_matched" in CONDITIONS
+    assert ("previous_step" in names) == ("previous_step" in CONDITIONS)
+    assert ("is not made" in note) == (not registered)
     grid = length_grid.masking_grid(model, config, cells, statics, names)
     assert len(grid) == len(cells) * len(names)
     assert {"accuracy", "tf_drop", "response", "layout", "context", "depth"} <= set(grid.columns)
