@@ -210,9 +210,11 @@ def test_table1_by_length_pools_each_length_and_counts_outside_each_static_set()
 
 def test_primary_units_pair_the_fair_conditions_per_sample():
     keys = {"depth": 0.5, "run": 0}
-    grid = pd.DataFrame([{"context": 100, "layout": "a", "condition": "previous_step", "tf_drop": 0.5, **keys},
-                         {"context": 100, "layout": "a", "condition": "previous_static_matched", "tf_drop": 0.2, **keys},
-                         {"context": 100, "layout": "a", "condition": "dynamic", "tf_drop": 0.9, **keys}])
+    grid = pd.DataFrame([{"context": 100, "layout": "a", "condition": "previous_step", "tf_drop": 0.6, "tf_drop_t1": 0.5,
+                          **keys},
+                         {"context": 100, "layout": "a", "condition": "static_previous", "tf_drop": 0.3, "tf_drop_t1": 0.2,
+                          **keys},
+                         {"context": 100, "layout": "a", "condition": "dynamic", "tf_drop": 0.9, "tf_drop_t1": 0.8, **keys}])
     samples = pd.DataFrame([{"context": 100, "layout": "a", "adjacent_sum": 1.0, "adjacent_pairs": 2.0,
                              "inside_query_focused": 1.0, "activations": 4.0}])
     units = primary_units(samples, grid)
@@ -298,7 +300,7 @@ def test_the_grid_runs_end_to_end_on_a_tiny_model(tiny_grid):
     names, note = length_grid.conditions()
     from dynheads_tl.protocols.conditions import CONDITIONS
 
-    registered = "previous_step" in CONDITIONS and "previous_static_matched" in CONDITIONS
+    registered = "previous_step" in CONDITIONS and "static_previous" in CONDITIONS
     assert ("previous_step" in names) == ("previous_step" in CONDITIONS)
     assert ("is not made" in note) == (not registered)
     grid = length_grid.masking_grid(model, config, cells, statics, names)

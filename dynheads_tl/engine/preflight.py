@@ -137,41 +137,39 @@ def model_head_shape(model: str) -> tuple[int, int]:
     return layers, heads
 
 
-def _embedded_tokenizer_source(name: str) -> tuple[str, dict]:
-    """Where embedded model ``name``'s tokenizer is read from without converting the model: its converted folder when
-    it is there and whole, else the package's GGUF file (slower: transformers builds the tokenizer from it)."""
-    from dynheads_tl.engine.models import EMBEDDED_MODELS, _CONVERSION_VERSION, _package_dir, manifest_problem
+def _embedded_tokenizer(name: str):
+    """Embedded model ``name``'s tokenizer without converting the model: read from its converted folder when it is
+    there and whole, else from its GGUF (slower: transformers builds the tokenizer from it; a model shipped in chunks
+    is assembled in a temporary folder for the read, :func:`~dynheads_tl.engine.models.embedded_gguf`)."""
+    from dynheads_tl.engine.models import _CONVERSION_VERSION, embedded_gguf, manifest_problem
     from dynheads_tl.store import cache_dir
 
     converted = cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
     if manifest_problem(converted, "size") is None:
-        return str(converted), {}
-    info = EMBEDDED_MODELS[name]
-    package = _package_dir(info["package"])
-    if package is None:
-        from dynheads_tl.engine.models import resolve_model_source
-
-        resolve_model_source(name)  # says how to install the package that ships it
-    return str(package), {"gguf_file": info["gguf"]}
+        return _read_tokenizer(name, str(converted), {})
+    with embedded_gguf(name) as gguf:  # says how to install the packages when they are missing
+        return _read_tokenizer(name, str(gguf.parent), {"gguf_file": gguf.name})
 
 
-@lru_cache(maxsize=None)
-def model_tokenizer(model: str):
-    """``model``'s tokenizer, read without loading the weights (nor converting the embedded model)."""
+def _read_tokenizer(model: str, source: str, extra: dict):
     from transformers import AutoTokenizer
 
-    name = _embedded_name(model)
-    if name:
-        source, extra = _embedded_tokenizer_source(name)
-    else:
-        from dynheads_tl.engine.models import resolve_model_source
-
-        source, extra = resolve_model_source(model), {}
     try:
         return AutoTokenizer.from_pretrained(source, **extra)
     except Exception as error:
         raise ValueError(f"Parameter 'model' is {model!r}, but its tokenizer cannot be read from {source}: "
                          f"{_first_line(error)}. Fix or replace the tokenizer files, or pass another model.") from error
+
+
+@lru_cache(maxsize=None)
+def model_tokenizer(model: str):
+    """``model``'s tokenizer, read without loading the weights (nor converting the embedded model)."""
+    name = _embedded_name(model)
+    if name:
+        return _embedded_tokenizer(name)
+    from dynheads_tl.engine.models import resolve_model_source
+
+    return _read_tokenizer(model, resolve_model_source(model), {})
 
 
 @lru_cache(maxsize=None)

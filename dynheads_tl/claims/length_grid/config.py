@@ -23,7 +23,7 @@ GRID_CONDITIONS = ("none", "dynamic", "static_matched", "random_matched")
 # The fair comparison (a set known before the step, D_{t-1}) and its size-matched static control, run when the
 # condition registry (protocols/conditions.py) has them, looked up by these names.
 PREVIOUS_CONDITION = "previous_step"
-PREVIOUS_BASELINE = "previous_static_matched"
+PREVIOUS_BASELINE = "static_previous"  # the top-|D_{t-1}| static heads (claim 2's fair control)
 
 
 # The haystack of five repeated sentences: the easy control, labelled so wherever it is run.

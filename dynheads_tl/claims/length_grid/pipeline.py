@@ -293,7 +293,8 @@ def _paired(grid: pd.DataFrame, a: str, b: str, metric: str) -> pd.DataFrame:
 # (name, a, b, metric): the per-length comparisons Fig 2's rule reads
 COMPARISONS = (("accuracy_dynamic_vs_static", "dynamic", "static_matched", "accuracy"),
                ("tf_drop_dynamic_vs_static", "dynamic", "static_matched", "tf_drop"),
-               ("tf_drop_previous_vs_static", PREVIOUS_CONDITION, PREVIOUS_BASELINE, "tf_drop"))
+               # D_{t-1} masks nothing at step 0: read on the steps t >= 1, as claim 2's primary is
+               ("tf_drop_previous_vs_static", PREVIOUS_CONDITION, PREVIOUS_BASELINE, "tf_drop_t1"))
 
 
 def masking_by_length(grid: pd.DataFrame, *, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -339,7 +340,8 @@ def primary_units(samples: pd.DataFrame, grid: pd.DataFrame | None) -> dict[str,
     frame = lambda values: pd.DataFrame({"length": by_layout["context"].astype(int), "layout": by_layout["layout"],
                                          "value": values.astype(float)}).dropna(subset=["value"])
     out = {"rotation_vs_length": frame(rotation), "outside_vs_length": frame(outside)}
-    pairs = _paired(grid, PREVIOUS_CONDITION, PREVIOUS_BASELINE, "tf_drop") if grid is not None and len(grid) else None
+    pairs = (_paired(grid, PREVIOUS_CONDITION, PREVIOUS_BASELINE, "tf_drop_t1")
+             if grid is not None and len(grid) and "tf_drop_t1" in grid else None)
     out["irreplaceability_vs_length"] = (
         pd.DataFrame({"length": pairs["context"].astype(int), "layout": pairs["layout"],
                       "value": (pairs["a"] - pairs["b"]).astype(float)}) if pairs is not None and len(pairs)
