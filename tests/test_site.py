@@ -305,8 +305,11 @@ def test_every_committed_item_has_a_computed_status():
 
     statuses = {item.item: item_status(COMMITTED, item.item) for _, item in index_items()}
     assert not [item for item, s in statuses.items() if s.status == "see files"]
+    # "not run" only for a claim whose notebook has no folder in the committed report
+    for claim, item in index_items():
+        assert (statuses[item.item].status == "not run") == (not (COMMITTED / claim.notebook).is_dir()), item.item
     for item, found in statuses.items():
-        if found.status != "qualitative":
+        if found.status not in ("qualitative", "not run"):
             assert "n = " in found.headline and "[" in found.headline or item == "Beyond 0", (item, found.headline)
 
 

@@ -21,15 +21,18 @@ __all__ = ["BEYOND_STATUSES", "PAPER_STATUSES", "STATUS_CLASS", "Status", "item_
 STATUS_CLASS = {"reproduced": "good", "supported": "good", "weaker": "mixed", "partly supported": "mixed",
                 "not reproduced": "bad", "not supported": "bad", "absent in this setting": "absent",
                 "undetermined": "open", "no headroom": "open", "qualitative": "none", "descriptive": "none",
-                "not produced": "bad", "see files": "none"}
+                "not produced": "bad", "not run": "none", "see files": "none"}
 
 
 def item_status(output_dir: Path, item: str) -> Status:
     """The status and headline of the index row called ``item`` in the report at ``output_dir``, from its claim's
-    results; ``see files`` when no rule is declared or its CSVs are missing or of another shape (an older run), so
-    the index is still written."""
+    results; ``not run`` when the report holds no run of the claim's notebook (its output folder is absent); ``see
+    files`` when no rule is declared or its CSVs are missing or of another shape (an older run), so the index is
+    still written."""
     for claim in all_claims():
         if any(declared.item == item for declared in claim.items):
+            if not (Path(output_dir) / claim.notebook).is_dir():
+                return Status("not run", f"this report holds no run of notebook {claim.notebook[:2]}")
             data = claim_results(output_dir, claim)
             row = next((r for r in (data or {}).get("items", []) if r.get("item") == item), None)
             if row is None:
