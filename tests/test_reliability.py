@@ -214,7 +214,7 @@ BAD_VALUES = {
 
 
 def _installed_embedded_models() -> list[str]:
-    return [name for name, info in models.EMBEDDED_MODELS.items() if models._package_dir(info.package) is not None]
+    return [name for name in models.EMBEDDED_MODELS if models.embedded_installed(name)]
 
 
 _USER_CACHE = store.cache_dir()  # read at import, before a fixture points DYNHEADS_CACHE at a fresh folder
