@@ -659,16 +659,18 @@ def test_a_condition_added_through_its_spec_alone_reaches_the_grid_the_runs_and_
     grid = experiments.grid_experiment(model, cells, setup, TraceConfig(max_new_tokens=3),
                                        conditions=["none", "half_dynamic"], teacher_forced=False)
     assert grid["condition"].tolist() == ["none", "half_dynamic"] * 2
-    fig = figures.condition_heatmaps(grid, "accuracy", "grid", k=1)
+    from dynheads_tl.claims.irreplaceability.figures import condition_heatmaps, controls_figure
+
+    fig = condition_heatmaps(grid, "accuracy", "grid", k=1)
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
     assert titles[0] == "unmasked" and titles[1].startswith("half of D_t masked")
     assert "sized by D_t at each step: half of D_t masked" in fig._supxlabel.get_text()
     summary = pd.DataFrame({"condition": ["none", "half_dynamic"], "accuracy": [1.0, 0.5], "accuracy_low": [0.5, 0.1],
                             "accuracy_high": [1.0, 0.9], "n": [2, 2]})
-    fig = figures.controls_figure(summary, "accuracy", "controls")
+    fig = controls_figure(summary, "accuracy", "controls")
     assert {label.get_text() for label in fig.axes[0].get_yticklabels()} == {"half of D_t masked", "unmasked"}
     with pytest.raises(ValueError, match="No condition spec declares 'quarter_dynamic'"):
-        figures.controls_figure(summary.replace("half_dynamic", "quarter_dynamic"), "accuracy", "controls")
+        controls_figure(summary.replace("half_dynamic", "quarter_dynamic"), "accuracy", "controls")
 
 
 def test_progressive_runs_are_teacher_forced_too(monkeypatch, tiny_llama):

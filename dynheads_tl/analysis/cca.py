@@ -298,6 +298,8 @@ def generated_token_share(table: pd.DataFrame, column: str = "first") -> pd.Data
     columns = ["k", "gain_read_only", "gain_with_generated", "removed", "removed_low", "removed_high", "removed_p",
                "share_removed", "splits"]
     rows = []
+    if table.empty or "k" not in table:  # nothing residualised (too few samples to fit): no lag to read
+        return pd.DataFrame(columns=columns)
     for k, part in table.groupby("k", sort=True):
         wide = part.pivot(index="split_seed", columns="control", values=column)
         needed = [RESIDUALISED, f"{RESIDUALISED}, chance", READ_TOKENS_ONLY, f"{READ_TOKENS_ONLY}, chance"]

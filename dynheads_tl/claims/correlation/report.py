@@ -318,9 +318,12 @@ def _beyond_position_finding(folder: Path) -> list[str]:
 
 
 def _primary(folder: Path) -> dict | None:
-    """The row ``lag_tests`` marks primary: NIAH MLP-probe F1 minus the prior's (step-and-token where written) at the first lag ahead."""
-    tests = pd.read_csv(folder / "lead_probes_tests.csv")
-    row = tests[tests["primary"].map(is_true)]
+    """The row :func:`lag_tests` marks primary, recomputed from ``lead_probes.csv`` under today's convention (the
+    primary tested alone): NIAH MLP-probe F1 minus the prior's (step-and-token where written) at the first lag
+    ahead."""
+    niah, hotpot = _lead_by_task(folder)
+    tests = lag_tests(niah, hotpot, n_splits=int(sidecar(folder, "lead_probes").get("n_splits", 5)))
+    row = tests[tests["primary"]]
     if row.empty:
         return None
     r = row.iloc[0]
