@@ -362,9 +362,10 @@ def test_correlation_notebook_runs_with_tiny_parameters(smoke):
     assert sorted(set(cca["k"])) == [0, 1, 2]
     assert cca["leading"].between(0, 1 + 1e-9).all()
     table2 = pd.read_csv(folder / "table2_niah_probe.csv")
-    assert list(table2["predictor"])[:4] == ["MLP probe", "linear probe", "static-frequency prior", "step-aware prior"]
-    assert "(paper)" in table2["predictor"].iloc[4]
-    ours = table2.iloc[:4]  # the last row is the paper's reference (precision/recall not reported)
+    assert list(table2["predictor"])[:5] == ["MLP probe", "linear probe", "static-frequency prior", "step-aware prior",
+                                             "step-and-token prior"]
+    assert "(paper)" in table2["predictor"].iloc[5]
+    ours = table2.iloc[:5]  # the last row is the paper's reference (precision/recall not reported)
     for column in ("f1", "precision", "recall"):
         assert ours[column].between(0, 1).all()
     table3 = pd.read_csv(folder / "table3_hotpot_probe.csv")
@@ -372,7 +373,9 @@ def test_correlation_notebook_runs_with_tiny_parameters(smoke):
     for name in ("fig4_niah_cca", "fig8_hotpot_cca", "lead_probes"):
         assert (folder / f"{name}.png").stat().st_size > 0
     resid = pd.read_csv(folder / "fig4_niah_cca_residualised.csv")
-    assert set(resid["control"]) == {"held-out", "held-out, residualised", "held-out, residualised, chance"}
+    assert set(resid["control"]) == {"held-out", "held-out, residualised", "held-out, residualised, chance",
+                                     "held-out, residualised (tokens read only)",
+                                     "held-out, residualised (tokens read only), chance"}
     assert (resid["splits"] == 2).all() and sorted(set(resid["k"])) == [0, 2]
     assert (resid["first_low"] <= resid["first"]).all() and (resid["first"] <= resid["first_high"]).all()
     lead = pd.read_csv(folder / "lead_probes.csv")
@@ -380,7 +383,9 @@ def test_correlation_notebook_runs_with_tiny_parameters(smoke):
     assert (lead["vs_step_prior_low"] <= lead["vs_step_prior_high"]).all()
     # means over splits by layout, with n and the number of layouts
     assert (cca["splits"] == 2).all() and (cca["first_low"] <= cca["first"] + 1e-12).all()
-    assert (table2.iloc[:4]["splits"] == 2).all() and (table2.iloc[:4]["n_clusters"] <= table2.iloc[:4]["n_samples"]).all()
+    assert (table2.iloc[:5]["splits"] == 2).all() and (table2.iloc[:5]["n_clusters"] <= table2.iloc[:5]["n_samples"]).all()
+    assert (lead["vs_token_prior_low"] <= lead["vs_token_prior_high"]).all()
+    assert (folder / "fig4_niah_generated_token.csv").exists() and (folder / "fig8_hotpot_generated_token.csv").exists()
     tests = pd.read_csv(folder / "lead_probes_tests.csv")
     assert tests["primary"].sum() == 1 and tests["p_adjusted"].notna().any()
     assert set(pd.read_csv(folder / "fig4_niah_cca_tests.csv")["b"]) == {"shuffled", "shuffled, same step"}
