@@ -10,6 +10,7 @@ import pandas as pd
 from dynheads_tl.analysis.classification import (auroc, bootstrap_aurocs, fit_predict, folds, paired_auroc_draws,
                                                  placement_contributions, quantile)
 from dynheads_tl.analysis.statistics import Interval, wilson_interval
+from dynheads_tl.claim import is_true
 from dynheads_tl.corpus import collect_traces, layout_traces, parse_setting
 from dynheads_tl.engine.tracing import Trace, TraceConfig
 from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
@@ -180,7 +181,7 @@ def mark_primary(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     table = table.drop(columns=[c for c in ("primary", "p_adjusted", "separated") if c in table]).copy()
-    table["evaluable"] = table["evaluable"].map(lambda v: str(v).strip().lower() == "true")
+    table["evaluable"] = table["evaluable"].map(is_true)
     table["primary"] = [(r.scope, r.a, r.b) == PRIMARY for r in table.itertuples()]
     table = mark_separated(table, ALPHA, family=table["evaluable"].to_numpy(), testable_only=True,
                            primary=(table["primary"] & table["evaluable"]).to_numpy(dtype=bool))
