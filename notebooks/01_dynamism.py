@@ -35,7 +35,7 @@ eq2_false_rate = 0.01  # chance rule: the share of placebo head-steps the calibr
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out of the denominator
 local_window = 32  # Eq. 2: most recent positions left out of the denominator
 static_k = 20  # size of the static retrieval set
-static_sizes = [20, 50, 100]  # static set sizes for the sweep
+static_sizes = None  # static set sizes for the sweep; None: 20, 50 and 100, those below the model's head count
 static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
 seeds = [0, 1, 2]  # one full run per seed; the first is the headline run
 niah_settings = ["filler:500", "filler:1000", "prose:500", "prose:1000"]  # soft dynamism: settings, 'haystack:tokens'
@@ -196,7 +196,7 @@ display(Markdown(f"**{stability_sentence}**"))
 # what this model does.
 
 # %%
-sweep = pd.concat([dynamism.static_size_sweep(r, config.static_sizes) for r in (headline_niah, headline_hotpot)])
+sweep = pd.concat([dynamism.static_size_sweep(r, config.sweep_sizes) for r in (headline_niah, headline_hotpot)])
 figures.save_table(sweep, "static_size_sweep", out_dir, run_config)
 display(sweep.round(4))
 
@@ -211,7 +211,7 @@ display(sweep.round(4))
 # primary, since Wu et al.'s score averages the same Eq. 1 event over calibration (`preregistration.yaml`).
 
 # %%
-size_aware = pd.concat([dynamism.size_aware_table(results[task], config.static_sizes) for task in ("niah", "hotpot")],
+size_aware = pd.concat([dynamism.size_aware_table(results[task], config.sweep_sizes) for task in ("niah", "hotpot")],
                        ignore_index=True)
 figures.save_table(size_aware, "size_aware_overlap", out_dir, run_config)
 for task, label in (("niah", "NIAH"), ("hotpot", hotpot_label(config.hotpot_source))):

@@ -67,3 +67,11 @@ def test_the_shared_parts_are_shared():
         RagConfig(window=9, local_window=5, rind_threshold=1.5)
     with pytest.raises(ValueError, match="calibrate it first"):
         RagStudyConfig().rag_config()
+
+
+def test_the_default_static_size_sweep_fits_each_model_and_a_given_one_is_kept():
+    # 270 heads (SmolLM2) hold the three default sizes; 72 (Gemma 3 270M) only those below 72, since a static set of
+    # every head leaves nothing outside it
+    assert DynamismConfig().sweep_sizes == [20, 50, 100]
+    assert DynamismConfig(model="gemma-3-270m").sweep_sizes == [20, 50]
+    assert DynamismConfig(model="gemma-3-270m", static_sizes=[10, 30]).sweep_sizes == [10, 30]

@@ -236,12 +236,7 @@ def test_bad_values_are_refused_with_the_parameter_before_any_model_work(no_mode
     extra, expected = BAD_VALUES[case]
     layers, heads = preflight.model_head_shape(model)
     _link_converted(model, tmp_path / "fresh-cache")
-    # notebook 01's default static_sizes (20, 50, 100 heads) exceed a smaller model's head count, which is refused
-    # first; sizes that fit let each case reach the value it tests
-    fits = [] if layers * heads >= 100 or any("static_sizes" in e for e in extra) else \
-        ["-p", f"static_sizes=[20, {min(50, layers * heads)}]"]
-    err = _refused(["report", "--only", "01", "--model", model, *fits, *extra, "--output-dir", str(tmp_path / "out")],
-                   capsys)
+    err = _refused(["report", "--only", "01", "--model", model, *extra, "--output-dir", str(tmp_path / "out")], capsys)
     assert expected.format(model=model, layers=layers, heads=heads, total=layers * heads) in err
     assert "rouge_filter" not in err, "the advice names notebook parameters only"
     assert no_model_work == [], "a model was loaded or converted before the refusal"

@@ -9,7 +9,12 @@ from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMP
                                    check_settings, parse_setting)
 from dynheads_tl.engine.models import DEFAULT_MODEL
 
-__all__ = ["DynamismConfig"]
+__all__ = ["DEFAULT_STATIC_SIZES", "DynamismConfig"]
+
+# The static-set sizes the sweep compares by default. A size at or above the model's head count would hold every
+# head (nothing could fall outside it), so a smaller model's default sweep keeps only the sizes below its count
+# (Gemma 3 270M, 72 heads: 20 and 50); a list a user passes is checked against the count and refused instead.
+DEFAULT_STATIC_SIZES = (20, 50, 100)
 
 
 @dataclass
@@ -19,7 +24,7 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
 
     model: str = DEFAULT_MODEL
     static_k: int = 20
-    static_sizes: list[int] = field(default_factory=lambda: [20, 50, 100])
+    static_sizes: list[int] | None = None  # None: DEFAULT_STATIC_SIZES below the model's head count (sweep_sizes)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     niah_settings: list[str] = field(default_factory=lambda: ["filler:500", "filler:1000", "prose:500", "prose:1000"])
     n_setting: int = LAYOUT_ANALYSIS_SAMPLES  # what notebooks 05 and 06 read per setting; thorough traces 50
@@ -33,7 +38,8 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
         check_ints(self, ("static_k", "n_setting", "n_setting_calibration"))
         check_open_unit(self, "soft_threshold")
         check_int_list(self, "seeds", minimum=0)
-        check_int_list(self, "static_sizes", minimum=1)
+        if self.static_sizes is not None:
+            check_int_list(self, "static_sizes", minimum=1)
         if not isinstance(self.niah_settings, list) or not self.niah_settings:
             raise ValueError(f"Parameter 'niah_settings' must be a non-empty list of 'haystack:tokens' strings, "
                              f"got {self.niah_settings!r}.")
@@ -45,6 +51,17 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
         if not any(abs(float(self.soft_threshold) - float(t)) < 1e-12 for t in self.copy_thresholds):
             raise ValueError(f"Parameter 'soft_threshold' ({self.soft_threshold!r}) must be one of copy_thresholds "
                              f"{self.copy_thresholds!r}: the verdict reads the table at that threshold.")
+
+    @property
+    def sweep_sizes(self) -> list[int]:
+        """The static-set sizes of the sweep: ``static_sizes`` as given, or by default those of
+        :data:`DEFAULT_STATIC_SIZES` below the model's head count (read from its header, no weights loaded)."""
+        if self.static_sizes is not None:
+            return list(self.static_sizes)
+        from dynheads_tl.engine.preflight import model_head_shape
+
+        layers, heads = model_head_shape(self.model)
+        return [size for size in DEFAULT_STATIC_SIZES if size < layers * heads]
 
     @property
     def settings(self) -> list[tuple[str, int]]:
@@ -66,6 +83,6 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
         check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
                             needed_for=f"calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}, "
                                        f"the analysis split starting at record {self.n_hotpot}")
-        check_model_sizes(self.model, heads={"static_k": self.static_k, "static_sizes": self.static_sizes},
+        check_model_sizes(self.model, heads={"static_k": self.static_k, "static_sizes": self.sweep_sizes},
                           max_new_tokens=self.max_new_tokens,
                           contexts={"context_tokens": self.context_tokens, "niah_settings": self.niah_settings})

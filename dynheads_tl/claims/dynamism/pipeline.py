@@ -391,7 +391,7 @@ def query_focused_tables(model, config: DynamismConfig, results: list[TaskResult
             continue
         k = min(config.static_k, per_sample[0].numel())
         overlaps.append({"seed": result.seed, **source_overlap(wu, per_sample, k, seed=result.seed)})
-    table = pd.concat([size_aware_table(results, config.static_sizes).assign(baseline="wu"),
-                       size_aware_table(query_results, config.static_sizes).assign(baseline="query_focused")],
+    table = pd.concat([size_aware_table(results, config.sweep_sizes).assign(baseline="wu"),
+                       size_aware_table(query_results, config.sweep_sizes).assign(baseline="query_focused")],
                       ignore_index=True)
     return table, pd.DataFrame(overlaps)
