@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from dynheads_tl.analysis.scoring import adjacent_counts, static_retrieval_scores, static_top_k
+from dynheads_tl.analysis.statistics import bootstrap_interval
 from dynheads_tl.corpus import collect_traces
 from dynheads_tl.engine.equations import head_labels
 from dynheads_tl.engine.trace_data import Trace
@@ -31,7 +32,6 @@ from dynheads_tl.tasks.common import Sample, mix_seed
 from dynheads_tl.tasks.metrics import niah_accuracy
 
 from .config import GRID_CONDITIONS, PREVIOUS_BASELINE, PREVIOUS_CONDITION, SEEDS, LengthGridConfig
-from .trend import bca_interval
 
 __all__ = ["grid_samples", "calibration_samples", "grid_traces", "StaticSets", "static_sets", "sample_table",
            "table1_by_length", "heatmap_data", "conditions", "masking_grid", "masking_by_length", "primary_units",
@@ -168,24 +168,17 @@ def sample_table(cells: list[tuple[dict, Sample]], traces: list[Trace], statics:
 
 def cluster_bca(n: int, clusters, statistic, *, n_resamples: int = 2000, seed: int = 0,
                 confidence: float = 0.95) -> tuple[float, float, float, bool]:
-    """(estimate, low, high, degenerate) of ``statistic(indices)`` over ``n`` units, the BCa interval resampling
-    whole ``clusters`` (one label per unit) with the leave-one-cluster-out jackknife; ``degenerate`` when every
-    resample gives the same value (the interval is then that value, said as such)."""
+    """(estimate, low, high, degenerate) of ``statistic(indices)`` over ``n`` units: the package's bootstrap interval
+    (:func:`~dynheads_tl.analysis.statistics.bootstrap_interval`: BCa with its stated rules for degenerate and
+    one-tailed draws) resampling whole ``clusters`` (one label per unit); NaN bounds with fewer than two clusters.
+    ``degenerate`` when every resample gives the same value (the interval is then that value, said as such)."""
     labels = np.asarray(clusters).astype(str)
-    members = [np.flatnonzero(labels == label) for label in dict.fromkeys(labels.tolist())]
-    everything = np.arange(n)
-    estimate = float(statistic(everything))
-    if len(members) < 2:
+    estimate = float(statistic(np.arange(n)))
+    if len(set(labels.tolist())) < 2:
         return estimate, float("nan"), float("nan"), False
-    rng = np.random.default_rng(seed)
-    draws = np.array([statistic(np.concatenate([members[j] for j in rng.integers(0, len(members), len(members))]))
-                      for _ in range(n_resamples)], dtype=float)
-    jackknife = np.array([statistic(np.setdiff1d(everything, m)) for m in members], dtype=float)
-    finite = draws[np.isfinite(draws)]
-    if len(finite) and np.ptp(finite) == 0:
-        return estimate, estimate, estimate, True
-    low, high = bca_interval(estimate, draws, jackknife, confidence)
-    return estimate, low, high, False
+    interval = bootstrap_interval(np.arange(n), lambda index: statistic(index.astype(int)), clusters=labels,
+                                  n_resamples=n_resamples, seed=seed, confidence=confidence)
+    return interval.estimate, interval.low, interval.high, interval.method == "degenerate"
 
 
 def _ratio(frame: pd.DataFrame, numerator: str, denominator: str):

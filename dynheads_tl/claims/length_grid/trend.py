@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import stats
 
-__all__ = ["Slope", "log2_slope", "bca_interval", "slope_test", "holm_family", "slope_reading"]
+from dynheads_tl.analysis.statistics import bca_bounds, bca_p_value, holm_adjust
+
+__all__ = ["Slope", "log2_slope", "slope_test", "holm_family", "slope_reading"]
 
 
 @dataclass(frozen=True)
@@ -58,46 +59,6 @@ def _strata(layouts: np.ndarray, lengths: np.ndarray) -> list[list[np.ndarray]]:
     return out
 
 
-def bca_interval(estimate: float, draws: np.ndarray, jackknife: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The BCa interval at ``confidence`` from the bootstrap ``draws`` and the leave-one-cluster-out ``jackknife``
-    estimates (NaNs dropped); (NaN, NaN) when no draw is defined."""
-    draws = draws[np.isfinite(draws)]
-    if not len(draws):
-        return float("nan"), float("nan")
-    z0, a = _bias_and_acceleration(estimate, draws, jackknife)
-    alpha = (1 - confidence) / 2
-    bounds = []
-    for level in (alpha, 1 - alpha):
-        z = stats.norm.ppf(level)
-        bounds.append(float(np.quantile(draws, stats.norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))))))
-    return bounds[0], bounds[1]
-
-
-def _bias_and_acceleration(estimate: float, draws: np.ndarray, jackknife: np.ndarray) -> tuple[float, float]:
-    below = (np.sum(draws < estimate) + 0.5 * np.sum(draws == estimate)) / len(draws)
-    z0 = float(stats.norm.ppf(np.clip(below, 1 / (2 * len(draws)), 1 - 1 / (2 * len(draws)))))
-    jack = jackknife[np.isfinite(jackknife)]
-    if len(jack) < 3:
-        return z0, 0.0
-    d = jack.mean() - jack
-    denominator = 6 * (d * d).sum() ** 1.5
-    return z0, float((d ** 3).sum() / denominator) if denominator > 0 else 0.0
-
-
-def _bca_p(estimate: float, draws: np.ndarray, jackknife: np.ndarray) -> float:
-    """The two-sided level at which a BCa bound of these draws sits at 0: the smallest alpha whose 1 - alpha
-    interval excludes 0 (1 when 0 is the median of the corrected distribution)."""
-    draws = draws[np.isfinite(draws)]
-    if not len(draws):
-        return float("nan")
-    z0, a = _bias_and_acceleration(estimate, draws, jackknife)
-    share = (np.sum(draws < 0) + 0.5 * np.sum(draws == 0)) / len(draws)
-    w = float(stats.norm.ppf(np.clip(share, 0.5 / len(draws), 1 - 0.5 / len(draws))))
-    u = (w - z0) / (1 + a * (w - z0))
-    level = float(stats.norm.cdf(u - z0))
-    return float(min(1.0, 2 * min(level, 1 - level)))
-
-
 def slope_test(values: Sequence[float], lengths: Sequence[int], layouts: Sequence, *, alpha: float = 0.05,
                n_resamples: int = 2000, seed: int = 0, min_layouts: int = 2,
                statistic: Callable[[np.ndarray, np.ndarray], float] = log2_slope) -> Slope:
@@ -130,16 +91,14 @@ def slope_test(values: Sequence[float], lengths: Sequence[int], layouts: Sequenc
     if len(finite) and np.ptp(finite) == 0:
         return Slope(estimate, estimate, estimate, estimate, estimate, 0.0 if estimate != 0 else 1.0, len(values),
                      n_layouts, len(strata), degenerate=True)
-    low, high = bca_interval(estimate, draws, jackknife, 1 - alpha)
-    tost_low, tost_high = bca_interval(estimate, draws, jackknife, 1 - 2 * alpha)
-    return Slope(estimate, low, high, tost_low, tost_high, _bca_p(estimate, draws, jackknife), len(values),
+    low, high = bca_bounds(estimate, draws, jackknife, 1 - alpha)
+    tost_low, tost_high = bca_bounds(estimate, draws, jackknife, 1 - 2 * alpha)
+    return Slope(estimate, low, high, tost_low, tost_high, bca_p_value(estimate, draws, jackknife), len(values),
                  n_layouts, len(strata))
 
 
 def holm_family(p_values: Sequence[float]) -> list[float]:
     """Holm's adjustment over the defined p-values of the family (NaN stays NaN and leaves the family)."""
-    from dynheads_tl.analysis.statistics import holm_adjust
-
     defined = [i for i, p in enumerate(p_values) if p == p]
     adjusted = [float("nan")] * len(p_values)
     for i, value in zip(defined, holm_adjust([float(p_values[i]) for i in defined])):
