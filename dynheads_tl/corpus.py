@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
-from dynheads_tl.engine.models import model_fingerprint, model_name
+from dynheads_tl.engine.models import model_identity
 from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces
 from dynheads_tl.engine.tracing import trace_batch, trace_generation
 from dynheads_tl.executors import compute_missing
@@ -135,8 +135,7 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
         finish = lambda trace: truncate_at_newline(trace, model.tokenizer)
     else:
         finish = lambda trace: trace
-    full_key = {**key, "trace": trace_config.key(), "model": model_name(model),
-                "model_fingerprint": model_fingerprint(model)}
+    full_key = {**key, "trace": trace_config.key(), **model_identity(model)}
     keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
     traces: list[list[Trace]] = [[] for _ in samples]
     # Samples read back from the cache first; the missing ones go to the current executor (progress is shown

@@ -191,9 +191,9 @@ def provenance(model, *, score: str, prompt_format: str, seeds: Sequence[int], n
     """What a head-score file was computed from: the model (name, fingerprint, layers x heads), its tokenizer and
     chat template (digests), the prompt format, library versions, seeds, samples (n, and n kept by the filter),
     the filter, and whatever ``extra`` names (trace settings, data source)."""
-    from dynheads_tl.engine.models import model_fingerprint, model_name
+    from dynheads_tl.engine.models import model_identity
 
-    return {"score": score, "model": model_name(model), "model_fingerprint": model_fingerprint(model),
+    return {"score": score, **model_identity(model),
             "layers": int(model.cfg.n_layers), "heads": int(model.cfg.n_heads),
             **tokenizer_digests(model.tokenizer), "prompt_format": prompt_format, "libraries": library_versions(),
             "seeds": [int(s) for s in seeds], "n": int(n), "n_kept": None if n_kept is None else int(n_kept),

@@ -117,14 +117,14 @@ def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
 
 def _scores(model, samples, null_query: str, use_cache: bool, store) -> Float[Tensor, "sample layer head"]:
     from dynheads_tl.engine.decoder import prefill_context
-    from dynheads_tl.engine.models import model_fingerprint, model_name
+    from dynheads_tl.engine.models import model_identity
     from dynheads_tl.store import load_cached_json, save_cached_json
     from dynheads_tl.tasks.common import prompt_digest
 
     out = []
     for sample in samples:
         key = {"kind": "query_focused", "version": 1, "prompt": prompt_digest(sample), "null_query": null_query,
-               "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+               **model_identity(model)}
         cached = load_cached_json(key) if use_cache else None
         if cached is not None:
             out.append(torch.tensor(cached, dtype=torch.float64))

@@ -464,3 +464,9 @@ def fast_twin(model) -> torch.nn.Module:
 
 def model_name(model) -> str:
     return model.__dict__.get("_dynheads_source", getattr(model.cfg, "model_name", "unknown"))
+
+
+def model_identity(model) -> dict[str, str]:
+    """What every cache key and provenance record says about the model: the name it was loaded by and its
+    :func:`model_fingerprint` (what it is: another model saved under the same name never matches)."""
+    return {"model": model_name(model), "model_fingerprint": model_fingerprint(model)}

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from dynheads_tl.engine.equations import eq2_share, evidence_positions
 from dynheads_tl.engine.hooks import HookList, StepState, pattern_hook_name
-from dynheads_tl.engine.models import model_fingerprint, model_name
+from dynheads_tl.engine.models import model_identity
 from dynheads_tl.engine.trace_data import HEAD_SIGNALS, SIGNALS, Trace, TraceConfig
 from dynheads_tl.tasks.common import Sample
 
@@ -118,8 +118,7 @@ def build_trace(model, sample: Sample, config: TraceConfig, tokens: list[int], b
         task=sample.task,
         answers=list(sample.answers),
         response=model.tokenizer.decode(tokens, skip_special_tokens=True),
-        config={**asdict(config), "model": model_name(model), "model_fingerprint": model_fingerprint(model),
-                **extra_config},
+        config={**asdict(config), **model_identity(model), **extra_config},
         # With signals, the context span the context mass was taken over (its length normalises it).
         meta={**sample.meta, **({"context_span": list(sample.context_span)} if "context_mass" in buffers else {})},
         evidence_attention=evidence_attention,

@@ -105,11 +105,11 @@ def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
               cache_key: dict | None) -> list[dict | None]:
     """Each job's cache key (None without a ``cache_key``): the model's name and weights, the prompt, the
     condition, k, the calibration setup and the trace settings."""
-    from dynheads_tl.engine.models import model_fingerprint, model_name
+    from dynheads_tl.engine.models import model_identity
 
     trace = trace_key(config)
     return [None if cache_key is None else
-            {**cache_key, "model": model_name(model), "model_fingerprint": model_fingerprint(model),
+            {**cache_key, **model_identity(model),
              "prompt": prompt_digest(job.sample), "condition": job.condition,
              "k": job.k, "sample_seed": job.sample_seed, "setup": _setup_key(setup, job.condition), "trace": trace,
              "protocol": _PROTOCOL_VERSION, "teacher_forced": job.teacher_forced,

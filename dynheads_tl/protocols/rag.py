@@ -75,13 +75,13 @@ def answer_keys(model, units: list[tuple[str, int, Sample]], config: RagConfig, 
     static strategy's keys and the probe's name only the dynamic strategy's: no other strategy reads them."""
     from dataclasses import asdict
 
-    from dynheads_tl.engine.models import model_fingerprint, model_name
+    from dynheads_tl.engine.models import model_identity
     from dynheads_tl.store import tensor_digest
     from dynheads_tl.tasks.common import prompt_digest
 
     shared = {k: v for k, v in cache_key.items() if k != "probe"}
     base = {**shared, "unit": "rag_answer", "protocol_version": RAG_PROTOCOL_VERSION, "rag": asdict(config),
-            "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+            **model_identity(model)}
     reads = {"static": {"static_scores": None if static_scores is None else tensor_digest(static_scores)},
              "dynamic": {"probe": cache_key.get("probe")}}
     return [{**base, **reads.get(strategy, {}), "strategy": strategy, "index": index, "prompt": prompt_digest(sample),

@@ -8,7 +8,7 @@ import logging
 import pandas as pd
 
 from dynheads_tl.corpus import layout_traces
-from dynheads_tl.engine.models import model_fingerprint, model_name
+from dynheads_tl.engine.models import model_identity
 from dynheads_tl.executors import compute_missing
 from dynheads_tl.protocols.retention import (LLAMA_31_8B, fixed_scores, kv_heads_kept, kv_heads_switched, memory_table,
                                              model_kv_shape,
@@ -100,7 +100,7 @@ def _sample_key(model, sample, config: RetentionConfig) -> dict:
            "trace": config.trace_config("niah").key(),
            "training": {"haystack": config.haystack, "context_tokens": config.context_tokens, "seed": config.seed,
                         "n": [config.n_setting_calibration, config.n_setting]},
-           "model": model_name(model), "model_fingerprint": model_fingerprint(model)}
+           **model_identity(model)}
     if config.static_source:
         from dynheads_tl.analysis.head_files import scores_digest
 

@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynheads_tl.analysis.statistics import bca_bounds, bca_p_value, holm_adjust
+from dynheads_tl.analysis.bca import bca_bounds, bca_p_value
+from dynheads_tl.analysis.statistics import holm_adjust
 
 __all__ = ["Slope", "log2_slope", "slope_test", "holm_family", "slope_reading"]
 
