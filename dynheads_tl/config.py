@@ -45,6 +45,13 @@ class NotebookConfig:
     def check_inputs(self) -> None:
         """Checks that read files or the model's config; a config with no such inputs has none."""
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        """The contexts the notebook's run reads, per task: ``"NIAH"`` its context lengths in tokens, ``"HotpotQA"``
+        its HotpotQA-format context lengths where the notebook sets them (empty: the records' own lengths). Each
+        results file records them (``verdicts.json``, ``contexts``) and the report says the longest; a config with
+        no context has none."""
+        return {}
+
 
 def chain_post_init(instance: Any, cls: type) -> None:
     """Call the next ``__post_init__`` after ``cls`` in ``instance``'s MRO, if there is one (a part used on

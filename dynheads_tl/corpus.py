@@ -108,6 +108,10 @@ class TraceSets(TraceSettings):
         check_ints(self, ("context_tokens", "n_calibration", "n_analysis", "n_hotpot"))
         chain_post_init(self, TraceSets)
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        """The NIAH splits' length, and HotpotQA (the records' own lengths) when it has samples."""
+        return {"NIAH": [self.context_tokens], **({"HotpotQA": []} if self.n_hotpot > 0 else {})}
+
     @classmethod
     def of(cls, config: Any, **overrides: Any) -> "TraceSets":
         """The trace sets of ``config`` (its fields of these names; the others keep their defaults)."""

@@ -35,6 +35,7 @@ from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
 from dynheads_tl.progress import progress
+from dynheads_tl.store import load_cached_json, save_cached_json
 
 logger = logging.getLogger(__name__)
 
@@ -328,6 +329,20 @@ def compute_missing(model, compute: Compute, chunks: Sequence[Sequence[int]], un
     batches = [[unit(i) for i in chunk] for chunk in chunks]
     for number, results in current_executor().map(model, compute, batches, args=args, desc=desc):
         yield from zip(chunks[number], results)
+
+
+def cached_units(model, compute: Compute, keys: Sequence[dict | None], plan: Callable[[list[int]], Sequence[Sequence[int]]],
+                 unit: Callable[[int], Any], *, args: tuple = (), desc: str = "units") -> list[Any]:
+    """The claims' one "read the cache, compute what is missing, cache it" loop for JSON units: ``keys`` has one cache
+    key per unit (None: that unit is not cached and always computed); every cached unit is read back, ``plan(missing
+    indices)`` batches the rest, :func:`compute_missing` hands the batches to the current executor, and each result
+    is cached as its batch comes back (an interrupted run keeps what it finished). Returns the results in unit
+    order."""
+    results: list[Any] = [None if key is None else load_cached_json(key) for key in keys]
+    missing = [i for i, result in enumerate(results) if result is None]
+    for i, result in compute_missing(model, compute, plan(missing), unit, args=args, desc=desc):
+        results[i] = result if keys[i] is None else save_cached_json(keys[i], result)
+    return results
 
 
 def use_executor(executor: LocalExecutor | RayExecutor) -> LocalExecutor | RayExecutor:

@@ -5,6 +5,7 @@ the notebook wrote by its claim's own functions (:class:`~dynheads_tl.claim.Clai
 from a committed report without running a model. It holds:
 
 - ``model``, ``preset`` and ``run`` (date, minutes, parameters: the runner's record of the run);
+- ``contexts``: the context lengths the run read, per task (NIAH tokens; HotpotQA-format);
 - ``preregistration``: the sha256 of ``preregistration.yaml`` the verdicts were computed under;
 - ``primary``: the claim's primary comparison, as declared there (measure, comparison, test, direction, smallest
   effect of interest, units) and as observed (estimate, interval, n and units, test, p, adjusted p, and what exactly
@@ -29,7 +30,8 @@ from dynheads_tl import preregistration
 from dynheads_tl.claim import Status, sidecar
 from dynheads_tl.store import atomic_write_text
 
-__all__ = ["FILE", "FORMAT", "build", "write", "read", "record_output", "outputs", "primary_problems", "synthetic"]
+__all__ = ["FILE", "FORMAT", "build", "contexts",
+           "write", "read", "record_output", "outputs", "primary_problems", "synthetic"]
 
 FILE = "verdicts.json"
 FORMAT = 1
@@ -178,6 +180,20 @@ def outputs(folder: Path, recorded: dict[str, Any] | None = None) -> list[dict[s
     return out
 
 
+def contexts(claim, folder: Path) -> dict[str, list[int]] | None:
+    """The contexts the run read, per task (:meth:`~dynheads_tl.config.NotebookConfig.context_lengths` of the
+    config its files were written under, read from their sidecars); None when no sidecar says."""
+    fields = set(getattr(claim.config, "__dataclass_fields__", {}))
+    for path in sorted(Path(folder).glob("*.config.json")):
+        values = sidecar(folder, path.name[:-len(".config.json")])
+        if values:
+            try:
+                return claim.config(**{k: v for k, v in values.items() if k in fields}).context_lengths()
+            except _READ_ERRORS:
+                return None
+    return None
+
+
 def build(claim, folder: Path, run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The results of ``claim``'s notebook, computed from the files in its output ``folder``; ``run`` is the
     runner's record of the run (``runs.json``: model, preset, parameters, date, minutes)."""
@@ -192,6 +208,7 @@ def build(claim, folder: Path, run: dict[str, Any] | None = None) -> dict[str, A
         "format": FORMAT, "notebook": claim.notebook, "claim": claim.name, "title": claim.title,
         "model": model, "preset": run.get("preset"),
         "run": {key: run.get(key) for key in ("date", "minutes", "parameters")},
+        "contexts": contexts(claim, folder) if folder.is_dir() else None,
         "preregistration": {"file": "preregistration.yaml", "sha256": preregistration.sha256()},
         "primary": _primary(claim, folder),
         "items": [_item(claim, item, folder) for item in claim.items],

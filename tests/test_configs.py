@@ -75,3 +75,31 @@ def test_the_default_static_size_sweep_fits_each_model_and_a_given_one_is_kept()
     assert DynamismConfig().sweep_sizes == [20, 50, 100]
     assert DynamismConfig(model="gemma-3-270m").sweep_sizes == [20, 50]
     assert DynamismConfig(model="gemma-3-270m", static_sizes=[10, 30]).sweep_sizes == [10, 30]
+
+
+def test_each_config_names_the_contexts_its_run_reads():
+    from dynheads_tl.claims.error_signal import ErrorSignalConfig
+    from dynheads_tl.claims.kv_retention import RetentionConfig
+    from dynheads_tl.claims.length_grid import LengthGridConfig
+
+    assert DynamismConfig(niah_settings=["filler:500", "prose:2000"]).context_lengths() == \
+        {"NIAH": [500, 1000, 2000], "HotpotQA": []}
+    assert IrreplaceabilityConfig(niah_contexts=[500, 4000], progressive_context=500,
+                                  hotpot_contexts=[750]).context_lengths() == {"NIAH": [500, 4000], "HotpotQA": [750]}
+    assert PredictabilityConfig(context_tokens=3000).context_lengths()["NIAH"] == [3000]
+    assert RagStudyConfig().context_lengths() == {"HotpotQA": []}
+    assert ErrorSignalConfig(niah_settings=["prose:1000", "filler:4000"], n_hotpot=0).context_lengths() == \
+        {"NIAH": [1000, 4000]}
+    assert RetentionConfig(niah_setting="prose:2000").context_lengths() == {"NIAH": [2000]}
+    assert LengthGridConfig(lengths=[1000, 8000, 2000]).context_lengths() == {"NIAH": [1000, 2000, 8000]}
+
+
+def test_the_readme_says_the_longest_context_of_each_run():
+    from dynheads_tl.report.findings import contexts_phrase
+
+    assert contexts_phrase({"HotpotQA": [], "NIAH": [500, 1000]}) == \
+        "NIAH up to 1,000 tokens (500 and 1,000); HotpotQA-format"
+    assert contexts_phrase({"NIAH": [1000, 2000, 8000], "HotpotQA": [750]}) == \
+        "NIAH up to 8,000 tokens (1,000, 2,000 and 8,000); HotpotQA up to 750 tokens"
+    assert contexts_phrase({"NIAH": [500]}) == "NIAH up to 500 tokens"
+    assert contexts_phrase(None) == ""

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from dynheads_tl.engine.equations import Eq2Rule, head_names
 from dynheads_tl.engine.tracing import TraceConfig
-from dynheads_tl.executors import compute_missing
+from dynheads_tl.executors import cached_units
 from dynheads_tl.protocols.ablation_metrics import answer_scores, compensation, teacher_forced_scores
 from dynheads_tl.protocols.conditions import AblationSetup, Condition, make_selector
 from dynheads_tl.protocols.stepwise import gold_token_ids
@@ -151,19 +151,14 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
     ``batch_size`` and are cached one by one as their batch comes back. ``groups`` (one label per job) keeps
     jobs of different groups (grid cells, say) in different batches; within a group, generated and
     teacher-forced jobs run apart. A teacher-forced job's row is :func:`teacher_forced_scores`."""
-    from dynheads_tl.store import load_cached_json, save_cached_json
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     groups = [None] * len(jobs) if groups is None else list(groups)
     if len(groups) != len(jobs):
         raise ValueError(f"{len(groups)} group labels for {len(jobs)} jobs.")
-    keys = _job_keys(model, jobs, setup, config, cache_key)
-    outputs = [None if key is None else load_cached_json(key) for key in keys]
-    missing = [i for i, out in enumerate(outputs) if out is None]
-    chunks = batch_plan(jobs, groups, batch_size, missing)
-    for i, summary in compute_missing(model, ablation_units, chunks, lambda i: jobs[i], args=(setup, config), desc=desc):
-        outputs[i] = summary if keys[i] is None else save_cached_json(keys[i], summary)
+    outputs = cached_units(model, ablation_units, _job_keys(model, jobs, setup, config, cache_key),
+                           lambda missing: batch_plan(jobs, groups, batch_size, missing), lambda i: jobs[i],
+                           args=(setup, config), desc=desc)
     return [(out["row"], torch.tensor(out["new_heads"])) for out in outputs]
 
 

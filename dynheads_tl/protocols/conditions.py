@@ -79,7 +79,7 @@ class AblationSetup:
     mean_z: Tensor | None = None
     seed: int = 0
     static_order: Tensor | None = None
-    # A second static ranking (QRHead-style query-focused scores, issue #31), needed by ``query_matched``.
+    # A second static ranking (QRHead-style query-focused scores), needed by ``query_matched``.
     query_order: Tensor | None = None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 from torch import Tensor
 
-from dynheads_tl.executors import compute_missing
+from dynheads_tl.executors import cached_units
 from dynheads_tl.protocols.rag_loop import RETRIEVING, RagPolicy, rag_generate, rag_generate_many
 from dynheads_tl.protocols.rag_protocol import (STRATEGIES, HeadSelector, RagConfig, RagResult, Strategy,
                                                 calibrate_rind_threshold, is_content_word, rind_scores,
@@ -98,22 +98,19 @@ def run_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, *,
     the others cached as they come back, so a rerun only answers what is missing; a ``probe`` is an opaque
     callable, so the key must then name it under ``"probe"`` (e.g. a digest of its weights). Without
     ``cache_key`` every answer is computed."""
-    from dynheads_tl.store import load_cached_json, save_cached_json
-
     if cache_key is not None and probe is not None and "probe" not in cache_key:
         raise ValueError("cache_key must name the probe under 'probe' (a digest of its weights): otherwise answers "
                          "of another probe would be read back.")
-    keys = None if cache_key is None else answer_keys(model, units, config, cache_key, static_scores)
-    results: list[dict | None] = [None] * len(units) if keys is None else [load_cached_json(key) for key in keys]
-    # Question by question, so each batch after a question's first copies the question's prefill from the executor's
-    # prefix store (engine.decoder.shared_prefill) instead of redoing it.
-    missing = [i for i, result in enumerate(results) if result is None]
-    chunks = sorted(([missing[j] for j in group] for group in question_groups([units[i] for i in missing])),
-                    key=lambda chunk: (units[chunk[0]][1], chunk[0]))
-    for i, result in compute_missing(model, rag_units, chunks, lambda i: units[i],
-                                     args=(config, static_scores, probe), desc=desc):
-        results[i] = result if keys is None else save_cached_json(keys[i], result)
-    return results
+    keys = [None] * len(units) if cache_key is None else answer_keys(model, units, config, cache_key, static_scores)
+
+    def plan(missing: list[int]) -> list[list[int]]:
+        # Question by question, so each batch after a question's first copies the question's prefill from the
+        # executor's prefix store (engine.decoder.shared_prefill) instead of redoing it.
+        return sorted(([missing[j] for j in group] for group in question_groups([units[i] for i in missing])),
+                      key=lambda chunk: (units[chunk[0]][1], chunk[0]))
+
+    return cached_units(model, rag_units, keys, plan, lambda i: units[i], args=(config, static_scores, probe),
+                        desc=desc)
 
 
 def run_strategies(model, samples: list[Sample], strategies: list[str], config: RagConfig, *,

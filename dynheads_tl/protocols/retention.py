@@ -32,7 +32,7 @@ score among their query heads and retains all query heads of the top b_kv.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,7 @@ from dynheads_tl.protocols.stepwise import HeadIntervention, Selector, StepView,
 from dynheads_tl.tasks.common import Sample, mix_seed
 
 Strategy = Literal["static", "predicted", "oracle", "random", "streaming", "full"]
-STRATEGIES: tuple[str, ...] = ("static", "predicted", "oracle", "random", "streaming", "full")
+STRATEGIES: tuple[str, ...] = get_args(Strategy)  # the names, from the one declaration above
 Granularity = Literal["query", "kv"]
 Scorer = Callable[[StepView], Tensor]  # a step's view -> one score per query head [layer, head]
 

@@ -19,6 +19,22 @@ def declared_findings() -> list[tuple[str, str, str]]:
     return [(f.label, claim.notebook, f.section) for claim in all_claims() for f in claim.findings]
 
 
+def contexts_phrase(contexts: dict[str, list[int]] | None) -> str:
+    """ "NIAH up to 2,000 tokens (1,000 and 2,000); HotpotQA-format" from a results file's ``contexts``; "" when
+    it records none."""
+    parts = []
+    for task, lengths in sorted((contexts or {}).items(), key=lambda pair: pair[0] != "NIAH"):
+        if task == "NIAH" and lengths:
+            listed = " and ".join(f"{n:,}" for n in lengths) if len(lengths) <= 2 else \
+                ", ".join(f"{n:,}" for n in lengths[:-1]) + f" and {lengths[-1]:,}"
+            parts.append(f"NIAH up to {max(lengths):,} tokens" + (f" ({listed})" if len(lengths) > 1 else ""))
+        elif lengths:
+            parts.append(f"{task} up to {max(lengths):,} tokens")
+        else:
+            parts.append(f"{task}-format" if task == "HotpotQA" else task)
+    return "; ".join(parts)
+
+
 def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
     """[(label, notebook page with the verdict's section, sentences)] from each notebook folder's results, for the
     notebooks that ran (an executed notebook is present)."""
@@ -53,9 +69,12 @@ def statuses(output_dir: Path) -> list[tuple[str, str, bool]]:
 def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
     """The README's findings block (between its markers), from :func:`findings`."""
     lines = []
+    results = all_results(output_dir)
     for label, page, chosen in findings(output_dir):
-        number = page.split("/")[1][:2]
-        lines.append(f"- **{label}** ([notebook {number}]({link_prefix}{page})): " + " ".join(chosen))
+        stem = page.split("/")[1].partition(".")[0]
+        read = contexts_phrase(results.get(stem, {}).get("contexts"))
+        read = f"; contexts: {read}" if read else ""
+        lines.append(f"- **{label}** ([notebook {stem[:2]}]({link_prefix}{page}){read}): " + " ".join(chosen))
     found = statuses(output_dir)
     if found:
         lines.append(f"- **Status of each item** (computed from its CSVs by the rule preregistration.yaml declares; "

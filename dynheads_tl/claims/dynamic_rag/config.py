@@ -50,6 +50,10 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
     def setting(self) -> HotpotSetting:
         return HOTPOT_SETTINGS[self.rag_setting]
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        """HotpotQA-format questions only, at the records' own lengths."""
+        return {"HotpotQA": []}
+
     def check_inputs(self) -> None:
         """The HotpotQA file (enough usable records for every split) and the model, before any model work."""
         from dynheads_tl.engine.preflight import check_head_counts, model_context_window

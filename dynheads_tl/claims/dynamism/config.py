@@ -63,6 +63,12 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
         layers, heads = model_head_shape(self.model)
         return [size for size in DEFAULT_STATIC_SIZES if size < layers * heads]
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        """The trace sets' contexts and the soft-dynamism settings' lengths."""
+        contexts = super().context_lengths()
+        contexts["NIAH"] = sorted({*contexts["NIAH"], *(tokens for _, tokens in self.settings)})
+        return contexts
+
     @property
     def settings(self) -> list[tuple[str, int]]:
         """The (haystack, context length) settings of the soft-dynamism section (:func:`~dynheads_tl.corpus.parse_setting`)."""

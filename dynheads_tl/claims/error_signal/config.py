@@ -111,6 +111,11 @@ class ErrorSignalConfig(TraceSettings, RunSettings, NotebookConfig):
         if len(set(names)) < len(names):
             raise ValueError(f"Parameter 'niah_settings' names a setting twice: {self.niah_settings!r}.")
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        """The NIAH settings' lengths, and HotpotQA (the records' own lengths) when it has answers."""
+        return {"NIAH": sorted({parse_setting(spec)[1] for spec in self.niah_settings}),
+                **({"HotpotQA": []} if self.n_hotpot > 0 else {})}
+
     def check_inputs(self) -> None:
         """Each NIAH setting's haystack, and its length against the model's window (the one check every notebook's
         settings get: :func:`~dynheads_tl.corpus.check_settings`)."""

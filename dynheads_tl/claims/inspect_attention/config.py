@@ -29,6 +29,9 @@ class InspectConfig(DeviceSettings, NotebookConfig):
         if isinstance(self.depth, bool) or not isinstance(self.depth, (int, float)) or not 0 <= self.depth <= 1:
             raise ValueError(f"Parameter 'depth' must be a fraction in [0, 1], got {self.depth!r}.")
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        return {"NIAH": [self.context_tokens]}
+
     def check_inputs(self) -> None:
         """The context against the model's window (every attention row is kept, so it must stay short)."""
         from dynheads_tl.engine.preflight import model_context_window

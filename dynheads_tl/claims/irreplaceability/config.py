@@ -81,6 +81,11 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
         check_choice(self, "ablation_mode", ("zero", "mean"))
         check_choice(self, "keep_cache", ("clean", "masked"))
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        """The NIAH grid's lengths and the progressive curve's, and the HotpotQA grid's lengths."""
+        return {"NIAH": sorted({*self.niah_contexts, self.progressive_context}),
+                "HotpotQA": sorted(set(self.hotpot_contexts))}
+
     def check_inputs(self) -> None:
         """Every NIAH and HotpotQA length against the model's context window, before any model work."""
         from dynheads_tl.engine.preflight import model_context_window

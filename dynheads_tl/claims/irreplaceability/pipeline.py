@@ -79,7 +79,7 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
     mean_z = mean_head_outputs(model, samples, trace_config) if config.ablation_mode == "mean" else None
     from dynheads_tl.analysis.query_focus import query_focused_scores
 
-    # The second static baseline (issue #31): QRHead-style query-focused scores on the same calibration prompts
+    # The second static baseline: QRHead-style query-focused scores on the same calibration prompts
     try:
         query = query_focused_scores(model, samples, use_cache=config.use_cache).mean(0)
     except ValueError as error:  # a prompt the null query cannot be placed in: the condition is left out

@@ -143,7 +143,7 @@ def _reading(row) -> str:
 
 
 def query_baseline_verdict(result: TaskAblation, comparisons: pd.DataFrame | None = None) -> str:
-    """The computed answer to issue #31 for claim 2: does masking D_t still compare with the size-matched static
+    """The second static baseline's check for claim 2: does masking D_t still compare with the size-matched static
     baseline the same way when the static ranking is the query-focused one (``query_matched``, QRHead-style) instead
     of Wu et al.'s (``static_matched``)? Each comparison is read from ``comparisons`` (:func:`comparison_table`) as
     in :func:`matched_controls_verdict` (free-generation metric and teacher-forced drop); the conclusion "does not

@@ -65,6 +65,9 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
     def context_tokens(self) -> int:
         return parse_setting(self.niah_setting)[1]
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        return {"NIAH": [parse_setting(self.niah_setting)[1]]}
+
     def check_inputs(self) -> None:
         """The setting's haystack and its length against the model's window (:func:`~dynheads_tl.corpus.check_settings`),
         and the static-source file."""
@@ -73,4 +76,4 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
         check_model_sizes(self.model, max_new_tokens=self.max_new_tokens, contexts={"niah_setting": [self.niah_setting]})
 
 
-QUERY_STATIC = "query_static"  # a fixed set ranked by QRHead-style query-focused scores (issue #31)
+QUERY_STATIC = "query_static"  # a fixed set ranked by QRHead-style query-focused scores

@@ -9,13 +9,12 @@ import pandas as pd
 
 from dynheads_tl.corpus import layout_traces
 from dynheads_tl.engine.models import model_identity
-from dynheads_tl.executors import compute_missing
+from dynheads_tl.executors import cached_units
 from dynheads_tl.protocols.retention import (LLAMA_31_8B, fixed_scores, kv_heads_kept, kv_heads_switched, memory_table,
                                              model_kv_shape,
                                              oracle_scores, predicted_scores, random_scores, retain_batch,
                                              retention_selector)
 from dynheads_tl.protocols.stepwise import gold_token_ids
-from dynheads_tl.store import load_cached_json, save_cached_json
 from dynheads_tl.tasks import make_niah_samples
 from dynheads_tl.tasks.common import WIDE_STRIDE, mix_seed, prompt_digest
 from dynheads_tl.tasks.metrics import niah_accuracy
@@ -159,14 +158,12 @@ def run(model, config: RetentionConfig) -> pd.DataFrame:
     static, probe = training(model, config)
     query = query_training(model, config)
     samples = evaluation_samples(model, config)
-    keys = [_sample_key(model, sample, config) for sample in samples]
-    per_sample = [load_cached_json(key) if config.use_cache else None for key in keys]
-    missing = [i for i, rows in enumerate(per_sample) if rows is None]
+    keys = [_sample_key(model, sample, config) if config.use_cache else None for sample in samples]
     size = samples_per_batch(model, config)
-    chunks = [missing[start: start + size] for start in range(0, len(missing), size)]
-    for index, rows in compute_missing(model, retention_units, chunks, lambda i: (samples[i], i),
-                                       args=(config, static, probe, query), desc="KV retention (every condition per sample)"):
-        per_sample[index] = save_cached_json(keys[index], rows) if config.use_cache else rows
+    per_sample = cached_units(model, retention_units, keys,
+                              lambda missing: [missing[start: start + size] for start in range(0, len(missing), size)],
+                              lambda i: (samples[i], i), args=(config, static, probe, query),
+                              desc="KV retention (every condition per sample)")
     return pd.DataFrame([row for rows in per_sample for row in rows])
 
 

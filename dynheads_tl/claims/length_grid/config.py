@@ -82,6 +82,9 @@ class LengthGridConfig(TraceSettings, RunSettings, NotebookConfig):
     def haystack_label(self) -> str:
         return f"{self.haystack} (the easy control)" if self.easy_control else self.haystack
 
+    def context_lengths(self) -> dict[str, list[int]]:
+        return {"NIAH": sorted(set(self.lengths))}
+
     def check_inputs(self) -> None:
         """The haystack, and every length against the model's context window (read from its config, no model
         loaded), before any model work."""
