@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 __all__ = ["PreregistrationError", "path", "load", "sha256", "claim", "primary", "item_rule", "alpha", "deviations",
-           "lengths"]
+           "lengths", "standing"]
 
 # The file sits at the repository root beside the package (the suite runs from a checkout: `make setup` installs it
 # editable).
@@ -100,3 +100,15 @@ def deviations() -> list[dict[str, Any]]:
 def lengths() -> dict[str, Any]:
     """The length x depth grid's declared lengths, depths and primaries."""
     return load()["lengths"]
+
+
+def standing(model: str) -> str:
+    """What the file declares a model's runs to be: its ``confirmatory`` or ``exploratory`` entry that names the
+    model (``"gemma-3-270m: every claim, ..."``), as "confirmatory: <the entry's scope>"; "" when no entry names it."""
+    data = load()
+    for kind in ("confirmatory", "exploratory"):
+        for entry in data.get(kind) or []:
+            name, _, scope = str(entry).partition(":")
+            if name.strip() == model:
+                return f"{kind}: {scope.strip()}"
+    return ""

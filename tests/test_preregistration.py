@@ -103,3 +103,12 @@ def test_a_primary_that_differs_from_the_declaration_is_reported(tmp_path):
     assert verdicts.primary_problems(edited) == [
         "04_dynamic_rag/verdicts.json states no primary, but preregistration.yaml declares 'dynamic_vs_static_f1' for "
         "claim 'dynamic_rag'"]
+
+
+def test_each_embedded_model_has_a_declared_standing():
+    from dynheads_tl.engine.models import EMBEDDED_MODELS
+
+    assert preregistration.standing("gemma-3-270m").startswith("confirmatory: ")
+    assert preregistration.standing("smollm2-135m-instruct").startswith("exploratory: ")
+    assert preregistration.standing("no-such-model") == ""
+    assert all(preregistration.standing(name) for name in EMBEDDED_MODELS)

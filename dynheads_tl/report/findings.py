@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.results import all_results, read_runs
+from dynheads_tl.report.results import all_results, model_reports, read_runs
 from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
 
@@ -67,7 +68,23 @@ def statuses(output_dir: Path) -> list[tuple[str, str, bool]]:
 
 
 def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
-    """The README's findings block (between its markers), from :func:`findings`."""
+    """The README's findings block (between its markers): the report's own model's findings, statuses and runs
+    (:func:`findings`), then the same for every other model's report under ``models/<model>/``, each under a line
+    naming its model."""
+    reports = model_reports(output_dir)
+    blocks = []
+    for report in reports:
+        lines = _model_findings(report.folder, f"{link_prefix}{report.prefix}")
+        if len(reports) > 1 and lines:
+            where = f"[{report.prefix or 'the report'}]({link_prefix}{report.prefix}index.html)"
+            declared = preregistration.standing(report.model)
+            declared = f"; preregistration.yaml: {declared}" if declared else ""
+            lines.insert(0, f"**{report.model}** ({where}{declared}):\n")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(block for block in blocks if block)
+
+
+def _model_findings(output_dir: Path, link_prefix: str) -> list[str]:
     lines = []
     results = all_results(output_dir)
     for label, page, chosen in findings(output_dir):
@@ -84,7 +101,7 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
     provenance = runs_sentence(output_dir, link_prefix)
     if provenance:
         lines.append(provenance)
-    return "\n".join(lines)
+    return lines
 
 
 def runs_sentence(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
