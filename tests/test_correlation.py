@@ -654,6 +654,9 @@ def test_lead_rule_supports_on_the_primary_alone_and_tost_for_not_supported():
     assert verdict(token([0.06, 0.012, 0.03, 0.0])) == "partly supported"
     assert verdict(token([0.06, 0.0, 0.0, 0.0])) == "not supported"  # k = 1 within ±0.02 (TOST on its interval)
     assert verdict(token([0.06, 0.018, 0.0, 0.0], p=0.5)) == "undetermined"  # [0.013, 0.023]: reaches the margin
+    # the primary separated but below the smallest effect of interest and no other lag ahead: the declared rule
+    # names no status for it, so undetermined (not partly supported)
+    assert verdict(token([0.06, 0.018, 0.0, 0.0])) == "undetermined"
     assert verdict(_lead_rows([0.06, 0.03, 0.0, 0.0])) == "partly supported"  # the step-aware prior only
 
 

@@ -335,8 +335,8 @@ def lead_rule(lead: pd.DataFrame, *, sesoi: float, alpha: float) -> tuple[str, d
     primary = first is not None and _beats_alone(first, prefix, alpha) and first[prefix] >= sesoi
     if primary:
         verdict = "supported" if declared else "partly supported"
-    elif ahead or (first is not None and _beats_alone(first, prefix, alpha)):
-        verdict = "partly supported"
+    elif ahead:
+        verdict = "partly supported"  # beaten at another lag ahead only; k = 1 below the sesoi alone is undetermined
     elif first is not None and tost_interval(first[f"{prefix}_low"], first[f"{prefix}_high"], sesoi):
         verdict = "not supported"
     else:
