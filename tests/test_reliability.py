@@ -542,3 +542,24 @@ def test_every_test_the_reliability_page_names_exists():
     missing = [f"{file}::{name}" for file, name in named
                if not re.search(rf"^def {name}\(", (root / file).read_text(), re.MULTILINE)]
     assert not missing, f"docs/reliability.md names tests that do not exist: {missing}"
+
+
+_OTHER_RUN_CELL = """
+import json
+import pathlib
+runs = pathlib.Path(output_dir) / "runs.json"  # another run into this folder finishes a notebook meanwhile
+data = json.loads(runs.read_text()) if runs.exists() else {}
+data["99_other"] = {"model": "other", "minutes": 1.0}
+runs.write_text(json.dumps(data))
+"""
+
+
+def test_a_run_keeps_the_runs_json_entries_another_run_wrote_meanwhile(tiny_suite, tmp_path, monkeypatch):
+    """Two runs into one report folder (a model's full run and a `--only` run beside it): each finished notebook
+    replaces its own entry of runs.json as the file is then, so neither run drops the other's record."""
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    _write_notebook(tiny_suite.parent / "notebooks" / "01_tiny.ipynb", _OTHER_RUN_CELL)
+    report.run_report(only="01_tiny", overrides={"value": 6}, cwd=tiny_suite, show_cells=False)
+    runs = json.loads((tiny_suite / "runs" / "default" / "runs.json").read_text())
+    assert set(runs) == {"01_tiny", "99_other"}
+    assert runs["99_other"]["model"] == "other" and runs["01_tiny"]["computed"] in (True, False)

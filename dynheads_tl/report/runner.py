@@ -438,12 +438,15 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             failed.unlink(missing_ok=True)
             repeat_heal_warnings(final)
             render_notebook_html(final)
-            runs[notebook.stem] = {"model": parameters.get("model", "smollm2-135m-instruct"), "preset": preset,
-                                   "parameters": {k: v for k, v in parameters.items() if k != "output_dir"},
-                                   "date": datetime.date.today().isoformat(),
-                                   "minutes": round((time.time() - t0) / 60, 1),
-                                   "computed": cache_entries() > entries_before, "cache_entries": cache_entries()}
-            atomic_write_text(runs_path, _json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
+            record = {"model": parameters.get("model", "smollm2-135m-instruct"), "preset": preset,
+                      "parameters": {k: v for k, v in parameters.items() if k != "output_dir"},
+                      "date": datetime.date.today().isoformat(), "minutes": round((time.time() - t0) / 60, 1),
+                      "computed": cache_entries() > entries_before, "cache_entries": cache_entries()}
+            # Another run may write into the same folder meanwhile (another notebook, `--only`): the file is read
+            # again under a lock and only this notebook's entry replaced, so no run drops another's record.
+            with notebook_lock(executed_dir / ".runs.lock", f"runs.json of {shown_output}"):
+                runs = {**read_runs(output_dir), notebook.stem: record}
+                atomic_write_text(runs_path, _json.dumps(runs, indent=1, sort_keys=True, default=str) + "\n")
             write_results(output_dir, [notebook.stem])  # <folder>/verdicts.json, from the files it wrote
             done.append(final)
     finally:
