@@ -24,9 +24,17 @@ PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEh
 def test_readme_findings_are_the_committed_reports_verdicts():
     """The block between the README's markers is exactly what the executed notebooks' verdict outputs give
     (refresh it with `python -m dynheads_tl.report.rerender papers_figures --readme README.md`)."""
+    from dynheads_tl.report.results import model_reports
+
     expected = findings.findings_markdown(COMMITTED)
-    ran = [f for f in findings.declared_findings() if (COMMITTED / "executed" / f"{f[1]}.ipynb").exists()]
-    assert len(expected.splitlines()) == len(ran) + 2, "every declared finding of a notebook that ran, the statuses and the runs"
+    reports = model_reports(COMMITTED)
+    ran = sum(len([f for f in findings.declared_findings() if (report.folder / "executed" / f"{f[1]}.ipynb").exists()])
+              + 2 for report in reports)
+    bullets = [line for line in expected.splitlines() if line.startswith("- **")]
+    assert len(bullets) == ran, "per model: every declared finding of a notebook that ran, the statuses and the runs"
+    if len(reports) > 1:  # each model's block is headed by its name
+        assert [line.split("**")[1] for line in expected.splitlines() if line.startswith("**")] == \
+            [report.model for report in reports]
     assert findings.readme_findings(README.read_text()) == expected
     empty = [label for label, _, chosen in findings.findings(COMMITTED) if not chosen]
     assert not empty, f"declared findings whose pattern matched no sentence of their verdict: {empty}"
