@@ -1,24 +1,94 @@
-"""Shared validation for the notebooks' config objects: every failure is a sentence naming the parameter."""
+"""The notebooks' configs: the base every claim config composes onto, and the parts several notebooks share.
+
+A claim config is a flat dataclass composed of named parts (:func:`~dynheads_tl.params.compose`): where the model
+runs (:class:`ModelSettings`), who computes the units (:class:`RunSettings`), the trace sets and trace settings
+(:mod:`dynheads_tl.corpus`), Eq. 2's settings and selection rule, the probe's size, a static head-score file, the
+RAG protocol's knobs. Each parameter is declared once, with its default, help text and check
+(:func:`~dynheads_tl.params.param`); the notebook's parameters cell mirrors the flat field list (a test checks the
+names and defaults). Every failure is a sentence naming the parameter.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterable
+import dataclasses
+from typing import Any
+
+from dynheads_tl.analysis.head_files import check_head_file
+from dynheads_tl.engine.models import DEFAULT_MODEL, DTYPES, load_model
+from dynheads_tl.engine.preflight import check_device, check_dtype, check_head_counts, check_niah_lengths
+from dynheads_tl.executors import check_backend, use_backend
+from dynheads_tl.params import Part, integer, integer_list, one_of, open_unit, param
+from dynheads_tl.store import check_cache_writable
+from dynheads_tl.tasks.wu_detect import is_wu_spec
+
+__all__ = ["Eq2Selection", "Eq2Settings", "ModelSettings", "NotebookConfig", "ProbeSettings", "RunSettings",
+           "StaticSource", "check_model_sizes"]
 
 
-class NotebookConfig:
-    """Mixin for the claim configs (dataclasses): build from a notebook's parameters, rejecting unknown names.
+def _model_name(name: str, value: Any) -> None:
+    if not (isinstance(value, str) and value.strip()):
+        raise ValueError(f"Parameter {name!r} must name a model (an embedded name, a paper alias, a local Hugging "
+                         f"Face folder or a hub id), got {value!r}.")
 
-    A claim config nests the shared parts it needs by inheriting their dataclasses (trace sets and trace
-    settings from :mod:`dynheads_tl.corpus`, :class:`ProbeSettings`, the RAG protocol's knobs), so each shared
-    parameter is declared, defaulted and checked once; the notebook's parameters cell stays flat for
-    papermill. ``__post_init__`` checks each value on its own (types, ranges): every part checks its own
-    fields and calls ``super().__post_init__()``, which ends here. :meth:`check_inputs` checks what needs
-    a file or the model's config (input files exist and parse, lengths fit the context window) without
-    loading the model; :meth:`from_params`, which the notebooks and ``dynheads report`` use, runs both.
-    """
 
-    def __post_init__(self) -> None:
-        """The end of the parts' cooperative checks (each part checks its fields, then calls super)."""
+def _device(name: str, value: Any) -> None:
+    if not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:") and value[5:].isdigit()):
+        raise ValueError(f"Parameter {name!r} must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}.")
+    check_device(value, name=name)
+
+
+def _dtype(name: str, value: Any) -> None:
+    if value != "auto" and value not in DTYPES:
+        raise ValueError(f"Parameter {name!r} must be 'auto' or one of {sorted(DTYPES)}, got {value!r}.")
+
+
+@dataclasses.dataclass
+class ModelSettings(Part):
+    """Shared part of every notebook: the model and where it runs. ``device="auto"``: CUDA when a GPU is present,
+    else the CPU; ``dtype="auto"``: bfloat16 on a GPU, float32 on the CPU (see :func:`dynheads_tl.load_model`)."""
+
+    model: str = param(DEFAULT_MODEL, "embedded name, paper alias, local folder or hub id", _model_name)
+    device: str = param("auto", "auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)", _device)
+    dtype: str = param("auto", "auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)",
+                       _dtype)
+
+    def check(self) -> None:
+        check_dtype(self.dtype, self.device)
+
+    def load_model(self):
+        """The model on this device, in this dtype; first, that the cache can be written (a notebook run by papermill
+        directly has not been through the report's checks)."""
+        check_cache_writable()
+        return load_model(self.model, device=self.device, dtype=self.dtype)
+
+
+@dataclasses.dataclass
+class RunSettings(Part):
+    """Shared part of the notebooks that compute units (:mod:`dynheads_tl.executors`): ``backend="local"`` computes
+    them in the notebook's process; ``"ray"`` on a Ray cluster, ``ray_address`` (empty: a local cluster of this
+    machine's CPUs; ``"auto"``: the cluster this machine belongs to)."""
+
+    backend: str = param("local", "local, or ray to compute the units on a Ray cluster (README, Scaling out)")
+    ray_address: str = param("", "with ray, a cluster address, or empty for a local cluster of this machine")
+
+    def check(self) -> None:
+        check_backend(self.backend, self.ray_address)
+
+    def use_backend(self, lm, load: ModelSettings):
+        """The ``backend``'s executor for model ``lm`` (Ray actors load ``load``'s model, device and dtype), made the
+        current one; returns it."""
+        return use_backend(self.backend, lm, name=load.model, device=load.device, dtype=load.dtype,
+                           address=self.ray_address)
+
+
+class NotebookConfig(Part):
+    """Base of the claim configs: build from a notebook's parameters, rejecting unknown names; load the model; choose
+    the executor.
+
+    Making a config checks each value on its own and the relations its parts and the config declare (``check``).
+    :meth:`check_inputs` checks what needs a file or the model's config (input files exist and parse, lengths fit
+    the context window) without loading the model; :meth:`from_params`, which the notebooks and ``dynheads
+    report`` use, runs both. A plain dataclass deriving from it works too (its fields then have no help or check
+    beyond their defaults' types)."""
 
     @classmethod
     def from_params(cls, params: dict[str, Any]):
@@ -26,9 +96,6 @@ class NotebookConfig:
         unknown = sorted(set(params) - known)
         if unknown:
             raise ValueError(f"Unknown parameter(s) {unknown}; valid parameters are {sorted(known)}.")
-        if "model" in params and not (isinstance(params["model"], str) and params["model"].strip()):
-            raise ValueError(f"Parameter 'model' must name a model (an embedded name, a paper alias, a local Hugging "
-                             f"Face folder or a hub id), got {params['model']!r}.")
         config = cls(**params)
         config.check_inputs()
         return config
@@ -52,89 +119,35 @@ class NotebookConfig:
         no context has none."""
         return {}
 
-
-def chain_post_init(instance: Any, cls: type) -> None:
-    """Call the next ``__post_init__`` after ``cls`` in ``instance``'s MRO, if there is one (a part used on
-    its own has none after it)."""
-    parent = getattr(super(cls, instance), "__post_init__", None)
-    if parent is not None:
-        parent()
-
-
-@dataclass
-class DeviceSettings:
-    """Shared part of every notebook: where the model runs. ``device="auto"``: CUDA when a GPU is present, else the
-    CPU; ``dtype="auto"``: bfloat16 on a GPU, float32 on the CPU (see :func:`dynheads_tl.load_model`)."""
-
-    device: str = "auto"
-    dtype: str = "auto"
-
-    def __post_init__(self) -> None:
-        from dynheads_tl.engine.models import DTYPES
-
-        if not isinstance(self.device, str) or not (
-                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:") and self.device[5:].isdigit()):
-            raise ValueError(f"Parameter 'device' must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}.")
-        if self.dtype != "auto" and self.dtype not in DTYPES:
-            raise ValueError(f"Parameter 'dtype' must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}.")
-        from dynheads_tl.engine.preflight import check_device, check_dtype
-
-        check_device(self.device)
-        check_dtype(self.dtype, self.device)
-        chain_post_init(self, DeviceSettings)
-
     def load_model(self):
-        """The notebook's model (its ``model`` field) on this device, in this dtype; first, that the cache can be
-        written (a notebook run by papermill directly has not been through the report's checks)."""
-        from dynheads_tl.engine.models import load_model
-        from dynheads_tl.store import check_cache_writable
+        """The notebook's model (:meth:`ModelSettings.load_model`)."""
+        return self.part(ModelSettings).load_model()
 
-        check_cache_writable()
-
-        return load_model(getattr(self, "model"), device=self.device, dtype=self.dtype)
-
-
-@dataclass
-class RunSettings(DeviceSettings):
-    """Shared part of the notebooks that compute units (:mod:`dynheads_tl.executors`): ``backend="local"`` computes
-    them in the notebook's process; ``"ray"`` on a Ray cluster, ``ray_address`` (empty: a local cluster of this
-    machine's CPUs; ``"auto"``: the cluster this machine belongs to)."""
-
-    backend: str = "local"
-    ray_address: str = ""
-
-    def __post_init__(self) -> None:
-        from dynheads_tl.executors import check_backend
-
-        check_backend(self.backend, self.ray_address)
-        chain_post_init(self, RunSettings)
+    def use_backend(self, lm):
+        """Make the executor that ``backend`` asks for current, for model ``lm`` (:meth:`RunSettings.use_backend`);
+        returns it."""
+        return self.part(RunSettings).use_backend(lm, self.part(ModelSettings))
 
     def start(self):
-        """Load the model and make the ``backend``'s executor current; returns the model."""
-        from dynheads_tl.executors import use_backend
-
-        model = self.load_model()
-        use_backend(self.backend, model, name=getattr(self, "model"), device=self.device, dtype=self.dtype,
-                    address=self.ray_address)
-        return model
+        """:meth:`load_model`, then, for a notebook that computes units, :meth:`use_backend`; returns the model."""
+        lm = self.load_model()
+        if RunSettings in type(self).parts:
+            self.use_backend(lm)
+        return lm
 
 
-@dataclass
-class Eq2Settings:
+@dataclasses.dataclass
+class Eq2Settings(Part):
     """Shared part: Eq. 2's denominator leaves out attention on the first ``sink_tokens`` positions (attention
     sinks) and on the last ``local_window`` key positions. The paper gives no values; 4 and 32 follow a
     third-party reproduction."""
 
-    sink_tokens: int = 4
-    local_window: int = 32
-
-    def __post_init__(self) -> None:
-        check_ints(self, ("sink_tokens", "local_window"), minimum=0)
-        chain_post_init(self, Eq2Settings)
+    sink_tokens: int = param(4, "Eq. 2: leading attention-sink positions left out of the denominator", integer(0))
+    local_window: int = param(32, "Eq. 2: most recent positions left out of the denominator", integer(0))
 
 
-@dataclass
-class Eq2Selection:
+@dataclasses.dataclass
+class Eq2Selection(Part):
     """Shared part: which heads Eq. 2 marks as retrieving (claims 1 and 2).
 
     ``eq2_rule="chance"`` (default): a head counts when its share exceeds c x chance, the evidence's share of the
@@ -142,98 +155,43 @@ class Eq2Selection:
     (the evidence moved to random context positions of the same sizes) are marked on ``eq2_false_rate`` of
     head-steps. ``eq2_rule="fixed"``: share > ``eq2_threshold`` (the paper's form; 0.1 follows a third party)."""
 
-    eq2_rule: str = "chance"
-    eq2_threshold: float = 0.1
-    eq2_false_rate: float = 0.01
-
-    def __post_init__(self) -> None:
-        check_choice(self, "eq2_rule", ("chance", "fixed"))
-        check_open_unit(self, "eq2_threshold")
-        check_open_unit(self, "eq2_false_rate")
-        chain_post_init(self, Eq2Selection)
+    eq2_rule: str = param("chance", 'Eq. 2 selection: "chance" (share > c x chance, c calibrated on placebo spans) '
+                                    'or "fixed"', one_of(("chance", "fixed")))
+    eq2_threshold: float = param(0.1, "the Eq. 2 share above which a head counts, under the fixed rule", open_unit)
+    eq2_false_rate: float = param(0.01, "chance rule: the share of placebo head-steps the calibrated factor lets "
+                                        "through", open_unit)
 
 
-@dataclass
-class ProbeSettings:
+@dataclasses.dataclass
+class ProbeSettings(Part):
     """Shared part: the MLP probe's size and training length (claims 3 and the RAG case study)."""
 
-    probe_hidden: list[int] = field(default_factory=lambda: [256])
-    probe_epochs: int = 60
-
-    def __post_init__(self) -> None:
-        check_ints(self, ("probe_epochs",))
-        check_int_list(self, "probe_hidden", minimum=1)
-        chain_post_init(self, ProbeSettings)
+    probe_hidden: list[int] = param([256], "probe MLP hidden widths", integer_list(minimum=1))
+    probe_epochs: int = param(60, "probe training epochs", integer())
 
 
-@dataclass
-class StaticSource:
+@dataclasses.dataclass
+class StaticSource(Part):
     """Shared part of the claims with a static set: ``static_source=""`` (default) scores the static heads on the
     claim's calibration split; a path to a Wu et al. ``head_score`` JSON or a ``layer,head,score`` CSV uses that
     file's scores instead, for every task of the claim (:mod:`dynheads_tl.analysis.head_files`; a file of another
     layer x head shape than the model's is refused before any model work)."""
 
-    static_source: str = ""
+    static_source: str = param("", '"" (score the static heads on the calibration split) or a Wu head_score .json / '
+                                   "layer,head,score .csv")
+    delegated = ("check_static_source", "static_override")
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.static_source, str):
-            raise ValueError(f"Parameter 'static_source' must be '' or a path to a .json or .csv head-score file, "
-                             f"got {self.static_source!r}.")
-        chain_post_init(self, StaticSource)
-
-    def check_static_source(self) -> None:
-        """Read the file and check its shape against the model's config (called from ``check_inputs``)."""
+    def check_static_source(self, model: str) -> None:
+        """Read the file and check its shape against ``model``'s config (called from ``check_inputs``)."""
         if self.static_source:
-            from dynheads_tl.analysis.head_files import check_head_file
+            check_head_file(self.static_source, model)
 
-            check_head_file(self.static_source, getattr(self, "model"))
-
-    def static_override(self):
-        """The file's [layer, head] scores (float32), or None when the claim scores its own static set."""
+    def static_override(self, model: str):
+        """The file's [layer, head] scores for ``model`` (float32), or None when the claim scores its own static
+        set."""
         if not self.static_source:
             return None
-        from dynheads_tl.analysis.head_files import check_head_file
-
-        return check_head_file(self.static_source, getattr(self, "model")).float()
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_ints(config: Any, names: Iterable[str], *, minimum: int = 1) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not _is_int(value) or value < minimum:
-            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise ValueError(f"Parameter {name!r} must be {kind}, got {value!r}.")
-
-
-def check_int_list(config: Any, name: str, *, minimum: int | None = None, allow_empty: bool = False) -> None:
-    value = getattr(config, name)
-    if (not isinstance(value, list) or (not value and not allow_empty)
-            or not all(_is_int(v) and (minimum is None or v >= minimum) for v in value)):
-        bound = "" if minimum is None else f" >= {minimum}"
-        raise ValueError(f"Parameter {name!r} must be a non-empty list of integers{bound}, got {value!r}.")
-
-
-def check_fraction_list(config: Any, name: str) -> None:
-    value = getattr(config, name)
-    if not isinstance(value, list) or not value or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in value):
-        raise ValueError(f"Parameter {name!r} must be a non-empty list of fractions in [0, 1], got {value!r}.")
-
-
-def check_open_unit(config: Any, name: str) -> None:
-    value = getattr(config, name)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < float(value) < 1.0:
-        raise ValueError(f"Parameter {name!r} must be in (0, 1), got {value!r}.")
-
-
-def check_choice(config: Any, name: str, choices: Iterable[str]) -> None:
-    value, choices = getattr(config, name), list(choices)
-    if value not in choices:
-        raise ValueError(f"Parameter {name!r} must be one of {choices}, got {value!r}.")
+        return check_head_file(self.static_source, model).float()
 
 
 def check_model_sizes(model: str, *, heads: dict[str, Any] | None = None, max_new_tokens: int | None = None,
@@ -243,8 +201,6 @@ def check_model_sizes(model: str, *, heads: dict[str, Any] | None = None, max_ne
     the calibration filter; NIAH context lengths (``contexts``, name -> an int, a list of ints, or a list of
     ``"haystack:tokens"`` settings) against the needle sentence. Called last in a config's ``check_inputs``: the
     tokenizer is the slowest thing read (:func:`~dynheads_tl.engine.preflight.check_niah_lengths`)."""
-    from dynheads_tl.engine.preflight import check_head_counts, check_niah_lengths
-
     if heads:
         check_head_counts(model, heads)
     for name, value in (contexts or {}).items():
@@ -259,7 +215,5 @@ def check_model_sizes(model: str, *, heads: dict[str, Any] | None = None, max_ne
 
 def _setting_tokens(spec: str) -> int | None:
     """The context length of a ``"haystack:tokens"`` setting, or None for Wu et al.'s haystack (its own needles)."""
-    from dynheads_tl.tasks.wu_detect import is_wu_spec
-
     haystack, _, tokens = spec.rpartition(":")
     return None if is_wu_spec(haystack) or not tokens.isdigit() else int(tokens)

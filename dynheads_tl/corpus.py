@@ -10,10 +10,9 @@ sample's index and a digest of its prompt (:func:`collect_traces`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import Any
 
-from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
+from dynheads_tl.config import Eq2Settings
 from dynheads_tl.engine.models import model_identity
 from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces
 from dynheads_tl.engine.tracing import trace_batch, trace_generation
@@ -21,6 +20,7 @@ from dynheads_tl.executors import compute_missing
 from dynheads_tl.store import traces_path
 from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
 from dynheads_tl.engine.equations import Eq2Rule
+from dynheads_tl.params import Part, compose, integer, param
 from dynheads_tl.tasks.common import mix_seed, placebo_sample, prompt_digest
 from dynheads_tl.tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
 
@@ -68,55 +68,45 @@ def check_settings(specs, name: str, model: str, max_new_tokens: int) -> list[tu
     return parsed
 
 
-@dataclass
-class TraceSettings(Eq2Settings):
+@compose(Eq2Settings)
+class TraceSettings(Part):
     """Shared part: how every claim traces a generation: decoding lengths, Eq. 2's settings, and how many
     samples are traced together (``trace_batch_size``: :func:`collect_traces`'s ``batch_size``; it changes the
     speed, not the traces beyond float rounding, and is not in the cache key)."""
 
-    max_new_tokens: int = 40
-    hotpot_max_new_tokens: int = 16
-    trace_batch_size: int = 24
-
-    def __post_init__(self) -> None:
-        check_ints(self, ("max_new_tokens", "hotpot_max_new_tokens", "trace_batch_size"))
-        chain_post_init(self, TraceSettings)
+    max_new_tokens: int = param(40, "NIAH greedy decoding steps (a UUID needs about 25 tokens)", integer())
+    hotpot_max_new_tokens: int = param(16, "HotpotQA decoding steps", integer())
+    trace_batch_size: int = param(24, "samples traced together (speed only, results equal to float rounding)",
+                                  integer())
+    delegated = ("trace_config",)
 
     def trace_config(self, task: str) -> TraceConfig:
         steps = self.max_new_tokens if task == "niah" else self.hotpot_max_new_tokens
         return TraceConfig(max_new_tokens=steps, sink_tokens=self.sink_tokens, local_window=self.local_window)
 
 
-@dataclass
-class TraceSets(TraceSettings):
+@compose(TraceSettings)
+class TraceSets(Part):
     """Shared part: which NIAH and HotpotQA samples the calibration and analysis splits hold, and how
     they are traced.
 
-    Claim configs inherit it, so two claims with the same values read the same cached traces;
+    Claim configs compose it, so two claims with the same values read the same cached traces;
     :meth:`of` takes the part out of any config that has these fields."""
 
-    context_tokens: int = 1000
-    haystack: str = "filler"
-    n_calibration: int = 10
-    n_analysis: int = 20
-    n_hotpot: int = 20
-    hotpot_source: str = "synthetic"
-    hotpot_skip_incomplete: bool = False
-    use_cache: bool = True
-
-    def __post_init__(self) -> None:
-        check_ints(self, ("context_tokens", "n_calibration", "n_analysis", "n_hotpot"))
-        chain_post_init(self, TraceSets)
+    context_tokens: int = param(1000, "NIAH context length in tokens", integer())
+    haystack: str = param("filler", '"filler" (easy, RULER-style), "prose", or "folder:/path/to/txts"')
+    n_calibration: int = param(10, "NIAH samples used to find the static heads (Wu et al. score)", integer())
+    n_analysis: int = param(20, "NIAH samples used for the dynamic analysis", integer())
+    n_hotpot: int = param(20, "HotpotQA analysis samples (calibration uses half as many)", integer())
+    hotpot_source: str = param("synthetic", '"synthetic", a distractor .json/.jsonl path, or "hf"')
+    hotpot_skip_incomplete: bool = param(False, "skip file records whose supporting paragraphs are not in their "
+                                                "context")
+    use_cache: bool = param(True, "reuse traces cached on disk for the same model and config")
+    delegated = ("context_lengths",)
 
     def context_lengths(self) -> dict[str, list[int]]:
         """The NIAH splits' length, and HotpotQA (the records' own lengths) when it has samples."""
         return {"NIAH": [self.context_tokens], **({"HotpotQA": []} if self.n_hotpot > 0 else {})}
-
-    @classmethod
-    def of(cls, config: Any, **overrides: Any) -> "TraceSets":
-        """The trace sets of ``config`` (its fields of these names; the others keep their defaults)."""
-        values = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
-        return cls(**{**values, **overrides})
 
 
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,

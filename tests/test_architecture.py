@@ -13,7 +13,7 @@ PACKAGE = ROOT / "dynheads_tl"
 
 # Lower numbers are lower layers; a module may import only modules of its own layer or below.
 LAYERS = {
-    "store": 0, "tasks": 0, "progress": 0, "preregistration": 0,
+    "store": 0, "tasks": 0, "progress": 0, "preregistration": 0, "params": 0,
     "engine": 1,
     "config": 2, "claim": 2, "analysis": 2, "executors": 2, "verdicts": 2,
     "protocols": 3,

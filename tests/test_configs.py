@@ -41,32 +41,62 @@ def test_bad_values_name_the_parameter(config, name, value):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
-def test_each_parameter_is_declared_once_across_the_nested_parts(config):
-    """Claim configs nest the shared parts (trace sets, trace settings, Eq. 2 settings, probe settings, the
-    RAG protocol's knobs) by inheriting them; no class on the way re-declares a field another one owns."""
-    owners: dict[str, list[str]] = {}
-    for cls in config.__mro__:
-        for name in vars(cls).get("__annotations__", {}):
-            owners.setdefault(name, []).append(cls.__name__)
-    twice = {name: classes for name, classes in owners.items() if len(classes) > 1}
-    assert not twice, f"parameters declared in more than one part: {twice}"
+def test_each_parameter_is_declared_once_with_its_help_and_check(config):
+    """Claim configs compose the shared parts (trace sets, trace settings, Eq. 2 settings, probe settings, the
+    RAG protocol's knobs) into one flat dataclass: every field carries a help line, and composing a part whose
+    field the config also declares is refused."""
+    import dataclasses
+
+    from dynheads_tl.config import NotebookConfig, ProbeSettings
+    from dynheads_tl.params import Part, compose, field_help, param
+
+    assert all(field_help(f) for f in dataclasses.fields(config)), config
+    with pytest.raises(TypeError, match="'probe_epochs' is declared by both Twice and ProbeSettings"):
+        @compose(ProbeSettings)
+        class Twice(NotebookConfig):
+            probe_epochs: int = param(3, "again")
+    assert issubclass(config, Part) and not any(issubclass(config, part) for part in config.parts)
 
 
 def test_the_shared_parts_are_shared():
-    from dynheads_tl.config import Eq2Settings, ProbeSettings
+    from dynheads_tl.config import Eq2Settings, ModelSettings, ProbeSettings, RunSettings
     from dynheads_tl.corpus import TraceSets, TraceSettings
     from dynheads_tl.protocols.rag import RagConfig
 
-    assert issubclass(DynamismConfig, TraceSets) and issubclass(PredictabilityConfig, TraceSets)
-    assert issubclass(IrreplaceabilityConfig, TraceSettings) and not issubclass(IrreplaceabilityConfig, TraceSets)
-    assert issubclass(RagStudyConfig, RagConfig) and issubclass(RagConfig, Eq2Settings)
-    assert issubclass(PredictabilityConfig, ProbeSettings) and issubclass(RagStudyConfig, ProbeSettings)
+    assert TraceSets in DynamismConfig.parts and TraceSets in PredictabilityConfig.parts
+    assert TraceSettings in IrreplaceabilityConfig.parts and TraceSets not in IrreplaceabilityConfig.parts
+    assert RagConfig in RagStudyConfig.parts and Eq2Settings in RagConfig.parts
+    assert ProbeSettings in PredictabilityConfig.parts and ProbeSettings in RagStudyConfig.parts
+    assert all({ModelSettings, RunSettings} <= set(config.parts) for config in CONFIGS)
     # The part taken out of a claim config carries the claim's values (claims 1 and 3 then share a cache key).
     assert TraceSets.of(PredictabilityConfig(n_hotpot=7, sink_tokens=2)) == TraceSets.of(DynamismConfig(n_hotpot=7, sink_tokens=2))
+    assert DynamismConfig(max_new_tokens=9).trace_config("niah") == TraceSettings(max_new_tokens=9).trace_config("niah")
     assert RagStudyConfig(window=9, local_window=5).rag_config(rind_threshold=1.5) == \
         RagConfig(window=9, local_window=5, rind_threshold=1.5)
     with pytest.raises(ValueError, match="calibrate it first"):
         RagStudyConfig().rag_config()
+    with pytest.raises(TypeError, match="is not composed of ProbeSettings"):
+        DynamismConfig().part(ProbeSettings)
+
+
+def test_the_runner_and_the_config_check_a_value_with_the_same_sentence(tmp_path):
+    """``dynheads report`` checks each given value by the config's own field check before building the config."""
+    from dynheads_tl.report.runner import notebook_dir, validate_overrides
+
+    notebook = notebook_dir() / "01_dynamism.ipynb"
+    for name, value in (("n_analysis", -3), ("n_analysis", "many"), ("seeds", [-1]), ("model", "")):
+        with pytest.raises(ValueError) as made:
+            DynamismConfig(**{name: value})
+        with pytest.raises(ValueError) as checked:
+            validate_overrides(notebook, {name: value})
+        assert str(checked.value) == f"01_dynamism: {made.value}"
+
+
+def test_the_default_model_is_named_once():
+    from dynheads_tl.claims import all_claims
+    from dynheads_tl.engine.models import DEFAULT_MODEL
+
+    assert {claim.config().model for claim in all_claims()} == {DEFAULT_MODEL}
 
 
 def test_the_default_static_size_sweep_fits_each_model_and_a_given_one_is_kept():

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dynheads_tl import executors
-from dynheads_tl.config import DeviceSettings, RunSettings
+from dynheads_tl.config import ModelSettings, RunSettings
 from dynheads_tl.engine.models import _resolve_dtype, resolve_device
 from dynheads_tl.executors import LocalExecutor, ModelLoader, RayExecutor, check_backend, use_executor
 
@@ -51,14 +51,14 @@ def test_backend_parameters_are_checked_before_any_work(monkeypatch):
 
 
 def test_device_and_dtype_parameters(monkeypatch):
-    assert DeviceSettings().device == "auto" and DeviceSettings().dtype == "auto"
+    assert ModelSettings().device == "auto" and ModelSettings().dtype == "auto"
     # the format is checked here; whether this machine has the device, in tests/test_reliability.py
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    DeviceSettings(device="cuda:1", dtype="bfloat16")
+    ModelSettings(device="cuda:1", dtype="bfloat16")
     for bad in ({"device": "gpu"}, {"device": "cuda:x"}, {"dtype": "float8"}, {"dtype": "bf16"}):
         with pytest.raises(ValueError, match=f"Parameter '{next(iter(bad))}'"):
-            DeviceSettings(**bad)
+            ModelSettings(**bad)
 
 
 def test_auto_means_cuda_with_bfloat16_on_a_gpu_and_cpu_with_float32_otherwise():

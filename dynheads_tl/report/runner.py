@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.params import check_parameters
 from dynheads_tl.report.index import render_notebook_html
 from dynheads_tl.report.rerender import render_site
 from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
@@ -149,20 +151,18 @@ def config_class(stem: str):
 
 
 def validate_overrides(notebook: Path, parameters: dict[str, Any], declared: dict[str, Any] | None = None) -> None:
-    """Unknown names and wrong types fail before any model work, with a sentence naming the parameter.
-    ``declared`` is :func:`notebook_parameters` of the notebook, when the caller already has it."""
+    """Unknown names and bad values fail before any model work, with a sentence naming the parameter: each value is
+    checked by its field of the notebook's config class (:func:`~dynheads_tl.params.check_parameters`, the checks
+    the config runs when it is made). ``declared`` is :func:`notebook_parameters` of the notebook, when the caller
+    already has it."""
     declared = notebook_parameters(notebook) if declared is None else declared
-    for name, value in parameters.items():
-        if name not in declared:
-            raise ValueError(f"{notebook.stem} has no parameter {name!r}; its parameters are {sorted(declared)}.")
-        try:
-            default = ast.literal_eval(declared[name])
-        except (ValueError, SyntaxError):
-            continue
-        if isinstance(default, bool) != isinstance(value, bool) or (
-                not isinstance(value, type(default)) and not (isinstance(default, float) and isinstance(value, int))):
-            raise ValueError(f"{notebook.stem}: parameter {name!r} should be a {type(default).__name__} like "
-                             f"{declared[name]}, got {value!r}.")
+    unknown = [name for name in parameters if name not in declared]
+    if unknown:
+        raise ValueError(f"{notebook.stem} has no parameter {unknown[0]!r}; its parameters are {sorted(declared)}.")
+    try:
+        check_parameters(config_class(notebook.stem), parameters)
+    except ValueError as error:
+        raise ValueError(f"{notebook.stem}: {error}") from error
 
 
 def check_notebook(notebook: Path, parameters: dict[str, Any], declared: dict[str, Any] | None = None):
@@ -178,23 +178,13 @@ def check_notebook(notebook: Path, parameters: dict[str, Any], declared: dict[st
         raise type(error)(f"{notebook.stem}: {error}") from error
 
 
-def default_model() -> str:
-    """The model every notebook's config names by default (the committed report's)."""
-    import dataclasses
-
-    from dynheads_tl.claims import all_claims
-
-    names = {f.default for claim in all_claims() for f in dataclasses.fields(claim.config) if f.name == "model"}
-    return next(iter(names)) if len(names) == 1 else ""
-
-
 def output_dir_for(preset: str, model: str | None, overrides: dict[str, Any]) -> Path:
     """Where a run goes when no ``output_dir`` is given: :func:`default_output_dir`, customised by a model or any
     override except those that only choose who computes (:data:`EXECUTION_ONLY`: the results are the same). The
     default preset on another model, with nothing else changed, is that model's part of the committed report:
     ``papers_figures/models/<model>/``, beside the default model's, and the top index lists both."""
     others = set(overrides) - EXECUTION_ONLY
-    if preset == "default" and model and model != default_model() and not others:
+    if preset == "default" and model and model != DEFAULT_MODEL and not others:
         return COMMITTED_REPORT / MODELS_DIR / model_folder_name(model)
     return default_output_dir(preset, customised=bool(model or others))
 
@@ -392,7 +382,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     done, started = [], time.time()
     try:
         for i, (notebook, parameters) in enumerate(plans, 1):
-            eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", "smollm2-135m-instruct"),
+            eta = _eta(runs, [nb.stem for nb, _ in plans[i - 1:]], preset, parameters.get("model", DEFAULT_MODEL),
                        cache_entries())
             print(f"[{i}/{len(plans)}] {notebook.stem} (preset {preset}, output {shown_output}; "
                   f"{(time.time() - started) / 60:.1f} min so far{eta})", flush=True)
@@ -438,7 +428,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             failed.unlink(missing_ok=True)
             repeat_heal_warnings(final)
             render_notebook_html(final)
-            record = {"model": parameters.get("model", "smollm2-135m-instruct"), "preset": preset,
+            record = {"model": parameters.get("model", DEFAULT_MODEL), "preset": preset,
                       "parameters": {k: v for k, v in parameters.items() if k != "output_dir"},
                       "date": datetime.date.today().isoformat(), "minutes": round((time.time() - t0) / 60, 1),
                       "computed": cache_entries() > entries_before, "cache_entries": cache_entries()}

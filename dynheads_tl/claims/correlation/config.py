@@ -1,14 +1,13 @@
 """Claim 3's parameters, and what its tests declare: the level, the primary comparison and the metrics' names."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from dynheads_tl import preregistration
-from dynheads_tl.config import (RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints,
-                                check_model_sizes)
 from dynheads_tl.analysis.correlation import LEAD_KS, MIN_PROBE_TEST_SAMPLES, ProbeConfig
+from dynheads_tl.config import ModelSettings, NotebookConfig, ProbeSettings, RunSettings, check_model_sizes
 from dynheads_tl.corpus import TraceSets
-from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.engine.preflight import model_context_window
+from dynheads_tl.params import compose, integer, integer_list, one_of, param
+from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
 
 __all__ = ["ALPHA", "METRIC_LABELS", "PRIMARY", "PredictabilityConfig"]
 
@@ -24,39 +23,38 @@ METRIC_LABELS = {"f1": "F1", "auprc": "AUPRC", "r2": "R²"}
 PRIMARY = ("niah", "f1")
 
 
-@dataclass
-class PredictabilityConfig(TraceSets, ProbeSettings, RunSettings, NotebookConfig):
+def _max_lag(name: str, value) -> None:
+    integer(0)(name, value)
+    if value > 50:
+        raise ValueError(f"Parameter {name!r} must be at most 50, got {value!r}.")
+
+
+def _n_splits(name: str, value) -> None:
+    integer()(name, value)
+    if value < 2:
+        raise ValueError(f"Parameter {name!r} must be at least 2 (an interval needs two splits), got {value!r}.")
+
+
+@compose(TraceSets, ProbeSettings, ModelSettings, RunSettings)
+class PredictabilityConfig(NotebookConfig):
     """The claim 3 notebook's parameters: claim 1's trace sets (its cached traces are read), the probe
     settings, and claim 3's own."""
 
-    model: str = DEFAULT_MODEL
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    max_lag: int = 10
-    probe_preset: str = "cpu"
-    split_seed: int = 0
-    lead_ks: list[int] = field(default_factory=lambda: list(LEAD_KS))
-    n_splits: int = 5
-    probe_min_test: int = MIN_PROBE_TEST_SAMPLES
-    output_dir: str = "papers_figures"
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_ints(self, ("max_lag",), minimum=0)
-        if self.max_lag > 50:
-            raise ValueError(f"Parameter 'max_lag' must be at most 50, got {self.max_lag!r}.")
-        check_choice(self, "probe_preset", ("cpu", "paper"))
-        check_int_list(self, "seeds", minimum=0)
-        check_int_list(self, "lead_ks", minimum=0)
-        check_ints(self, ("n_splits", "probe_min_test"))
-        check_ints(self, ("split_seed",), minimum=0)
-        if self.n_splits < 2:
-            raise ValueError(f"Parameter 'n_splits' must be at least 2 (an interval needs two splits), got {self.n_splits!r}.")
+    seeds: list[int] = param([0, 1, 2], "seeds whose samples are pooled", integer_list(minimum=0))
+    max_lag: int = param(10, "largest lag k between hidden state and scores", _max_lag)
+    probe_preset: str = param("cpu", '"cpu" (the small MLP of probe_hidden, probe_epochs) or "paper" (MLP [8192, '
+                                     '4096, 4096], 100 epochs)', one_of(("cpu", "paper")))
+    split_seed: int = param(0, "seeds the splits by layout and probe initialisation (the first of n_splits)",
+                            integer(0))
+    lead_ks: list[int] = param(list(LEAD_KS), "lags k of the residualised CCA and of the probes k steps ahead",
+                               integer_list(minimum=0))
+    n_splits: int = param(5, "splits by layout that every interval is taken over", _n_splits)
+    probe_min_test: int = param(MIN_PROBE_TEST_SAMPLES, "probe test parts hold at least this many samples where "
+                                                        "the data allow", integer())
+    output_dir: str = param("papers_figures", "where figures and tables are written")
 
     def check_inputs(self) -> None:
         """The haystack and the NIAH length against the model's context window, before any model work."""
-        from dynheads_tl.engine.preflight import model_context_window
-        from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
-
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
                            name="context_tokens")
         check_haystack(self.haystack)

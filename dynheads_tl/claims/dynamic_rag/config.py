@@ -1,10 +1,11 @@
 """The dynamic-RAG case study's parameters (notebook 04)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-
-from dynheads_tl.config import RunSettings, NotebookConfig, ProbeSettings, check_choice, check_int_list, check_ints
+from dynheads_tl.config import ModelSettings, NotebookConfig, ProbeSettings, RunSettings
+from dynheads_tl.engine.preflight import check_head_counts, model_context_window
+from dynheads_tl.params import compose, integer, integer_list, one_of, param
 from dynheads_tl.protocols.rag import STRATEGIES, RagConfig
+from dynheads_tl.tasks import check_hotpot_source
 from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS, HotpotSetting
 
 __all__ = ["RagStudyConfig", "SEEDS"]
@@ -18,33 +19,33 @@ SEEDS = {
 }
 
 
-@dataclass
-class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
+def _strategies(name: str, value) -> None:
+    if not value or any(s not in STRATEGIES for s in value):
+        raise ValueError(f"Parameter {name!r} must be a non-empty list drawn from {list(STRATEGIES)}, got {value!r}.")
+
+
+@compose(RagConfig, ProbeSettings, ModelSettings, RunSettings)
+class RagStudyConfig(NotebookConfig):
     """The case-study notebook's parameters: the RAG protocol's knobs (:class:`~dynheads_tl.protocols.rag.RagConfig`),
     the probe settings, and the study's own. ``rind_threshold=None`` (default) calibrates RIND's threshold on the
     setting's calibration questions (:func:`calibrate_rind`)."""
 
-    model: str = "smollm2-135m-instruct"
-    rag_setting: str = "headroom"
-    n_samples: int = 30
-    n_rind_calibration: int = 16
-    hotpot_source: str = "synthetic"
-    hotpot_skip_incomplete: bool = False
-    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
-    train_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    n_hotpot_train: int = 20
-    trace_batch_size: int = 24
-    output_dir: str = "papers_figures"
-    use_cache: bool = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_ints(self, ("n_samples", "n_hotpot_train", "n_rind_calibration", "trace_batch_size"))
-        check_int_list(self, "train_seeds", minimum=0)
-        check_choice(self, "rag_setting", list(HOTPOT_SETTINGS))
-        unknown = [s for s in self.strategies if s not in STRATEGIES] if isinstance(self.strategies, list) else [0]
-        if unknown or not self.strategies:
-            raise ValueError(f"Parameter 'strategies' must be a non-empty list drawn from {list(STRATEGIES)}, got {self.strategies!r}.")
+    rag_setting: str = param("headroom", '"headroom" (single-hop, 2 paragraphs, 2 worked examples) or "multihop" (the '
+                                         "paper's)", one_of(list(HOTPOT_SETTINGS)))
+    n_samples: int = param(30, "evaluation questions (unseen by the probe and by RIND's calibration)", integer())
+    n_rind_calibration: int = param(16, "questions that set RIND's threshold (answered without retrieval)", integer())
+    hotpot_source: str = param("synthetic", '"synthetic", an official distractor .json/.jsonl path, or "hf" (needs '
+                                            "network)")
+    hotpot_skip_incomplete: bool = param(False, "skip file records whose supporting paragraphs are not in their "
+                                                "context")
+    strategies: list[str] = param(list(STRATEGIES), "strategies to run", _strategies)
+    train_seeds: list[int] = param([0, 1, 2], "seeds of the training questions (static scores and the probe)",
+                                   integer_list(minimum=0))
+    n_hotpot_train: int = param(20, "training questions per seed (multihop: claim 1's HotpotQA analysis split size)",
+                                integer())
+    trace_batch_size: int = param(24, "training questions traced together when not cached (speed only)", integer())
+    output_dir: str = param("papers_figures", "where figures and tables are written")
+    use_cache: bool = param(True, "reuse cached traces and answers")
 
     @property
     def setting(self) -> HotpotSetting:
@@ -56,9 +57,6 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
 
     def check_inputs(self) -> None:
         """The HotpotQA file (enough usable records for every split) and the model, before any model work."""
-        from dynheads_tl.engine.preflight import check_head_counts, model_context_window
-        from dynheads_tl.tasks import check_hotpot_source
-
         model_context_window(self.model)  # an unknown model fails here, not after the notebook started
         check_head_counts(self.model, {"n_heads": self.n_heads})
         check_hotpot_source(self.hotpot_source, self.records_needed, skip_incomplete=self.hotpot_skip_incomplete,
@@ -81,9 +79,9 @@ class RagStudyConfig(RagConfig, ProbeSettings, RunSettings, NotebookConfig):
     def rag_config(self, rind_threshold: float | None = None) -> RagConfig:
         """The protocol's part of these parameters, as a plain :class:`RagConfig` (``rind_threshold``: the
         calibrated value, where the parameter is None)."""
-        values = {f.name: getattr(self, f.name) for f in fields(RagConfig)}
-        if values["rind_threshold"] is None:
+        threshold = self.rind_threshold
+        if threshold is None:
             if rind_threshold is None:
                 raise ValueError("rind_threshold is None: calibrate it first (calibrate_rind) and pass the value.")
-            values["rind_threshold"] = rind_threshold
-        return RagConfig(**values)
+            threshold = rind_threshold
+        return RagConfig.of(self, rind_threshold=threshold)

@@ -1,13 +1,13 @@
 """Claim 1's parameters."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_int_list, check_ints,
-                                check_model_sizes, check_open_unit)
-from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSets,
-                                   check_settings, parse_setting)
-from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, RunSettings, StaticSource,
+                                check_model_sizes)
+from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSets, check_settings,
+                                parse_setting)
+from dynheads_tl.engine.preflight import model_context_window, model_head_shape
+from dynheads_tl.params import compose, integer, integer_list, open_unit, optional, param
+from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
 
 __all__ = ["DEFAULT_STATIC_SIZES", "DynamismConfig"]
 
@@ -17,37 +17,39 @@ __all__ = ["DEFAULT_STATIC_SIZES", "DynamismConfig"]
 DEFAULT_STATIC_SIZES = (20, 50, 100)
 
 
-@dataclass
-class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, NotebookConfig):
+def _niah_settings(name: str, value) -> None:
+    if not value or not all(isinstance(spec, str) for spec in value):
+        raise ValueError(f"Parameter {name!r} must be a non-empty list of 'haystack:tokens' strings, got {value!r}.")
+    for spec in value:
+        parse_setting(spec)  # each spelled 'haystack:tokens'
+
+
+def _copy_thresholds(name: str, value) -> None:
+    if not value or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in value):
+        raise ValueError(f"Parameter {name!r} must be a non-empty list of values in (0, 1), got {value!r}.")
+
+
+@compose(TraceSets, Eq2Selection, StaticSource, ModelSettings, RunSettings)
+class DynamismConfig(NotebookConfig):
     """The claim 1 notebook's parameters, validated: the shared trace sets (:class:`~dynheads_tl.corpus.TraceSets`)
-    plus claim 1's own. Field comments are in the notebook."""
+    plus claim 1's own."""
 
-    model: str = DEFAULT_MODEL
-    static_k: int = 20
-    static_sizes: list[int] | None = None  # None: DEFAULT_STATIC_SIZES below the model's head count (sweep_sizes)
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    niah_settings: list[str] = field(default_factory=lambda: ["filler:500", "filler:1000", "prose:500", "prose:1000"])
-    n_setting: int = LAYOUT_ANALYSIS_SAMPLES  # what notebooks 05 and 06 read per setting; thorough traces 50
-    n_setting_calibration: int = LAYOUT_CALIBRATION_SAMPLES
-    copy_thresholds: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5])
-    soft_threshold: float = 0.3
-    output_dir: str = "papers_figures"
+    static_k: int = param(20, "size of the static retrieval set", integer())
+    static_sizes: list[int] | None = param(None, "static set sizes for the sweep; None: 20, 50 and 100, those below "
+                                                 "the model's head count", optional(integer_list(minimum=1)))
+    seeds: list[int] = param([0, 1, 2], "one full run per seed; the first is the headline run", integer_list(minimum=0))
+    niah_settings: list[str] = param(["filler:500", "filler:1000", "prose:500", "prose:1000"],
+                                     "soft dynamism: settings, 'haystack:tokens'", _niah_settings)
+    n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "soft dynamism: analysis samples per setting (random depth and "
+                                                    "haystack offset; thorough: 50)", integer())
+    n_setting_calibration: int = param(LAYOUT_CALIBRATION_SAMPLES, "soft dynamism: calibration samples per setting "
+                                                                   "(its static set)", integer())
+    copy_thresholds: list[float] = param([0.1, 0.3, 0.5], "soft dynamism: copy / evidence mass thresholds",
+                                         _copy_thresholds)
+    soft_threshold: float = param(0.3, "soft dynamism: the threshold the verdict reads", open_unit)
+    output_dir: str = param("papers_figures", "where figures and tables are written")
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_ints(self, ("static_k", "n_setting", "n_setting_calibration"))
-        check_open_unit(self, "soft_threshold")
-        check_int_list(self, "seeds", minimum=0)
-        if self.static_sizes is not None:
-            check_int_list(self, "static_sizes", minimum=1)
-        if not isinstance(self.niah_settings, list) or not self.niah_settings:
-            raise ValueError(f"Parameter 'niah_settings' must be a non-empty list of 'haystack:tokens' strings, "
-                             f"got {self.niah_settings!r}.")
-        for spec in self.niah_settings:
-            parse_setting(spec)  # each spelled 'haystack:tokens'
-        if (not isinstance(self.copy_thresholds, list) or not self.copy_thresholds
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in self.copy_thresholds)):
-            raise ValueError(f"Parameter 'copy_thresholds' must be a non-empty list of values in (0, 1), got {self.copy_thresholds!r}.")
+    def check(self) -> None:
         if not any(abs(float(self.soft_threshold) - float(t)) < 1e-12 for t in self.copy_thresholds):
             raise ValueError(f"Parameter 'soft_threshold' ({self.soft_threshold!r}) must be one of copy_thresholds "
                              f"{self.copy_thresholds!r}: the verdict reads the table at that threshold.")
@@ -58,14 +60,12 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
         :data:`DEFAULT_STATIC_SIZES` below the model's head count (read from its header, no weights loaded)."""
         if self.static_sizes is not None:
             return list(self.static_sizes)
-        from dynheads_tl.engine.preflight import model_head_shape
-
         layers, heads = model_head_shape(self.model)
         return [size for size in DEFAULT_STATIC_SIZES if size < layers * heads]
 
     def context_lengths(self) -> dict[str, list[int]]:
         """The trace sets' contexts and the soft-dynamism settings' lengths."""
-        contexts = super().context_lengths()
+        contexts = self.part(TraceSets).context_lengths()
         contexts["NIAH"] = sorted({*contexts["NIAH"], *(tokens for _, tokens in self.settings)})
         return contexts
 
@@ -76,13 +76,10 @@ class DynamismConfig(StaticSource, Eq2Selection, TraceSets, RunSettings, Noteboo
 
     def check_inputs(self) -> None:
         """The haystack, the HotpotQA file and the NIAH length against the model's window, before any model work."""
-        from dynheads_tl.engine.preflight import model_context_window
-        from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
-
         window = model_context_window(self.model)
         check_context_fits(self.context_tokens, self.max_new_tokens, window, name="context_tokens")
         check_haystack(self.haystack)
-        self.check_static_source()
+        self.check_static_source(self.model)
         check_settings(self.niah_settings, "niah_settings", self.model, self.max_new_tokens)
         # A file's calibration split is its first n_hotpot // 2 records and the analysis split the n_hotpot after
         # the first n_hotpot (see _hotpot_records), so 2 * n_hotpot usable records are needed.

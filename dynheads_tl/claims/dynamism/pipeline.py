@@ -57,7 +57,7 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
     if task == "hotpot" and eq2_rule is None and config.eq2_rule == "chance":
         raise ValueError("eq2_rule='chance' needs the calibrated rule: pass eq2_calibration(model, config)[0].")
     eq2_rule = eq2_rule or Eq2Rule("fixed", config.eq2_threshold)
-    override = config.static_override()  # static_source: a head-score file replaces the calibration's scores
+    override = config.static_override(config.model)  # static_source: a head-score file replaces the calibration's scores
     if task == "niah":
         scores = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
         sets = [dynamic_sets(t, "eq1") for t in analysis]

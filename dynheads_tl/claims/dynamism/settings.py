@@ -60,7 +60,7 @@ def run_settings(model, config: DynamismConfig) -> list[SettingResult]:
             n_analysis=config.n_setting, seed=config.seeds[0], use_cache=config.use_cache,
             batch_size=config.trace_batch_size)
         try:
-            override = config.static_override()  # static_source: the file's scores in every setting
+            override = config.static_override(config.model)  # static_source: the file's scores in every setting
             scores = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
         except ValueError:  # no calibration answer reproduced the needle: no static set for this setting
             logger.warning("Setting %s %s: no calibration sample passed the ROUGE filter; static metrics are NaN.",

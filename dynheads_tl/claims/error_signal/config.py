@@ -2,12 +2,12 @@
 the level and the smallest class a setting needs."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from dynheads_tl import preregistration
-from dynheads_tl.config import RunSettings, NotebookConfig, check_choice, check_ints, check_model_sizes
-from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings,
-                                   check_settings, parse_setting)
+from dynheads_tl.config import ModelSettings, NotebookConfig, RunSettings, check_model_sizes
+from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings, check_settings,
+                                parse_setting)
+from dynheads_tl.params import compose, integer, one_of, param
+from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
 
 __all__ = [
     "SEEDS", "DYNAMIC_FEATURES", "CONTEXT_FEATURES", "LOGIT_FEATURES", "GROUPS", "UNTRAINED_GROUPS", "POOLED_GROUPS",
@@ -76,40 +76,39 @@ ALPHA = preregistration.alpha()
 
 
 # --- the notebook's pipeline ------------------------------------------------------------------------
-@dataclass
-class ErrorSignalConfig(TraceSettings, RunSettings, NotebookConfig):
+def _niah_settings(name: str, value) -> None:
+    if not all(isinstance(spec, str) for spec in value):
+        raise ValueError(f"Parameter {name!r} must be a list of 'haystack:tokens' strings, got {value!r}.")
+    names = [setting_name(spec) for spec in value]
+    if len(set(names)) < len(names):
+        raise ValueError(f"Parameter {name!r} names a setting twice: {value!r}.")
+
+
+@compose(TraceSettings, ModelSettings, RunSettings)
+class ErrorSignalConfig(NotebookConfig):
     """Notebook 05's parameters. NIAH settings are ``"haystack:context_tokens"`` strings; each is traced as
     notebook 01's soft-dynamism settings are (random depth and haystack offset, ``n_setting_calibration`` +
     ``n_setting`` samples, both pooled here), so a setting that notebook 01 ran is read from its cache.
     ``n_hotpot``: HotpotQA-format answers of the headroom setting (0 leaves them out)."""
 
-    model: str = "smollm2-135m-instruct"
-    niah_settings: list[str] = field(default_factory=lambda: ["prose:1000", "filler:1000"])
-    n_setting: int = LAYOUT_ANALYSIS_SAMPLES
-    n_setting_calibration: int = LAYOUT_CALIBRATION_SAMPLES
-    n_hotpot: int = 40
-    hotpot_setting: str = "headroom"
-    static_k: int = 20
-    n_folds: int = 5
-    seed: int = 0
-    output_dir: str = "papers_figures"
-    use_cache: bool = True
+    niah_settings: list[str] = param(["prose:1000", "filler:1000"], "NIAH settings as haystack:context_tokens (prose, "
+                                                                    "filler, folder:PATH)", _niah_settings)
+    n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "NIAH answers per setting, analysis split", integer())
+    n_setting_calibration: int = param(LAYOUT_CALIBRATION_SAMPLES, "NIAH answers per setting, calibration split",
+                                       integer())
+    n_hotpot: int = param(40, "synthetic HotpotQA-format answers of the headroom setting; 0 leaves them out",
+                          integer(0))
+    hotpot_setting: str = param("headroom", "headroom (single-hop, 2 paragraphs) or multihop",
+                                one_of(list(HOTPOT_SETTINGS)))
+    static_k: int = param(20, "static heads whose evidence mass is a feature", integer())
+    n_folds: int = param(5, "stratified folds over answers", integer(2))
+    seed: int = param(0, "seeds the samples, the folds and the bootstrap", integer(0))
+    output_dir: str = param("papers_figures", "where figures and tables are written")
+    use_cache: bool = param(True, "reuse cached traces")
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_ints(self, ("n_setting", "n_setting_calibration", "static_k"))
-        check_ints(self, ("n_hotpot", "seed"), minimum=0)
-        check_ints(self, ("n_folds",), minimum=2)
-        from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
-
-        check_choice(self, "hotpot_setting", list(HOTPOT_SETTINGS))
-        if not isinstance(self.niah_settings, list) or not all(isinstance(s, str) for s in self.niah_settings):
-            raise ValueError(f"Parameter 'niah_settings' must be a list of 'haystack:tokens' strings, got {self.niah_settings!r}.")
+    def check(self) -> None:
         if not self.niah_settings and self.n_hotpot == 0:
             raise ValueError("No data: give at least one NIAH setting or n_hotpot > 0.")
-        names = [setting_name(spec) for spec in self.niah_settings]
-        if len(set(names)) < len(names):
-            raise ValueError(f"Parameter 'niah_settings' names a setting twice: {self.niah_settings!r}.")
 
     def context_lengths(self) -> dict[str, list[int]]:
         """The NIAH settings' lengths, and HotpotQA (the records' own lengths) when it has answers."""

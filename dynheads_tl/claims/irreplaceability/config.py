@@ -2,13 +2,13 @@
 and the headroom floor."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from dynheads_tl import preregistration
-from dynheads_tl.config import (RunSettings, Eq2Selection, NotebookConfig, StaticSource, check_choice, check_fraction_list, check_int_list,
-                                check_ints, check_model_sizes)
+from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, RunSettings, StaticSource,
+                                check_model_sizes)
 from dynheads_tl.corpus import TraceSettings
-from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.engine.preflight import model_context_window
+from dynheads_tl.params import compose, fraction_list, integer, integer_list, one_of, param
+from dynheads_tl.tasks import check_context_fits
 from dynheads_tl.protocols.conditions import conditions_sized, grid_conditions
 
 __all__ = [
@@ -43,43 +43,30 @@ MIN_SAMPLES_TO_COMPARE = 5
 GRID_MAX_OFFSET = 3000
 
 
-@dataclass
-class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSettings, NotebookConfig):
+@compose(TraceSettings, Eq2Selection, StaticSource, ModelSettings, RunSettings)
+class IrreplaceabilityConfig(NotebookConfig):
     """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
 
-    model: str = DEFAULT_MODEL
-    niah_contexts: list[int] = field(default_factory=lambda: [500])
-    niah_depths: list[float] = field(default_factory=lambda: [0.1, 0.9])
-    hotpot_contexts: list[int] = field(default_factory=lambda: [750])
-    hotpot_depths: list[float] = field(default_factory=lambda: [0.1, 0.9])
-    runs_per_cell: int = 15
-    n_calibration: int = 10
-    progressive_k_max: int = 30
-    progressive_k_step: int = 10
-    n_progressive: int = 30
-    progressive_context: int = 500
-    ablation_mode: str = "zero"
-    keep_cache: str = "clean"
-    seed: int = 0
+    niah_contexts: list[int] = param([500], "Fig 2 rows: NIAH context lengths in tokens", integer_list(minimum=32))
+    niah_depths: list[float] = param([0.1, 0.9], "Fig 2 columns: needle depths", fraction_list)
+    hotpot_contexts: list[int] = param([750], "Fig 6 rows: HotpotQA context lengths", integer_list(minimum=32))
+    hotpot_depths: list[float] = param([0.1, 0.9], "Fig 6 columns: depth of the gold paragraphs", fraction_list)
+    runs_per_cell: int = param(15, "samples per grid cell and depth, each generated and teacher-forced", integer())
+    n_calibration: int = param(10, "samples that fix the static set and k", integer())
+    progressive_k_max: int = param(30, "Fig 3 / 7: largest number of heads masked per step", integer(0))
+    progressive_k_step: int = param(10, "Fig 3 / 7: step between k values", integer())
+    n_progressive: int = param(30, "samples for progressive masking, per k", integer())
+    progressive_context: int = param(500, "NIAH context length for progressive masking", integer())
+    ablation_mode: str = param("zero", '"zero" or "mean" ablation of hook_z', one_of(("zero", "mean")))
+    keep_cache: str = param("clean", 'which pass\'s keys/values step t leaves in the cache: "clean" or "masked"',
+                            one_of(("clean", "masked")))
+    seed: int = param(0, "seeds samples and the random baseline", integer(0))
     # Generations decoded together: the runs of one grid cell (15 samples x 14 conditions; teacher-forced apart), or
     # several progressive samples' k values. Larger batches read the weights fewer times per run
     # (bench/bench_decoding.py --parts cell); memory grows with them (the KV cache of every row).
-    batch_size: int = 210
-    output_dir: str = "papers_figures"
-    use_cache: bool = True  # reuse cached traces and ablation runs
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_ints(self, ("runs_per_cell", "n_calibration", "progressive_k_step", "n_progressive",
-                          "progressive_context", "batch_size"))
-        check_ints(self, ("progressive_k_max",), minimum=0)
-        check_ints(self, ("seed",), minimum=0)
-        check_int_list(self, "niah_contexts", minimum=32)
-        check_int_list(self, "hotpot_contexts", minimum=32)
-        check_fraction_list(self, "niah_depths")
-        check_fraction_list(self, "hotpot_depths")
-        check_choice(self, "ablation_mode", ("zero", "mean"))
-        check_choice(self, "keep_cache", ("clean", "masked"))
+    batch_size: int = param(210, "generations decoded together", integer())
+    output_dir: str = param("papers_figures", "where figures and tables are written")
+    use_cache: bool = param(True, "reuse cached traces and ablation runs")
 
     def context_lengths(self) -> dict[str, list[int]]:
         """The NIAH grid's lengths and the progressive curve's, and the HotpotQA grid's lengths."""
@@ -88,14 +75,11 @@ class IrreplaceabilityConfig(StaticSource, Eq2Selection, TraceSettings, RunSetti
 
     def check_inputs(self) -> None:
         """Every NIAH and HotpotQA length against the model's context window, before any model work."""
-        from dynheads_tl.engine.preflight import model_context_window
-        from dynheads_tl.tasks import check_context_fits
-
         n_ctx = model_context_window(self.model)
         check_context_fits(self.niah_contexts, self.max_new_tokens, n_ctx, name="niah_contexts")
         check_context_fits(self.progressive_context, self.max_new_tokens, n_ctx, name="progressive_context")
         check_context_fits(self.hotpot_contexts, self.hotpot_max_new_tokens, n_ctx, name="hotpot_contexts")
-        self.check_static_source()
+        self.check_static_source(self.model)
         check_model_sizes(self.model, heads={"progressive_k_max": self.progressive_k_max},
                           max_new_tokens=self.max_new_tokens,
                           contexts={"niah_contexts": self.niah_contexts, "progressive_context": self.progressive_context})

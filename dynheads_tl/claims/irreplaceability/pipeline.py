@@ -71,7 +71,7 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
                                      desc="hotpot placebo calibration")
             rule = Eq2Rule("chance", calibrate_chance_factor(placebo, config.eq2_false_rate))
         sets = [dynamic_sets(t, "eq2", rule) for t in traces]
-    override = config.static_override()  # static_source: the file's scores rank the static heads; k stays |D_t|'s
+    override = config.static_override(config.model)  # static_source: the file's scores rank the static heads; k stays |D_t|'s
     if override is not None:
         scores = override
     sizes = torch.cat([s.flatten(1).sum(1) for s in sets]).float()

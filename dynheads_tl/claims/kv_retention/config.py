@@ -1,11 +1,10 @@
 """Notebook 06's parameters."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from dynheads_tl.config import RunSettings, NotebookConfig, StaticSource, check_ints, check_model_sizes
-from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings,
-                                   check_settings, parse_setting)
+from dynheads_tl.config import ModelSettings, NotebookConfig, RunSettings, StaticSource, check_model_sizes
+from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings, check_settings,
+                                parse_setting)
+from dynheads_tl.params import compose, integer, param
 from dynheads_tl.protocols.retention import STRATEGIES
 
 __all__ = ["SEEDS", "RetentionConfig", "QUERY_STATIC"]
@@ -15,8 +14,32 @@ __all__ = ["SEEDS", "RetentionConfig", "QUERY_STATIC"]
 SEEDS = {"retention": 13000}  # NIAH answers under per-step KV retention
 
 
-@dataclass
-class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
+QUERY_STATIC = "query_static"  # a fixed set ranked by QRHead-style query-focused scores
+PER_STEP_STRATEGIES = [s for s in STRATEGIES if s not in ("streaming", "full")] + [QUERY_STATIC]
+
+
+def _niah_setting(name: str, value) -> None:
+    parse_setting(value)  # spelled 'haystack:tokens'
+
+
+def _budgets(name: str, value) -> None:
+    if not value or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 < b < 1 for b in value):
+        raise ValueError(f"Parameter {name!r} must be a non-empty list of shares in (0, 1), got {value!r}.")
+
+
+def _strategies(name: str, value) -> None:
+    if not value or any(s not in PER_STEP_STRATEGIES for s in value):
+        raise ValueError(f"Parameter {name!r} must be a non-empty list drawn from {PER_STEP_STRATEGIES} (streaming "
+                         f"and the full cache always run), got {value!r}.")
+
+
+def _granularities(name: str, value) -> None:
+    if not value or any(g not in ("query", "kv") for g in value):
+        raise ValueError(f"Parameter {name!r} must be a non-empty list drawn from ['query', 'kv'], got {value!r}.")
+
+
+@compose(TraceSettings, StaticSource, ModelSettings, RunSettings)
+class RetentionConfig(NotebookConfig):
     """Notebook 06's parameters. The NIAH setting (``niah_setting``, spelled ``"haystack:context_tokens"`` as in
     notebooks 01 and 05: :func:`~dynheads_tl.corpus.parse_setting`) is traced as notebook 01's
     soft-dynamism settings are (``n_setting_calibration`` + ``n_setting`` answers, read from its cache), for the
@@ -24,38 +47,25 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
     of the query heads (``"query"``) or KV heads (``"kv"``) kept whole at every step. ``sink_tokens`` and
     ``local_window`` are what a restricted head still sees."""
 
-    model: str = "smollm2-135m-instruct"
-    niah_setting: str = "filler:500"
-    n_setting: int = LAYOUT_ANALYSIS_SAMPLES
-    n_setting_calibration: int = LAYOUT_CALIBRATION_SAMPLES
-    n_samples: int = 30
-    budgets: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5])
-    strategies: list[str] = field(default_factory=lambda: ["static", "query_static", "predicted", "oracle", "random"])
-    granularities: list[str] = field(default_factory=lambda: ["kv"])
-    seed: int = 0
-    batch_size: int = 180
-    output_dir: str = "papers_figures"
-    use_cache: bool = True
+    niah_setting: str = param("filler:500", "'haystack:tokens' (filler, prose, folder:PATH or wu:PATH); a notebook 01 "
+                                            "setting shares its traces", _niah_setting)
+    n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "training answers, analysis split", integer())
+    n_setting_calibration: int = param(LAYOUT_CALIBRATION_SAMPLES, "training answers, calibration split (the static "
+                                                                   "scores)", integer())
+    n_samples: int = param(30, "new NIAH answers evaluated under every condition", integer())
+    budgets: list[float] = param([0.05, 0.1, 0.25, 0.5], "shares of heads kept whole at each step", _budgets)
+    strategies: list[str] = param(["static", "query_static", "predicted", "oracle", "random"],
+                                  "per-step strategies; streaming and full always run", _strategies)
+    granularities: list[str] = param(["kv"], 'budgets in KV heads ("kv") or single query heads ("query")',
+                                     _granularities)
+    seed: int = param(0, "seeds the samples and, with the sample, the random strategy's draws", integer(0))
+    batch_size: int = param(180, "rows decoded together (the conditions of as many samples as fit)", integer())
+    output_dir: str = param("papers_figures", "where figures and tables are written")
+    use_cache: bool = param(True, "reuse cached traces and runs")
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_ints(self, ("n_setting", "n_setting_calibration", "n_samples", "batch_size"))
-        parse_setting(self.niah_setting)  # spelled 'haystack:tokens'
-
-        check_ints(self, ("seed",), minimum=0)
+    def check(self) -> None:
         if self.sink_tokens + self.local_window < 1:
             raise ValueError("sink_tokens + local_window must be at least 1: a restricted head needs some key to read.")
-        if (not isinstance(self.budgets, list) or not self.budgets
-                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 < b < 1 for b in self.budgets)):
-            raise ValueError(f"Parameter 'budgets' must be a non-empty list of shares in (0, 1), got {self.budgets!r}.")
-        per_step = [s for s in STRATEGIES if s not in ("streaming", "full")] + [QUERY_STATIC]
-        if not isinstance(self.strategies, list) or not self.strategies or any(s not in per_step for s in self.strategies):
-            raise ValueError(f"Parameter 'strategies' must be a non-empty list drawn from {per_step} (streaming and "
-                             f"the full cache always run), got {self.strategies!r}.")
-        if (not isinstance(self.granularities, list) or not self.granularities
-                or any(g not in ("query", "kv") for g in self.granularities)):
-            raise ValueError(f"Parameter 'granularities' must be a non-empty list drawn from ['query', 'kv'], "
-                             f"got {self.granularities!r}.")
 
     @property
     def haystack(self) -> str:
@@ -72,8 +82,5 @@ class RetentionConfig(StaticSource, TraceSettings, RunSettings, NotebookConfig):
         """The setting's haystack and its length against the model's window (:func:`~dynheads_tl.corpus.check_settings`),
         and the static-source file."""
         check_settings([self.niah_setting], "niah_setting", self.model, self.max_new_tokens)
-        self.check_static_source()
+        self.check_static_source(self.model)
         check_model_sizes(self.model, max_new_tokens=self.max_new_tokens, contexts={"niah_setting": [self.niah_setting]})
-
-
-QUERY_STATIC = "query_static"  # a fixed set ranked by QRHead-style query-focused scores

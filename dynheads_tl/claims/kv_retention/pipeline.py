@@ -39,7 +39,7 @@ def training(model, config: RetentionConfig):
                                           n_calibration=config.n_setting_calibration, n_analysis=config.n_setting,
                                           seed=config.seed, use_cache=config.use_cache,
                                           batch_size=config.trace_batch_size)
-    override = config.static_override()  # static_source: the file's scores are the static strategy's ranking
+    override = config.static_override(config.model)  # static_source: the file's scores are the static strategy's ranking
     static = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
     probe = SetProbe.fit(calibration + analysis)
     if probe is None:
@@ -103,7 +103,7 @@ def _sample_key(model, sample, config: RetentionConfig) -> dict:
     if config.static_source:
         from dynheads_tl.analysis.head_files import scores_digest
 
-        key["static_source"] = scores_digest(config.static_override())
+        key["static_source"] = scores_digest(config.static_override(config.model))
     return key
 
 

@@ -1,11 +1,11 @@
 """Notebook 07's parameters: the length x depth grid, its haystack, and what each cell runs."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from dynheads_tl.config import (RunSettings, NotebookConfig, check_fraction_list, check_int_list, check_ints)
+from dynheads_tl.config import ModelSettings, NotebookConfig, RunSettings
 from dynheads_tl.corpus import TraceSettings
-from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.engine.preflight import model_context_window
+from dynheads_tl.params import all_of, compose, fraction_list, integer, integer_list, param
+from dynheads_tl.tasks import check_context_fits, check_haystack
 
 __all__ = ["SEEDS", "GRID_CONDITIONS", "PREVIOUS_CONDITION", "PREVIOUS_BASELINE", "EASY_CONTROL",
            "LengthGridConfig"]
@@ -30,8 +30,27 @@ PREVIOUS_BASELINE = "static_previous"  # the top-|D_{t-1}| static heads (claim 2
 EASY_CONTROL = "filler"
 
 
-@dataclass
-class LengthGridConfig(TraceSettings, RunSettings, NotebookConfig):
+def _distinct(name: str, value) -> None:
+    if len(set(value)) != len(value):
+        raise ValueError(f"Parameter {name!r} must not repeat a value, got {value!r}.")
+
+
+def _ablation_mode(name: str, value) -> None:
+    if value not in ("zero", "mean"):
+        raise ValueError(f"Parameter {name!r} must be 'zero' or 'mean', got {value!r}.")
+    if value == "mean":
+        raise ValueError(f"Parameter {name!r} 'mean' is not run on the length grid (a mean output per length would be "
+                         "one more calibration); use 'zero'.")
+
+
+def _haystack(name: str, value) -> None:
+    if value.startswith(("wu:", "wu-base:", "wu-chat:")):
+        raise ValueError(f"Parameter {name!r} {value!r} is Wu et al.'s detection set, whose needles and depths are its "
+                         "own; the grid takes 'prose', 'folder:PATH' or 'filler'.")
+
+
+@compose(TraceSettings, ModelSettings, RunSettings)
+class LengthGridConfig(NotebookConfig):
     """The length x depth grid's parameters. ``lengths`` (context tokens) x ``depths`` (needle positions, 0 = the
     start, 1 = the end) x ``runs_per_cell`` samples; the runs of one (length, run) share a haystack offset, so
     the rows of one length share the haystack up to their needle (prefix sharing). ``haystack``: ``prose`` (real
@@ -40,38 +59,25 @@ class LengthGridConfig(TraceSettings, RunSettings, NotebookConfig):
     Wu et al.'s score and the query-focused one. ``batch_size``: rows decoded together in the masking runs (a
     cell's samples x conditions)."""
 
-    model: str = DEFAULT_MODEL
-    haystack: str = "prose"
-    lengths: list[int] = field(default_factory=lambda: [1000, 2000])
-    depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
-    runs_per_cell: int = 1
-    n_calibration: int = 6
-    static_k: int = 20
-    max_offset: int = 3000
-    masking: bool = True
-    ablation_mode: str = "zero"
-    seed: int = 0
-    n_resamples: int = 2000
-    batch_size: int = 64
-    output_dir: str = "papers_figures"
-    use_cache: bool = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_ints(self, ("runs_per_cell", "n_calibration", "static_k", "max_offset", "n_resamples", "batch_size"))
-        check_ints(self, ("seed",), minimum=0)
-        check_int_list(self, "lengths", minimum=16)
-        check_fraction_list(self, "depths")
-        if len(set(self.lengths)) != len(self.lengths) or len(set(self.depths)) != len(self.depths):
-            raise ValueError(f"Parameters 'lengths' and 'depths' must not repeat a value, got {self.lengths!r} and "
-                             f"{self.depths!r}.")
-        if not isinstance(self.masking, bool):
-            raise ValueError(f"Parameter 'masking' must be True or False, got {self.masking!r}.")
-        if self.ablation_mode not in ("zero", "mean"):
-            raise ValueError(f"Parameter 'ablation_mode' must be 'zero' or 'mean', got {self.ablation_mode!r}.")
-        if self.ablation_mode == "mean":
-            raise ValueError("Parameter 'ablation_mode' 'mean' is not run on the length grid (a mean output per "
-                             "length would be one more calibration); use 'zero'.")
+    haystack: str = param("prose", "prose (real text), folder:PATH (.txt files, e.g. Paul Graham essays) or filler "
+                                   "(the easy control)", _haystack)
+    lengths: list[int] = param([1000, 2000], "context tokens per row of the grid",
+                               all_of(integer_list(minimum=16), _distinct))
+    depths: list[float] = param([0.0, 0.25, 0.5, 0.75, 1.0], "needle depths: 0 is the start of the context, 1 its end",
+                                all_of(fraction_list, _distinct))
+    runs_per_cell: int = param(1, "samples per (length, depth); the runs of one length differ in haystack offset",
+                               integer())
+    n_calibration: int = param(6, "calibration samples (random layouts over the same lengths) for both static sets",
+                               integer())
+    static_k: int = param(20, "size of the static sets S_k the overlap is measured against", integer())
+    max_offset: int = param(3000, "haystack offsets are drawn below this many tokens", integer())
+    masking: bool = param(True, "run claim 2's masking conditions on every grid sample")
+    ablation_mode: str = param("zero", "hook_z of a masked head set to zero", _ablation_mode)
+    seed: int = param(0, "seeds the samples, offsets and random baselines", integer(0))
+    n_resamples: int = param(2000, "bootstrap resamples of every interval", integer())
+    batch_size: int = param(64, "masking runs decoded together (a cell's samples x conditions)", integer())
+    output_dir: str = param("papers_figures", "where figures and tables are written")
+    use_cache: bool = param(True, "reuse cached traces and masking runs")
 
     @property
     def easy_control(self) -> bool:
@@ -88,11 +94,5 @@ class LengthGridConfig(TraceSettings, RunSettings, NotebookConfig):
     def check_inputs(self) -> None:
         """The haystack, and every length against the model's context window (read from its config, no model
         loaded), before any model work."""
-        from dynheads_tl.engine.preflight import model_context_window
-        from dynheads_tl.tasks import check_context_fits, check_haystack
-
-        if str(self.haystack).startswith(("wu:", "wu-base:", "wu-chat:")):
-            raise ValueError(f"Parameter 'haystack' {self.haystack!r} is Wu et al.'s detection set, whose needles "
-                             "and depths are its own; the grid takes 'prose', 'folder:PATH' or 'filler'.")
         check_haystack(self.haystack)
         check_context_fits(self.lengths, self.max_new_tokens, model_context_window(self.model), name="lengths")
