@@ -197,8 +197,11 @@ def test_index_html_links_renderings_thumbnails_and_runs(clean_report):
 
 def test_html_that_loads_from_the_network_is_reported(clean_report):
     page = '<script src="https://cdn.example.org/require.js"></script><script type="module">import x from "https://unpkg.com/cv";</script>'
-    assert len(remote_resources(page)) == 2
+    assert remote_resources(page) == ['import x from "https://unpkg.com/cv', "script https://cdn.example.org/require.js"]
+    assert remote_resources('<link rel="stylesheet" href="//cdn.example.org/a.css">') == ["link //cdn.example.org/a.css"]
     assert remote_resources('<script>var u="https://reactjs.org/docs/x"; /a/.test(u)</script>') == []
+    # read as HTML, not as text: a tag written inside a script's string loads nothing
+    assert remote_resources("""<script>var tag = '<script src="https://cdn.example.org/x.js">';</script>""") == []
     (clean_report / "executed" / "01_dynamism.html").write_text(page)
     assert [p.split(":")[0] for p in offline_problems(clean_report)] == ["executed/01_dynamism.html loads from the network"]
 

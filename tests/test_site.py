@@ -7,10 +7,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from bs4 import BeautifulSoup
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from dynheads_tl import verdicts
-from dynheads_tl.report import findings, site
+from dynheads_tl.report import findings, site, templating, text
 from dynheads_tl.report.status import item_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,10 +110,27 @@ def test_readme_and_docs_links_resolve():
 # --- the renderer's parts --------------------------------------------------------------------------
 
 def test_tex_becomes_mathml_outside_code():
-    text = site.markdown_math_to_mathml("Heads in $S_{20} \\setminus D_t$, `$not math$`, and $$a^2$$ top-20$|$.")
-    assert text.count("<math") == 3 and "`$not math$`" in text and "\\setminus" not in text
-    assert site.raw_tex(f"<p>{text}</p>") == []
-    assert site.raw_tex("<p>see $|E_t \\cap$ here</p><script>var s='$x_1$'</script>") == ["$|E_t \\cap$"]
+    """nbconvert's Markdown renderer finds the math ($…$, $$…$$, never inside code); the site draws it as MathML."""
+    html = templating.markdown_html("Heads in $S_{20} \\setminus D_t$, `$not math$`, and $$a^2$$ top-20$|$.")
+    assert html.count("<math") == 3 and "<code>$not math$</code>" in html and "\\setminus" not in html
+    assert 'display="block"' in html  # $$…$$ is display math
+    assert text.raw_tex(html) == []
+    assert text.raw_tex("<p>see $|E_t \\cap$ here</p><script>var s='$x_1$'</script>") == ["$|E_t \\cap$"]
+    # a formula latex2mathml cannot parse reads as code, never as raw TeX
+    assert '<code class="tex">\\left( x</code>' in templating.markdown_html("$\\left( x$")
+
+
+def test_a_heading_with_math_keeps_plain_mathml_and_nbconverts_anchor():
+    """The heading's id is nbconvert's (its text, spaces to dashes) and its MathML has no namespace prefix
+    (nbconvert's ElementTree round trip would write <ns0:math>, which browsers do not draw)."""
+    html = templating.markdown_html("## Table 1 — metrics $D_t$")
+    assert html.startswith('<h2 id="Table-1-%E2%80%94-metrics-Dt">') and "ns0" not in html
+    math = BeautifulSoup(html, "html.parser").find("math")
+    assert math.name == "math" and math["xmlns"] == "http://www.w3.org/1998/Math/MathML"
+    assert html.endswith('<a class="anchor-link" href="#Table-1-%E2%80%94-metrics-Dt">¶</a></h2>')
+    [heading] = site.headings(html)
+    assert (heading.level, heading.text) == (2, "Table 1 — metrics Dt") and "<math" in heading.html
+    assert "anchor-link" not in heading.html
 
 
 def test_progress_lines_are_dropped_and_other_output_kept():
@@ -125,20 +143,25 @@ def test_progress_lines_are_dropped_and_other_output_kept():
 def test_long_tables_are_cut_with_the_csv_linked():
     rows = "".join(f"<tr><td>{i}</td></tr>" for i in range(44))
     html = f"<table><thead><tr><th>k</th></tr></thead><tbody>{rows}</tbody></table><p>44 rows × 1 columns</p>"
-    short = site.shorten_table(html, 'Full table: <a href="x.csv">x.csv</a>.')
-    assert short.count("<tr>") == 1 + site.TABLE_ROWS_SHOWN and "Showing 10 of 44 rows" in short and "x.csv" in short
+    short = site.shorten_table(html, [("x.csv", "../01_dynamism/x.csv")])
+    assert short.count("<tr>") == 1 + site.TABLE_ROWS_SHOWN and "44 rows × 1 columns" not in short
+    assert short.endswith('<p class="shortened">Showing 10 of 44 rows. Full table: '
+                          '<a href="../01_dynamism/x.csv">x.csv</a>.</p>')
+    several = site.shorten_table(html, [("a.csv", "a.csv"), ("b<c.csv", "b.csv")])
+    assert 'Full tables of this cell: <a href="a.csv">a.csv</a>, <a href="b.csv">b&lt;c.csv</a>.' in several  # escaped
+    assert 'Every table of this notebook: <a href="#all-outputs">all outputs</a>.' in site.shorten_table(html, [])
     small = "<table><tbody><tr><td>1</td></tr></tbody></table>"
-    assert site.shorten_table(small, "note") == small
+    assert site.shorten_table(small, []) == small
 
 
 def test_verdict_paragraphs_become_one_bullet_per_sentence():
     verdict = ("**Verdict.** " + "Bounds: full 0.53 [0.36, 0.69], none 0.00 (n = 30); this setting leaves room. " * 3
                + "Dynamic (probe) and Static cannot be told apart (Eq. 2 heads, p = 0.44). Dynamic beats random.")
-    bullets = site.verdict_bullets(verdict)
+    bullets = text.verdict_bullets(verdict)
     lines = bullets.splitlines()
     assert lines[0] == "**Verdict.**" and sum(l.startswith("- ") for l in lines) == 5
     assert "- Dynamic (probe) and Static cannot be told apart (Eq. 2 heads, p = 0.44)." in lines
-    assert site.verdict_bullets("A short verdict. Two sentences.") == "A short verdict. Two sentences."
+    assert text.verdict_bullets("A short verdict. Two sentences.") == "A short verdict. Two sentences."
 
 
 def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
@@ -158,7 +181,7 @@ def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
     prepared = site.prepare_notebook(notebook, tmp_path, "01_dynamism")
     assert len(prepared.cells) == 3 and prepared.cells[1].cell_type == "markdown"
     assert prepared.cells[1].source.startswith('<details class="parameters">') and "n_analysis = 20" in prepared.cells[1].source
-    assert "<math" in prepared.cells[0].source and "$" not in prepared.cells[0].source
+    assert prepared.cells[0].source == notebook.cells[0].source  # its TeX becomes MathML when the page is rendered
     outputs = prepared.cells[2].outputs
     assert [o.output_type for o in outputs] == ["stream", "display_data"] and outputs[0].text == "ok\n"
     assert '<a href="../01_dynamism/table1_niah.csv">table1_niah.csv</a>' in outputs[1].data["text/html"]
@@ -185,9 +208,48 @@ def test_a_rendered_page_has_navigation_and_its_outputs(tmp_path):
     assert '<a href="../index.html">' in page and site.PAPER_URL in page
     assert 'href="00_inspect_attention.html" rel="prev"' in page and 'href="02_irreplaceability.html" rel="next"' in page
     assert 'id="all-outputs"' in page and 'href="../01_dynamism/table1_niah.csv"' in page
-    assert site.raw_tex(page) == [] and "<math" in page and "ns0:" not in page
+    assert text.raw_tex(page) == [] and "<math" in page and "ns0:" not in page
     sections = site.page_sections(tmp_path, "01_dynamism")
     assert sections["table1_niah"].startswith("Table-1")
+    soup = BeautifulSoup(page, "html.parser")
+    assert len(soup.find_all("main")) == 1 and soup.find("nav", class_="site").find("math"), "headings' MathML in the contents"
+    assert soup.find("footer").find("a", href=f"#{sections['table1_niah']}").get_text() == "section"
+
+
+def test_the_sites_templates_escape_their_data_and_keep_the_notebooks_html(tmp_path):
+    """What the report's own templates are given is escaped (a model name with markup reads as text, on a page and
+    on the index); a notebook's HTML outputs, written by nbconvert's templates, stay HTML."""
+    import json
+
+    from dynheads_tl.report.index import build_index
+
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# Title"), new_code_cell("show()", execution_count=1, outputs=[
+        new_output("display_data", data={"text/html": '<b id="kept">bold</b>', "text/plain": "bold"})])]),
+        executed / "01_dynamism.ipynb")
+    page = site.render_page(executed / "01_dynamism.ipynb", tmp_path, meta="<i>m</i> · preset x").read_text()
+    assert "&lt;i&gt;m&lt;/i&gt; · preset x" in page and "<i>m</i>" not in page
+    assert '<b id="kept">bold</b>' in page
+    (tmp_path / "runs.json").write_text(json.dumps({"01_dynamism": {"model": "<i>m</i>", "preset": "x", "parameters": {},
+                                                                    "date": "d", "minutes": 1}}))
+    build_index(tmp_path)
+    index = (tmp_path / "index.html").read_text()
+    assert "&lt;i&gt;m&lt;/i&gt;" in index and "<i>m</i>" not in index
+
+
+def test_the_templates_ship_as_package_data():
+    """An installed package finds its templates: pyproject.toml's package data covers every file of the folder."""
+    import tomllib
+
+    package = templating.SITE_TEMPLATES.relative_to(ROOT).as_posix().replace("/", ".")
+    assert f'"{package}"' in (ROOT / "setup.py").read_text(), "setup.py lists the template folder as a package"
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][package]
+    shipped = {path for pattern in patterns for path in templating.SITE_TEMPLATES.glob(pattern)}
+    files = {path for path in templating.TEMPLATES.rglob("*") if path.is_file()}
+    assert {"notebook.html.j2", "report.html.j2", "parts.html.j2", "conf.json", "notebook.css", "report.css"} <= {
+        path.name for path in files}
+    assert files <= shipped, sorted(str(path) for path in files - shipped)
 
 
 def test_every_figure_on_a_page_has_alternative_text_naming_its_file_and_numbers(tmp_path):

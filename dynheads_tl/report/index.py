@@ -1,15 +1,14 @@
 """The index of the reproduction: every declared claim's rows, read from the outputs present.
 
-``build_index`` writes ``README.md`` and ``index.html`` from the outputs present; ``render_notebook_html`` turns an
-executed notebook into a page that opens offline. What keeps an output folder from being a report to commit is
+``build_index`` writes ``README.md`` and ``index.html`` (the template ``report.html.j2``,
+:mod:`dynheads_tl.report.templating`) from the outputs present; ``render_notebook_html`` turns an executed notebook
+into a page that opens offline. What keeps an output folder from being a report to commit is
 :mod:`dynheads_tl.report.checks`.
 """
 from __future__ import annotations
 
-import html as _html
 import json as _json
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ from typing import Any
 from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.results import ModelReport, all_results, model_reports, read_runs
-from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, notebook_order, notebook_title, outputs_list_html,
+from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, Link, notebook_order, notebook_title, output_groups,
                                      page_sections, render_page, run_meta)
-from dynheads_tl.report.status import STATUS_CLASS
+from dynheads_tl.report.templating import INDEX_TEMPLATE, render
 from dynheads_tl.store import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -255,141 +254,66 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]
     return "\n".join(md) + "\n"
 
 
-_STYLE = """
-*{box-sizing:border-box}
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;line-height:1.45;color:#222;max-width:1280px;
-     margin:0 auto;padding:1em}
-h1{margin-top:0;font-size:1.6em} h2{margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
-header.site{display:flex;flex-wrap:wrap;gap:.3em 1.2em;align-items:baseline;font-size:.95em;margin-bottom:.5em}
-header.site a{white-space:nowrap}
-.meta{background:#f4f6f8;border:1px solid #dde;padding:.5em .8em}
-.smoke-banner{background:#fff4d6;border:2px solid #c98a00;padding:.6em .9em}
-.table-box{overflow-x:auto;max-width:100%;-webkit-overflow-scrolling:touch;border:1px solid #ddd}
-table{border-collapse:collapse;width:100%;font-size:.92em}
-.table-box table{min-width:760px}
-th,td{border:1px solid #ccc;padding:.35em .55em;vertical-align:top;text-align:left}
-th{background:#f2f2f2;position:sticky;top:0} tbody tr:nth-child(even) td{background:#fafafa}
-td.item{white-space:nowrap;font-weight:600} td.missing,.missing{color:#a00}
-.status{display:inline-block;white-space:nowrap;padding:.05em .45em;border-radius:.8em;font-size:.88em;font-weight:600}
-.status.good{background:#dcefdc;color:#17501a}.status.mixed{background:#fdf0c8;color:#6a4a00}
-.status.bad{background:#f8d9d6;color:#7a1b12}.status.open{background:#e3e7ee;color:#2b3a55}.status.none{background:#eee;color:#444}.status.absent{background:#ece3f4;color:#4a2a66}
-details summary{cursor:pointer;color:#0b57a4}
-a{color:#0b57a4} code{font-size:.9em;word-break:break-all}
-figure{margin:1.5em 0 2.5em} figcaption{margin-bottom:.5em}
-figure img{display:block;max-width:100%;height:auto;border:1px solid #ddd}
-ul.outputs li{margin:.15em 0}
-""".strip()
-
-
 def _anchor(item: str) -> str:
     return item.lower().replace(" ", "-")
 
 
+@dataclass(frozen=True)
+class _IndexRow:
+    """An index row as the page shows it (``report.html.j2``)."""
+    item: str
+    anchor: str  # the id of the row's figure
+    target: str | None  # where the item's name links: the page section that makes it, else its figure
+    produced: bool
+    status: str
+    what: str
+    paper: str
+    ours: str
+    headline: str
+    files: list[tuple[str, str]]  # (label, href)
+    notebook: str
+    notebook_link: str | None
+    ipynb_link: str | None  # only where it is not already the notebook link
+    image: str | None
+    section: str | None
+
+
+def _index_row(row: _Row) -> _IndexRow:
+    image = next((name for name in row.files if name.endswith(".png")), None)
+    anchor = _anchor(row.item)
+    return _IndexRow(row.item, anchor, row.section or (f"#{anchor}" if image else None), row.status != "not produced",
+                     row.status, row.what, row.paper, row.ours, row.headline,
+                     [(_file_label(name), name) for name in row.files], row.notebook, row.notebook_link,
+                     row.ipynb_link if row.ipynb_link != row.notebook_link else None, image, row.section)
+
+
 def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
-    esc = _html.escape
-    intro = esc(INTRO).replace("`dynheads report`", "<code>dynheads report</code>").replace("*paper*", "<em>paper</em>")
     notebooks = notebook_order(output_dir)
     pages = []
     for notebook in notebooks:
         link, _ = _notebook_links(output_dir, notebook)
         if link:
-            pages.append(f'<a href="{esc(link)}">{esc(notebook_title(notebook))}</a>')
-    parts = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             "<title>Retrieval heads are dynamic: the reproduction</title>", f"<style>{_STYLE}</style></head><body>",
-             f'<header class="site"><strong>The report</strong><a href="{PAPER_URL}">{esc(PAPER_TITLE)}</a>'
-             '<a href="#items">Items</a><a href="#figures">Figures</a><a href="#all-outputs">All outputs</a>'
-             '<a href="#runs">Runs</a></header>',
-             "<h1>The reproduction at a glance</h1>"]
-    if smoke_banner(runs):
-        parts.append(f'<p class="smoke-banner" role="note"><strong>{esc(smoke_banner(runs))}</strong></p>')
-    if runs:
-        parts.append(f'<p class="meta"><strong>Runs:</strong> {esc(run_meta(runs))}</p>')
-    if pages:
-        parts.append("<p><strong>Notebooks:</strong> " + " · ".join(pages) + "</p>")
-    parts += [f"<p>{intro}</p>", f"<p>{esc(STATUS_NOTE)}</p>",
-              '<h2 id="items">Paper items</h2>', '<div class="table-box"><table><thead><tr><th>item</th><th>status</th>'
-              "<th>what the paper shows</th><th>paper</th><th>ours</th><th>files</th><th>notebook</th></tr></thead><tbody>"]
-    figures = []
-    for row in rows:
-        image = next((name for name in row.files if name.endswith(".png")), None)
-        target = row.section or (f"#{_anchor(row.item)}" if image else None)
-        item = f'<a href="{esc(target)}">{esc(row.item)}</a>' if target else esc(row.item)
-        links = " ".join(f'<a href="{esc(name)}">{esc(_file_label(name))}</a>' for name in row.files) or "–"
-        notebook = "–"
-        if row.notebook_link:
-            notebook = f'<a href="{esc(row.notebook_link)}">{esc(row.notebook)}</a>'
-            if row.ipynb_link and row.ipynb_link != row.notebook_link:
-                notebook += f' (<a href="{esc(row.ipynb_link)}">ipynb</a>)'
-            if image:
-                notebook += f' · <a href="#{_anchor(row.item)}">figure</a>'
-        if row.status == "not produced":
-            status = '<span class="status bad">missing</span>'
-            ours = f'<td class="ours missing">{esc(row.ours)}</td>'
-        else:
-            status = f'<span class="status {STATUS_CLASS.get(row.status, "none")}">{esc(row.status)}</span>'
-            ours = (f'<td>{esc(row.headline)}<details><summary>all numbers</summary>'
-                    f'<div class="ours">{esc(row.ours)}</div></details></td>')
-        parts.append(f'<tr data-item="{esc(row.item)}"><td class="item">{item}</td><td>{status}</td>'
-                     f"<td>{esc(row.what)}</td><td>{esc(row.paper)}</td>{ours}<td>{links}</td><td>{notebook}</td></tr>")
-        if image:
-            section = f' <a href="{esc(row.section)}">The section that makes it.</a>' if row.section else ""
-            figures.append(f'<figure id="{_anchor(row.item)}"><figcaption><strong>{esc(row.item)}</strong> '
-                           f"({esc(row.status)}): {esc(row.what)}.{section} Click the image for the full size."
-                           f'</figcaption><a href="{esc(image)}"><img src="{esc(image)}" alt="{esc(row.item)}: '
-                           f'{esc(row.what)}" loading="lazy"></a></figure>')
-    parts.append("</tbody></table></div>")
+            pages.append(Link(link, notebook_title(notebook)))
+    shown = [_index_row(row) for row in rows]
     reports, by_model = model_table(output_dir)
-    if by_model:
-        parts += ['<h2 id="models">Every model</h2>', f"<p>{esc(MODELS_NOTE)}</p>",
-                  '<div class="table-box"><table><thead><tr><th>item</th><th>paper</th>'
-                  + "".join(f'<th><a href="{esc(r.prefix)}index.html">{esc(r.model)}</a></th>' for r in reports)
-                  + "</tr></thead><tbody>"]
-        for item, paper, cells in by_model:
-            parts.append(f'<tr data-models="{esc(item)}"><td class="item">{esc(item)}</td><td>{esc(paper)}</td>' + "".join(
-                f'<td><span class="status {STATUS_CLASS.get(status, "none")}">{esc(status)}</span> {esc(headline)}</td>'
-                for status, headline in cells) + "</tr>")
-        parts.append("</tbody></table></div>")
-    if figures:
-        parts += ['<h2 id="figures">Figures</h2>', *figures]
-    folders = sorted({claim.notebook for claim, _ in index_items()} | set(notebooks))
     outputs = []
-    for folder in folders:
+    for folder in sorted({claim.notebook for claim, _ in index_items()} | set(notebooks)):
         if (output_dir / folder).is_dir():
             link, _ = _notebook_links(output_dir, folder)
             page = link if link and link.endswith(".html") else ""
-            sections = page_sections(output_dir, folder) if page else {}
-            title = esc(notebook_title(folder))
-            heading = f'<a href="{esc(page)}">{title}</a>' if page else title
-            outputs.append(f"<h3>{heading}</h3>" + outputs_list_html(output_dir / folder, f"{folder}/", sections, page)
-                           .replace("<ul>", '<ul class="outputs">', 1))
-    if outputs:
-        parts += ['<h2 id="all-outputs">All outputs</h2>',
-                  "<p>Every figure and table each notebook wrote, with each file it was written as and the section "
-                  "of the notebook page that makes it.</p>", *outputs]
-    heads = head_score_files(output_dir)
-    if heads:
-        parts += ['<h2 id="head-scores">Head-score files</h2>', f"<p>{esc(HEAD_FILES_NOTE)}</p>",
-                  '<div class="table-box"><table><thead><tr><th>model</th><th>score</th><th>n</th><th>file</th>'
-                  "</tr></thead><tbody>"]
-        for h in heads:
-            provenance = f' · <a href="{esc(h["provenance"])}">provenance</a>' if h["provenance"] else ""
-            parts.append(f"<tr><td>{esc(h['model'])}</td><td>{esc(h['score'])}</td><td>{esc(h['n'])}</td>"
-                         f'<td><a href="{esc(h["file"])}">{esc(h["file"])}</a>{provenance}</td></tr>')
-        parts.append("</tbody></table></div>")
-    if runs:
-        parts += ['<h2 id="runs">Runs</h2>', f"<p>{esc(RUN_TIME_NOTE)}</p>",
-                  '<div class="table-box"><table><thead><tr><th>notebook</th><th>model</th><th>preset</th><th>parameters</th>'
-                  "<th>date</th><th>minutes</th></tr></thead><tbody>"]
-        for notebook, run in sorted(runs.items()):
-            link, _ = _notebook_links(output_dir, notebook)
-            name = f'<a href="{esc(link)}">{esc(notebook)}</a>' if link else esc(notebook)
-            parts.append(f"<tr><td>{name}</td><td>{esc(str(run.get('model')))}</td><td>{esc(str(run.get('preset')))}</td>"
-                         f"<td><code>{esc(_json.dumps(run.get('parameters', {})))}</code></td>"
-                         f"<td>{esc(str(run.get('date')))}</td><td>{esc(str(run.get('minutes')))}</td></tr>")
-        parts.append("</tbody></table></div>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+            outputs.append({"title": notebook_title(folder), "page": page,
+                            "groups": output_groups(output_dir / folder, f"{folder}/"),
+                            "sections": page_sections(output_dir, folder) if page else {}})
+    return render(
+        INDEX_TEMPLATE, paper_url=PAPER_URL, paper_title=PAPER_TITLE, smoke_banner=smoke_banner(runs),
+        run_meta=run_meta(runs), pages=pages, intro=INTRO, status_note=STATUS_NOTE, rows=shown,
+        models=[Link(f"{r.prefix}index.html", r.model) for r in reports] if by_model else [], by_model=by_model,
+        models_note=MODELS_NOTE, figures=[row for row in shown if row.image], outputs=outputs,
+        heads=head_score_files(output_dir), heads_note=HEAD_FILES_NOTE, run_time_note=RUN_TIME_NOTE,
+        runs=[{"notebook": notebook, "link": _notebook_links(output_dir, notebook)[0], "model": str(run.get("model")),
+               "preset": str(run.get("preset")), "parameters": _json.dumps(run.get("parameters", {})),
+               "date": str(run.get("date")), "minutes": str(run.get("minutes"))}
+              for notebook, run in sorted(runs.items())])
 
 
 def build_index(output_dir: Path) -> Path:
@@ -411,8 +335,4 @@ def build_index(output_dir: Path) -> Path:
 def render_notebook_html(executed_ipynb: Path) -> Path:
     """Render an executed notebook to ``<same folder>/<stem>.html``, a page of the report's site that works
     offline (see :func:`dynheads_tl.report.site.render_page`); returns its path."""
-    try:
-        import nbconvert  # noqa: F401
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError("Rendering executed notebooks to HTML needs nbconvert: pip install 'nbconvert>=7'.") from error
     return render_page(Path(executed_ipynb))

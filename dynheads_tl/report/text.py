@@ -1,10 +1,14 @@
-"""The Markdown a report page shows, as text: TeX turned into MathML (drawn by browsers offline, no script), raw TeX
+"""The Markdown a report page shows, as text: TeX drawn as MathML (browsers draw it offline, no script), raw TeX
 found where it was left, and verdict paragraphs split into sentences and bullets (the sentences untouched). The site
 (:mod:`dynheads_tl.report.site`) and the README's findings (:mod:`dynheads_tl.report.findings`) use them."""
 from __future__ import annotations
 
-import html as _html
 import re
+from urllib.parse import quote
+
+from bs4 import BeautifulSoup
+from latex2mathml.converter import convert
+from nbconvert.filters.markdown_mistune import IPythonRenderer
 
 from dynheads_tl.claim import sentences
 
@@ -13,31 +17,49 @@ LONG_PARAGRAPH = 300  # characters: a verdict paragraph longer than this becomes
 
 # --- TeX to MathML ---------------------------------------------------------------------------------
 
-_CODE_SPAN = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
-_DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.S)
-_INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\s)([^$\n]+?)(?<![\s\\])\$(?!\$)")
-
-
 def tex_to_mathml(tex: str, display: bool = False) -> str:
     """One TeX formula as a MathML element (``latex2mathml``); a formula it cannot parse is shown as
     plain text in a ``<code>`` element rather than as raw TeX between dollars."""
-    from latex2mathml.converter import convert
-
     try:
         mathml = convert(tex.strip(), display="block" if display else "inline")
         # latex2mathml writes \setminus as U+29F5, which few fonts have; U+2216 is the usual set minus.
         return mathml.replace("&#x029F5;", "&#x02216;")
     except Exception:  # an unsupported command: readable, never a dollar-delimited source
-        return f'<code class="tex">{_html.escape(tex)}</code>'
+        code = BeautifulSoup("", "html.parser").new_tag("code", attrs={"class": "tex"})
+        code.string = tex
+        return str(code)
 
 
-def markdown_math_to_mathml(text: str) -> str:
-    """Replace ``$$…$$`` and ``$…$`` in Markdown (outside code spans and fences) with MathML."""
-    parts = _CODE_SPAN.split(text)
-    for i in range(0, len(parts), 2):  # even parts are outside code
-        part = _DISPLAY_MATH.sub(lambda m: tex_to_mathml(m.group(1), display=True), parts[i])
-        parts[i] = _INLINE_MATH.sub(lambda m: tex_to_mathml(m.group(1)), part)
-    return "".join(parts)
+def heading_anchor(text: str) -> str:
+    """The id of a heading whose text is ``text``, by nbconvert's rule (spaces to dashes, URL-quoted): a section's
+    address is the one nbconvert gives it."""
+    return quote(text.replace(" ", "-"), safe="?/:@!$&'()*+,;=")
+
+
+class MathMLRenderer(IPythonRenderer):
+    """nbconvert's Markdown renderer, whose parser already tokenises ``$…$`` and ``$$…$$`` (outside code spans and
+    fences), with the math drawn as MathML instead of left as TeX for MathJax.
+
+    Headings get nbconvert's id and pilcrow link, added through BeautifulSoup: nbconvert's own round trip through
+    ElementTree writes MathML in a heading with a namespace prefix (``<ns0:math>``) that browsers do not draw."""
+
+    def inline_math(self, body: str) -> str:
+        return tex_to_mathml(body)
+
+    def block_math(self, body: str) -> str:
+        return tex_to_mathml(body, display=True)
+
+    def heading(self, text: str, level: int, **attrs) -> str:
+        html = super(IPythonRenderer, self).heading(text, level, **attrs)  # mistune's, without nbconvert's anchor
+        if self.exclude_anchor_links:
+            return html
+        heading = BeautifulSoup(html, "html.parser").find(f"h{level}")
+        anchor = heading_anchor(heading.get_text())
+        heading["id"] = anchor
+        link = BeautifulSoup("", "html.parser").new_tag("a", attrs={"class": "anchor-link", "href": f"#{anchor}"})
+        link.string = self.anchor_link_text
+        heading.append(link)
+        return str(heading)
 
 
 # Raw TeX a reader would see: $…$ around a backslash command, sub/superscript or a single letter.
@@ -45,10 +67,12 @@ _RAW_TEX = re.compile(r"\$[^$\n<>]{0,80}?(\\[A-Za-z]+|[_^|{}]|\b[A-Za-z]\b)[^$\n
 
 
 def raw_tex(text: str) -> list[str]:
-    """Dollar-delimited TeX left in the visible text of an HTML page (scripts and styles left out)."""
-    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", text, flags=re.S | re.I)
-    visible = re.sub(r"<[^>]+>", " ", visible)
-    return sorted(set(m.group(0) for m in _RAW_TEX.finditer(_html.unescape(visible))))
+    """Dollar-delimited TeX left in the visible text of an HTML page or of a page's text (scripts and styles left
+    out)."""
+    soup = BeautifulSoup(text, "html.parser")
+    for hidden in soup.find_all(["script", "style"]):
+        hidden.decompose()
+    return sorted(set(m.group(0) for m in _RAW_TEX.finditer(soup.get_text(" "))))
 
 
 # --- sentences and verdicts ------------------------------------------------------------------------
