@@ -492,9 +492,12 @@ def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_
     _write_notebook(suite / "notebooks" / "01_tiny.ipynb",
                     f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('x')\ntime.sleep(120)")
     env = {**os.environ, "DYNHEADS_CACHE": str(tmp_path / "cache")}
+    # A terminal's foreground job starts with SIGINT at its default; a test run launched in the background of a
+    # non-interactive shell inherits it ignored, so the child restores the default before Python starts.
     process = subprocess.Popen([sys.executable, "-c", _REPORT_ON_THE_TINY_SUITE, str(suite), "report", "--only",
                                 "01_tiny"], cwd=tiny_suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+                               text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
         while not started.exists() and process.poll() is None and time.time() < deadline:
