@@ -422,6 +422,18 @@ def test_rag_notebook_runs_with_tiny_parameters(smoke):
     assert (table["em_low"] <= table["em"]).all() and "recall_per_visible" in table
     comparisons = pd.read_csv(folder / "table4_comparisons.csv")
     assert {("full", "none"), ("dynamic", "static")} <= set(zip(comparisons["a"], comparisons["b"]))
+    # the teacher-forced secondary: every strategy scored on both questions' gold answers (log-probabilities <= 0),
+    # the bounds and Dynamic minus each other strategy, and its figure
+    assert (table["tf_n"] == 2).all() and (table["tf_logprob"] <= 0).all()
+    assert ((table["tf_logprob_low"] <= table["tf_logprob"] + 1e-12)
+            & (table["tf_logprob"] <= table["tf_logprob_high"] + 1e-12)).all()
+    forced = pd.read_csv(folder / "table4_teacher_forced_comparisons.csv")
+    assert list(zip(forced["a"], forced["b"])) == [("full", "none"), ("dynamic", "static"), ("dynamic", "none"),
+                                                   ("dynamic", "full")]
+    assert list(forced["family"]) == ["bounds", "secondary", "secondary", "secondary"] and (forced["n"] == 2).all()
+    assert (folder / "table4_teacher_forced.png").stat().st_size > 0
+    runs = pd.read_csv(folder / "rag_runs.csv")
+    assert runs["tf_logprob"].notna().all() and (runs["tf_tokens"] > 0).all()
     rind = pd.read_csv(folder / "rind_calibration.csv")  # the threshold was calibrated on 3 questions
     assert len(rind) == 3 and {"rind_max", "wrong"} <= set(rind.columns)
 

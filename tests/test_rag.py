@@ -592,3 +592,253 @@ def test_the_primary_is_tested_alone_and_the_secondaries_holm_corrected_among_th
     # the two secondaries: Holm over two equal p-values, 2 x 0.0156 = 0.031; the primary is not in their family
     for b in ("dynamic_random", "fixed_random"):
         assert table.loc[("dynamic", b), "p_adjusted"] == pytest.approx(2 * raw)
+
+
+# --- teacher forcing: the gold answer's log-probability under each strategy (tiny random Llama) -----------------
+@pytest.fixture(scope="module")
+def tiny_rag(tmp_path_factory):
+    """A tiny random Llama and two headroom-setting questions (about 360 tokens: the model holds 512)."""
+    import dynheads_tl
+    from conftest import build_tiny_model
+    from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+
+    folder = build_tiny_model("llama", tmp_path_factory.mktemp("tiny_rag") / "llama")
+    model = dynheads_tl.load_model(str(folder), device="cpu")
+    return folder, model, HOTPOT_SETTINGS["headroom"].samples(model.tokenizer, 2, 3, max_tokens=512)
+
+
+TF_CONFIG = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=6)  # fires on the gold's one sentence
+
+
+def _plain_gold_logprobs(folder, sample, gold: list[int], open_spans: list[tuple[int, int]] | None) -> Tensor:
+    """log p(gold[t] | prompt + gold[:t]) from one plain transformers forward (eager, float32) over prompt + gold,
+    with a hand-built additive mask: causal; the rows after the context up to the last prompt token (the question)
+    see no context; the rows from the last prompt token on (the answer's queries) see only ``open_spans`` of it
+    (None: the whole context, no masking at all)."""
+    from transformers import AutoModelForCausalLM
+
+    P, (c0, c1) = len(sample.prompt_ids), sample.context_span
+    ids = torch.tensor([list(sample.prompt_ids) + gold[:-1]])
+    L = ids.shape[1]
+    blocked = torch.ones(L, L, dtype=torch.bool).triu(1)
+    if open_spans is not None:
+        closed = torch.ones(L, dtype=torch.bool)
+        for start, end in open_spans:
+            closed[start:end] = False
+        outside = torch.ones(L, dtype=torch.bool)
+        outside[c0:c1] = False
+        blocked[c1:P - 1, c0:c1] = True
+        blocked[P - 1:] |= (closed & ~outside)[None, :]
+    mask = torch.zeros(1, 1, L, L).masked_fill(blocked, float("-inf"))
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = reference(ids, attention_mask=mask).logits[0, P - 1:].float().log_softmax(-1)
+    return logits.gather(-1, torch.tensor(gold)[:, None])[:, 0]
+
+
+def test_teacher_forced_rag_scores_the_gold_answer_as_a_plain_forward_does(tiny_rag):
+    """Teacher-forced, each strategy's gold-token log-probabilities equal one plain forward over prompt + gold under
+    the visibility that strategy gives: none (the context closed to the question and the answer), full (nothing
+    masked), and static after its retrieval (the windows it opened, visible to the answer's rows only)."""
+    from dynheads_tl.protocols.rag import gold_token_ids
+
+    folder, model, samples = tiny_rag
+    sample = samples[0]
+    gold = gold_token_ids(model.tokenizer, sample)
+    assert len(gold) > 1 and not any(c in sample.answers[0] for c in ".!?\n"), "one sentence: RIND reads it at its end"
+    scores = torch.rand(model.cfg.n_layers, model.cfg.n_heads, generator=torch.Generator().manual_seed(2))
+    results = {strategy: rag_generate(model, sample, HeadSelector(strategy, model, TF_CONFIG, static_scores=scores),
+                                      TF_CONFIG, sample_seed=0, gold=gold) for strategy in ("none", "full", "static")}
+    for strategy, result in results.items():
+        assert result.trace.tokens.tolist() == gold and result.response == model.tokenizer.decode(gold)
+        assert len(result.token_logprobs) == len(gold)
+    static = results["static"]
+    # The gold's one sentence fired RIND at its last token: one retrieval from the answer's start (the last prompt
+    # token's query), windows opened inside the context, the gold fed again with them open.
+    assert static.retrievals == 1 and static.opened and len(static.rind_values) == 2
+    c0, c1 = sample.context_span
+    assert all(c0 <= start < end <= c1 for start, end in static.opened)
+    assert results["none"].retrievals == 0 and results["none"].visible_context_tokens == 0
+    # The loop runs the bridge in float32 after an SDPA prefill, the reference eager attention in one forward:
+    # 1e-4 absorbs the op order; the strategies' values differ by 1e-2 on this model (checked below), so a wrong
+    # mask would not pass.
+    for strategy, spans in (("none", []), ("full", None), ("static", static.opened)):
+        expected = _plain_gold_logprobs(folder, sample, gold, spans)
+        torch.testing.assert_close(torch.tensor(results[strategy].token_logprobs), expected, atol=1e-4, rtol=1e-4)
+    gap = torch.tensor(results["full"].token_logprobs) - torch.tensor(results["none"].token_logprobs)
+    assert float(gap.abs().max()) > 1e-3, "the context moves the gold answer's probability on this model"
+
+
+def test_teacher_forced_strategies_answered_together_match_each_alone(tiny_rag):
+    """Teacher-forced, a question's strategies share their gold trunk up to the first retrieval and fork, as
+    generated ones do: every strategy's gold log-probabilities, RIND values and windows are those it gets alone, bit
+    for bit; and the generated answers are unchanged by the new record (their log-probabilities are the kept
+    tokens')."""
+    from dynheads_tl.protocols.rag import gold_token_ids
+
+    _, model, samples = tiny_rag
+    sample = samples[1]
+    gold = gold_token_ids(model.tokenizer, sample)
+    scores = torch.rand(model.cfg.n_layers, model.cfg.n_heads, generator=torch.Generator().manual_seed(4))
+    strategies = ["static", "none", "fixed_random", "dynamic_random"]
+    make = lambda strategy: HeadSelector(strategy, model, TF_CONFIG, static_scores=scores)
+    together = rag_generate_many(model, sample, [make(s) for s in strategies], TF_CONFIG, sample_seed=3, gold=gold)
+    for strategy, shared in zip(strategies, together):
+        alone = rag_generate(model, sample, make(strategy), TF_CONFIG, sample_seed=3, gold=gold)
+        assert shared.token_logprobs == alone.token_logprobs and shared.rind_values == alone.rind_values, strategy
+        assert shared.opened == alone.opened and shared.heads_used == alone.heads_used, strategy
+        assert shared.trace.tokens.tolist() == gold
+    assert [r.retrievals for r in together] == [1, 0, 1, 1]
+    generated = rag_generate(model, sample, make("static"), TF_CONFIG, sample_seed=3)
+    assert len(generated.token_logprobs) == len(generated.trace.tokens)
+    assert all(value <= 0 for value in generated.token_logprobs)
+    with pytest.raises(ValueError, match="at least one gold token"):
+        rag_generate(model, sample, make("none"), TF_CONFIG, gold=[])
+
+
+def test_teacher_forced_units_are_cached_apart_from_the_answers(tiny_rag, tmp_path, monkeypatch):
+    """``run_strategies(teacher_forced=True)``: each (question, strategy) also teacher-forced, its mean gold
+    log-probability in ``tf_logprob``, cached under a unit of its own (the answers' keys and files unchanged), read
+    back on a rerun."""
+    from dynheads_tl.protocols import rag
+    from dynheads_tl.protocols.rag import answer_keys, gold_token_ids
+
+    _, model, samples = tiny_rag
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
+    scores = torch.rand(model.cfg.n_layers, model.cfg.n_heads, generator=torch.Generator().manual_seed(6))
+    units = [(s, 0, samples[0]) for s in ("static", "none")]
+    answers = answer_keys(model, units, TF_CONFIG, {"test": "rag"}, scores)
+    forced = answer_keys(model, units, TF_CONFIG, {"test": "rag"}, scores, teacher_forced=True)
+    assert all(key["unit"] == "rag_answer" and "gold" not in key for key in answers)
+    gold = gold_token_ids(model.tokenizer, samples[0])
+    assert all(key["unit"] == "rag_teacher_forced" and key["gold"] == gold for key in forced)
+    run = lambda: run_strategies(model, samples[:1], ["static", "none"], TF_CONFIG, static_scores=scores,
+                                 cache_key={"test": "rag"}, teacher_forced=True)
+    first = run()
+    assert len(list((tmp_path / "results").glob("*.json"))) == 4  # 2 strategies x 1 question x (answer, forced)
+    for row in first.itertuples():
+        alone = rag_generate(model, samples[0], HeadSelector(row.strategy, model, TF_CONFIG, static_scores=scores),
+                             TF_CONFIG, sample_seed=0, gold=gold)
+        assert row.tf_logprob == pytest.approx(sum(alone.token_logprobs) / len(gold), abs=1e-12)
+        assert row.tf_tokens == len(gold) and row.tf_retrievals == alone.retrievals
+    computed: list[int] = []
+    original = rag.rag_units
+    monkeypatch.setattr(rag, "rag_units", lambda model, units, *args: computed.append(len(units)) or
+                        original(model, units, *args))
+    assert run().equals(first) and computed == []  # every answer and every forced score read back
+    plain = run_strategies(model, samples[:1], ["static", "none"], TF_CONFIG, static_scores=scores,
+                           cache_key={"test": "rag"})
+    assert computed == [] and "tf_logprob" not in plain  # without teacher forcing: the answers alone, from the cache
+
+
+# --- the teacher-forced secondary's statistics, on hand-built numbers ------------------------------------------
+def _tf_rows(values: dict[str, list[float]]):
+    """One row per (question, strategy) with the teacher-forced and generated columns table4 reads."""
+    import pandas as pd
+
+    return pd.DataFrame([{"sample": i, "strategy": s, "tf_logprob": v, "tf_tokens": 3, "tf_retrievals": 0 if s in
+                          ("none", "full") else 1, "tf_visible_context_tokens": 0 if s == "none" else 10,
+                          "em": 0.0, "f1": 0.0, "retrievals": 0, "visible_context_tokens": 0, "context_tokens": 50,
+                          "evidence_recall": 0.0} for s, column in values.items() for i, v in enumerate(column)])
+
+
+# 10 questions: full − none +1 on each; dynamic − static +0.5 on 8 and −0.1 on 2; dynamic − dynamic_random +0.3 on
+# each; dynamic − fixed_random +0.1 on 3 (the rest tied: untestable); dynamic − none +0.5, dynamic − full −0.5.
+TF_VALUES = {"dynamic": [-0.5] * 10, "static": [-1.0] * 8 + [-0.4] * 2, "dynamic_random": [-0.8] * 10,
+             "fixed_random": [-0.6] * 3 + [-0.5] * 7, "none": [-1.0] * 10, "full": [0.0] * 10}
+
+
+def test_teacher_forced_comparisons_holm_over_dynamic_minus_each_other_strategy():
+    from dynheads_tl.claims.dynamic_rag import teacher_forced_comparisons
+
+    table = teacher_forced_comparisons(_tf_rows(TF_VALUES)).set_index(["a", "b"])
+    assert list(table.index) == [("full", "none"), ("dynamic", "static"), ("dynamic", "dynamic_random"),
+                                 ("dynamic", "fixed_random"), ("dynamic", "none"), ("dynamic", "full")]
+    all_ten = 2 / 2 ** 10  # every question on one side
+    bounds = table.loc[("full", "none")]
+    assert bounds["family"] == "bounds" and bounds["tf_logprob_difference"] == pytest.approx(1.0)
+    assert bounds["p_adjusted"] == pytest.approx(all_ten) and bounds["separated"]  # tested alone
+    static = table.loc[("dynamic", "static")]
+    assert (static["a_better"], static["b_better"], static["n"]) == (8, 2, 10)
+    assert static["tf_logprob_difference"] == pytest.approx((8 * 0.5 - 2 * 0.1) / 10)
+    assert static["sign_p"] == pytest.approx(2 * (45 + 10 + 1) / 1024)  # two-sided, P(X >= 8 of 10) doubled
+    # Holm over the 4 testable secondaries (fixed_random's 3 differing questions cannot reach 0.05, min p 0.25):
+    # the three p = 2/1024 become 4x, 3x, 2x that (running maximum: all 4x); static's 0.109 keeps 1x.
+    for b in ("dynamic_random", "none", "full"):
+        assert table.loc[("dynamic", b), "p_adjusted"] == pytest.approx(4 * all_ten)
+        assert table.loc[("dynamic", b), "separated"]
+    assert static["p_adjusted"] == pytest.approx(static["sign_p"]) and not static["separated"]
+    fixed = table.loc[("dynamic", "fixed_random")]
+    assert not fixed["testable"] and fixed["p_adjusted"] != fixed["p_adjusted"] and not fixed["separated"]
+    assert table.loc[("dynamic", "full"), "tf_logprob_difference"] == pytest.approx(-0.5)
+    import pandas as pd
+
+    assert teacher_forced_comparisons(pd.DataFrame({"sample": [0], "strategy": ["none"], "f1": [0.0]})).empty
+
+
+def test_table4_carries_the_teacher_forced_measure_with_n_and_interval():
+    import numpy as np
+
+    values = {**TF_VALUES, "static": [-1.0] * 8 + [-0.4] + [float("nan")]}  # one question without a gold token
+    table = table4(_tf_rows(values)).set_index("strategy")
+    assert table.loc["dynamic", "tf_n"] == 10 and table.loc["static", "tf_n"] == 9
+    assert table.loc["static", "tf_logprob"] == pytest.approx((8 * -1.0 - 0.4) / 9)
+    assert table.loc["dynamic", "tf_logprob"] == table.loc["dynamic", "tf_logprob_low"] == -0.5  # all equal
+    s = table.loc["static"]
+    assert s["tf_logprob_low"] <= s["tf_logprob"] <= s["tf_logprob_high"] and s["tf_logprob_low"] < s["tf_logprob_high"]
+    assert table.loc["none", "tf_visible_context_share"] == 0 and table.loc["full", "tf_visible_context_share"] == 0.2
+    assert not np.isnan(table["tf_logprob"]).any()
+
+
+def test_the_teacher_forced_verdict_names_n_the_data_and_ranks_only_with_headroom():
+    from dynheads_tl.claims.dynamic_rag import teacher_forced_comparisons, teacher_forced_verdict
+
+    rows = _tf_rows(TF_VALUES)
+    text = teacher_forced_verdict(table4(rows), teacher_forced_comparisons(rows))
+    bounds, family = text.split(" Teacher-forced, ")
+    assert bounds.startswith("Teacher-forced gold-answer log-probability (secondary measure, nats/token, n = 10 "
+                             "synthetic HotpotQA-format questions): full context 0.000")
+    assert "full − none +1.000 [+1.000, +1.000] (10 questions higher with the context, 0 lower, sign test alone " \
+           "p = 0.002)" in bounds and bounds.endswith("so the strategies can be compared on it.")
+    assert "Holm over its 4 testable comparisons; paired over n = 10 synthetic HotpotQA-format questions" in family
+    assert "against Dynamic Random higher: +0.300" in family and "Holm-adjusted 0.008" in family
+    assert "against Full context (upper bound) lower: -0.500" in family
+    assert "against Static cannot be told apart (the design detects log-probability differences of about" in family
+    assert "against Fixed Random cannot be tested: +0.030" in family and "untestable, left out of the family" in family
+    for word in ("reproduced", "supported", "undetermined"):  # a secondary: no status word of its own
+        assert word not in text
+    # No headroom: full no better than none on the gold answer -> nothing ranked, every comparison for the record.
+    flat = _tf_rows({**TF_VALUES, "full": [-1.0] * 10})
+    text = teacher_forced_verdict(table4(flat), teacher_forced_comparisons(flat), data="HotpotQA questions")
+    assert "does not raise the gold answer's probability separably, so the comparisons below rank nothing" in text
+    assert "against Dynamic Random for the record" in text and " higher:" not in text and " lower:" not in text
+    assert "n = 10 HotpotQA questions" in text
+    assert teacher_forced_verdict(table4(flat.drop(columns=["tf_logprob"])), teacher_forced_comparisons(flat)) == ""
+
+
+def test_the_teacher_forced_secondary_reaches_the_findings_but_not_the_status(tmp_path):
+    """Written as the notebook writes them, the teacher-forced CSV adds its sentences to the case study's finding in
+    verdicts.json; Table 4's status (the declared rule on answer F1) is the same with or without it."""
+    import json
+
+    from dynheads_tl import verdicts
+    from dynheads_tl.claims.dynamic_rag import (CLAIM, TEACHER_FORCED_COMPARISONS, comparison_table,
+                                                teacher_forced_comparisons)
+
+    rows = _tf_rows(TF_VALUES)
+    rows["f1"] = rows["strategy"].map({"full": 1.0, "none": 0.0}).fillna(0.5)
+    table4(rows).to_csv(tmp_path / "table4_rag.csv", index=False)
+    comparison_table(rows).to_csv(tmp_path / "table4_comparisons.csv", index=False)
+    (tmp_path / "table4_rag.config.json").write_text(json.dumps({"hotpot_source": "synthetic", "model": "tiny"}))
+    before = verdicts.build(CLAIM, tmp_path)
+    teacher_forced_comparisons(rows).to_csv(tmp_path / f"{TEACHER_FORCED_COMPARISONS}.csv", index=False)
+    after = verdicts.build(CLAIM, tmp_path)
+    [finding] = after["findings"]
+    forced = [s for s in finding["sentences"] if s.startswith("Teacher-forced")]
+    assert len(forced) == 2 and "secondary" in forced[0] and "secondary family" in forced[1]
+    assert finding["sentences"][0].startswith("Primary comparison (declared): Dynamic (probe)")
+    assert not any(s.startswith("Teacher-forced") for s in before["findings"][0]["sentences"])
+    assert [i["status"] for i in after["items"]] == [i["status"] for i in before["items"]]
+    assert "teacher-forced gold log-probability (secondary, nats/token, n = 10 questions): dynamic −0.50" in \
+        after["items"][0]["why"]

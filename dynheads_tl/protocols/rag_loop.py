@@ -1,6 +1,19 @@
 """The dynamic-RAG loop (:mod:`dynheads_tl.protocols.rag_protocol` describes the protocol) as a step policy of the
 engine's one decoding loop: :class:`RagPolicy`, which decodes one question under one strategy or, for several
 strategies, decodes their shared generation up to the first retrieval once and then forks (:func:`rag_generate_many`).
+
+**Teacher forcing** (``gold=``, a token list): the same policy with the gold answer's tokens fed in place of the
+argmax, a measure one early error cannot derail. Every decision of the protocol is taken along the gold tokens as it
+is along generated ones: RIND scores each gold sentence (its attention rows and the model's entropies at the gold
+positions) when it ends and when the gold runs out (as a generation's sentence is scored when it emits its end of
+sequence); a firing runs the retrieval pass from the flagged sentence's start, the strategy's heads open their
+windows there, and the gold is fed again from that start with them open. Each gold token's log-probability is the
+one of its last feeding (:attr:`RagResult.token_logprobs`): a token before the retraction point keeps the one it
+was fed with, as a generation keeps its text before that point. The gold tokens are
+:func:`~dynheads_tl.protocols.stepwise.gold_token_ids` (the two-pass protocols' gold continuation); their
+:class:`~dynheads_tl.protocols.stepwise.TeacherForcing` mixin does not apply here (it forces a clean pass and a
+second pass per step; this loop has one pass per step and takes text back), so the forcing is this policy's own,
+on the same loop.
 """
 from __future__ import annotations
 
@@ -28,6 +41,7 @@ class _Branch:
     entropies: list[float] = field(default_factory=list)
     step_rows: list[Tensor] = field(default_factory=list)
     rind_values: list[float] = field(default_factory=list)  # each evaluated sentence's largest RIND value, in order
+    logprobs: list[float] = field(default_factory=list)  # each kept token's log-probability (nats) when it was fed
     opened: list[tuple[int, int]] = field(default_factory=list)
     heads_used: list[list[tuple[int, int]]] = field(default_factory=list)
     retrievals: int = 0
@@ -35,8 +49,8 @@ class _Branch:
 
     def copy(self) -> "_Branch":
         return _Branch(self.visible.clone(), list(self.entropies), list(self.step_rows), list(self.rind_values),
-                       list(self.opened), [list(heads) for heads in self.heads_used], self.retrievals,
-                       self.segment_start)
+                       list(self.logprobs), list(self.opened), [list(heads) for heads in self.heads_used],
+                       self.retrievals, self.segment_start)
 
 
 RETRIEVING: frozenset[str] = frozenset(STRATEGIES) - {"none", "full"}
@@ -59,11 +73,16 @@ class RagPolicy(StepPolicy):
     stands; then the retrieval pass runs once (it is the same pass for every strategy: only the heads chosen from
     it differ) and each retrieving strategy in turn opens its own windows and retracts to the same sentence start,
     from the same cache. Each strategy therefore makes the forwards it would make alone, in the same order over the
-    same cached prefix (the retrieval pass shared, not repeated), and gets the same answer bit for bit (tested). :attr:`results` holds each strategy's finished
-    generation, in the order of ``selectors``.
+    same cached prefix (the retrieval pass shared, not repeated), and gets the same answer bit for bit (tested).
+    :attr:`results` holds each strategy's finished generation, in the order of ``selectors``.
+
+    **Teacher-forced (``gold``)**: the gold tokens are fed instead of the argmax (module docstring); the run ends when
+    they run out (``max_new_tokens`` and end-of-sequence tokens do not stop it), and the last gold token ends its
+    sentence as an end of sequence would.
     """
 
-    def __init__(self, model, sample: Sample, selectors: list[HeadSelector], config: RagConfig):
+    def __init__(self, model, sample: Sample, selectors: list[HeadSelector], config: RagConfig, *,
+                 gold: list[int] | None = None):
         selectors = list(selectors)
         strategies = [selector.strategy for selector in selectors]
         if not selectors:
@@ -77,14 +96,19 @@ class RagPolicy(StepPolicy):
             if config.rind_threshold is None and strategy in RETRIEVING:
                 raise ValueError(f"RagConfig.rind_threshold is None: the {strategy!r} strategy retrieves when RIND "
                                  "exceeds it, so it needs a number (dynamic_rag.calibrate_rind calibrates one).")
+        if gold is not None and len(gold) == 0:
+            raise ValueError("Teacher forcing needs at least one gold token.")
         self.model, self.sample, self.selectors, self.config = model, sample, selectors, config
         self.strategies = strategies
+        self.gold = None if gold is None else [int(token) for token in gold]
+        # steps at most: the gold's length when teacher-forced, else the generation's budget
+        self.limit = config.max_new_tokens if gold is None else len(self.gold)
         self.device = next(model.parameters()).device
         self.n_layers, self.n_heads = model.cfg.n_layers, model.cfg.n_heads
         self.prompt = torch.as_tensor(sample.prompt_ids, device=self.device)
         self.P = len(self.prompt)
         self.c0, self.c1 = sample.context_span
-        self.total = self.P + config.max_new_tokens + 1
+        self.total = self.P + self.limit + 1
         visible = torch.ones(self.total, dtype=torch.bool, device=self.device)
         if strategies != ["full"]:
             visible[self.c0:self.c1] = False
@@ -100,8 +124,8 @@ class RagPolicy(StepPolicy):
         self.waiting: list[int] = []  # strategies still to decode after the fork
         self.retrieval: tuple[Tensor, Tensor, Tensor] | None = None  # the fork's retrieval pass (rows, Eq. 2, hidden)
         self.results: list[tuple[list[int], Trace, _Branch] | None] = [None] * len(selectors)
-        self.trace_config = TraceConfig(max_new_tokens=config.max_new_tokens, sink_tokens=config.sink_tokens,
-                                        local_window=config.local_window, stop_at_eos=True)
+        self.trace_config = TraceConfig(max_new_tokens=self.limit, sink_tokens=config.sink_tokens,
+                                        local_window=config.local_window, stop_at_eos=gold is None)
         self.recorded: dict[str, Tensor] = {}
         self.state: StepState | None = None
 
@@ -148,13 +172,23 @@ class RagPolicy(StepPolicy):
         probs = torch.softmax(logits.float(), -1)
         self.branch.entropies.append(float(-(probs * probs.clamp_min(1e-30).log()).sum()))
         self.branch.step_rows.append(self.last_row)
-        return logits.argmax(-1).reshape(1)
+        chosen = (logits.argmax(-1).reshape(1) if self.gold is None
+                  else torch.tensor([self.gold[step]], device=logits.device))
+        self.branch.logprobs.append(float(torch.log_softmax(logits.float(), -1)[chosen[0]]))
+        return chosen
+
+    def _finished(self, tokens: list[int]) -> bool:
+        """Whether the generation is over: an end-of-sequence token or the step budget; teacher-forced, the gold
+        tokens all fed."""
+        if self.gold is not None:
+            return len(tokens) >= self.limit
+        return tokens[-1] in self.stop_ids or len(tokens) >= self.limit
 
     def after_step(self, loop: BatchLoop, step: int) -> None:
         tokens, config, branch = loop.tokens[0], self.config, self.branch
         token = tokens[-1]
         text = self.model.tokenizer.decode([token])
-        finished = token in self.stop_ids or len(tokens) >= config.max_new_tokens
+        finished = self._finished(tokens)
         if not (finished or text.rstrip().endswith((".", "!", "?")) or "\n" in text):
             return
         segment = range(branch.segment_start, len(tokens))
@@ -226,7 +260,7 @@ class RagPolicy(StepPolicy):
     def _retract(self, loop: BatchLoop, branch: _Branch, cut: int) -> None:
         """Take back the generation from token ``cut`` on; ``branch`` resumes there."""
         loop.retract(cut)
-        del branch.entropies[cut:], branch.step_rows[cut:]
+        del branch.entropies[cut:], branch.step_rows[cut:], branch.logprobs[cut:]
         branch.segment_start = cut
 
     def _fork(self, loop: BatchLoop, tokens: list[int], cut: int) -> None:
@@ -244,7 +278,7 @@ class RagPolicy(StepPolicy):
         self.allowed = branch.visible
         if self.strategies[self.current] not in RETRIEVING:  # goes on where the trunk stands (only right after it)
             branch.segment_start = len(tokens)
-            if tokens[-1] in self.stop_ids or len(tokens) >= self.config.max_new_tokens:
+            if self._finished(tokens):
                 self._finish(loop)
             return
         if self.retrieval is None:
@@ -269,15 +303,16 @@ class RagPolicy(StepPolicy):
 
 
 def rag_generate_many(model, sample: Sample, selectors: list[HeadSelector], config: RagConfig, *,
-                      sample_seed: int = 0) -> list[RagResult]:
+                      sample_seed: int = 0, gold: list[int] | None = None) -> list[RagResult]:
     """One HotpotQA answer per selector (distinct strategies; ``full`` only alone) under the in-context dynamic-RAG
     protocol (module docstring), their shared generation decoded once (:class:`RagPolicy`): the same results as
     :func:`rag_generate` per selector. Each result carries its generation's
     :class:`~dynheads_tl.engine.tracing.Trace` (Eq. 1 / Eq. 2 per kept step, as the heads saw the context under
-    the protocol's masks)."""
+    the protocol's masks) and each kept token's log-probability. With ``gold`` (token ids), every strategy is
+    teacher-forced on them (module docstring): its ``token_logprobs`` are the gold tokens' log-probabilities."""
     for selector in selectors:
         selector.new_sample(sample_seed)
-    policy = RagPolicy(model, sample, selectors, config)
+    policy = RagPolicy(model, sample, selectors, config, gold=gold)
     decode(model, [sample], policy.trace_config, policy)
     if any(result is None for result in policy.results):  # every path through the loop ends in RagPolicy._finish
         raise RuntimeError(f"The RAG loop stopped before answering {policy.strategies}.")
@@ -286,11 +321,13 @@ def rag_generate_many(model, sample: Sample, selectors: list[HeadSelector], conf
         P, visible, evidence = policy.P, branch.visible, policy.evidence
         evidence_recall = float((visible[:P] & evidence[:P]).sum()) / max(int(evidence[:P].sum()), 1)
         out.append(RagResult(trace.response, strategy, branch.retrievals, int(visible[policy.c0:policy.c1].sum()),
-                             branch.opened, branch.heads_used, evidence_recall, trace, branch.rind_values))
+                             branch.opened, branch.heads_used, evidence_recall, trace, branch.rind_values,
+                             branch.logprobs))
     return out
 
 
-def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfig, *, sample_seed: int = 0) -> RagResult:
+def rag_generate(model, sample: Sample, selector: HeadSelector, config: RagConfig, *, sample_seed: int = 0,
+                 gold: list[int] | None = None) -> RagResult:
     """One HotpotQA answer under the in-context dynamic-RAG protocol (module docstring): :class:`RagPolicy`
-    on the one decoding loop (:func:`rag_generate_many` with one selector)."""
-    return rag_generate_many(model, sample, [selector], config, sample_seed=sample_seed)[0]
+    on the one decoding loop (:func:`rag_generate_many` with one selector); with ``gold``, teacher-forced."""
+    return rag_generate_many(model, sample, [selector], config, sample_seed=sample_seed, gold=gold)[0]

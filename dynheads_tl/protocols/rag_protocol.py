@@ -192,6 +192,9 @@ class RagResult:
     evidence_recall: float = 0.0  # share of supporting-fact tokens made visible
     trace: Trace | None = None  # the generation as the loop recorded it
     rind_values: list[float] = field(default_factory=list)  # each evaluated sentence's largest RIND value
+    # each kept token's log-probability (nats) when it was last fed: the generated tokens', or teacher-forced
+    # (rag_generate(..., gold=...)) the gold tokens'
+    token_logprobs: list[float] = field(default_factory=list)
 
 
 class HeadSelector:

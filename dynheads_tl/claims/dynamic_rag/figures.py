@@ -1,4 +1,5 @@
-"""The case study's figures: RIND's calibration and Table 4's strategies."""
+"""The case study's figures: RIND's calibration, Table 4's strategies and their teacher-forced gold-answer
+log-probability."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -7,7 +8,7 @@ import pandas as pd
 
 from dynheads_tl.analysis.plots import error_bars
 
-__all__ = ["rind_calibration_figure", "rag_strategies_figure"]
+__all__ = ["rind_calibration_figure", "rag_strategies_figure", "rag_teacher_forced_figure"]
 
 
 def rind_calibration_figure(table: pd.DataFrame, threshold: float):
@@ -53,6 +54,37 @@ def rag_strategies_figure(table: pd.DataFrame, title: str):
     ax.set_ylabel("evidence recall / share opened")
     ax.tick_params(axis="x", rotation=35, labelsize=7)
     ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def rag_teacher_forced_figure(table: pd.DataFrame, comparisons: pd.DataFrame, title: str):
+    """The teacher-forced secondary as a picture: the gold answer's mean log-probability per strategy (nats/token,
+    bootstrap 95% over questions, n per bar), and Dynamic (probe) minus each other strategy with its paired 95%
+    interval (filled: separated after Holm; hollow: not separated or untestable)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax = axes[0]
+    labels = [f"{method} (n = {int(n)})" for method, n in zip(table["method"], table["tf_n"])]
+    ax.bar(labels, table["tf_logprob"], yerr=error_bars(table, "tf_logprob"), color="tab:purple", capsize=3)
+    ax.set_ylabel("gold log-prob, nats/token (bootstrap 95%)")
+    ax.tick_params(axis="x", rotation=35, labelsize=7)
+    ax = axes[1]
+    family = comparisons[comparisons["family"] == "secondary"] if len(comparisons) else comparisons
+    if len(family):
+        names = [table.set_index("strategy")["method"].get(b, b) for b in family["b"]]
+        estimate = family["tf_logprob_difference"].to_numpy(float)
+        below = np.clip(estimate - family["low"].to_numpy(float), 0, None)
+        above = np.clip(family["high"].to_numpy(float) - estimate, 0, None)
+        separated = family["separated"].map(lambda v: str(v).strip().lower() == "true").to_numpy(bool)
+        for x in range(len(family)):
+            ax.errorbar([x], [estimate[x]], yerr=[[below[x]], [above[x]]], fmt="o", color="tab:purple", capsize=3,
+                        markerfacecolor="tab:purple" if separated[x] else "white")
+        ax.set_xticks(range(len(family)), [f"− {name}" for name in names])
+    ax.axhline(0.0, color="black", linestyle="--", linewidth=1)
+    ax.set_ylabel("Dynamic (probe) minus, nats/token")
+    ax.set_title("paired 95%; filled: separated (sign test, Holm)", fontsize=8)
+    ax.tick_params(axis="x", rotation=35, labelsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     return fig

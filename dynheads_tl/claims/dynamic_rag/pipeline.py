@@ -1,5 +1,6 @@
 """The dynamic-RAG case study's pipeline (notebook 04): evaluation, calibration and training splits, the head probe
-that predicts which heads retrieve next, the RIND threshold, Table 4 with intervals and the paired comparisons.
+that predicts which heads retrieve next, the RIND threshold, Table 4 with intervals and the paired comparisons, on
+answer F1 and on the teacher-forced gold-answer log-probability (a secondary measure).
 """
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import torch
 from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
 from dynheads_tl.corpus import TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
-from dynheads_tl.protocols.rag import calibrate_rind_threshold, run_units
+from dynheads_tl.protocols.rag import STRATEGIES, calibrate_rind_threshold, run_units
 from dynheads_tl.tasks.metrics import token_f1
 from dynheads_tl.tasks.common import Sample
 
 from .config import SEEDS, RagStudyConfig
 
 __all__ = [
-    "COMPARISONS", "PRIMARY", "comparison_table", "split_samples", "evaluation_samples",
+    "COMPARISONS", "PRIMARY", "comparison_table", "teacher_forced_comparisons", "split_samples", "evaluation_samples",
     "training_traces", "train_head_probe", "HeadProbe", "answers_cache_key", "calibrate_rind",
 ]
 
@@ -33,12 +34,13 @@ def _recall_per_visible(rows: np.ndarray) -> float:
     return float(rows[:, 0].mean() / visible) if visible > 0 else float("nan")
 
 
-def _paired_f1(rows: pd.DataFrame, a: str, b: str) -> pd.DataFrame | None:
-    """Strategies a and b's F1 on the questions both answered (columns ``a``, ``b``, one row per question); None
-    when either strategy is missing or they share no question."""
+def _paired(rows: pd.DataFrame, a: str, b: str, column: str = "f1") -> pd.DataFrame | None:
+    """Strategies a and b's ``column`` (answer F1, or the teacher-forced ``tf_logprob``) on the questions both have
+    a value for (columns ``a``, ``b``, one row per question); None when either strategy is missing or they share no
+    question."""
     if a not in set(rows["strategy"]) or b not in set(rows["strategy"]):
         return None
-    side = lambda s: rows[rows["strategy"] == s].set_index("sample")["f1"].astype(float)
+    side = lambda s: rows[rows["strategy"] == s].set_index("sample")[column].astype(float)
     joined = pd.concat([side(a).rename("a"), side(b).rename("b")], axis=1, join="inner").dropna()
     return joined if len(joined) else None
 
@@ -64,7 +66,7 @@ def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> 
     :data:`PRIMARY`."""
     out = []
     for a, b in (("full", "none"),) + COMPARISONS:
-        joined = _paired_f1(rows, a, b)
+        joined = _paired(rows, a, b)
         if joined is None:
             continue
         test = paired_sign_test(joined["a"].to_numpy(), joined["b"].to_numpy(), seed=seed)
@@ -75,6 +77,38 @@ def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> 
     table = pd.DataFrame(out)
     return table if table.empty else mark_separated(table, alpha, family=table["a"] != "full", testable_only=True,
                                                     primary=table["primary"].to_numpy(dtype=bool))
+
+
+def teacher_forced_comparisons(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:
+    """The teacher-forced secondary (preregistration.yaml: "teacher-forced gold-answer log-probability under each
+    strategy (nats/token)") as paired comparisons over questions, on ``rows``' ``tf_logprob`` (the mean log-probability
+    of the gold answer's tokens with the strategy's context, :func:`~dynheads_tl.protocols.rag.run_strategies` with
+    ``teacher_forced``): the bounds (full − none), tested alone, which say whether the context moves the gold answer's
+    probability at all; then Dynamic (probe) minus each other strategy run, in Table 4's order, one secondary family
+    Holm-adjusted among itself at ``alpha`` (the comparisons whose differing questions are too few for a sign test to
+    reach ``alpha`` leave it, Tarone: ``testable`` False). Each row: the mean paired difference in nats/token with a
+    bootstrap 95% interval over questions, how many questions favour each side, the exact two-sided sign test,
+    ``p_adjusted``, ``separated`` (adjusted p below ``alpha`` and the interval away from 0), ``half_width`` and
+    ``n_to_resolve``; ``family`` says "bounds" or "secondary". The declared primary (answer F1, Dynamic − Static,
+    :func:`comparison_table`) is not in this family and is unaffected by it. Empty without ``tf_logprob``."""
+    if "tf_logprob" not in rows:
+        return pd.DataFrame()
+    ran = [s for s in STRATEGIES if s in set(rows["strategy"])]
+    pairs = [("full", "none")] + [("dynamic", b) for b in ran if b != "dynamic"]
+    out = []
+    for a, b in pairs:
+        joined = _paired(rows, a, b, "tf_logprob")
+        if joined is None:
+            continue
+        test = paired_sign_test(joined["a"].to_numpy(), joined["b"].to_numpy(), seed=seed)
+        diff = test.difference
+        out.append({"a": a, "b": b, "measure": "tf_logprob", "tf_logprob_difference": diff.estimate, "low": diff.low,
+                    "high": diff.high, "n": diff.n, "a_better": test.a_better, "b_better": test.b_better,
+                    "sign_p": test.sign_p, "half_width": diff.half_width, "n_to_resolve": n_to_resolve(diff),
+                    "family": "bounds" if (a, b) == ("full", "none") else "secondary"})
+    table = pd.DataFrame(out)
+    return table if table.empty else mark_separated(table, alpha, family=table["family"] == "secondary",
+                                                    testable_only=True)
 
 
 def _file_records(config: RagStudyConfig) -> list | None:

@@ -1,19 +1,23 @@
-"""The dynamic-RAG case study's report part: the paper's Table 4, the computed verdict and the index row.
+"""The dynamic-RAG case study's report part: the paper's Table 4, the computed verdicts (answer F1, and the
+teacher-forced gold-answer log-probability as a secondary measure) and the index row.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
-from dynheads_tl.analysis.statistics import bootstrap_interval, detectable_words, format_interval, wilson_interval
+from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, detectable_words, format_interval,
+                                             n_to_resolve, wilson_interval)
 
 from .config import SEEDS, RagStudyConfig
 from .pipeline import _recall_per_visible
 
 __all__ = [
-    "PAPER_TABLE4", "STRATEGY_NAMES", "table4", "rag_verdict", "SETTING_TEXT", "summary_markdown", "rind_sentence",
+    "PAPER_TABLE4", "STRATEGY_NAMES", "TEACHER_FORCED_COMPARISONS", "table4", "teacher_forced_table", "rag_verdict",
+    "teacher_forced_verdict", "questions_label", "SETTING_TEXT", "summary_markdown", "rind_sentence",
 ]
 
 
@@ -28,10 +32,17 @@ STRATEGY_NAMES = {"dynamic": "Dynamic (probe)", "oracle": "Oracle (actual heads)
                   "dynamic_random": "Dynamic Random", "fixed_random": "Fixed Random", "none": "w/o RAG",
                   "full": "Full context (upper bound)"}
 
+TEACHER_FORCED_COMPARISONS = "table4_teacher_forced_comparisons"  # the teacher-forced family's CSV stem
+
 
 def table4(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Table 4 with n and 95% intervals: EM (Wilson), F1 and evidence recall per visible share (bootstrap over
-    questions), retrievals per answer, the share of context opened, and the paper's numbers beside ours."""
+    questions), retrievals per answer, the share of context opened, and the paper's numbers beside ours.
+
+    Where ``rows`` hold the teacher-forced measure (``tf_logprob``, :func:`~dynheads_tl.protocols.rag.run_strategies`
+    with ``teacher_forced``): ``tf_logprob`` with its bootstrap 95% interval over the ``tf_n`` questions that have a
+    gold token (nats/token; higher = the gold answer more likely under the strategy's context), and what the forced
+    runs opened (``tf_retrievals`` per answer, ``tf_visible_context_share``)."""
     records = []
     for strategy, part in rows.groupby("strategy", sort=False):
         n = len(part)
@@ -46,7 +57,7 @@ def table4(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
                         "visible_context_share": float(part["visible_context_tokens"].sum() / part["context_tokens"].sum()),
                         "evidence_recall": float(part["evidence_recall"].mean()),
                         "recall_per_visible": ratio.estimate, "recall_per_visible_low": ratio.low,
-                        "recall_per_visible_high": ratio.high})
+                        "recall_per_visible_high": ratio.high, **_teacher_forced_columns(part, seed)})
     summary = pd.DataFrame(records)
     for paper_model, values in PAPER_TABLE4.items():
         summary[f"paper EM/F1 {paper_model}"] = summary["strategy"].map(
@@ -54,8 +65,97 @@ def table4(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     return summary
 
 
+def _teacher_forced_columns(part: pd.DataFrame, seed: int) -> dict:
+    """One strategy's teacher-forced columns of :func:`table4` (none when its rows hold no ``tf_logprob``)."""
+    if "tf_logprob" not in part:
+        return {}
+    values = part["tf_logprob"].to_numpy(float)
+    values = values[~np.isnan(values)]
+    nan = float("nan")
+    tf = bootstrap_interval(values, seed=seed) if len(values) else Interval(nan, nan, nan, 0)
+    return {"tf_n": len(values), "tf_logprob": tf.estimate, "tf_logprob_low": tf.low, "tf_logprob_high": tf.high,
+            "tf_retrievals": float(part["tf_retrievals"].mean()),
+            "tf_visible_context_share": float(part["tf_visible_context_tokens"].sum() / part["context_tokens"].sum())}
+
+
+def teacher_forced_table(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`table4`'s teacher-forced columns per strategy, beside what the generated runs opened: the secondary
+    measure's own table (n, the mean gold log-probability in nats/token with its bootstrap 95% interval)."""
+    return table[["strategy", "method", "tf_n", "tf_logprob", "tf_logprob_low", "tf_logprob_high", "tf_retrievals",
+                  "tf_visible_context_share", "retrievals", "visible_context_share"]]
+
+
 def _fmt(estimate: float, low: float, high: float) -> str:
     return format_interval(estimate, low, high, 3)
+
+
+def questions_label(hotpot_source: str) -> str:
+    """What a verdict calls its questions: synthetic unless the run read a real file (SCIENCE 9)."""
+    return "synthetic HotpotQA-format questions" if hotpot_source == "synthetic" else "HotpotQA questions"
+
+
+def _p(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def teacher_forced_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
+                           data: str = "synthetic HotpotQA-format questions") -> str:
+    """The teacher-forced secondary in computed sentences (empty when the run has none): the gold answer's mean
+    log-probability (nats/token) under full context and without it, and whether the context raises it at all
+    (full − none separated: exact sign test alone at 0.05 and the bootstrap interval above 0); then Dynamic (probe)
+    minus each other strategy (:func:`~.pipeline.teacher_forced_comparisons`: Holm over that family), in one
+    sentence. A comparison reads "higher" or "lower" only where it is separated *and* the bounds leave room (else
+    every comparison is "for the record", SCIENCE 7); one that cannot be told apart says what the design could
+    detect (2.8 standard errors) and about how many questions would resolve the observed difference; one with too
+    few differing questions for a sign test to reach 0.05 is untestable. Every sentence names n and its ``data``.
+    This measure decides no status (preregistration.yaml: a secondary of the case study)."""
+    if comparisons is None or comparisons.empty or "tf_logprob" not in table:
+        return ""
+    t = table.set_index("strategy")
+    lines, room = [], False
+    bounds = comparisons[comparisons["family"] == "bounds"]
+    if {"full", "none"} <= set(t.index) and not bounds.empty:
+        b, full, none = bounds.iloc[0], t.loc["full"], t.loc["none"]
+        room = bool(b["separated"]) and float(b["tf_logprob_difference"]) > 0
+        test = (f"sign test alone {_p(b['sign_p'])}" if bool(b["testable"]) else
+                "untestable: too few questions differ")
+        lines.append(
+            f"Teacher-forced gold-answer log-probability (secondary measure, nats/token, n = {int(b['n'])} {data}): "
+            f"full context {_fmt(full['tf_logprob'], full['tf_logprob_low'], full['tf_logprob_high'])}, w/o RAG "
+            f"{_fmt(none['tf_logprob'], none['tf_logprob_low'], none['tf_logprob_high'])}, full − none "
+            f"{format_interval(b['tf_logprob_difference'], b['low'], b['high'], 3, signed=True)} ({int(b['a_better'])} "
+            f"questions higher with the context, {int(b['b_better'])} lower, {test}): "
+            + ("the context raises the gold answer's probability, so the strategies can be compared on it." if room
+               else "the context does not raise the gold answer's probability separably, so the comparisons below "
+                    "rank nothing."))
+    else:
+        lines.append("Teacher-forced gold-answer log-probability (secondary measure, nats/token): the bounds (full "
+                     "context and w/o RAG) were not both run, so the comparisons below rank nothing.")
+    family = comparisons[comparisons["family"] == "secondary"]
+    if len(family):
+        parts = []
+        for r in family.itertuples():
+            testable = bool(r.testable)
+            numbers = (f"{format_interval(r.tf_logprob_difference, r.low, r.high, 3, signed=True)}, {r.a_better} "
+                       f"questions higher, {r.b_better} lower, sign test {_p(r.sign_p)}, "
+                       + (f"Holm-adjusted {r.p_adjusted:.3f}" if testable else "untestable, left out of the family"))
+            if not testable:
+                state = "cannot be tested"
+            elif not room:
+                state = "for the record"
+            elif r.separated:
+                state = "higher" if r.tf_logprob_difference > 0 else "lower"
+            else:
+                need = n_to_resolve(Interval(r.tf_logprob_difference, r.low, r.high, int(r.n)))
+                need = f", about {need} questions would resolve the observed one" if need and need > r.n else ""
+                state = ("cannot be told apart ("
+                         + detectable_words(r.half_width, what='log-probability differences', unit='questions', n=int(r.n))
+                         + need + ")")
+            parts.append(f"against {STRATEGY_NAMES.get(r.b, r.b)} {state}: {numbers}")
+        lines.append(f"Teacher-forced, Dynamic (probe) minus each other strategy (secondary family, Holm over its "
+                     f"{int(family['testable'].sum())} testable comparisons; paired over n = {int(family['n'].max())} "
+                     f"{data}): " + "; ".join(parts) + ".")
+    return " ".join(lines)
 
 
 def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
@@ -128,7 +228,10 @@ def summary_markdown(table: pd.DataFrame, config: RagStudyConfig) -> str:
         opened = ("" if r.strategy in ("none", "full") else
                   f", {r.retrievals:.2f} retrievals/answer, {100 * r.visible_context_share:.0f}% of the context opened, "
                   f"{100 * r.evidence_recall:.0f}% of supporting-fact tokens opened")
-        lines.append(f"- **{r.method}**: EM {_fmt(r.em, r.em_low, r.em_high)}, F1 {_fmt(r.f1, r.f1_low, r.f1_high)}{opened}.")
+        forced = (f", teacher-forced gold log-probability {_fmt(r.tf_logprob, r.tf_logprob_low, r.tf_logprob_high)} "
+                  f"nats/token" if "tf_logprob" in table else "")
+        lines.append(f"- **{r.method}**: EM {_fmt(r.em, r.em_low, r.em_high)}, F1 {_fmt(r.f1, r.f1_low, r.f1_high)}"
+                     f"{forced}{opened}.")
     paper = PAPER_TABLE4["Llama-3.1-8B-Instruct"]
     lines.append(f"- Paper (Llama-3.1-8B): Dynamic {paper['dynamic'][0]:.3f}/{paper['dynamic'][1]:.4f} against Static "
                  f"{paper['static'][0]:.3f}/{paper['static'][1]:.4f}; Llama-3.2-3B reverses the order.")
@@ -208,8 +311,9 @@ def _table4_status(folder: Path) -> Status:
     why = (f"full − none {ci_text(bounds.f1_difference, bounds.low, bounds.high, signed=True)}; "
            if bounds is not None else "full − none: missing; ")
     why += (f"smallest effect of interest {sesoi:g} F1; "
-            + ("teacher-forced gold log-probability per strategy: " + ", ".join(
-                f"{s} {table.loc[s, 'tf_logprob']:.3f}" for s in table.index) if "tf_logprob" in table
+            + (f"teacher-forced gold log-probability (secondary, nats/token, n = {int(table['tf_n'].min())} questions): "
+               + ", ".join(f"{s} {ci_text(table.loc[s, 'tf_logprob'], table.loc[s, 'tf_logprob_low'], table.loc[s, 'tf_logprob_high'])}"
+                           for s in table.index) if "tf_logprob" in table
                else "teacher-forced gold log-probability: missing (this run did not write it)")
             + ("; synthetic HotpotQA-format questions" if synthetic else ""))
     if verdict != "reproduced":
@@ -224,10 +328,17 @@ def _table4_status(folder: Path) -> Status:
 
 _L = PAPER_TABLE4["Llama-3.1-8B-Instruct"]
 def _rag_finding(folder: Path) -> list[str]:
-    """The sentences of :func:`rag_verdict` that compare Dynamic (probe) with another strategy, the primary first."""
-    verdict = rag_verdict(pd.read_csv(folder / "table4_rag.csv"), pd.read_csv(folder / "table4_comparisons.csv"))
-    return sentences_starting(verdict, "Primary comparison (declared): Dynamic (probe)", "Dynamic (probe) beats",
-                              "Dynamic (probe) and", limit=3)
+    """The sentences of :func:`rag_verdict` that compare Dynamic (probe) with another strategy, the primary first;
+    then, where the run wrote it, the teacher-forced secondary (:func:`teacher_forced_verdict`, both sentences)."""
+    table = pd.read_csv(folder / "table4_rag.csv")
+    data = questions_label(str(sidecar(folder, "table4_rag").get("hotpot_source", "synthetic")))
+    verdict = rag_verdict(table, pd.read_csv(folder / "table4_comparisons.csv"), data=data)
+    chosen = sentences_starting(verdict, "Primary comparison (declared): Dynamic (probe)", "Dynamic (probe) beats",
+                                "Dynamic (probe) and", limit=3)
+    forced = folder / f"{TEACHER_FORCED_COMPARISONS}.csv"
+    if forced.exists():
+        chosen += sentences_starting(teacher_forced_verdict(table, pd.read_csv(forced), data=data), "Teacher-forced")
+    return chosen
 
 
 def _primary(folder: Path) -> dict | None:
