@@ -42,8 +42,10 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def field_help(f: dataclasses.Field) -> str:
-    """A field's help text ('' when it was declared without :func:`param`)."""
-    return f.metadata.get("help", "")
+    """A field's help text ('' when it was declared without :func:`param`), with the note the composing config
+    adds for its notebook (:func:`compose`'s ``notes``) after a semicolon."""
+    text, note = f.metadata.get("help", ""), f.metadata.get("note")
+    return f"{text}; {note}" if note else text
 
 
 def _check_type(name: str, value: Any, default: Any) -> None:
@@ -120,15 +122,25 @@ def _delegate(part: type, name: str):
     return delegated
 
 
-def compose(*parts: type) -> Callable[[type], type]:
+def compose(*parts: type, notes: dict[str, str] | None = None) -> Callable[[type], type]:
     """Class decorator: a flat dataclass of ``parts``' fields (in order) followed by the class's own fields, each
     name declared once (a name in two of them is refused). The class (a :class:`Part` subclass) lists its parts in
-    ``parts`` (nested ones included) and gets the methods they delegate, unless it defines them itself."""
+    ``parts`` (nested ones included) and gets the methods they delegate, unless it defines them itself.
+
+    ``notes`` adds to a part's field what it means in this config's notebook (e.g. "per seed, as in notebook 01"):
+    :func:`field_help` gives the part's help, then the note; the notebook's parameters cell and ``dynheads report
+    --only NAME --help`` show both. A note for a name the parts do not declare is refused."""
+    notes = dict(notes or {})
 
     def build(cls: type) -> type:
         if not issubclass(cls, Part):
             raise TypeError(f"{cls.__name__} must derive from Part to be composed.")
         own = dict(vars(cls).get("__annotations__", {}))
+        declared = {f.name for part in parts for f in dataclasses.fields(part)}
+        stray = sorted(set(notes) - declared)
+        if stray:
+            raise TypeError(f"{cls.__name__}: notes name {stray}, which none of its parts declares (a field of the "
+                            "class itself carries its help in param()).")
         annotations: dict[str, Any] = {}
         owner: dict[str, str] = {}
         for part in parts:
@@ -138,8 +150,9 @@ def compose(*parts: type) -> Callable[[type], type]:
                                     f"{owner.get(f.name, cls.__name__)} and {part.__name__}.")
                 owner[f.name] = part.__name__
                 annotations[f.name] = f.type
+                metadata = {**f.metadata, "note": notes[f.name]} if f.name in notes else f.metadata
                 setattr(cls, f.name, field(default=f.default, default_factory=f.default_factory,
-                                           metadata=f.metadata))
+                                           metadata=metadata))
         cls.__annotations__ = {**annotations, **own}
         nested = [inner for part in parts for inner in (*part.parts, part)]
         cls.parts = tuple(dict.fromkeys(nested))

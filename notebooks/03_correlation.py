@@ -33,23 +33,23 @@
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
-context_tokens = 1000  # NIAH context length (as in notebook 01, to reuse its traces)
-haystack = "filler"  # NIAH haystack (as in notebook 01)
-n_calibration = 10  # NIAH calibration samples per seed (as in notebook 01)
-n_analysis = 20  # NIAH analysis samples per seed (as in notebook 01)
-n_hotpot = 20  # HotpotQA analysis samples per seed (as in notebook 01)
-hotpot_source = "synthetic"  # HotpotQA source (as in notebook 01): "synthetic", a distractor .json/.jsonl path, or "hf"
-hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context (as in notebook 01)
-max_new_tokens = 40  # NIAH decoding steps
+context_tokens = 1000  # NIAH context length in tokens; as in notebook 01, whose traces are reused
+haystack = "filler"  # "filler" (easy, RULER-style), "prose", or "folder:/path/to/txts"; as in notebook 01, whose traces are reused
+n_calibration = 10  # NIAH samples used to find the static heads (Wu et al. score); as in notebook 01, whose traces are reused
+n_analysis = 20  # NIAH samples used for the dynamic analysis; as in notebook 01, whose traces are reused
+n_hotpot = 20  # HotpotQA analysis samples (calibration uses half as many); as in notebook 01, whose traces are reused
+hotpot_source = "synthetic"  # "synthetic", a distractor .json/.jsonl path, or "hf"; as in notebook 01, whose traces are reused
+hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context; as in notebook 01, whose traces are reused
+max_new_tokens = 40  # NIAH greedy decoding steps (the answer line takes about 25 tokens on SmolLM2, 37-39 on Gemma 3)
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
-trace_batch_size = 24  # samples traced together when not cached (speed only)
+trace_batch_size = 24  # samples traced together (speed only, results equal to float rounding)
 seeds = [0, 1, 2]  # seeds whose samples are pooled
 max_lag = 10  # largest lag k between hidden state and scores
-probe_preset = "cpu"  # "cpu" (small MLP below) or "paper" (MLP [8192, 4096, 4096], 100 epochs)
-probe_epochs = 60  # training epochs for the cpu preset
-probe_hidden = [256]  # hidden layer widths for the cpu preset
-sink_tokens = 4  # Eq. 2: leading attention-sink positions left out
-local_window = 32  # Eq. 2: most recent positions left out
+probe_preset = "cpu"  # "cpu" (the small MLP of probe_hidden, probe_epochs) or "paper" (MLP [8192, 4096, 4096], 100 epochs)
+probe_epochs = 60  # probe training epochs (the cpu preset)
+probe_hidden = [256]  # probe MLP hidden layer widths (the cpu preset)
+sink_tokens = 4  # Eq. 2: leading attention-sink positions left out of the denominator
+local_window = 32  # Eq. 2: most recent positions left out of the denominator
 split_seed = 0  # seeds the splits by layout and probe initialisation (the first of n_splits)
 lead_ks = [0, 1, 2, 3, 5, 10]  # lags k of the residualised CCA and of the probes k steps ahead
 n_splits = 5  # splits by layout that every interval is taken over
@@ -59,7 +59,7 @@ dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a G
 backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
 ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
-use_cache = True  # reuse cached traces
+use_cache = True  # reuse traces cached on disk for the same model and config
 
 # %%
 import time

@@ -133,3 +133,31 @@ def test_the_readme_says_the_longest_context_of_each_run():
         "NIAH up to 8,000 tokens (1,000, 2,000 and 8,000); HotpotQA up to 750 tokens"
     assert contexts_phrase({"NIAH": [500]}) == "NIAH up to 500 tokens"
     assert contexts_phrase(None) == ""
+
+
+def test_a_config_note_extends_a_parts_help_and_a_stray_note_is_refused():
+    """compose(notes=...) adds what a shared parameter means in one notebook; the part's own help stays the first
+    half, and a note for a field no part declares is refused with a sentence."""
+    import dataclasses
+
+    from dynheads_tl.params import Part, compose, field_help, param
+
+    @dataclasses.dataclass
+    class Shared(Part):
+        steps: int = param(4, "decoding steps")
+
+    @compose(Shared, notes={"steps": "unused here"})
+    class Noted(Part):
+        size: int = param(2, "a size")
+
+    @compose(Shared)
+    class Plain(Part):
+        pass
+
+    help_of = {f.name: field_help(f) for f in dataclasses.fields(Noted)}
+    assert help_of == {"steps": "decoding steps; unused here", "size": "a size"}
+    assert field_help(dataclasses.fields(Plain)[0]) == "decoding steps"  # the part itself is unchanged
+    with pytest.raises(TypeError, match=r"notes name \['size'\], which none of its parts declares"):
+        @compose(Shared, notes={"size": "x"})
+        class Stray(Part):
+            size: int = param(2, "a size")

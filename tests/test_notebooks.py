@@ -37,6 +37,18 @@ def test_notebook_is_output_free_and_parameterised(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_parameters_cell_is_written_from_the_config(path):
+    """The cell is the config's declaration, line for line (default and help of each parameter, in the cell's
+    order): a parameter's help lives in param() alone; `dynheads parameters --write` rewrites a stale cell."""
+    from dynheads_tl.claims import claim_for
+    from dynheads_tl.report.parameters import cell_names, parameters_cell
+
+    [cell] = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
+    expected = parameters_cell(claim_for(path.stem).config, cell_names(cell.source))
+    assert cell.source == expected, f"{path.name}: run `dynheads parameters --write` (the cell differs from its config)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_matches_its_jupytext_source(path):
     jupytext = pytest.importorskip("jupytext")
     source = path.with_suffix(".py")

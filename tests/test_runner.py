@@ -341,6 +341,30 @@ def test_help_lists_the_notebooks_and_every_parameter_from_the_claims(capsys):
     assert "static_k" in own and "every notebook:" in parameters
 
 
+def test_help_with_only_lists_that_notebooks_parameters_with_default_and_help(capsys):
+    """`report --only NAME --help` prints the notebook's parameters cell as the config renders it: every field, its
+    default and its help (with the note the claim's config adds, e.g. notebook 03's reuse of notebook 01's traces)."""
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--only", "03", "--help"])
+    text = capsys.readouterr().out
+    listing = text[text.index("parameters of 03_correlation"):]
+    config = claims.claim_for("03_correlation").config
+    for f in dataclasses.fields(config):
+        assert f"  {f.name} = " in listing, f.name
+    assert 'n_calibration = 10  # NIAH samples used to find the static heads (Wu et al. score); as in notebook 01' in listing
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    assert "add --only NAME to --help" in capsys.readouterr().out
+
+
+def test_parameters_command_prints_and_refuses_an_unknown_notebook(capsys):
+    assert cli.main(["parameters", "--only", "07"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("parameters of 07_length_grid") and "lengths = [1000, 2000]  # context tokens" in out
+    assert cli.main(["parameters", "--only", "99"]) == 2
+    assert "No notebook matches '99'" in capsys.readouterr().err
+
+
 def test_ctrl_c_ends_with_one_line_that_says_how_to_resume(monkeypatch, capsys):
     def interrupted(**kwargs):
         raise KeyboardInterrupt

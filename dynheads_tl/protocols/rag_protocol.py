@@ -69,7 +69,7 @@ class RagConfig(Part):
     n_heads: int = param(5, "heads whose attention drives a retrieval", integer())
     top_k_positions: int = param(4, "context positions taken from the averaged attention", integer())
     cluster_gap: int = param(8, "positions closer than this join one cluster", integer(0))
-    window: int = param(12, "tokens opened around each cluster", integer())
+    window: int = param(12, "tokens opened around each cluster (the headroom contexts hold about 60 tokens)", integer())
     # None: the study calibrates it (dynamic_rag.calibrate_rind); a strategy that retrieves needs a number (1.0 is
     # the value of a word with its sentence's average attention and 1 nat of entropy).
     rind_threshold: float | None = param(None, "RIND value above which a retrieval fires; None: calibrated on the "

@@ -1,4 +1,4 @@
-"""``dynheads`` command line: ``install-model`` and ``report``."""
+"""``dynheads`` command line: ``install-model``, ``report`` and ``parameters``."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,8 @@ import sys
 
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
-from dynheads_tl.report.runner import parameters_help, preset_names, run_report
+from dynheads_tl.report.parameters import notebook_parameters_help, write_parameters_cells
+from dynheads_tl.report.runner import list_notebooks, parameters_help, preset_names, run_report
 
 
 def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
@@ -67,8 +68,34 @@ def _failure(error: BaseException) -> str:
     return str(error)
 
 
+def _only_named(argv: list[str]) -> str | None:
+    """The value of ``--only`` in ``argv`` (``--only NAME`` or ``--only=NAME``), read before argparse's ``--help``
+    exits, so that ``dynheads report --only 01 --help`` can list that notebook's parameters with their help."""
+    for i, arg in enumerate(argv):
+        if arg == "--only" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--only="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _report_epilog(argv: list[str]) -> str:
+    """``report --help``'s epilog: every notebook's parameter names, or, with ``--only NAME``, that notebook's
+    parameters cell as its config declares it (default and help of each)."""
+    only = _only_named(argv) if "report" in argv and ({"-h", "--help"} & set(argv)) else None
+    if only:
+        try:
+            [notebook] = list_notebooks(only)
+        except ValueError:
+            return parameters_help()  # the run itself reports the bad name as a sentence
+        return notebook_parameters_help(notebook)
+    return parameters_help() + ("\n\nadd --only NAME to --help for that notebook's parameters with their defaults "
+                                "and help")
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = _Parser(prog="dynheads", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_install = sub.add_parser("install-model", help="install and convert the embedded model")
@@ -84,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                     "notebooks (.ipynb and .html), runs.json and index.html. Every parameter is checked before "
                     "the first notebook starts; traces and ablation runs are cached under $DYNHEADS_CACHE, so "
                     "an interrupted run resumes where it stopped.",
-        epilog=parameters_help(), formatter_class=_Help)
+        epilog=_report_epilog(argv), formatter_class=_Help)
     p_report.add_argument("--preset", default="default", choices=preset_names(),
                           help="parameter set: 'default' (the committed report's), 'smoke' (tiny, a few minutes), "
                                "'thorough' (the default with the larger sizes that do not fit its hour; "
@@ -118,9 +145,29 @@ def main(argv: list[str] | None = None) -> int:
                           help="notebook parameter override, name=value with a Python literal value "
                                "(repeatable; -p output_dir=DIR means --output-dir DIR); each notebook's parameters "
                                "are listed below")
+    p_params = sub.add_parser(
+        "parameters", help="print (or, for developers, rewrite) the notebooks' parameters cells from the configs",
+        description="Each notebook's parameters cell is written from its claim's config, where every parameter is "
+                    "declared once with its default and help (dynheads_tl/params.py). Without --write: print the "
+                    "cells. With --write: rewrite the notebooks' cells (.ipynb and jupytext .py) after a parameter "
+                    "was added or its help changed; the tests fail while a cell differs.")
+    p_params.add_argument("--only", default=None, help="one notebook: its exact name or an unambiguous prefix")
+    p_params.add_argument("--write", action="store_true", help="rewrite the cells in notebooks/ instead of printing")
     args = parser.parse_args(argv)
     if args.command == "install-model":
         install_model(args.name, rebuild=args.rebuild)
+        return 0
+    if args.command == "parameters":
+        try:
+            notebooks = list_notebooks(args.only)
+        except ValueError as error:
+            print(error, file=sys.stderr)
+            return 2
+        if args.write:
+            for path in write_parameters_cells(notebooks):
+                print(f"rewrote {path}")
+        else:
+            print("\n\n".join(notebook_parameters_help(path) for path in notebooks))
         return 0
     overrides = dict(args.param)
     for name, value in (("device", args.device), ("dtype", args.dtype), ("backend", args.backend),

@@ -35,7 +35,10 @@ def _n_splits(name: str, value) -> None:
         raise ValueError(f"Parameter {name!r} must be at least 2 (an interval needs two splits), got {value!r}.")
 
 
-@compose(TraceSets, ProbeSettings, ModelSettings, RunSettings)
+@compose(TraceSets, ProbeSettings, ModelSettings, RunSettings,
+         notes={name: "as in notebook 01, whose traces are reused" for name in
+                ("context_tokens", "haystack", "n_calibration", "n_analysis", "n_hotpot", "hotpot_source",
+                 "hotpot_skip_incomplete")})
 class PredictabilityConfig(NotebookConfig):
     """The claim 3 notebook's parameters: claim 1's trace sets (its cached traces are read), the probe
     settings, and claim 3's own."""

@@ -93,14 +93,14 @@ class ErrorSignalConfig(NotebookConfig):
 
     niah_settings: list[str] = param(["prose:1000", "filler:1000"], "NIAH settings as haystack:context_tokens (prose, "
                                                                     "filler, folder:PATH)", _niah_settings)
-    n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "NIAH answers per setting, analysis split", integer())
+    n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "NIAH answers per setting, analysis split (the answers notebook 01 traced are read from the cache)", integer())
     n_setting_calibration: int = param(LAYOUT_CALIBRATION_SAMPLES, "NIAH answers per setting, calibration split",
                                        integer())
     n_hotpot: int = param(40, "synthetic HotpotQA-format answers of the headroom setting; 0 leaves them out",
                           integer(0))
     hotpot_setting: str = param("headroom", "headroom (single-hop, 2 paragraphs) or multihop",
                                 one_of(list(HOTPOT_SETTINGS)))
-    static_k: int = param(20, "static heads whose evidence mass is a feature", integer())
+    static_k: int = param(20, "static heads whose evidence mass is a feature (top by Eq. 1 rate on the training answers)", integer())
     n_folds: int = param(5, "stratified folds over answers", integer(2))
     seed: int = param(0, "seeds the samples, the folds and the bootstrap", integer(0))
     output_dir: str = param("papers_figures", "where figures and tables are written")

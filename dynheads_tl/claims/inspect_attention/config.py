@@ -23,7 +23,7 @@ class InspectConfig(NotebookConfig):
     seed: int = param(0, "seeds the needle's UUID", integer(0))
     max_new_tokens: int = param(32, "decoding steps", integer())
     step: int = param(-1, "decoding step shown head by head; -1 picks the step with most retrieval heads", integer(-1))
-    n_view_heads: int = param(12, "heads per circuitsvis view", integer())
+    n_view_heads: int = param(12, "heads per circuitsvis view (each head adds 20 px of tooltip room below the text)", integer())
     output_dir: str = param("papers_figures", "where the static figures are written")
 
     def context_lengths(self) -> dict[str, list[int]]:

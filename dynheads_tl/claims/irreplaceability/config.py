@@ -43,18 +43,19 @@ MIN_SAMPLES_TO_COMPARE = 5
 GRID_MAX_OFFSET = 3000
 
 
-@compose(TraceSettings, Eq2Selection, StaticSource, ModelSettings, RunSettings)
+@compose(TraceSettings, Eq2Selection, StaticSource, ModelSettings, RunSettings,
+         notes={"trace_batch_size": "here the calibration traces", "eq2_rule": "HotpotQA D_t"})
 class IrreplaceabilityConfig(NotebookConfig):
     """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
 
-    niah_contexts: list[int] = param([500], "Fig 2 rows: NIAH context lengths in tokens", integer_list(minimum=32))
-    niah_depths: list[float] = param([0.1, 0.9], "Fig 2 columns: needle depths", fraction_list)
-    hotpot_contexts: list[int] = param([750], "Fig 6 rows: HotpotQA context lengths", integer_list(minimum=32))
+    niah_contexts: list[int] = param([500], "Fig 2 rows: NIAH context lengths in tokens (one: 10 conditions x 2 runs must fit the time budget)", integer_list(minimum=32))
+    niah_depths: list[float] = param([0.1, 0.9], "Fig 2 columns: needle depths (two: 30 samples per condition at 15 runs per cell)", fraction_list)
+    hotpot_contexts: list[int] = param([750], "Fig 6 rows: HotpotQA context lengths (750: more unmasked headroom than 250)", integer_list(minimum=32))
     hotpot_depths: list[float] = param([0.1, 0.9], "Fig 6 columns: depth of the gold paragraphs", fraction_list)
     runs_per_cell: int = param(15, "samples per grid cell and depth, each generated and teacher-forced", integer())
     n_calibration: int = param(10, "samples that fix the static set and k", integer())
     progressive_k_max: int = param(30, "Fig 3 / 7: largest number of heads masked per step", integer(0))
-    progressive_k_step: int = param(10, "Fig 3 / 7: step between k values", integer())
+    progressive_k_step: int = param(10, "Fig 3 / 7: step between k values (10 keeps the default within its time budget)", integer())
     n_progressive: int = param(30, "samples for progressive masking, per k", integer())
     progressive_context: int = param(500, "NIAH context length for progressive masking", integer())
     ablation_mode: str = param("zero", '"zero" or "mean" ablation of hook_z', one_of(("zero", "mean")))
@@ -64,7 +65,7 @@ class IrreplaceabilityConfig(NotebookConfig):
     # Generations decoded together: the runs of one grid cell (15 samples x 14 conditions; teacher-forced apart), or
     # several progressive samples' k values. Larger batches read the weights fewer times per run
     # (bench/bench_decoding.py --parts cell); memory grows with them (the KV cache of every row).
-    batch_size: int = param(210, "generations decoded together", integer())
+    batch_size: int = param(210, "generations decoded together: a grid cell's runs in one batch, teacher-forced in another", integer())
     output_dir: str = param("papers_figures", "where figures and tables are written")
     use_cache: bool = param(True, "reuse cached traces and ablation runs")
 

@@ -38,7 +38,11 @@ def _granularities(name: str, value) -> None:
         raise ValueError(f"Parameter {name!r} must be a non-empty list drawn from ['query', 'kv'], got {value!r}.")
 
 
-@compose(TraceSettings, StaticSource, ModelSettings, RunSettings)
+@compose(TraceSettings, StaticSource, ModelSettings, RunSettings,
+         notes={"sink_tokens": "here also the leading positions a restricted head keeps",
+                "local_window": "here also the most recent positions a restricted head keeps",
+                "trace_batch_size": "here the training answers",
+                "hotpot_max_new_tokens": "unused here (a shared trace setting)"})
 class RetentionConfig(NotebookConfig):
     """Notebook 06's parameters. The NIAH setting (``niah_setting``, spelled ``"haystack:context_tokens"`` as in
     notebooks 01 and 05: :func:`~dynheads_tl.corpus.parse_setting`) is traced as notebook 01's
@@ -49,14 +53,14 @@ class RetentionConfig(NotebookConfig):
 
     niah_setting: str = param("filler:500", "'haystack:tokens' (filler, prose, folder:PATH or wu:PATH); a notebook 01 "
                                             "setting shares its traces", _niah_setting)
-    n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "training answers, analysis split", integer())
+    n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "training answers, analysis split (the answers notebook 01 traced are read from the cache)", integer())
     n_setting_calibration: int = param(LAYOUT_CALIBRATION_SAMPLES, "training answers, calibration split (the static "
                                                                    "scores)", integer())
     n_samples: int = param(30, "new NIAH answers evaluated under every condition", integer())
-    budgets: list[float] = param([0.05, 0.1, 0.25, 0.5], "shares of heads kept whole at each step", _budgets)
+    budgets: list[float] = param([0.05, 0.1, 0.25, 0.5], "shares of heads kept whole at each step (the paper preset adds 1% and 2%)", _budgets)
     strategies: list[str] = param(["static", "query_static", "predicted", "oracle", "random"],
                                   "per-step strategies; streaming and full always run", _strategies)
-    granularities: list[str] = param(["kv"], 'budgets in KV heads ("kv") or single query heads ("query")',
+    granularities: list[str] = param(["kv"], 'budgets in KV heads ("kv"; a KV head kept whole keeps its query heads) or single query heads ("query"; the thorough preset adds it)',
                                      _granularities)
     seed: int = param(0, "seeds the samples and, with the sample, the random strategy's draws", integer(0))
     batch_size: int = param(180, "rows decoded together (the conditions of as many samples as fit)", integer())

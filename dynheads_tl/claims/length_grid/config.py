@@ -49,7 +49,8 @@ def _haystack(name: str, value) -> None:
                          "own; the grid takes 'prose', 'folder:PATH' or 'filler'.")
 
 
-@compose(TraceSettings, ModelSettings, RunSettings)
+@compose(TraceSettings, ModelSettings, RunSettings,
+         notes={"hotpot_max_new_tokens": "unused here (a shared trace setting; the grid is NIAH only)"})
 class LengthGridConfig(NotebookConfig):
     """The length x depth grid's parameters. ``lengths`` (context tokens) x ``depths`` (needle positions, 0 = the
     start, 1 = the end) x ``runs_per_cell`` samples; the runs of one (length, run) share a haystack offset, so
@@ -61,7 +62,7 @@ class LengthGridConfig(NotebookConfig):
 
     haystack: str = param("prose", "prose (real text), folder:PATH (.txt files, e.g. Paul Graham essays) or filler "
                                    "(the easy control)", _haystack)
-    lengths: list[int] = param([1000, 2000], "context tokens per row of the grid",
+    lengths: list[int] = param([1000, 2000], "context tokens per row of the grid (the long preset: 1000, 2000, 4000, 8000)",
                                all_of(integer_list(minimum=16), _distinct))
     depths: list[float] = param([0.0, 0.25, 0.5, 0.75, 1.0], "needle depths: 0 is the start of the context, 1 its end",
                                 all_of(fraction_list, _distinct))
