@@ -403,6 +403,23 @@ def test_progressive_rule_reads_the_curve_and_compensation(tmp_path):
     assert "teacher-forced drop by k: missing" in weak.why
 
 
+def test_progressive_status_quotes_the_teacher_forced_drop_of_the_ranked_heads_beside_random(tmp_path):
+    """Hand-built teacher-forced drops: ranked 2.0 nats/step at k = 20 on every sample, random 0.5. The status quotes
+    the ranked drop (not the mean of ranked and random rows, which would read 1.25), ranked − random +1.5 on 10:0
+    samples with its Holm-adjusted sign test, and k = 0 as degenerate (every sample at 0)."""
+    from dynheads_tl.claims.irreplaceability.report import _progressive_status
+
+    rows = [{"sample": s, "k": 0, "ranking": "ranked", "accuracy": 1.0, "m_s": 0.0, "tf_drop": 0.0} for s in range(10)]
+    rows += [{"sample": s, "k": 20, "ranking": "ranked", "accuracy": 0.0, "m_s": 3.0, "tf_drop": 2.0} for s in range(10)]
+    rows += [{"sample": s, "k": 20, "ranking": "random", "accuracy": 1.0, "m_s": 1.0, "tf_drop": 0.5}
+             for s in range(10)]
+    pd.DataFrame(rows).to_csv(tmp_path / "fig3_niah_progressive.csv", index=False)
+    why = _progressive_status("fig3_niah_progressive")(tmp_path).why
+    assert "k = 0 0.000 (every sample)" in why
+    assert "k = 20 2.000" in why and "1.250" not in why
+    assert "ranked − random +1.500" in why and "10:0 samples, Holm p = 0.00195" in why
+
+
 def test_progressive_control_holm_over_two_testable_k_and_the_reverse_direction():
     """Two testable k: at k = 10 the ranked heads fail 8 of 8 samples random heads answer (p = 2/2^8), at k = 20
     random heads fail 7 of 7 that the ranked heads answer (p = 2/2^7, the reverse). Holm: the smaller p times 2,

@@ -240,6 +240,26 @@ def progressive_rule(table: pd.DataFrame, metric: str, comp: dict, rule: dict) -
     return verdict, curve, compensated
 
 
+def _teacher_forced_curve(table: pd.DataFrame) -> str:
+    """The teacher-forced half of a progressive item, from :func:`progressive_table`'s ``tf_`` columns: the gold
+    token's log-probability drop per k (nats/step, 95% over samples) and, where the run has the size-matched random
+    control, ranked − random per k with its Holm-adjusted sign test."""
+    if "tf_drop" not in table:
+        return "teacher-forced drop by k: missing (this run did not write it)"
+    parts = []
+    for _, row in table.iterrows():
+        degenerate = row["tf_drop_low"] == row["tf_drop_high"]
+        text = f"k = {int(row['k'])} " + (f"{row['tf_drop']:.3f} (every sample)" if degenerate else
+                                          ci_text(row["tf_drop"], row["tf_drop_low"], row["tf_drop_high"], 3))
+        if "tf_difference" in row and row["tf_difference"] == row["tf_difference"]:
+            p = row.get("tf_p_adjusted")
+            text += (f" (ranked − random {ci_text(row['tf_difference'], row['tf_difference_low'], row['tf_difference_high'], 3, signed=True)}, "
+                     f"{int(row['tf_ranked_worse'])}:{int(row['tf_random_worse'])} samples"
+                     + (f", Holm p = {p:.3g}" if p == p and p is not None else ", not testable") + ")")
+        parts.append(text)
+    return "teacher-forced drop by k, nats/step: " + "; ".join(parts)
+
+
 def _progressive_status(stem: str) -> Callable[[Path], Status]:
     item = "Fig 3" if "niah" in stem else "Fig 7"
 
@@ -271,9 +291,7 @@ def _progressive_status(stem: str) -> Callable[[Path], Status]:
                        + (f" vs random {ci_text(comp['random'].estimate, comp['random'].low, comp['random'].high)}"
                           if "random" in comp else "")
                        + f" (paper {paper[0]:g}–{paper[1]:g}; smallest effect of interest {rule['compensation_sesoi']:g})")
-        tf = ("teacher-forced drop by k: " + ", ".join(
-            f"k = {int(k)} {part['tf_drop'].mean():.3f}" for k, part in frame.groupby("k"))
-              if "tf_drop" in frame else "teacher-forced drop by k: missing (this run did not write it)")
+        tf = _teacher_forced_curve(table)
         why = (f"curve {curve}; compensation {compensated}"
                + (" (only means were written: its interval is missing)" if compensated == "missing" else "")
                + f"; {tf}" + (" (synthetic data)" if data else ""))
