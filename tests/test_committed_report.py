@@ -258,12 +258,13 @@ def test_a_second_models_report_lands_beside_the_first_and_the_index_reads_both(
                                                                                   "models/gemma-3-270m/")]
     readme = (clean_report / "README.md").read_text()
     table = readme.split("## Every model", 1)[1]
-    assert "| item | paper | [m](README.md) | [gemma-3-270m](models/gemma-3-270m/README.md) |" in table
+    assert "| item | paper | [m](README.md) | [gemma-3-270m](models/gemma-3-270m/README.md) | statuses |" in table
     table1 = next(line for line in table.splitlines() if line.startswith("| Table 1 |"))
     # Table 1 reads both halves (preregistration.yaml): the first rotates as in the paper with retrieval outside the
     # query-focused S_20 only (weaker); the second stays inside both static sets (absent in this setting)
     assert "| weaker: adjacent-step Jaccard 0.34 [0.30, 0.37]" in table1, "the first model's, from its files"
     assert "| absent in this setting: adjacent-step Jaccard 0.94 [0.91, 0.97]" in table1, "the second's, from its own"
+    assert table1.endswith("| differ |"), "the last column compares the two statuses"
     fig1 = next(line for line in table.splitlines() if line.startswith("| Fig 1 |"))
     assert fig1.count("not produced: –") == 2
     assert report_problems(clean_report) == [] and report_problems(second) == []

@@ -31,14 +31,40 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     reports = model_reports(COMMITTED)
     ran = sum(len([f for f in findings.declared_findings() if (report.folder / "executed" / f"{f[1]}.ipynb").exists()])
               + 2 for report in reports)
-    bullets = [line for line in expected.splitlines() if line.startswith("- **")]
+    per_model = expected.split("**Do the models agree?**")[0]
+    bullets = [line for line in per_model.splitlines() if line.startswith("- **")]
     assert len(bullets) == ran, "per model: every declared finding of a notebook that ran, the statuses and the runs"
     if len(reports) > 1:  # each model's block is headed by its name
-        assert [line.split("**")[1] for line in expected.splitlines() if line.startswith("**")] == \
+        assert [line.split("**")[1] for line in per_model.splitlines() if line.startswith("**")] == \
             [report.model for report in reports]
     assert findings.readme_findings(README.read_text()) == expected
     empty = [label for label, _, chosen in findings.findings(COMMITTED) if not chosen]
     assert not empty, f"declared findings whose pattern matched no sentence of their verdict: {empty}"
+
+
+def test_the_readme_says_per_claim_whether_the_models_agree():
+    """With two model reports, one computed line per claim compares each item's status across the models: the same
+    status is named once ("Fig 2 (not reproduced)"), different ones per model; pictures and descriptions on both
+    are left out (nothing to agree on)."""
+    from dynheads_tl.report.index import agreement, model_agreement
+    from dynheads_tl.report.results import model_reports
+
+    assert agreement(["weaker", "weaker"]) == "agree" and agreement(["weaker", "reproduced"]) == "differ"
+    assert agreement(["weaker", "not produced"]) == "not on every model"
+    models = [report.model for report in model_reports(COMMITTED)]
+    if len(models) < 2:
+        pytest.skip("the committed report holds one model")
+    lines = findings.agreement_lines(COMMITTED, models)
+    assert lines[0].startswith("**Do the models agree?**") and lines[0] in README.read_text()
+    for title, items in model_agreement(COMMITTED):
+        line = next(line for line in lines if line.startswith(f"- **{title}**"))
+        for item, statuses in items:
+            if set(statuses) <= findings.NO_VERDICT:
+                assert f"{item} (" not in line
+            elif agreement(statuses) == "agree":
+                assert f"{item} ({statuses[0]})" in line
+            else:
+                assert all(f"{status} on {model}" in line for model, status in zip(models, statuses)), (item, line)
 
 
 def test_the_readme_quotes_every_declared_primary_comparison_first():

@@ -12,6 +12,7 @@ from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
 
 FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
+NO_VERDICT = {"qualitative", "descriptive"}  # statuses that state no test's outcome (a picture, a description)
 
 
 def declared_findings() -> list[tuple[str, str, str]]:
@@ -81,7 +82,39 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
             declared = f"; preregistration.yaml: {declared}" if declared else ""
             lines.insert(0, f"**{report.model}** ({where}{declared}):\n")
         blocks.append("\n".join(lines))
+    agreeing = agreement_lines(output_dir, [report.model for report in reports])
+    if agreeing:
+        blocks.append("\n".join(agreeing))
     return "\n\n".join(block for block in blocks if block)
+
+
+def agreement_lines(output_dir: Path, models: list[str]) -> list[str]:
+    """With more than one model: a heading line, then one computed line per claim on whether the models' statuses
+    agree, item by item (:func:`~dynheads_tl.report.index.model_agreement`); empty with one model. Agreeing
+    statuses are named once; differing ones per model."""
+    from dynheads_tl.report.index import agreement, model_agreement
+
+    claims = model_agreement(output_dir)
+    if not claims:
+        return []
+    lines = [f"**Do the models agree?** (each item's status on {', '.join(models)}, compared as words: the same "
+             "status on both is agreement, including \"no headroom\" on both, which says only that neither model "
+             "could test the item):\n"]
+    for title, items in claims:
+        same, other = [], []
+        for item, statuses in items:
+            if set(statuses) <= NO_VERDICT:
+                continue  # a picture or a description on both: nothing to agree on
+            verdict = agreement(statuses)
+            if verdict == "agree":
+                same.append(f"{item} ({statuses[0]})")
+            else:
+                other.append(f"{item} (" + ", ".join(f"{status} on {model}" for model, status in zip(models, statuses))
+                             + ")")
+        parts = ([f"agree on {', '.join(same)}"] if same else []) + ([f"differ on {'; '.join(other)}"] if other else [])
+        if parts:
+            lines.append(f"- **{title}**: " + "; ".join(parts) + ".")
+    return lines
 
 
 def _model_findings(output_dir: Path, link_prefix: str) -> list[str]:

@@ -182,7 +182,8 @@ HEAD_FILES_NOTE = ("Head scores in Wu et al.'s `head_score` JSON format (`{\"lay
 
 def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, str, list[tuple[str, str]]]]]:
     """Every model's status and headline per index row, when the report holds more than one model
-    (``models/<model>/`` beside the default one): (the models, [(item, paper, [(status, headline) per model])]).
+    (``models/<model>/`` beside the default one): (the models, [(item, paper, [(status, headline) per model, then
+    (:func:`agreement` of the statuses, "")])]).
     Empty rows with one model: the main table already says it all."""
     reports = model_reports(output_dir)
     if len(reports) < 2:
@@ -194,8 +195,36 @@ def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, st
         for found in results:
             row = _result_row(found, claim, item)
             cells.append((row["status"], row["headline"]) if row and row.get("produced") else ("not produced", "–"))
-        rows.append((item.item, item.paper, cells))
+        rows.append((item.item, item.paper, cells + [(agreement([status for status, _ in cells]), "")]))
     return reports, rows
+
+
+def agreement(statuses: list[str]) -> str:
+    """Whether the models' statuses of one item agree: "agree" (every model has it, with one status), "differ", or
+    "not on every model" (a model lacks it). Statuses are compared as words: two "no headroom" agree too, and say
+    only that neither model could test the item."""
+    if any(status == "not produced" for status in statuses):
+        return "not on every model"
+    return "agree" if len(set(statuses)) == 1 else "differ"
+
+
+def model_agreement(output_dir: Path) -> list[tuple[str, list[tuple[str, list[str]]]]]:
+    """Per claim (its page title), each of its index rows' statuses on every model: [(claim title, [(item,
+    [status per model])])], in notebook order; empty with one model."""
+    reports = model_reports(output_dir)
+    if len(reports) < 2:
+        return []
+    results = [all_results(report.folder) for report in reports]
+    out: dict[str, list[tuple[str, list[str]]]] = {}
+    for claim in all_claims():
+        for item in claim.items:
+            cells = []
+            for found in results:
+                row = _result_row(found, claim, item)
+                cells.append(row["status"] if row and row.get("produced") else "not produced")
+            if any(cell != "not produced" for cell in cells):
+                out.setdefault(claim.title or claim.notebook, []).append((item.item, cells))
+    return list(out.items())
 
 
 MODELS_NOTE = ("Each model's results sit in a report of their own (the default model's in this folder, every other "
@@ -237,10 +266,10 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]
     reports, by_model = model_table(output_dir) if output_dir is not None else ([], [])
     if by_model:
         md += ["", "## Every model", "", MODELS_NOTE, "",
-               "| item | paper | " + " | ".join(f"[{r.model}]({r.prefix}README.md)" for r in reports) + " |",
-               "|---|---|" + "---|" * len(reports)]
-        md += [f"| {item} | {paper} | " + " | ".join(f"{status}: {headline}" for status, headline in cells) + " |"
-               for item, paper, cells in by_model]
+               "| item | paper | " + " | ".join(f"[{r.model}]({r.prefix}README.md)" for r in reports) + " | statuses |",
+               "|---|---|" + "---|" * (len(reports) + 1)]
+        md += [f"| {item} | {paper} | " + " | ".join(f"{status}: {headline}" for status, headline in cells[:-1])
+               + f" | {cells[-1][0]} |" for item, paper, cells in by_model]
     if heads:
         md += ["", "## Head-score files", "", HEAD_FILES_NOTE, "", "| model | score | n | file | provenance |",
                "|---|---|---|---|---|"]
