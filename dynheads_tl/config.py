@@ -74,8 +74,8 @@ class RunSettings(Part):
         check_backend(self.backend, self.ray_address)
 
     def use_backend(self, lm, load: ModelSettings):
-        """The ``backend``'s executor for model ``lm`` (Ray actors load ``load``'s model, device and dtype), made the
-        current one; returns it."""
+        """The ``backend``'s executor for model ``lm`` (Ray actors load ``load``'s model, device and dtype), bound to
+        ``lm`` (:func:`~dynheads_tl.executors.bind_executor`); returns it."""
         return use_backend(self.backend, lm, name=load.model, device=load.device, dtype=load.dtype,
                            address=self.ray_address)
 
@@ -124,12 +124,13 @@ class NotebookConfig(Part):
         return self.part(ModelSettings).load_model()
 
     def use_backend(self, lm):
-        """Make the executor that ``backend`` asks for current, for model ``lm`` (:meth:`RunSettings.use_backend`);
-        returns it."""
+        """Bind the executor that ``backend`` asks for to model ``lm`` (:meth:`RunSettings.use_backend`); returns
+        it."""
         return self.part(RunSettings).use_backend(lm, self.part(ModelSettings))
 
     def start(self):
-        """:meth:`load_model`, then, for a notebook that computes units, :meth:`use_backend`; returns the model."""
+        """:meth:`load_model`, then, for a notebook that computes units, :meth:`use_backend` binds the backend's
+        executor to it; returns the model, whose units then go to that executor (nothing process-wide changes)."""
         lm = self.load_model()
         if RunSettings in type(self).parts:
             self.use_backend(lm)

@@ -132,7 +132,7 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     full_key = {**key, "trace": trace_config.key(), **model_identity(model)}
     keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
     traces: list[list[Trace]] = [[] for _ in samples]
-    # Samples read back from the cache first; the missing ones go to the current executor (progress is shown
+    # Samples read back from the cache first; the missing ones go to the model's executor (progress is shown
     # only for those), in batches of ``batch_size``, and each is cached as its batch comes back.
     todo = [i for i, key in enumerate(keys) if not (use_cache and traces_path(key).exists())]
     missing = set(todo)

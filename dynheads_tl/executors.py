@@ -3,7 +3,8 @@ tables from what comes back (and from the cache).
 
 A *unit* is one traced sample, one ablation job (sample, condition, k), one retention sample, one RAG answer.
 Traces, ablation jobs and retention samples have the cache keys they always had, and RAG answers have theirs;
-the claim reads the finished ones from the cache and hands the missing ones to the current executor, grouped into *batches* exactly as the local code batches them (so a batch decodes the same rows
+the claim reads the finished ones from the cache and hands the missing ones to the model's executor, grouped into
+*batches* exactly as the local code batches them (so a batch decodes the same rows
 on every backend, and results agree whatever runs them). The executor calls ``compute(model, payloads, *args)``
 for each batch and yields ``(batch index, results)`` as batches finish; the claim writes each result atomically
 into the cache as it arrives, so an interrupted run resumes at the first missing unit on any backend.
@@ -11,7 +12,7 @@ into the cache as it arrives, so an interrupted run resumes at the first missing
 Two executors:
 
 - :class:`LocalExecutor` (the default): the batches in order, in this process, on the model the notebook
-  loaded. Exactly today's computation.
+  loaded.
 - :class:`RayExecutor`: one Ray actor per GPU of the cluster (or per CPU slot on a cluster without GPUs), each
   holding its own copy of the model, loaded by name with the run's ``device`` and ``dtype``. Batches go to idle
   actors; results come back to the driver, which writes them. A batch lost with a failed or killed worker is
@@ -22,15 +23,19 @@ Two executors:
 ``compute`` and its ``args`` travel to the workers by pickling: ``compute`` must be a module-level function
 of an installed package (every worker imports ``dynheads_tl``), ``args`` plain data, samples or tensors.
 
-The notebooks choose the executor with their ``backend`` parameter (:func:`use_backend`); everything below
-the notebook asks for :func:`current_executor`, the cached units (traces, ablation jobs, RAG answers, retention
-samples) through :func:`compute_missing`, which yields each missing unit's result under its index.
+The notebooks choose the executor with their ``backend`` parameter: ``config.start()`` loads the model and binds
+the executor to it (:func:`use_backend`, :func:`bind_executor`), and returns the model. An executor belongs to its
+model (a Ray executor's actors load that model and check its fingerprint), so it is held per model, never swapped
+for the whole process: the cached units (traces, ablation jobs, RAG answers, retention samples) go through
+:func:`compute_missing`, which asks :func:`executor_for` the model it was given (local when none was bound) and
+yields each missing unit's result under its index.
 """
 from __future__ import annotations
 
 import logging
 import os
 import time
+import weakref
 from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
@@ -313,21 +318,35 @@ class RayExecutor:
             self._started_ray = False
 
 
-_CURRENT: LocalExecutor | RayExecutor = LocalExecutor()
+# Each model's executor: the one a config's start bound to it (:func:`bind_executor`), else local. An executor
+# belongs to one model (a Ray executor's actors load that model and check its fingerprint), so it is held per model,
+# not per process: binding one model's executor leaves every other model's alone. Weak keys: a model that is
+# garbage-collected drops its entry.
+_BOUND: "weakref.WeakKeyDictionary[Any, LocalExecutor | RayExecutor]" = weakref.WeakKeyDictionary()
+_LOCAL = LocalExecutor()
 
 
-def current_executor() -> LocalExecutor | RayExecutor:
-    """The executor that claims hand their missing units to (the local one unless :func:`use_backend` chose)."""
-    return _CURRENT
+def executor_for(model) -> LocalExecutor | RayExecutor:
+    """The executor that computes ``model``'s missing units: the one bound to it, else the local one."""
+    return _BOUND.get(model, _LOCAL)
+
+
+def bind_executor(model, executor: LocalExecutor | RayExecutor) -> LocalExecutor | RayExecutor:
+    """Make ``executor`` compute ``model``'s units (closing the one bound to it before, if another); returns it."""
+    previous = _BOUND.get(model)
+    if previous is not None and previous is not executor:
+        previous.close()
+    _BOUND[model] = executor
+    return executor
 
 
 def compute_missing(model, compute: Compute, chunks: Sequence[Sequence[int]], unit: Callable[[int], Any], *,
                     args: tuple = (), desc: str = "units") -> Iterator[tuple[int, Any]]:
-    """The claims' one way of handing work to the current executor. ``chunks`` are lists of unit indices (the
+    """The claims' one way of handing work to ``model``'s executor (:func:`executor_for`). ``chunks`` are lists of unit indices (the
     units missing from the cache, batched as the claim batches them) and ``unit(i)`` is unit ``i``'s payload.
     Yields ``(unit index, result)`` as each batch comes back, so the caller caches every result as it arrives."""
     batches = [[unit(i) for i in chunk] for chunk in chunks]
-    for number, results in current_executor().map(model, compute, batches, args=args, desc=desc):
+    for number, results in executor_for(model).map(model, compute, batches, args=args, desc=desc):
         yield from zip(chunks[number], results)
 
 
@@ -335,7 +354,7 @@ def cached_units(model, compute: Compute, keys: Sequence[dict | None], plan: Cal
                  unit: Callable[[int], Any], *, args: tuple = (), desc: str = "units") -> list[Any]:
     """The claims' one "read the cache, compute what is missing, cache it" loop for JSON units: ``keys`` has one cache
     key per unit (None: that unit is not cached and always computed); every cached unit is read back, ``plan(missing
-    indices)`` batches the rest, :func:`compute_missing` hands the batches to the current executor, and each result
+    indices)`` batches the rest, :func:`compute_missing` hands the batches to the model's executor, and each result
     is cached as its batch comes back (an interrupted run keeps what it finished). Returns the results in unit
     order."""
     results: list[Any] = [None if key is None else load_cached_json(key) for key in keys]
@@ -343,15 +362,6 @@ def cached_units(model, compute: Compute, keys: Sequence[dict | None], plan: Cal
     for i, result in compute_missing(model, compute, plan(missing), unit, args=args, desc=desc):
         results[i] = result if keys[i] is None else save_cached_json(keys[i], result)
     return results
-
-
-def use_executor(executor: LocalExecutor | RayExecutor) -> LocalExecutor | RayExecutor:
-    """Make ``executor`` the current one (closing the previous one); returns it."""
-    global _CURRENT
-    if executor is not _CURRENT:
-        _CURRENT.close()
-    _CURRENT = executor
-    return executor
 
 
 def check_backend(backend: str, address: str = "") -> None:
@@ -417,12 +427,13 @@ def check_ray_address(address: str, *, timeout: float | None = None) -> None:
 
 def use_backend(backend: str, model, *, name: str, device: str = "auto", dtype: str = "auto", address: str = "",
                 **options: Any) -> LocalExecutor | RayExecutor:
-    """The executor a notebook's ``backend`` parameter asks for, made current. ``model`` is the driver's (for the
-    fingerprint the workers must match); ``name``, ``device`` and ``dtype`` are how each Ray actor loads its own."""
+    """The executor a notebook's ``backend`` parameter asks for, bound to ``model`` (:func:`bind_executor`): the
+    driver's model, whose fingerprint the workers must match; ``name``, ``device`` and ``dtype`` are how each Ray
+    actor loads its own. Returns it."""
     from dynheads_tl.engine.models import model_fingerprint
 
     check_backend(backend, address)
     if backend == "local":
-        return use_executor(LocalExecutor())
-    return use_executor(RayExecutor(ModelLoader(name, device, dtype), address=address,
-                                    expected_fingerprint=model_fingerprint(model), **options))
+        return bind_executor(model, LocalExecutor())
+    return bind_executor(model, RayExecutor(ModelLoader(name, device, dtype), address=address,
+                                            expected_fingerprint=model_fingerprint(model), **options))

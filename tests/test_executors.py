@@ -18,7 +18,7 @@ import torch
 from dynheads_tl import executors
 from dynheads_tl.config import ModelSettings, RunSettings
 from dynheads_tl.engine.models import _resolve_dtype, resolve_device
-from dynheads_tl.executors import LocalExecutor, ModelLoader, RayExecutor, check_backend, use_executor
+from dynheads_tl.executors import LocalExecutor, ModelLoader, RayExecutor, check_backend
 
 
 def _double(model, batch, offset):
@@ -122,8 +122,8 @@ def test_memory_per_unit_is_computed_from_the_config():
 
 
 # --- Ray on the embedded model ------------------------------------------------------------------------------
-# One two-worker local cluster for the module (its actors load the model once); each test makes it the current
-# executor with monkeypatch, which puts the previous one back without closing the pool (use_executor would close it).
+# One two-worker local cluster for the module (its actors load the model once); each test binds it to the model
+# with monkeypatch, which puts the previous binding back without closing the pool (bind_executor would close it).
 
 try:
     import ray
@@ -153,12 +153,16 @@ def ray_executor(embedded_model, ray_cluster):
     executor._started_ray = False
     yield executor
     executor.close()
-    use_executor(LocalExecutor())
 
 
-def _make_current(monkeypatch, executor):
-    """``executor`` is the current one until the test ends; the previous one comes back then, and neither is closed."""
-    monkeypatch.setattr(executors, "_CURRENT", executor)
+class _OtherModel:
+    """A stand-in for a second model in the same process (weak-referenceable, as a torch module is)."""
+
+
+def _make_current(monkeypatch, executor, model):
+    """``executor`` computes ``model``'s units until the test ends; the previous binding comes back then, and neither
+    executor is closed."""
+    monkeypatch.setitem(executors._BOUND, model, executor)
 
 
 class _one_thread:
@@ -231,14 +235,14 @@ def test_ray_workers_with_another_model_are_refused_on_every_call(embedded_model
 
 @needs_ray
 def test_a_notebook_asking_for_ray_hands_its_units_to_ray_workers_with_its_model(embedded_model, monkeypatch):
-    """``backend="ray"`` in a notebook's parameters: ``config.start()`` (which every unit notebook calls) makes a Ray
-    executor current whose actors load the notebook's model with its device and dtype, and must match the driver's
+    """``backend="ray"`` in a notebook's parameters: ``config.start()`` (which every unit notebook calls) binds to the
+    model it returns a Ray executor whose actors load the notebook's model with its device and dtype, and must match the driver's
     fingerprint. Nothing starts until a unit is computed (the tests below compute units on such an executor)."""
     from dynheads_tl.engine.models import model_fingerprint
     from dynheads_tl.claims import all_claims
     from dynheads_tl.report.runner import config_class, notebook_dir
 
-    _make_current(monkeypatch, LocalExecutor())
+    _make_current(monkeypatch, LocalExecutor(), embedded_model)
     unit_notebooks = [claim.notebook for claim in all_claims() if "backend" in config_class(claim.notebook).__dataclass_fields__]
     assert len(unit_notebooks) == 7
     for stem in unit_notebooks:
@@ -247,8 +251,9 @@ def test_a_notebook_asking_for_ray_hands_its_units_to_ray_workers_with_its_model
         monkeypatch.setattr(cls, "load_model", lambda self: embedded_model)  # the driver's model, not a new load
         config = cls(backend="ray", device="cpu", dtype="float32")
         assert config.start() is embedded_model
-        executor = executors.current_executor()
+        executor = executors.executor_for(embedded_model)
         assert isinstance(executor, RayExecutor) and executor.actors == [], stem
+        assert executors.executor_for(_OtherModel()) is executors._LOCAL, "another model's units stay local"
         assert (executor.load.name, executor.load.device, executor.load.dtype) == (config.model, "cpu", "float32")
         assert executor.expected_fingerprint == model_fingerprint(embedded_model) and executor.address == ""
         executor.close()
@@ -292,7 +297,7 @@ def test_ray_ablation_runs_equal_local_runs(embedded_model, ray_executor, monkey
                                       teacher_forced=True)
         return grid, progressive, new_heads, hotpot_grid
 
-    _make_current(monkeypatch, LocalExecutor())
+    _make_current(monkeypatch, LocalExecutor(), embedded_model)
     with _one_thread():
         local = run()
     batches = []
@@ -303,7 +308,7 @@ def test_ray_ablation_runs_equal_local_runs(embedded_model, ray_executor, monkey
         yield from original(model, compute, batches_, **kwargs)
 
     monkeypatch.setattr(ray_executor, "map", counting)
-    _make_current(monkeypatch, ray_executor)
+    _make_current(monkeypatch, ray_executor, embedded_model)
     remote = run()
     # Every run went to the workers: 7 NIAH runs in batches of 4, the progressive sample's 4 runs (unmasked, k = 0,
     # k = 5 and its random control) in batches of 3, 3 generated and 3 teacher-forced HotpotQA runs (teacher forcing
@@ -331,7 +336,7 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
     from dynheads_tl.engine.tracing import TraceConfig
 
     samples, config = _niah(embedded_model, 4), TraceConfig(max_new_tokens=12)
-    _make_current(monkeypatch, LocalExecutor())
+    _make_current(monkeypatch, LocalExecutor(), embedded_model)
     with _one_thread():
         local = collect_traces(embedded_model, samples, config, {"test": "local"}, use_cache=False)
 
@@ -351,7 +356,7 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
 
     killer = threading.Thread(target=kill_one_mid_batch, daemon=True)
     retried = ray_executor.retried
-    _make_current(monkeypatch, ray_executor)
+    _make_current(monkeypatch, ray_executor, embedded_model)
     killer.start()
     remote = collect_traces(embedded_model, samples, config, {"test": "ray"}, use_cache=True)
     killer.join(timeout=5)
@@ -360,6 +365,6 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
     _same_traces(local, remote)
     # Written by the driver, one entry per sample, and read back from there on the next call.
     assert len(list(tmp_path.glob("traces/*.pt"))) == len(samples)
-    _make_current(monkeypatch, LocalExecutor())
+    _make_current(monkeypatch, LocalExecutor(), embedded_model)
     again = collect_traces(embedded_model, samples, config, {"test": "ray"}, use_cache=True)
     _same_traces(remote, again)

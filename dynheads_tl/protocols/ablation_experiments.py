@@ -5,7 +5,7 @@ counts of newly active heads.
 
 Each job has a cache key (:func:`_job_keys`: the model, the prompt, the condition, k, the calibration setup, the
 trace settings and :data:`_PROTOCOL_VERSION`); :func:`cached_runs` reads the jobs already cached and hands the
-missing ones to the current executor in batches. :func:`grid_experiment` (Fig 2 / Fig 6) and
+missing ones to the model's executor in batches. :func:`grid_experiment` (Fig 2 / Fig 6) and
 :func:`progressive_experiment` (Fig 3 / Fig 7) plan their jobs, batch them per grid cell or per sample, and
 assemble the rows.
 """
@@ -147,7 +147,7 @@ def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfi
                 cache_key: dict | None = None, groups: list | None = None,
                 desc: str = "ablation runs") -> list[tuple[dict, Tensor]]:
     """Each job -> (scores row, per-head counts of newly active heads). Jobs already in the cache are
-    read from it; the others go to the current executor (:mod:`dynheads_tl.executors`) in batches of at most
+    read from it; the others go to the model's executor (:mod:`dynheads_tl.executors`) in batches of at most
     ``batch_size`` and are cached one by one as their batch comes back. ``groups`` (one label per job) keeps
     jobs of different groups (grid cells, say) in different batches; within a group, generated and
     teacher-forced jobs run apart. A teacher-forced job's row is :func:`teacher_forced_scores`."""

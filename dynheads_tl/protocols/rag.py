@@ -1,7 +1,7 @@
 """Case study — dynamic in-context RAG guided by predicted retrieval heads (DRAGIN-style, Table 4): one import for
 the protocol (:mod:`~dynheads_tl.protocols.rag_protocol`: its configuration, RIND, the windows, the head
 selectors), its loop (:mod:`~dynheads_tl.protocols.rag_loop`: :class:`RagPolicy`, :func:`rag_generate`,
-:func:`rag_generate_many`) and, here, its runs: every strategy on every question through the current executor, one
+:func:`rag_generate_many`) and, here, its runs: every strategy on every question through the model's executor, one
 question per batch, with cached answers; and, teacher-forced, each strategy's gold-answer log-probability
 (:func:`run_strategies` with ``teacher_forced``), cached as units of their own.
 """
@@ -124,7 +124,7 @@ def run_units(model, units: list[tuple[str, int, Sample]], config: RagConfig, *,
               probe=None, desc: str = "RAG answers", cache_key: dict | None = None,
               teacher_forced: bool = False) -> list[dict]:
     """:func:`rag_units` for every unit, one question per batch (:func:`question_groups`: its strategies share their
-    generation up to the first retrieval; ``full`` in a batch of its own), through the current executor; results in
+    generation up to the first retrieval; ``full`` in a batch of its own), through the model's executor; results in
     order. ``teacher_forced``: the units teacher-forced on the gold answer (:func:`rag_units`), cached apart.
 
     With ``cache_key`` (a dict naming the run, see :func:`answer_keys`), answers already cached are read back and

@@ -154,7 +154,7 @@ def evaluation_samples(model, config: RetentionConfig):
 
 def run(model, config: RetentionConfig) -> pd.DataFrame:
     """Every sample's rows: cached samples read back, the missing ones (one unit each: every condition of the
-    sample, batched) computed by the current executor and cached as they come back."""
+    sample, batched) computed by the model's executor and cached as they come back."""
     static, probe = training(model, config)
     query = query_training(model, config)
     samples = evaluation_samples(model, config)
