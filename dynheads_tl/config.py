@@ -167,8 +167,8 @@ class Eq2Selection(Part):
 class ProbeSettings(Part):
     """Shared part: the MLP probe's size and training length (claims 3 and the RAG case study)."""
 
-    probe_hidden: list[int] = param([256], "probe MLP hidden layer widths (the cpu preset)", integer_list(minimum=1))
-    probe_epochs: int = param(60, "probe training epochs (the cpu preset)", integer())
+    probe_hidden: list[int] = param([256], "probe MLP hidden layer widths", integer_list(minimum=1))
+    probe_epochs: int = param(60, "probe training epochs", integer())
 
 
 @dataclasses.dataclass

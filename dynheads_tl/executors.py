@@ -323,20 +323,30 @@ class RayExecutor:
 # not per process: binding one model's executor leaves every other model's alone. Weak keys: a model that is
 # garbage-collected drops its entry.
 _BOUND: "weakref.WeakKeyDictionary[Any, LocalExecutor | RayExecutor]" = weakref.WeakKeyDictionary()
+_CLOSERS: "weakref.WeakKeyDictionary[Any, weakref.finalize]" = weakref.WeakKeyDictionary()  # each bound one's closer
 _LOCAL = LocalExecutor()
 
 
 def executor_for(model) -> LocalExecutor | RayExecutor:
-    """The executor that computes ``model``'s missing units: the one bound to it, else the local one."""
-    return _BOUND.get(model, _LOCAL)
+    """The executor that computes ``model``'s missing units: the one bound to it, else the local one (also for an
+    object that cannot be bound, such as None)."""
+    try:
+        return _BOUND.get(model, _LOCAL)
+    except TypeError:  # not weak-referenceable: nothing can have been bound to it
+        return _LOCAL
 
 
 def bind_executor(model, executor: LocalExecutor | RayExecutor) -> LocalExecutor | RayExecutor:
-    """Make ``executor`` compute ``model``'s units (closing the one bound to it before, if another); returns it."""
+    """Make ``executor`` compute ``model``'s units; returns it. The executor bound before, if another, is closed
+    now, and this one is closed when the model is garbage-collected (a notebook that runs ``config.start()`` again
+    loads a new model: the old model's Ray actors are stopped with it instead of holding their slots)."""
     previous = _BOUND.get(model)
-    if previous is not None and previous is not executor:
-        previous.close()
-    _BOUND[model] = executor
+    if previous is not executor:
+        if previous is not None:
+            _CLOSERS.pop(model).detach()
+            previous.close()
+        _BOUND[model] = executor
+        _CLOSERS[model] = weakref.finalize(model, executor.close)
     return executor
 
 

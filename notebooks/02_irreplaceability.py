@@ -64,7 +64,7 @@
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
-niah_contexts = [500]  # Fig 2 rows: NIAH context lengths in tokens (one: 10 conditions x 2 runs must fit the time budget)
+niah_contexts = [500]  # Fig 2 rows: NIAH context lengths in tokens (one: every masking condition, generated and teacher-forced, must fit the time budget)
 niah_depths = [0.1, 0.9]  # Fig 2 columns: needle depths (two: 30 samples per condition at 15 runs per cell)
 hotpot_contexts = [750]  # Fig 6 rows: HotpotQA context lengths (750: more unmasked headroom than 250)
 hotpot_depths = [0.1, 0.9]  # Fig 6 columns: depth of the gold paragraphs

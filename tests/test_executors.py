@@ -155,11 +155,43 @@ def ray_executor(embedded_model, ray_cluster):
     executor.close()
 
 
+class _Closing:
+    """An executor that records being closed."""
+
+    def __init__(self):
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_executors_are_bound_per_model_and_closed_when_replaced_or_when_the_model_goes():
+    """Binding one model's executor leaves another model's alone; binding a second executor to the same model closes
+    the first; a model that is garbage-collected closes its executor (a rerun `config.start()` loads a new model and
+    its old Ray actors must not keep their slots); an object that cannot be bound gets the local executor."""
+    import gc
+
+    first, second = _OtherModel(), _OtherModel()
+    a, b, c = _Closing(), _Closing(), _Closing()
+    executors.bind_executor(first, a)
+    executors.bind_executor(second, b)
+    assert executors.executor_for(first) is a and executors.executor_for(second) is b
+    executors.bind_executor(first, c)
+    assert (a.closed, b.closed, c.closed) == (1, 0, 0) and executors.executor_for(first) is c
+    del first
+    gc.collect()
+    assert (a.closed, b.closed, c.closed) == (1, 0, 1) and executors.executor_for(second) is b
+    assert executors.executor_for(None) is executors._LOCAL and executors.executor_for(_OtherModel()) is executors._LOCAL
+    del second
+    gc.collect()
+    assert b.closed == 1
+
+
 class _OtherModel:
     """A stand-in for a second model in the same process (weak-referenceable, as a torch module is)."""
 
 
-def _make_current(monkeypatch, executor, model):
+def _bind_for_the_test(monkeypatch, executor, model):
     """``executor`` computes ``model``'s units until the test ends; the previous binding comes back then, and neither
     executor is closed."""
     monkeypatch.setitem(executors._BOUND, model, executor)
@@ -242,7 +274,7 @@ def test_a_notebook_asking_for_ray_hands_its_units_to_ray_workers_with_its_model
     from dynheads_tl.claims import all_claims
     from dynheads_tl.report.runner import config_class, notebook_dir
 
-    _make_current(monkeypatch, LocalExecutor(), embedded_model)
+    _bind_for_the_test(monkeypatch, LocalExecutor(), embedded_model)
     unit_notebooks = [claim.notebook for claim in all_claims() if "backend" in config_class(claim.notebook).__dataclass_fields__]
     assert len(unit_notebooks) == 7
     for stem in unit_notebooks:
@@ -297,7 +329,7 @@ def test_ray_ablation_runs_equal_local_runs(embedded_model, ray_executor, monkey
                                       teacher_forced=True)
         return grid, progressive, new_heads, hotpot_grid
 
-    _make_current(monkeypatch, LocalExecutor(), embedded_model)
+    _bind_for_the_test(monkeypatch, LocalExecutor(), embedded_model)
     with _one_thread():
         local = run()
     batches = []
@@ -308,7 +340,7 @@ def test_ray_ablation_runs_equal_local_runs(embedded_model, ray_executor, monkey
         yield from original(model, compute, batches_, **kwargs)
 
     monkeypatch.setattr(ray_executor, "map", counting)
-    _make_current(monkeypatch, ray_executor, embedded_model)
+    _bind_for_the_test(monkeypatch, ray_executor, embedded_model)
     remote = run()
     # Every run went to the workers: 7 NIAH runs in batches of 4, the progressive sample's 4 runs (unmasked, k = 0,
     # k = 5 and its random control) in batches of 3, 3 generated and 3 teacher-forced HotpotQA runs (teacher forcing
@@ -336,7 +368,7 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
     from dynheads_tl.engine.tracing import TraceConfig
 
     samples, config = _niah(embedded_model, 4), TraceConfig(max_new_tokens=12)
-    _make_current(monkeypatch, LocalExecutor(), embedded_model)
+    _bind_for_the_test(monkeypatch, LocalExecutor(), embedded_model)
     with _one_thread():
         local = collect_traces(embedded_model, samples, config, {"test": "local"}, use_cache=False)
 
@@ -356,7 +388,7 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
 
     killer = threading.Thread(target=kill_one_mid_batch, daemon=True)
     retried = ray_executor.retried
-    _make_current(monkeypatch, ray_executor, embedded_model)
+    _bind_for_the_test(monkeypatch, ray_executor, embedded_model)
     killer.start()
     remote = collect_traces(embedded_model, samples, config, {"test": "ray"}, use_cache=True)
     killer.join(timeout=5)
@@ -365,6 +397,6 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
     _same_traces(local, remote)
     # Written by the driver, one entry per sample, and read back from there on the next call.
     assert len(list(tmp_path.glob("traces/*.pt"))) == len(samples)
-    _make_current(monkeypatch, LocalExecutor(), embedded_model)
+    _bind_for_the_test(monkeypatch, LocalExecutor(), embedded_model)
     again = collect_traces(embedded_model, samples, config, {"test": "ray"}, use_cache=True)
     _same_traces(remote, again)

@@ -406,7 +406,7 @@ def test_progressive_rule_reads_the_curve_and_compensation(tmp_path):
 def test_progressive_status_quotes_the_teacher_forced_drop_of_the_ranked_heads_beside_random(tmp_path):
     """Hand-built teacher-forced drops: ranked 2.0 nats/step at k = 20 on every sample, random 0.5. The status quotes
     the ranked drop (not the mean of ranked and random rows, which would read 1.25), ranked − random +1.5 on 10:0
-    samples with its Holm-adjusted sign test, and k = 0 as degenerate (every sample at 0)."""
+    samples with its Holm-adjusted sign test, and each interval whose samples are all equal as degenerate."""
     from dynheads_tl.claims.irreplaceability.report import _progressive_status
 
     rows = [{"sample": s, "k": 0, "ranking": "ranked", "accuracy": 1.0, "m_s": 0.0, "tf_drop": 0.0} for s in range(10)]
@@ -415,9 +415,10 @@ def test_progressive_status_quotes_the_teacher_forced_drop_of_the_ranked_heads_b
              for s in range(10)]
     pd.DataFrame(rows).to_csv(tmp_path / "fig3_niah_progressive.csv", index=False)
     why = _progressive_status("fig3_niah_progressive")(tmp_path).why
-    assert "k = 0 0.000 (every sample)" in why
-    assert "k = 20 2.000" in why and "1.250" not in why
-    assert "ranked − random +1.500" in why and "10:0 samples, Holm p = 0.00195" in why
+    assert "teacher-forced drop of the ranked heads by k" in why
+    assert "k = 0 0.000 (all n = 10 equal)" in why
+    assert "k = 20 2.000 (all n = 10 equal)" in why and "1.250" not in why
+    assert "ranked − random +1.500 (all n = 10 equal), 10:0 samples, Holm p = 0.00195" in why
 
 
 def test_progressive_control_holm_over_two_testable_k_and_the_reverse_direction():

@@ -355,6 +355,12 @@ def test_help_with_only_lists_that_notebooks_parameters_with_default_and_help(ca
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])
     assert "add --only NAME to --help" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # a name that matches no notebook: its sentence, then the names
+        cli.main(["report", "--only", "99", "--help"])
+    assert "No notebook matches '99'" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # the last --only counts, as for the run itself
+        cli.main(["report", "--only", "01", "--only", "07", "--help"])
+    assert "parameters of 07_length_grid" in capsys.readouterr().out
 
 
 def test_parameters_command_prints_and_refuses_an_unknown_notebook(capsys):

@@ -42,29 +42,34 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     assert not empty, f"declared findings whose pattern matched no sentence of their verdict: {empty}"
 
 
-def test_the_readme_says_per_claim_whether_the_models_agree():
-    """With two model reports, one computed line per claim compares each item's status across the models: the same
-    status is named once ("Fig 2 (not reproduced)"), different ones per model; pictures and descriptions on both
-    are left out (nothing to agree on)."""
-    from dynheads_tl.report.index import agreement, model_agreement
-    from dynheads_tl.report.results import model_reports
+def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
+    """With two model reports, one computed line per claim: statuses that are settled and equal agree, settled and
+    different differ, an undetermined or no-headroom status on either model is not settled (two "undetermined" do not
+    agree), a missing item is said so, pictures and descriptions are left out, and synthetic data are named."""
+    from dynheads_tl.report import index
+    from dynheads_tl.report.index import ModelCell, agreement
 
     assert agreement(["weaker", "weaker"]) == "agree" and agreement(["weaker", "reproduced"]) == "differ"
+    assert agreement(["undetermined", "undetermined"]) == "not settled" == agreement(["reproduced", "no headroom"])
     assert agreement(["weaker", "not produced"]) == "not on every model"
-    models = [report.model for report in model_reports(COMMITTED)]
-    if len(models) < 2:
-        pytest.skip("the committed report holds one model")
-    lines = findings.agreement_lines(COMMITTED, models)
-    assert lines[0].startswith("**Do the models agree?**") and lines[0] in README.read_text()
-    for title, items in model_agreement(COMMITTED):
-        line = next(line for line in lines if line.startswith(f"- **{title}**"))
-        for item, statuses in items:
-            if set(statuses) <= findings.NO_VERDICT:
-                assert f"{item} (" not in line
-            elif agreement(statuses) == "agree":
-                assert f"{item} ({statuses[0]})" in line
-            else:
-                assert all(f"{status} on {model}" in line for model, status in zip(models, statuses)), (item, line)
+    assert agreement(["qualitative", "qualitative"]) == "no verdict"
+    hand_built = [("Claim 9: toy", [
+        ("Fig 2", [ModelCell("not reproduced"), ModelCell("not reproduced")]),
+        ("Table 2", [ModelCell("weaker"), ModelCell("reproduced")]),
+        ("Fig 4", [ModelCell("undetermined", synthetic=True), ModelCell("undetermined", synthetic=True)]),
+        ("Fig 5", [ModelCell("qualitative"), ModelCell("qualitative")]),
+        ("Fig 9", [ModelCell("weaker"), ModelCell("not produced")])])]
+    monkeypatch.setattr(index, "model_agreement", lambda output_dir: hand_built)
+    lines = findings.agreement_lines(Path("unused"), ["a", "b"])
+    assert lines[1] == ("- **Claim 9: toy**: Agree: Fig 2 (not reproduced). Differ: Table 2 (weaker on a, reproduced on "
+                        "b). Not settled: Fig 4 (undetermined on a, undetermined on b, synthetic). Not on every model: "
+                        "Fig 9 (weaker on a, not produced on b).")
+    monkeypatch.undo()
+    from dynheads_tl.report.results import model_reports
+
+    committed = findings.agreement_lines(COMMITTED, [report.model for report in model_reports(COMMITTED)])
+    assert committed and committed[0].startswith("**Do the models agree?**")
+    assert "\n".join(committed) in README.read_text(), "the README carries the computed lines"
 
 
 def test_the_readme_quotes_every_declared_primary_comparison_first():

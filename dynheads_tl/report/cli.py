@@ -71,12 +71,13 @@ def _failure(error: BaseException) -> str:
 def _only_named(argv: list[str]) -> str | None:
     """The value of ``--only`` in ``argv`` (``--only NAME`` or ``--only=NAME``), read before argparse's ``--help``
     exits, so that ``dynheads report --only 01 --help`` can list that notebook's parameters with their help."""
-    for i, arg in enumerate(argv):
+    found = None
+    for i, arg in enumerate(argv):  # the last one counts, as for argparse
         if arg == "--only" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--only="):
-            return arg.split("=", 1)[1]
-    return None
+            found = argv[i + 1]
+        elif arg.startswith("--only="):
+            found = arg.split("=", 1)[1]
+    return found
 
 
 def _report_epilog(argv: list[str]) -> str:
@@ -86,8 +87,8 @@ def _report_epilog(argv: list[str]) -> str:
     if only:
         try:
             [notebook] = list_notebooks(only)
-        except ValueError:
-            return parameters_help()  # the run itself reports the bad name as a sentence
+        except ValueError as error:
+            return f"{error}\n\n{parameters_help()}"
         return notebook_parameters_help(notebook)
     return parameters_help() + ("\n\nadd --only NAME to --help for that notebook's parameters with their defaults "
                                 "and help")
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     p_install.add_argument("--rebuild", action="store_true",
                            help="convert again even if the converted folder matches its checksums")
     p_report = sub.add_parser(
-        "report", help="run every notebook through papermill and rebuild the report's index",
+        "report", help="run every notebook through papermill and rebuild the report's index", allow_abbrev=False,
         description="Run the notebooks in order through papermill. Outputs: the default preset, run as it is, "
                     "writes the committed report papers_figures/ (relative to the working directory); any other "
                     "preset or any override (--model, -p) writes runs/<preset>/ (git-ignored); --output-dir "

@@ -12,7 +12,6 @@ from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
 
 FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
-NO_VERDICT = {"qualitative", "descriptive"}  # statuses that state no test's outcome (a picture, a description)
 
 
 def declared_findings() -> list[tuple[str, str, str]]:
@@ -89,31 +88,36 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
 
 
 def agreement_lines(output_dir: Path, models: list[str]) -> list[str]:
-    """With more than one model: a heading line, then one computed line per claim on whether the models' statuses
-    agree, item by item (:func:`~dynheads_tl.report.index.model_agreement`); empty with one model. Agreeing
-    statuses are named once; differing ones per model."""
+    """With more than one model: a heading line, then one computed line per claim on what its items' statuses on
+    the models say together (:func:`~dynheads_tl.report.index.agreement`): where they agree (one settled status),
+    differ (settled statuses that differ), are not settled on some model (undetermined or no headroom), or exist
+    on one model only; pictures and descriptions are left out. Empty with one model."""
     from dynheads_tl.report.index import agreement, model_agreement
 
     claims = model_agreement(output_dir)
     if not claims:
         return []
-    lines = [f"**Do the models agree?** (each item's status on {', '.join(models)}, compared as words: the same "
-             "status on both is agreement, including \"no headroom\" on both, which says only that neither model "
-             "could test the item):\n"]
+    lines = [f"**Do the models agree?** (each item's status on {', '.join(models)}, by the rules of "
+             "preregistration.yaml: \"agree\" where every model reaches the same settled status, \"differ\" where "
+             "they reach different ones, \"not settled\" where a model's test settled nothing (undetermined or no "
+             "headroom); pictures and descriptions are left out):\n"]
+    groups = {"agree": "Agree", "differ": "Differ", "not settled": "Not settled", "not on every model": "Not on every model"}
     for title, items in claims:
-        same, other = [], []
-        for item, statuses in items:
-            if set(statuses) <= NO_VERDICT:
-                continue  # a picture or a description on both: nothing to agree on
-            verdict = agreement(statuses)
+        found: dict[str, list[str]] = {}
+        for item, cells in items:
+            verdict = agreement([c.status for c in cells])
+            if verdict == "no verdict":
+                continue
+            synthetic = ", synthetic" if any(c.synthetic for c in cells) else ""
             if verdict == "agree":
-                same.append(f"{item} ({statuses[0]})")
+                text = f"{item} ({cells[0].status}{synthetic})"
             else:
-                other.append(f"{item} (" + ", ".join(f"{status} on {model}" for model, status in zip(models, statuses))
-                             + ")")
-        parts = ([f"agree on {', '.join(same)}"] if same else []) + ([f"differ on {'; '.join(other)}"] if other else [])
+                text = f"{item} (" + ", ".join(f"{c.status} on {model}" for model, c in zip(models, cells)) \
+                       + f"{synthetic})"
+            found.setdefault(verdict, []).append(text)
+        parts = [f"{groups[verdict]}: {'; '.join(found[verdict])}." for verdict in groups if verdict in found]
         if parts:
-            lines.append(f"- **{title}**: " + "; ".join(parts) + ".")
+            lines.append(f"- **{title}**: " + " ".join(parts))
     return lines
 
 

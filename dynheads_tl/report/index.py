@@ -180,11 +180,39 @@ HEAD_FILES_NOTE = ("Head scores in Wu et al.'s `head_score` JSON format (`{\"lay
                    "`static_source=PATH` reads one back as the static set of any claim.")
 
 
-def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, str, list[tuple[str, str]]]]]:
-    """Every model's status and headline per index row, when the report holds more than one model
-    (``models/<model>/`` beside the default one): (the models, [(item, paper, [(status, headline) per model, then
-    (:func:`agreement` of the statuses, "")])]).
-    Empty rows with one model: the main table already says it all."""
+# Statuses that state no test's outcome (a picture, a description), and those whose test settled nothing (the
+# intervals cannot tell, or the setting cannot separate its bounds): neither can agree or differ with another model.
+NO_VERDICT = ("qualitative", "descriptive")
+UNSETTLED = ("undetermined", "no headroom")
+
+
+def agreement(statuses: list[str]) -> str:
+    """What one item's statuses on several models say together: "not on every model" (a model lacks the item),
+    "no verdict" (a picture or a description on every model), "not settled" (undetermined or without headroom on
+    some model: nothing to agree or differ with), "agree" (one settled status on every model) or "differ"
+    (settled statuses that differ)."""
+    if any(status == "not produced" for status in statuses):
+        return "not on every model"
+    if all(status in NO_VERDICT for status in statuses):
+        return "no verdict"
+    if any(status in UNSETTLED for status in statuses):
+        return "not settled"
+    return "agree" if len(set(statuses)) == 1 else "differ"
+
+
+@dataclass(frozen=True)
+class ModelCell:
+    """One index row's result on one model: its status ("not produced" when the model's report lacks it), headline
+    and whether it rests on synthetic data."""
+
+    status: str
+    headline: str = "–"
+    synthetic: bool = False
+
+
+def model_cells(output_dir: Path) -> tuple[list[ModelReport], list[tuple[Any, Any, list[ModelCell]]]]:
+    """Every index row on every model, when the report holds more than one (``models/<model>/`` beside the default
+    one): (the models, [(claim, item, [cell per model])]) in the paper's order; no rows with one model."""
     reports = model_reports(output_dir)
     if len(reports) < 2:
         return reports, []
@@ -194,36 +222,29 @@ def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, st
         cells = []
         for found in results:
             row = _result_row(found, claim, item)
-            cells.append((row["status"], row["headline"]) if row and row.get("produced") else ("not produced", "–"))
-        rows.append((item.item, item.paper, cells + [(agreement([status for status, _ in cells]), "")]))
+            cells.append(ModelCell(row["status"], row["headline"], bool(row.get("synthetic")))
+                         if row and row.get("produced") else ModelCell("not produced"))
+        rows.append((claim, item, cells))
     return reports, rows
 
 
-def agreement(statuses: list[str]) -> str:
-    """Whether the models' statuses of one item agree: "agree" (every model has it, with one status), "differ", or
-    "not on every model" (a model lacks it). Statuses are compared as words: two "no headroom" agree too, and say
-    only that neither model could test the item."""
-    if any(status == "not produced" for status in statuses):
-        return "not on every model"
-    return "agree" if len(set(statuses)) == 1 else "differ"
+def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, str, list[tuple[str, str]]]]]:
+    """The index's model table (:func:`model_cells`): (the models, [(item, paper, [(status, headline) per model,
+    then (:func:`agreement` of the statuses, "")])]); no rows with one model (the main table says it all)."""
+    reports, rows = model_cells(output_dir)
+    return reports, [(item.item, item.paper, [(c.status, c.headline) for c in cells]
+                      + [(agreement([c.status for c in cells]), "")]) for _, item, cells in rows]
 
 
-def model_agreement(output_dir: Path) -> list[tuple[str, list[tuple[str, list[str]]]]]:
-    """Per claim (its page title), each of its index rows' statuses on every model: [(claim title, [(item,
-    [status per model])])], in notebook order; empty with one model."""
-    reports = model_reports(output_dir)
-    if len(reports) < 2:
-        return []
-    results = [all_results(report.folder) for report in reports]
-    out: dict[str, list[tuple[str, list[str]]]] = {}
-    for claim in all_claims():
-        for item in claim.items:
-            cells = []
-            for found in results:
-                row = _result_row(found, claim, item)
-                cells.append(row["status"] if row and row.get("produced") else "not produced")
-            if any(cell != "not produced" for cell in cells):
-                out.setdefault(claim.title or claim.notebook, []).append((item.item, cells))
+def model_agreement(output_dir: Path) -> list[tuple[str, list[tuple[str, list[ModelCell]]]]]:
+    """Per claim (its page title, in notebook order), each of its index rows' cells on every model
+    (:func:`model_cells`), leaving out rows no model produced; empty with one model."""
+    _, rows = model_cells(output_dir)
+    order = {claim.notebook: i for i, claim in enumerate(all_claims())}
+    out: dict[str, list[tuple[str, list[ModelCell]]]] = {}
+    for claim, item, cells in sorted(rows, key=lambda row: (order[row[0].notebook], row[1].position)):
+        if any(c.status != "not produced" for c in cells):
+            out.setdefault(claim.title or claim.notebook, []).append((item.item, cells))
     return list(out.items())
 
 

@@ -36,9 +36,10 @@ def _n_splits(name: str, value) -> None:
 
 
 @compose(TraceSets, ProbeSettings, ModelSettings, RunSettings,
-         notes={name: "as in notebook 01, whose traces are reused" for name in
-                ("context_tokens", "haystack", "n_calibration", "n_analysis", "n_hotpot", "hotpot_source",
-                 "hotpot_skip_incomplete")})
+         notes={**{name: "as in notebook 01, whose traces are reused" for name in
+                   ("context_tokens", "haystack", "n_calibration", "n_analysis", "n_hotpot", "hotpot_source",
+                    "hotpot_skip_incomplete")},
+                **{name: 'used with probe_preset "cpu"' for name in ("probe_hidden", "probe_epochs")}})
 class PredictabilityConfig(NotebookConfig):
     """The claim 3 notebook's parameters: claim 1's trace sets (its cached traces are read), the probe
     settings, and claim 3's own."""

@@ -48,7 +48,7 @@ GRID_MAX_OFFSET = 3000
 class IrreplaceabilityConfig(NotebookConfig):
     """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
 
-    niah_contexts: list[int] = param([500], "Fig 2 rows: NIAH context lengths in tokens (one: 10 conditions x 2 runs must fit the time budget)", integer_list(minimum=32))
+    niah_contexts: list[int] = param([500], "Fig 2 rows: NIAH context lengths in tokens (one: every masking condition, generated and teacher-forced, must fit the time budget)", integer_list(minimum=32))
     niah_depths: list[float] = param([0.1, 0.9], "Fig 2 columns: needle depths (two: 30 samples per condition at 15 runs per cell)", fraction_list)
     hotpot_contexts: list[int] = param([750], "Fig 6 rows: HotpotQA context lengths (750: more unmasked headroom than 250)", integer_list(minimum=32))
     hotpot_depths: list[float] = param([0.1, 0.9], "Fig 6 columns: depth of the gold paragraphs", fraction_list)

@@ -240,24 +240,35 @@ def progressive_rule(table: pd.DataFrame, metric: str, comp: dict, rule: dict) -
     return verdict, curve, compensated
 
 
+def _interval_or_all(value: float, low: float, high: float, n: int, digits: int = 3, signed: bool = False) -> str:
+    """An estimate with its 95% interval, "(all n = X equal)" when the interval is degenerate, "missing" when NaN."""
+    if value != value:
+        return "missing"
+    shown = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    if low == high:
+        return f"{shown} (all n = {n} equal)"
+    return ci_text(value, low, high, digits, signed=signed)
+
+
 def _teacher_forced_curve(table: pd.DataFrame) -> str:
-    """The teacher-forced half of a progressive item, from :func:`progressive_table`'s ``tf_`` columns: the gold
-    token's log-probability drop per k (nats/step, 95% over samples) and, where the run has the size-matched random
-    control, ranked − random per k with its Holm-adjusted sign test."""
+    """The teacher-forced half of a progressive item, from :func:`progressive_table`'s ``tf_`` columns: the ranked
+    heads' gold-token log-probability drop per k (nats/step, 95% interval over samples) and, where the run has the
+    size-matched random control, ranked − random per k with its Holm-adjusted sign test."""
     if "tf_drop" not in table:
         return "teacher-forced drop by k: missing (this run did not write it)"
     parts = []
     for _, row in table.iterrows():
-        degenerate = row["tf_drop_low"] == row["tf_drop_high"]
-        text = f"k = {int(row['k'])} " + (f"{row['tf_drop']:.3f} (every sample)" if degenerate else
-                                          ci_text(row["tf_drop"], row["tf_drop_low"], row["tf_drop_high"], 3))
+        n = int(row["n"])
+        text = f"k = {int(row['k'])} " + _interval_or_all(row["tf_drop"], row["tf_drop_low"], row["tf_drop_high"], n)
         if "tf_difference" in row and row["tf_difference"] == row["tf_difference"]:
             p = row.get("tf_p_adjusted")
-            text += (f" (ranked − random {ci_text(row['tf_difference'], row['tf_difference_low'], row['tf_difference_high'], 3, signed=True)}, "
-                     f"{int(row['tf_ranked_worse'])}:{int(row['tf_random_worse'])} samples"
-                     + (f", Holm p = {p:.3g}" if p == p and p is not None else ", not testable") + ")")
+            diff = _interval_or_all(row["tf_difference"], row["tf_difference_low"], row["tf_difference_high"], n,
+                                    signed=True)
+            text += (f" (ranked − random {diff}, {int(row['tf_ranked_worse'])}:{int(row['tf_random_worse'])} samples"
+                     + (f", Holm p = {p:.3g}" if p is not None and p == p else ", not testable") + ")")
         parts.append(text)
-    return "teacher-forced drop by k, nats/step: " + "; ".join(parts)
+    return ("teacher-forced drop of the ranked heads by k, nats/step (95% intervals over samples): "
+            + "; ".join(parts))
 
 
 def _progressive_status(stem: str) -> Callable[[Path], Status]:
