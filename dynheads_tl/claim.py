@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from dynheads_tl.analysis.statistics import format_interval
+
 # Index statuses. Of the paper's items: reproduced, weaker (the same direction, less strongly than the paper), not
 # reproduced, undetermined (the intervals cannot tell), no headroom (the setting does not separate its bounds, so
 # the comparison says nothing) and qualitative (a picture, no verdict). Items beyond the paper test a hypothesis
@@ -151,8 +153,6 @@ class Claim:
 def ci_text(value: float, low: float, high: float, digits: int = 2, signed: bool = False) -> str:
     """``value [low, high]`` for an index cell (:func:`~dynheads_tl.analysis.statistics.format_interval`), with true
     minus signs."""
-    from dynheads_tl.analysis.statistics import format_interval
-
     return format_interval(value, low, high, digits, signed=signed).replace("-", "−")
 
 

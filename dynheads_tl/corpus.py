@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from dynheads_tl.analysis.scoring import calibrate_chance_factor
 from dynheads_tl.config import Eq2Settings
 from dynheads_tl.engine.models import model_identity
+from dynheads_tl.engine.preflight import model_context_window
 from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces
 from dynheads_tl.engine.tracing import trace_batch, trace_generation
 from dynheads_tl.executors import compute_missing
 from dynheads_tl.store import traces_path
-from dynheads_tl.tasks import make_hotpot_samples, make_niah_samples
+from dynheads_tl.tasks import check_context_fits, check_haystack, make_hotpot_samples, make_niah_samples
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.params import Part, compose, integer, param
 from dynheads_tl.tasks.common import mix_seed, placebo_sample, prompt_digest
 from dynheads_tl.tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
+from dynheads_tl.tasks.wu_detect import is_wu_sample, truncate_at_newline, wu_trace_config
 
 # Seed offsets of the sample splits (added to a run's seed); each names what its samples are for.
 SEED_OFFSETS = {
@@ -53,9 +56,6 @@ def check_settings(specs, name: str, model: str, max_new_tokens: int) -> list[tu
     """Parameter ``name``: a non-empty list of distinct ``"haystack:context_tokens"`` settings, each haystack
     readable and each length fitting the model's window (:func:`~dynheads_tl.tasks.check_context_fits`). Returns
     them parsed."""
-    from dynheads_tl.engine.preflight import model_context_window
-    from dynheads_tl.tasks import check_context_fits, check_haystack
-
     if not isinstance(specs, list) or not specs or not all(isinstance(s, str) for s in specs):
         raise ValueError(f"Parameter '{name}' must be a non-empty list of 'haystack:tokens' strings, got {specs!r}.")
     parsed = [parse_setting(spec) for spec in specs]
@@ -121,8 +121,6 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
     counts batches."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    from dynheads_tl.tasks.wu_detect import is_wu_sample, truncate_at_newline, wu_trace_config
-
     wu = bool(samples) and all(is_wu_sample(s) for s in samples)
     if wu:  # Wu et al.'s decode: 50 steps, no EOS stop, cut after the first newline (cached cut)
         trace_config = wu_trace_config(trace_config)
@@ -268,8 +266,6 @@ def calibrated_eq2_rule(model, config: TraceSets, seeds: list[int], *, rule: str
     ``seeds`` (:func:`~dynheads_tl.analysis.scoring.calibrate_chance_factor` at ``false_rate``); or the fixed
     ``threshold`` for ``rule="fixed"``. Returns the rule with the real and placebo calibration traces it read
     (empty for the fixed rule)."""
-    from dynheads_tl.analysis.scoring import calibrate_chance_factor
-
     if rule == "fixed":
         return Eq2Rule("fixed", threshold), [], []
     if rule != "chance":

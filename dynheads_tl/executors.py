@@ -2,7 +2,7 @@
 tables from what comes back (and from the cache).
 
 A *unit* is one traced sample, one ablation job (sample, condition, k), one retention sample, one RAG answer.
-Traces, ablation jobs and retention samples have the cache keys they always had, and RAG answers have theirs;
+Traces, ablation jobs, retention samples and RAG answers each have their own cache keys, the same on every backend;
 the claim reads the finished ones from the cache and hands the missing ones to the model's executor, grouped into
 *batches* exactly as the local code batches them (so a batch decodes the same rows
 on every backend, and results agree whatever runs them). The executor calls ``compute(model, payloads, *args)``
@@ -34,11 +34,16 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 import weakref
 from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
+import torch
+
+from dynheads_tl.engine.decoder import PrefixStore, shared_prefill, store_budget
+from dynheads_tl.engine.models import load_model, model_fingerprint
 from dynheads_tl.progress import progress
 from dynheads_tl.store import load_cached_json, save_cached_json
 
@@ -65,8 +70,6 @@ class LocalExecutor:
         """Yield ``(i, compute(model, batches[i], *args))`` for every batch, in order, with progress. The batches
         share prompt prefixes (:func:`~dynheads_tl.engine.decoder.shared_prefill`): a batch copies the keys and
         values of a prefix an earlier batch of this call prefilled."""
-        from dynheads_tl.engine.decoder import shared_prefill
-
         with shared_prefill():
             for index in progress(range(len(batches)), desc=_units_desc(desc, batches)):
                 results = compute(model, list(batches[index]), *args)
@@ -97,26 +100,18 @@ class _Worker:
     """A Ray actor's state: its own model, loaded once (wrapped by ``ray.remote`` in :class:`RayExecutor`)."""
 
     def __init__(self, load: Callable[[], Any], threads: int | None):
-        import torch
-
-        from dynheads_tl.engine.decoder import PrefixStore, store_budget
-
         if threads:
             torch.set_num_threads(threads)
         self.model = load()
         self.store = PrefixStore(store_budget())  # shared prompt prefixes across this actor's batches
 
     def fingerprint(self) -> str:
-        from dynheads_tl.engine.models import model_fingerprint
-
         return model_fingerprint(self.model)
 
     def pid(self) -> int:
         return os.getpid()
 
     def run(self, compute: Compute, batch: list, args: tuple) -> list:
-        from dynheads_tl.engine.decoder import shared_prefill
-
         with shared_prefill(self.store):
             return compute(self.model, batch, *args)
 
@@ -129,8 +124,6 @@ class ModelLoader:
         self.name, self.device, self.dtype = name, device, dtype
 
     def __call__(self):
-        from dynheads_tl.engine.models import load_model
-
         # Ray gives each GPU actor one GPU, which it sees as cuda:0, whatever the driver's cuda:N.
         device = "cuda" if self.device.startswith("cuda") else self.device
         return load_model(self.name, device=device, dtype=self.dtype)
@@ -412,8 +405,6 @@ def check_ray_address(address: str, *, timeout: float | None = None) -> None:
     """``address`` (``HOST:PORT``, ``ray://HOST:PORT`` or ``auto``) answers a TCP connection within ``timeout``
     seconds (:data:`RAY_ADDRESS_TIMEOUT`): refused with one sentence before any model is loaded, instead of Ray's
     minutes of retries and a traceback."""
-    import socket
-
     timeout = RAY_ADDRESS_TIMEOUT if timeout is None else timeout
     target = _resolve_auto_address() if address == "auto" else address
     if not target:
@@ -440,8 +431,6 @@ def use_backend(backend: str, model, *, name: str, device: str = "auto", dtype: 
     """The executor a notebook's ``backend`` parameter asks for, bound to ``model`` (:func:`bind_executor`): the
     driver's model, whose fingerprint the workers must match; ``name``, ``device`` and ``dtype`` are how each Ray
     actor loads its own. Returns it."""
-    from dynheads_tl.engine.models import model_fingerprint
-
     check_backend(backend, address)
     if backend == "local":
         return bind_executor(model, LocalExecutor())

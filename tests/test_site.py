@@ -46,7 +46,6 @@ def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
     """With two model reports, one computed line per claim: statuses that are settled and equal agree, settled and
     different differ, an undetermined or no-headroom status on either model is not settled (two "undetermined" do not
     agree), a missing item is said so, pictures and descriptions are left out, and synthetic data are named."""
-    from dynheads_tl.report import index
     from dynheads_tl.report.index import ModelCell, agreement
 
     assert agreement(["weaker", "weaker"]) == "agree" and agreement(["weaker", "reproduced"]) == "differ"
@@ -59,7 +58,7 @@ def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
         ("Fig 4", [ModelCell("undetermined", synthetic=True), ModelCell("undetermined", synthetic=True)]),
         ("Fig 5", [ModelCell("qualitative"), ModelCell("qualitative")]),
         ("Fig 9", [ModelCell("weaker"), ModelCell("not produced")])])]
-    monkeypatch.setattr(index, "model_agreement", lambda output_dir: hand_built)
+    monkeypatch.setattr(findings, "model_agreement", lambda output_dir: hand_built)
     lines = findings.agreement_lines(Path("unused"), ["a", "b"])
     assert lines[1] == ("- **Claim 9: toy**: Agree: Fig 2 (not reproduced). Differ: Table 2 (weaker on a, reproduced on "
                         "b). Not settled: Fig 4 (undetermined on a, undetermined on b, synthetic). Not on every model: "

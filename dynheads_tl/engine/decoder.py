@@ -22,6 +22,7 @@ import os
 from collections import OrderedDict
 from typing import Any, Iterator, Sequence
 
+import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
@@ -94,8 +95,6 @@ class PrefixStore:
     def longest(self, model, ids: Sequence[int], limit: int) -> tuple[Any, int] | None:
         """``(cache, n)``: the entry sharing the longest prefix with ``ids`` (at most ``limit`` positions) and the
         length of that prefix; None when no entry shares a position."""
-        import numpy as np
-
         query = np.asarray(ids[:limit], dtype=np.int64)
         best, best_n, best_key = None, 0, None
         for key, (cache, _) in self.entries.items():

@@ -103,7 +103,7 @@ class Eq2Rule:
 
     @classmethod
     def of(cls, rule: "Eq2Rule | float") -> "Eq2Rule":
-        """A rule as given, or a bare number as the fixed threshold it has always meant."""
+        """A rule as given, or a bare number as the fixed threshold."""
         return rule if isinstance(rule, Eq2Rule) else cls("fixed", float(rule))
 
     def cutoff(self, chance: Tensor) -> Tensor:

@@ -17,8 +17,8 @@ def model_fingerprint(model) -> str:
     """A short hex digest of what the model computes with: its config and, for every parameter, its
     name, shape, dtype and 64 sampled values (the first and last 16 and 32 evenly spaced between).
 
-    Why: caches were keyed by the name or path the user typed, so a different model saved into the
-    same folder got the old model's traces back. Sampling values instead of hashing all weights
+    Why: a cache keyed by the name or path the user typed would hand a different model saved into the
+    same folder the first model's traces. Sampling values instead of hashing all weights
     keeps this to milliseconds even for an 8B model on a GPU, and distinguishes any two trainings or
     fine-tunes in practice (a change confined to unsampled elements would go unnoticed). Computed
     once per model object and kept in ``model.__dict__``: weights edited in place afterwards are not seen.

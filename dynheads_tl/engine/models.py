@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import importlib.util
 import logging
 import os
@@ -440,8 +441,6 @@ def tune_cpu_allocator() -> bool:
     _ALLOCATOR_TUNED = False
     if os.environ.get("DYNHEADS_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
         return False
-    import ctypes
-
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # not glibc (e.g. musl)

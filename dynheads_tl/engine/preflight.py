@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from pathlib import Path
 
 import torch
+
+from dynheads_tl.engine.models import (_CONVERSION_VERSION, EMBEDDED_MODELS, embedded_gguf, manifest_problem,
+                                      resolve_model_source)
+from dynheads_tl.store import cache_dir
+from dynheads_tl.tasks.niah import needle_lengths
 
 # Set to 1 (``dynheads report --allow-cpu-half``) to run float16 / bfloat16 on the CPU anyway.
 ALLOW_CPU_HALF_ENV = "DYNHEADS_ALLOW_CPU_HALF"
@@ -57,15 +63,11 @@ def check_dtype(dtype: str, device: str, *, name: str = "dtype") -> None:
 def embedded_context_window(name: str) -> int:
     """The context window declared for embedded model ``name`` (:class:`~dynheads_tl.engine.models.EmbeddedModel`;
     nothing is read or converted)."""
-    from dynheads_tl.engine.models import EMBEDDED_MODELS
-
     return EMBEDDED_MODELS[name].context_window
 
 
 def embedded_head_shape(name: str) -> tuple[int, int]:
     """(layers, query heads per layer) declared for embedded model ``name``."""
-    from dynheads_tl.engine.models import EMBEDDED_MODELS
-
     spec = EMBEDDED_MODELS[name]
     return spec.layers, spec.heads
 
@@ -73,8 +75,6 @@ def embedded_head_shape(name: str) -> tuple[int, int]:
 def _text_config(model: str):
     """``model``'s config (its text part, for a multimodal one), read from its config file without the weights."""
     from transformers import AutoConfig
-
-    from dynheads_tl.engine.models import resolve_model_source
 
     source = resolve_model_source(model)
     try:
@@ -87,8 +87,6 @@ def _text_config(model: str):
 
 
 def _config_file(source: str) -> str:
-    from pathlib import Path
-
     folder = Path(source).expanduser()
     return str(folder / "config.json") if folder.is_dir() else f"{source}'s config.json"
 
@@ -101,8 +99,6 @@ def _first_line(error: BaseException) -> str:
 def _embedded_name(model: str) -> str | None:
     """``model``'s embedded name when it is one (its shape is then read from the GGUF header: checking never
     converts the model)."""
-    from dynheads_tl.engine.models import EMBEDDED_MODELS
-
     return str(model).lower() if str(model).lower() in EMBEDDED_MODELS else None
 
 
@@ -141,9 +137,6 @@ def _embedded_tokenizer(name: str):
     """Embedded model ``name``'s tokenizer without converting the model: read from its converted folder when it is
     there and whole, else from its GGUF (slower: transformers builds the tokenizer from it; a model shipped in chunks
     is assembled in a temporary folder for the read, :func:`~dynheads_tl.engine.models.embedded_gguf`)."""
-    from dynheads_tl.engine.models import _CONVERSION_VERSION, embedded_gguf, manifest_problem
-    from dynheads_tl.store import cache_dir
-
     converted = cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
     if manifest_problem(converted, "size") is None:
         return _read_tokenizer(name, str(converted), {})
@@ -167,16 +160,12 @@ def model_tokenizer(model: str):
     name = _embedded_name(model)
     if name:
         return _embedded_tokenizer(name)
-    from dynheads_tl.engine.models import resolve_model_source
-
     return _read_tokenizer(model, resolve_model_source(model), {})
 
 
 @lru_cache(maxsize=None)
 def niah_needs(model: str) -> tuple[int, int]:
     """(answer tokens, needle tokens) of a NIAH sample for ``model``'s tokenizer (:func:`~dynheads_tl.tasks.niah.needle_lengths`)."""
-    from dynheads_tl.tasks.niah import needle_lengths
-
     return needle_lengths(model_tokenizer(model))
 
 

@@ -34,6 +34,7 @@ from torch import Tensor
 from dynheads_tl.engine.decoder import BatchDecoder
 from dynheads_tl.engine.equations import eligible_positions, evidence_positions
 from dynheads_tl.engine.hooks import HookList, StepState
+from dynheads_tl.engine.models import declared_stop_ids
 from dynheads_tl.engine.recorder import build_trace, max_evidence, new_buffers, record_token_signals, reduction_hooks
 from dynheads_tl.engine.trace_data import Trace, TraceConfig
 from dynheads_tl.tasks.common import Sample
@@ -42,8 +43,6 @@ from dynheads_tl.tasks.common import Sample
 def eos_token_ids(model) -> set[int]:
     """The ids that end a generation: the tokenizer's, config's and generation config's EOS, plus an embedded
     model's declared stop tokens (:attr:`dynheads_tl.engine.models.EmbeddedModel.stop_tokens`)."""
-    from dynheads_tl.engine.models import declared_stop_ids
-
     ids = declared_stop_ids(model)
     for source in (getattr(model, "tokenizer", None), getattr(getattr(model, "original_model", None), "config", None),
                    getattr(getattr(model, "original_model", None), "generation_config", None)):

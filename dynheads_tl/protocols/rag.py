@@ -7,9 +7,12 @@ question per batch, with cached answers; and, teacher-forced, each strategy's go
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pandas as pd
 from torch import Tensor
 
+from dynheads_tl.engine.models import model_identity
 from dynheads_tl.executors import cached_units
 from dynheads_tl.protocols.rag_loop import RETRIEVING, RagPolicy, rag_generate, rag_generate_many
 from dynheads_tl.protocols.rag_protocol import (STRATEGIES, HeadSelector, RagConfig, RagResult, Strategy,
@@ -17,7 +20,8 @@ from dynheads_tl.protocols.rag_protocol import (STRATEGIES, HeadSelector, RagCon
                                                 segment_attention, sentence_start, windows_from_positions,
                                                 word_starts)
 from dynheads_tl.protocols.stepwise import gold_token_ids
-from dynheads_tl.tasks.common import Sample
+from dynheads_tl.store import tensor_digest
+from dynheads_tl.tasks.common import Sample, prompt_digest
 from dynheads_tl.tasks.metrics import exact_match, token_f1
 
 __all__ = ["RETRIEVING", "STRATEGIES", "HeadSelector", "RagConfig", "RagPolicy", "RagResult", "Strategy",
@@ -102,12 +106,6 @@ def answer_keys(model, units: list[tuple[str, int, Sample]], config: RagConfig, 
     static strategy's keys and the probe's name only the dynamic strategy's: no other strategy reads them.
     ``teacher_forced``: the keys of the teacher-forced units (``unit`` "rag_teacher_forced", their own version and
     the gold token ids), which never meet an answer's key."""
-    from dataclasses import asdict
-
-    from dynheads_tl.engine.models import model_identity
-    from dynheads_tl.store import tensor_digest
-    from dynheads_tl.tasks.common import prompt_digest
-
     shared = {k: v for k, v in cache_key.items() if k != "probe"}
     base = {**shared, "unit": "rag_answer", "protocol_version": RAG_PROTOCOL_VERSION, "rag": asdict(config),
             **model_identity(model)}

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import HookList, StepState, retain_heads
+from dynheads_tl.engine.models import model_name
 from dynheads_tl.engine.tracing import BatchLoop, Trace, TraceConfig
 from dynheads_tl.protocols.stepwise import HeadIntervention, Selector, StepView, TeacherForcing, decode_jobs
 from dynheads_tl.tasks.common import Sample, mix_seed
@@ -274,8 +275,6 @@ LLAMA_31_8B = KVShape("Llama-3.1-8B", 32, 8, 128)
 
 def model_kv_shape(model) -> KVShape:
     """The KV shape of a loaded model (named as :func:`~dynheads_tl.engine.models.model_name` names it)."""
-    from dynheads_tl.engine.models import model_name
-
     cfg = model.cfg
     n_kv = int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
     return KVShape(model_name(model), int(cfg.n_layers), n_kv, int(cfg.d_head))

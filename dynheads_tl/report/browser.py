@@ -11,10 +11,12 @@ be fetched the way a browser follows them. Nothing is written into the report fo
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import http.server
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -23,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from dynheads_tl.report.text import raw_tex
 
 NARROW = 420  # px: the page must not scroll sideways at this width, except inside its table boxes
 WIDE = 1280
@@ -68,8 +72,6 @@ class Browser:
             self.call(f"{domain}.enable", session=True)
 
     def _read_message(self, deadline: float) -> dict[str, Any]:
-        import select
-
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._from_chrome], [], [], left)[0]:
@@ -233,10 +235,6 @@ _OVERFLOW_CHECK = r"""
 def page_problems(browser: Browser, url: str, name: str, screenshot: Path | None = None) -> list[str]:
     """What is broken on one page: JavaScript errors, broken links, anchors and images, raw TeX, and sideways
     scrolling at :data:`NARROW` px (a screenshot at that width is written to ``screenshot`` when given)."""
-    import base64
-
-    from dynheads_tl.report.text import raw_tex
-
     problems = []
     browser.open(url, WIDE)
     time.sleep(0.3)  # scripts that run after the load event (circuitsvis renders then)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
+from dynheads_tl.report.index import agreement, model_agreement
 from dynheads_tl.report.results import all_results, model_reports, read_runs
 from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
@@ -92,8 +93,6 @@ def agreement_lines(output_dir: Path, models: list[str]) -> list[str]:
     the models say together (:func:`~dynheads_tl.report.index.agreement`): where they agree (one settled status),
     differ (settled statuses that differ), are not settled on some model (undetermined or no headroom), or exist
     on one model only; pictures and descriptions are left out. Empty with one model."""
-    from dynheads_tl.report.index import agreement, model_agreement
-
     claims = model_agreement(output_dir)
     if not claims:
         return []

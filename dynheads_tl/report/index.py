@@ -157,15 +157,13 @@ STATUS_NOTE = ("The status is computed from each item's CSV by the rule its clai
 def head_score_files(output_dir: Path) -> list[dict[str, str]]:
     """Every head-score file a notebook wrote (``<notebook>/head_scores/<model>_<score>.json``, Wu et al.'s format),
     each with its provenance file and what its provenance says it holds: model, score, n. Sorted by model."""
-    import json
-
     found = []
     for path in sorted(Path(output_dir).glob("*/head_scores/*.json")):
         if path.name.endswith(".provenance.json"):
             continue
         provenance = path.with_name(path.stem + ".provenance.json")
         try:
-            info = json.loads(provenance.read_text())
+            info = _json.loads(provenance.read_text())
         except (OSError, ValueError):
             info = {}
         found.append({"model": str(info.get("model", path.stem.rsplit("_", 2)[0])), "score": str(info.get("score", "?")),

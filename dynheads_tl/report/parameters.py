@@ -21,6 +21,7 @@ from typing import Any
 
 import nbformat
 
+from dynheads_tl.claims import claim_for
 from dynheads_tl.params import field_help
 
 __all__ = ["cell_names", "literal_source", "notebook_parameters_help", "parameters_cell", "write_parameters_cells"]
@@ -90,8 +91,6 @@ def _replace_in_jupytext(text: str, cell: str, path: Path) -> str:
 def write_parameters_cells(notebooks: list[Path]) -> list[Path]:
     """Rewrite each notebook's parameters cell (its ``.ipynb`` and, when present, its jupytext ``.py``) from its
     claim's config; returns the files that changed."""
-    from dynheads_tl.claims import claim_for
-
     changed = []
     for path in notebooks:
         notebook = nbformat.read(path, as_version=4)
@@ -114,8 +113,6 @@ def write_parameters_cells(notebooks: list[Path]) -> list[Path]:
 def notebook_parameters_help(notebook: Path) -> str:
     """``dynheads report --only NAME --help``'s listing: the notebook's parameters cell as it is rendered from the
     config (every parameter with its default and help), for ``-p name=value``."""
-    from dynheads_tl.claims import claim_for
-
     tagged = _tagged_cell(nbformat.read(notebook, as_version=4))
     cell = parameters_cell(claim_for(notebook.stem).config, cell_names(tagged.source))
     return (f"parameters of {notebook.stem} (-p name=value; each line: name = default  # help):\n"

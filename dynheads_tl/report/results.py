@@ -1,11 +1,11 @@
 """The report's data: each notebook folder's ``verdicts.json`` (:mod:`dynheads_tl.verdicts`), for every model a
 report holds.
 
-A report folder holds the default model's results where they always were (``papers_figures/NN_name/``) and each
+A report folder holds the default model's results at its top (``papers_figures/NN_name/``) and each
 other model's beside them, as a report of its own: ``papers_figures/models/<model>/NN_name/`` (with its own
 ``executed/``, ``runs.json`` and index). :func:`model_reports` lists them; the top index reads all of them.
 
-A folder without ``verdicts.json`` (a report written before the file existed) is computed in memory from its CSVs
+A folder without ``verdicts.json`` (a report written without one) is computed in memory from its CSVs
 by the same claim functions that write the file (:func:`dynheads_tl.verdicts.build`);
 ``python -m dynheads_tl.report.rerender`` writes the files.
 """

@@ -18,16 +18,21 @@ every input file that can be checked without loading the model.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import datetime
 import json as _json
 import logging
 import os
 import tempfile
+import textwrap
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import nbformat
+
+from dynheads_tl.claims import all_claims, claim_for
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.params import check_parameters
 from dynheads_tl.report.index import render_notebook_html
@@ -52,8 +57,6 @@ BUILTIN_PRESETS = ("default", "smoke", "paper")
 
 def preset_names() -> list[str]:
     """Every preset a run may name: the built-in ones and any a claim declares."""
-    from dynheads_tl.claims import all_claims
-
     return sorted(set(BUILTIN_PRESETS) | {name for claim in all_claims() for name in claim.presets})
 
 
@@ -61,11 +64,6 @@ def parameters_help(width: int = 100) -> str:
     """``dynheads report --help``'s list of the notebooks (for ``--only``) and of each one's parameters (for ``-p``),
     read from the claims' config classes, where the parameters are declared (the notebooks' parameters cells match
     them: tests/test_runner.py checks)."""
-    import dataclasses
-    import textwrap
-
-    from dynheads_tl.claims import all_claims
-
     claims = all_claims()
     names = {claim.notebook: [f.name for f in dataclasses.fields(claim.config)] for claim in claims}
     shared = [name for name in names[claims[0].notebook] if all(name in fields for fields in names.values())]
@@ -87,8 +85,6 @@ def parameters_help(width: int = 100) -> str:
 
 def preset_parameters(preset: str, stem: str) -> dict[str, Any]:
     """Notebook ``stem``'s parameter overrides in ``preset`` (its claim's declaration; empty: the defaults)."""
-    from dynheads_tl.claims import claim_for
-
     return claim_for(stem).preset(preset)
 
 
@@ -145,8 +141,6 @@ def _literal(text: str) -> Any:
 
 def config_class(stem: str):
     """The config class that notebook ``stem``'s claim declares (``Claim.config``)."""
-    from dynheads_tl.claims import claim_for
-
     return claim_for(stem).config
 
 
@@ -220,8 +214,6 @@ def _environment(**values: str) -> Iterator[None]:
 
 def _relocate(executed: Path, notebook: Path, shown_output: str, cwd: Path) -> None:
     """Record the notebook's own paths relative to the working directory (papermill writes absolute ones)."""
-    import nbformat
-
     nb = nbformat.read(executed, as_version=4)
     meta = nb.metadata.setdefault("papermill", {})
     meta["input_path"] = _shown_path(notebook, cwd) if notebook.is_relative_to(cwd.resolve()) else f"notebooks/{notebook.name}"

@@ -9,13 +9,14 @@ import tempfile
 import threading
 from pathlib import Path
 
+import nbformat
+from tqdm import tqdm
+
 from dynheads_tl.store import HEAL_PREFIX
 
 
 def heal_warnings(executed: Path) -> list[str]:
     """The cache's heal warnings (:data:`~dynheads_tl.store.HEAL_PREFIX` lines) in an executed notebook's output."""
-    import nbformat
-
     try:
         nb = nbformat.read(executed, as_version=4)
     except (OSError, ValueError):
@@ -76,8 +77,6 @@ class ProgressRelay:
             self._relay()
 
     def _relay(self) -> None:
-        from tqdm import tqdm
-
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)

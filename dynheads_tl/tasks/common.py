@@ -1,7 +1,9 @@
 """What every task shares: the paper's chat prompt and exact token spans from character offsets."""
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -250,8 +252,6 @@ def check_context_fits(
 def prompt_digest(sample: "Sample") -> str:
     """A short hash of a sample's prompt tokens and evidence spans: part of every cache key, so a changed
     prompt (a new template, another tokenizer) never reads another prompt's results."""
-    import hashlib
-
     blob = ",".join(map(str, sample.prompt_ids)) + "|" + repr(sample.evidence_spans)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -282,8 +282,6 @@ def placebo_sample(sample: Sample, seed: int) -> Sample:
     null against which Eq. 2's selection is calibrated. The spans may fall in a gold paragraph beside the
     evidence (in short contexts, often), where heads have some reason to look, which makes the null
     conservative: the calibrated factor can only come out higher, not lower."""
-    import random
-
     rng = random.Random(seed)
     c0, c1 = sample.context_span
     taken = [False] * len(sample.prompt_ids)

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from .common import read_utf8
+from .wu_detect import check_wu_spec, is_wu_spec, load_wu_detection, split_wu_spec
 
 FILLER_SENTENCES = (
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -96,8 +97,6 @@ def _split_spec(source) -> tuple[str, str | None]:
         return source, None
     if source.startswith("folder:"):
         return "folder", source[len("folder:"):]
-    from .wu_detect import is_wu_spec
-
     if is_wu_spec(source):
         return "wu", source
     raise ValueError(f"Unknown haystack {source!r}; use {HAYSTACK_CHOICES}.")
@@ -132,8 +131,6 @@ def check_haystack(source: str, *, min_chars: int = 1) -> int:
     if kind == "filler":
         return len(FILLER_SENTENCES)
     if kind == "wu":  # Wu et al.'s detection folder: needles.jsonl and its part folders, checked line by line
-        from .wu_detect import check_wu_spec, load_wu_detection, split_wu_spec
-
         check_wu_spec(folder)
         return min(len(text) for _, text in load_wu_detection(split_wu_spec(folder)[0]))
     text = prose_haystack(0) if kind == "prose" else _folder_text(folder)

@@ -10,6 +10,7 @@ Context control (paper Fig 6): with ``context_tokens`` set, the gold paragraphs 
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 from dataclasses import asdict, dataclass
@@ -253,8 +254,6 @@ def check_hotpot_source(source: str | Path, n_needed: int, *, skip_incomplete: b
     if str(source) == "synthetic":
         return n_needed
     if str(source) == "hf":
-        import importlib.util
-
         if importlib.util.find_spec("datasets") is None:
             raise ImportError(_HF_MISSING)
         return n_needed

@@ -26,6 +26,7 @@ from .common import (
     tokenize_with_offsets,
 )
 from .haystacks import load_haystack
+from .wu_detect import is_wu_spec, make_wu_samples
 
 # Every haystack is first loaded at this many characters (~45k tokens); longer contexts reload it longer.
 _BASE_HAYSTACK_CHARS = 200_000
@@ -192,8 +193,6 @@ def make_niah_samples(
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}.")
     max_tokens = resolve_max_tokens(tokenizer, max_tokens)
-    from .wu_detect import is_wu_spec, make_wu_samples
-
     if is_wu_spec(overrides.get("haystack")):  # Wu et al.'s needles, questions, prompt and span rule
         unknown = sorted(set(overrides) - {"haystack", "max_new_tokens"})
         if unknown:

@@ -4,17 +4,22 @@ answer F1 and on the teacher-forced gold-answer log-probability (a secondary mea
 """
 from __future__ import annotations
 
+import copy
 import logging
 import numpy as np
 import pandas as pd
 import torch
 
+from dynheads_tl.analysis.correlation import ProbeConfig, split_by_sample, train_probe
+from dynheads_tl.analysis.scoring import static_eq2_scores
 from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
 from dynheads_tl.corpus import TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.protocols.rag import STRATEGIES, calibrate_rind_threshold, run_units
+from dynheads_tl.store import tensor_digest
 from dynheads_tl.tasks.metrics import token_f1
 from dynheads_tl.tasks.common import Sample
+from dynheads_tl.tasks.hotpot import load_hotpot_records
 
 from .config import SEEDS, RagStudyConfig
 
@@ -113,8 +118,6 @@ def teacher_forced_comparisons(rows: pd.DataFrame, seed: int = 0, alpha: float =
 
 def _file_records(config: RagStudyConfig) -> list | None:
     """A file's usable records (None for the synthetic generator), with a warning for skipped ones."""
-    from dynheads_tl.tasks.hotpot import load_hotpot_records
-
     if config.hotpot_source == "synthetic":
         return None
     loaded = load_hotpot_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
@@ -181,9 +184,6 @@ def training_traces(model, config: RagStudyConfig) -> tuple[list, list]:
 def train_head_probe(model, config: RagStudyConfig):
     """Static Eq. 2 scores and a regression probe (hidden state -> per-head Eq. 2 score), both from the setting's
     training traces (:func:`training_traces`)."""
-    from dynheads_tl.analysis.correlation import ProbeConfig, split_by_sample, train_probe
-    from dynheads_tl.analysis.scoring import static_eq2_scores
-
     calibration, traces = training_traces(model, config)
     static_scores = static_eq2_scores(calibration)
     train, val = split_by_sample(len(traces), [0.8, 0.2], config.seed)
@@ -199,10 +199,6 @@ class HeadProbe:
     [layer, head]. ``digest`` names its weights, so cached answers of another probe are never read back."""
 
     def __init__(self, network: torch.nn.Module, shape: tuple[int, int]):
-        import copy
-
-        from dynheads_tl.store import tensor_digest
-
         # A copy: weights edited afterwards in the caller's network must not change what this digest names.
         self.network, self.shape = copy.deepcopy(network).eval(), shape
         self.digest = tensor_digest(*self.network.state_dict().values())

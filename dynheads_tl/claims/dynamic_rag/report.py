@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
+from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, detectable_words, format_interval,
-                                             n_to_resolve, wilson_interval)
+                                             n_to_resolve, tost_interval, wilson_interval)
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import SEEDS, RagStudyConfig
 from .pipeline import _recall_per_visible
@@ -277,8 +278,6 @@ def table4_rule(bounds, primary, rule_sesoi: float, alpha: float) -> str:
     (the bounds, tested alone); reproduced when the primary (Dynamic − Static F1, tested alone at ``alpha``) is
     separated positive and its estimate reaches ``rule_sesoi``; not reproduced when separated negative, or when TOST
     (the 95% interval within ±sesoi) says the difference is negligible; undetermined otherwise."""
-    from dynheads_tl.analysis.statistics import tost_interval
-
     if bounds is None or _alone(bounds, alpha) != "positive":
         return "no headroom"
     direction = _alone(primary, alpha)
@@ -292,8 +291,6 @@ def table4_rule(bounds, primary, rule_sesoi: float, alpha: float) -> str:
 def _table4_status(folder: Path) -> Status:
     """:func:`table4_rule` on ``table4_comparisons.csv``, thresholds from preregistration.yaml; the data named
     synthetic unless the run names a real file; the teacher-forced half named missing when the run has none."""
-    from dynheads_tl import preregistration
-
     declared = preregistration.primary("dynamic_rag")
     sesoi, alpha = float(declared["sesoi"]), preregistration.alpha()
     table = pd.read_csv(folder / "table4_rag.csv").set_index("strategy")
@@ -317,8 +314,6 @@ def _table4_status(folder: Path) -> Status:
                else "teacher-forced gold log-probability: missing (this run did not write it)")
             + ("; synthetic HotpotQA-format questions" if synthetic else ""))
     if verdict != "reproduced":
-        from dynheads_tl.analysis.statistics import Interval, n_to_resolve
-
         need = n_to_resolve(Interval(ds.f1_difference, ds.low, ds.high, int(ds.n)))
         why += (". What would settle it: " + (f"about {need} questions for the observed difference, " if need else "")
                 + f"real HotpotQA questions{' (these are synthetic)' if synthetic else ''} and the confirmatory model "

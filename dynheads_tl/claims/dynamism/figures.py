@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 import numpy as np
 import pandas as pd
 
@@ -21,8 +22,6 @@ def long_tail_figure(frequency: pd.DataFrame, curve: Sequence[int], n_heads: int
     left.set_xlabel("head rank (active heads only)")
     left.set_ylabel("fraction of steps active")
     left.set_title(f"{title}: activation frequency")
-    from matplotlib.patches import Patch
-
     left.legend(handles=[Patch(color="tab:orange", label="static top-20"), Patch(color="tab:blue", label="other")])
     right.plot(np.arange(1, len(curve) + 1), curve)
     right.axhline(n_heads, color="grey", ls=":", label=f"all {n_heads} heads")

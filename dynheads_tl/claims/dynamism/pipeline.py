@@ -8,18 +8,26 @@ spans of the calibration split (:func:`eq2_calibration`); the paper's fixed thre
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import combinations
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_traces
+from dynheads_tl.analysis.correlation import layout_groups
+from dynheads_tl.analysis.head_files import provenance, provenance_path, write_head_scores
+from dynheads_tl.analysis.query_focus import query_focused_scores
 from dynheads_tl.analysis.scoring import (activation_frequency, adjacent_counts, dynamic_sets, dynamism_metrics,
                                           eq2_rule_curve, size_aware_counts, size_aware_metrics, static_eq2_scores,
-                                          static_retrieval_scores, static_top_k)
+                                          static_retrieval_per_sample, static_retrieval_scores, static_top_k)
+from dynheads_tl.analysis.stability import source_overlap, split_half_curve, stability_verdict
+from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_split_samples, niah_traces
 from dynheads_tl.engine.equations import Eq2Rule, head_labels
 from dynheads_tl.engine.tracing import Trace
 from dynheads_tl.tasks import exact_match, load_hotpot_records, niah_accuracy, token_f1
+from dynheads_tl.tasks.wu_detect import is_wu_spec
 
 from .config import DynamismConfig
 
@@ -168,8 +176,6 @@ def table1_intervals(results: list[TaskResult], static_k: int = 20, *, n_resampl
                 "heads_per_step_sd": float(np.sqrt(max(ratio("size_sq", "steps") - mean ** 2, 0.0))),
                 "ever_active": float((pooled > 0).sum())}
 
-    from dynheads_tl.analysis.correlation import layout_groups
-
     labels = layout_groups([trace for result in results for trace in result.analysis])
     if len(labels) != len(stats):  # step sets without their traces: each sample its own cluster
         labels = np.arange(len(stats)).astype(str)
@@ -262,8 +268,6 @@ def size_aware_table(results: list[TaskResult], sizes: list[int]) -> pd.DataFram
     Analysis samples of every seed are pooled (each measured against its own seed's static set); 95%
     intervals are percentile bootstraps that resample whole layouts (the seeds' siblings of one depth and offset
     together, :func:`~dynheads_tl.analysis.correlation.layout_groups`)."""
-    from dynheads_tl.analysis.correlation import layout_groups
-
     labels = layout_groups([trace for result in results for trace in result.analysis])
     rows = []
     for k in sizes:
@@ -279,8 +283,6 @@ def size_aware_table(results: list[TaskResult], sizes: list[int]) -> pd.DataFram
 
 # --- head-score files out (Wu et al.'s format) ------------------------------------------------------
 def _file_stem(model_label: str) -> str:
-    from pathlib import Path
-
     return Path(str(model_label).rstrip("/")).name.replace(" ", "_") or "model"
 
 
@@ -290,19 +292,12 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
     head is in the Eq. 1 set D_t) in Wu et al.'s ``head_score`` JSON format, each beside its provenance file
     (:func:`dynheads_tl.analysis.head_files.provenance`). The static file is the suite's own calibration even
     when ``static_source`` names a file. Returns one row per file written (path, what, n, head count)."""
-    from pathlib import Path
-
-    from dynheads_tl.analysis.head_files import provenance, provenance_path, write_head_scores
-    from dynheads_tl.analysis.scoring import static_retrieval_per_sample
-
     niah = results["niah"]
     folder, stem = Path(out_dir) / "head_scores", _file_stem(config.model)
     calibration = [t for r in niah for t in r.calibration]
     analysis = [t for r in niah for t in r.analysis]
     static = static_retrieval_per_sample(calibration, rouge_filter=0.5)
     frequency = [t.retrieval_mask.float().mean(0) if t.n_steps else torch.zeros(t.n_layers, t.n_heads) for t in analysis]
-    from dynheads_tl.tasks.wu_detect import is_wu_spec
-
     prompt_format = (f"Wu et al.'s detection protocol on {config.haystack!r} (prompt kind: "
                      f"{calibration[0].meta.get('prompt_kind', '?') if calibration else '?'}; 50-step decode, newline "
                      f"stop, span rule > 0.9), {config.context_tokens} context tokens, stratified depths"
@@ -341,11 +336,6 @@ def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int
     move across prompts of other layouts. With ``check_calibration`` (off when the run's static set comes from a
     file, ``static_source``), the samples this run's S_k rests on (per seed, those Wu's filter keeps; the fewest of
     any seed) are checked against the size at which the curve settles."""
-    from itertools import combinations
-
-    from dynheads_tl.analysis.scoring import static_retrieval_per_sample
-    from dynheads_tl.analysis.stability import source_overlap, split_half_curve, stability_verdict
-
     per_seed = {}
     for result in results:
         try:
@@ -373,13 +363,6 @@ def query_focused_tables(model, config: DynamismConfig, results: list[TaskResult
     Returns (the size-aware table of :func:`size_aware_table` for each baseline and static size, with a
     ``baseline`` column; the overlap of the two static sets per seed, :func:`~dynheads_tl.analysis.stability.source_overlap`
     with bootstrap intervals over calibration samples)."""
-    from dataclasses import replace
-
-    from dynheads_tl.analysis.query_focus import query_focused_scores
-    from dynheads_tl.analysis.scoring import static_retrieval_per_sample
-    from dynheads_tl.analysis.stability import source_overlap
-    from dynheads_tl.corpus import niah_split_samples
-
     sets = TraceSets.of(config)
     query_results, overlaps = [], []
     for result in results:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dynheads_tl import preregistration
 from dynheads_tl.claim import Status, ci_text, sidecar
 
 __all__ = ["outside_present", "table1_rule"]
@@ -74,8 +75,6 @@ def _table1_status(folder: Path) -> Status:
     """The declared Table 1 rule (preregistration.yaml; :func:`table1_rule`): the adjacent-step Jaccard against the
     paper's range over its models (``table1_intervals.csv``) and the share of activations outside S_20 against
     both static sets (:func:`_outside_shares`); a static set the run did not write is "missing"."""
-    from dynheads_tl import preregistration
-
     rule = preregistration.item_rule("dynamism", "Table 1")
     ci = pd.read_csv(folder / "table1_intervals.csv")
     row = ci[(ci["task"] == "niah") & (ci["metric"] == "jaccard_adjacent")].iloc[0]

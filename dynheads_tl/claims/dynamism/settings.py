@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import torch
@@ -12,6 +14,7 @@ import torch
 from dynheads_tl.analysis.scoring import (adjacent_counts, copyable_steps, head_churn_counts, size_aware_counts,
                                           soft_sets, static_retrieval_scores, static_top_k)
 from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums, wilson_interval
+from dynheads_tl.corpus import layout_traces
 from dynheads_tl.engine.tracing import Trace
 from dynheads_tl.tasks import niah_accuracy
 
@@ -38,8 +41,6 @@ class SettingResult:
 
     @property
     def label(self) -> str:
-        from pathlib import Path
-
         name = self.haystack if not self.haystack.startswith("folder:") else f"folder:{Path(self.haystack[7:]).name}"
         return f"{name} {self.context}"
 
@@ -51,8 +52,6 @@ class SettingResult:
 
 def run_settings(model, config: DynamismConfig) -> list[SettingResult]:
     """Trace every (haystack, context) setting of ``config.settings`` with the headline seed."""
-    from dynheads_tl.corpus import layout_traces
-
     results = []
     for haystack, context in config.settings:
         calibration, analysis = layout_traces(

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from dynheads_tl.analysis.correlation import SetProbe
+from dynheads_tl.engine.equations import eq1_mask
 from dynheads_tl.engine.tracing import Trace
 
 from .config import CONTEXT_FEATURES, DYNAMIC_FEATURES, LOGIT_FEATURES
@@ -42,8 +43,6 @@ def lookback_ratios(trace: Trace) -> np.ndarray:
 def context_copy_mask(trace: Trace) -> torch.Tensor:
     """Eq. 1 with the whole context span in place of the evidence: [step, layer, head] heads whose top-1 source
     lies in the context and holds the generated token. Needs no knowledge of where the answer is."""
-    from dynheads_tl.engine.equations import eq1_mask
-
     ids = torch.cat([trace.prompt_ids, trace.tokens])
     start, end = trace.meta["context_span"]
     span = torch.zeros(len(ids), dtype=torch.bool)

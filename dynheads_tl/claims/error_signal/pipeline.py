@@ -6,13 +6,15 @@ from __future__ import annotations
 import logging
 import numpy as np
 import pandas as pd
+from sklearn.model_selection import GroupKFold
 
 from dynheads_tl.analysis.classification import (auroc, bootstrap_aurocs, fit_predict, folds, paired_auroc_draws,
                                                  placement_contributions, quantile)
-from dynheads_tl.analysis.statistics import Interval, wilson_interval
+from dynheads_tl.analysis.statistics import Interval, mark_separated, n_to_resolve, paired_sign_test, wilson_interval
 from dynheads_tl.claim import is_true
 from dynheads_tl.corpus import collect_traces, layout_traces, parse_setting
 from dynheads_tl.engine.tracing import Trace, TraceConfig
+from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
 from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
 
 from .config import (ALPHA, COMPARISONS, GROUP_NAMES, GROUPS, MIN_PER_CLASS, POOLED_GROUPS, PRIMARY, SEEDS,
@@ -33,8 +35,6 @@ def crossfit_features(traces: list[Trace], static_k: int, *, n_inner: int = 5, s
                       groups: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Training answers' features with the static heads and the probe fitted on the *other* inner folds, so that
     the classifier trains on features made as the test answers' are (fitted without them)."""
-    from sklearn.model_selection import GroupKFold
-
     groups = np.arange(len(traces)) if groups is None else np.asarray(groups)
     k = min(n_inner, len(set(groups.tolist())))
     out: dict[str, np.ndarray] = {}
@@ -140,8 +140,6 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
     that cannot reach 0.05 leave it) with the scopes that have at least :data:`MIN_PER_CLASS` wrong and right
     answers; ``half_width`` and ``n_to_resolve`` (layouts that would resolve the observed difference) say what the
     design could detect; ``primary`` marks :data:`PRIMARY`."""
-    from dynheads_tl.analysis.statistics import n_to_resolve, paired_sign_test
-
     labels, groups = np.asarray(labels), np.asarray(groups)
     names = np.array(settings if settings is not None else ["pooled"] * len(labels))
     scopes = [("pooled", np.ones(len(labels), dtype=bool))]
@@ -175,9 +173,7 @@ def mark_primary(table: pd.DataFrame) -> pd.DataFrame:
     """``primary`` (:data:`PRIMARY`), ``p_adjusted`` and ``separated`` of a comparison table by the one convention:
     the primary tested alone at :data:`ALPHA`, the evaluable secondaries Holm-corrected among themselves (those that
     cannot reach 0.05 left out). Applied to a table read back from ``auroc_comparisons.csv`` it re-marks the rows
-    under today's declaration (a file written under an earlier primary is read as the code declares now)."""
-    from dynheads_tl.analysis.statistics import mark_separated
-
+    under the declaration in the code (:data:`PRIMARY`), whatever primary the file was written under."""
     if table.empty:
         return table
     table = table.drop(columns=[c for c in ("primary", "p_adjusted", "separated") if c in table]).copy()
@@ -193,8 +189,6 @@ def mark_primary(table: pd.DataFrame) -> pd.DataFrame:
 
 def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.ndarray]]:
     """Per setting, its traces (with signals) and labels (1 = wrong)."""
-    from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
-
     sets = {}
     for spec in config.niah_settings:
         haystack, tokens = parse_setting(spec)

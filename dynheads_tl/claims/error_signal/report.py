@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynheads_tl.analysis.statistics import format_interval
+from dynheads_tl import preregistration
+from dynheads_tl.analysis.statistics import Interval, format_interval, n_to_resolve, sensitivity_words, tost_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
-from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, SEEDS, ErrorSignalConfig
+from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, PRIMARY, SEEDS, ErrorSignalConfig
 from .pipeline import mark_primary
 
 __all__ = ["ANCHORS", "CLAIM", "difficulty_sentences", "verdict"]
@@ -43,8 +44,6 @@ def _compared(row) -> str:
     if row["separated"]:
         verb = "beat" if row["difference"] > 0 else "fall below"
         return f"{verb} the {name} ({numbers}, {tested})"
-    from dynheads_tl.analysis.statistics import Interval, sensitivity_words, tost_interval
-
     interval = Interval(row["difference"], row["low"], row["high"], int(row["n"]),
                         int(row["clusters"]) if "clusters" in row else None)
     sesoi = _sesoi()
@@ -56,8 +55,6 @@ def _compared(row) -> str:
 
 def _sesoi() -> float:
     """Claim 5's smallest effect of interest (AUROC), declared in preregistration.yaml."""
-    from dynheads_tl import preregistration
-
     return float(preregistration.primary("error_signal")["sesoi"])
 
 
@@ -164,8 +161,6 @@ def error_rule(row, *, sesoi: float, alpha: float, min_per_class: int) -> str:
     primary, tested alone at ``alpha`` (its own sign-test p over layouts, the interval away from 0), is separated
     positive and reaches ``sesoi``; not supported when separated negative or when TOST (the 95% interval within
     ±sesoi) says it is negligible; undetermined otherwise."""
-    from dynheads_tl.analysis.statistics import tost_interval
-
     if row["wrong"] < min_per_class or row["right"] < min_per_class:
         return "no headroom"
     separated = row["sign_p"] < alpha and (row["low"] > 0 or row["high"] < 0)
@@ -178,10 +173,6 @@ def error_rule(row, *, sesoi: float, alpha: float, min_per_class: int) -> str:
 
 def _auroc_status(folder: Path) -> Status:
     """:func:`error_rule` on the declared primary (:data:`~.config.PRIMARY`, read from preregistration.yaml)."""
-    from dynheads_tl import preregistration
-
-    from .config import PRIMARY
-
     scope, a, b = PRIMARY
     sesoi = float(preregistration.primary("error_signal")["sesoi"])
     comp = pd.read_csv(folder / "auroc_comparisons.csv")
@@ -199,8 +190,6 @@ def _auroc_status(folder: Path) -> Status:
     why = f"smallest effect of interest {sesoi:g} AUROC; TOST within it: " + (
         "yes" if verdict == "not supported" and not (row["high"] < 0) else "no")
     if verdict != "supported":
-        from dynheads_tl.analysis.statistics import Interval, n_to_resolve
-
         need = n_to_resolve(Interval(row.difference, row.low, row.high, int(row.n), int(row.clusters)))
         why += (". What would settle it: " + (f"about {need} layouts for the observed difference, or " if need else "")
                 + "a setting with more wrong answers and real HotpotQA, on the confirmatory model.")
@@ -208,7 +197,7 @@ def _auroc_status(folder: Path) -> Status:
 
 
 def _comparisons(folder: Path) -> pd.DataFrame:
-    """``auroc_comparisons.csv`` with its primary and adjusted p-values marked by today's declaration
+    """``auroc_comparisons.csv`` with its primary and adjusted p-values marked by the declaration in the code
     (:func:`~.pipeline.mark_primary`: the primary alone, the secondaries Holm among themselves)."""
     table = pd.read_csv(folder / "auroc_comparisons.csv")
     if "testable" in table:

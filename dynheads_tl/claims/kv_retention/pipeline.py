@@ -7,7 +7,11 @@ from __future__ import annotations
 import logging
 import pandas as pd
 
-from dynheads_tl.corpus import layout_traces
+from dynheads_tl.analysis.correlation import SetProbe
+from dynheads_tl.analysis.head_files import scores_digest
+from dynheads_tl.analysis.query_focus import query_focused_scores
+from dynheads_tl.analysis.scoring import static_retrieval_scores
+from dynheads_tl.corpus import layout_split_samples, layout_traces
 from dynheads_tl.engine.models import model_identity
 from dynheads_tl.executors import cached_units
 from dynheads_tl.protocols.retention import (LLAMA_31_8B, fixed_scores, kv_heads_kept, kv_heads_switched, memory_table,
@@ -32,9 +36,6 @@ logger = logging.getLogger(__name__)
 
 def training(model, config: RetentionConfig):
     """(static scores [layer, head], probe: hidden -> per-head scores) from the setting's notebook-01 traces."""
-    from dynheads_tl.analysis.scoring import static_retrieval_scores
-    from dynheads_tl.analysis.correlation import SetProbe
-
     calibration, analysis = layout_traces(model, config, haystack=config.haystack, context_tokens=config.context_tokens,
                                           n_calibration=config.n_setting_calibration, n_analysis=config.n_setting,
                                           seed=config.seed, use_cache=config.use_cache,
@@ -68,9 +69,6 @@ def query_training(model, config: RetentionConfig):
     not run."""
     if QUERY_STATIC not in config.strategies:
         return None
-    from dynheads_tl.analysis.query_focus import query_focused_scores
-    from dynheads_tl.corpus import layout_split_samples
-
     samples = layout_split_samples(model, config, haystack=config.haystack, context_tokens=config.context_tokens,
                                    n=config.n_setting_calibration, seed=config.seed)
     return query_focused_scores(model, samples, use_cache=config.use_cache).mean(0).float()
@@ -101,8 +99,6 @@ def _sample_key(model, sample, config: RetentionConfig) -> dict:
                         "n": [config.n_setting_calibration, config.n_setting]},
            **model_identity(model)}
     if config.static_source:
-        from dynheads_tl.analysis.head_files import scores_digest
-
         key["static_source"] = scores_digest(config.static_override(config.model))
     return key
 

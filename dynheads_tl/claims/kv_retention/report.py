@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynheads_tl.analysis.statistics import detectable_words, format_interval
+from dynheads_tl import preregistration
+from dynheads_tl.analysis.statistics import detectable_words, format_interval, tost_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import SEEDS, RetentionConfig
@@ -48,11 +49,12 @@ _MEASURES = (("accuracy", "accuracy_difference", "low", "high", "p_adjusted", ("
 
 
 def query_baseline_verdict(comparisons: pd.DataFrame, query_comparisons: pd.DataFrame) -> str:
-    """Issue #31's question for notebook 06, computed: does "predicted against static retention" read the same at
-    every (granularity, budget) and on each measure (accuracy, and the gold log-probability where the tables have it)
-    when the static set is the query-focused one (QRHead-style) instead of Wu et al.'s? A reading is "beats" or "falls
-    below" only where :func:`predicted_vs_static` marks the comparison separated (exact sign test, Holm-adjusted),
-    else "cannot be told apart"; a comparison too few samples differ on to ever reach 0.05 says so instead of a p.
+    """Whether notebook 06's reading depends on its static baseline, computed: does "predicted against static
+    retention" read the same at every (granularity, budget) and on each measure (accuracy, and the gold
+    log-probability where the tables have it) when the static set is the query-focused one (QRHead-style) instead of
+    Wu et al.'s? A reading is "beats" or "falls below" only where :func:`predicted_vs_static` marks the comparison
+    separated (exact sign test, Holm-adjusted), else "cannot be told apart"; a comparison too few samples differ on
+    to ever reach 0.05 says so instead of a p.
     The conclusion "does not change" when every budget and measure reads the same against both static sets."""
     if comparisons.empty or query_comparisons.empty:
         return "The query-focused static strategy was not run beside Wu et al.'s static set."
@@ -204,8 +206,6 @@ def retention_rule(full, stream, primary, *, sesoi: float, alpha: float) -> str:
     KV-head budgets, tested alone at ``alpha`` by its sign test, the interval away from 0): supported when separated
     positive and reaching ``sesoi``; not supported when separated negative or when TOST (the 95% interval within
     ±sesoi) says it is negligible; undetermined otherwise, and undetermined when the primary is missing."""
-    from dynheads_tl.analysis.statistics import tost_interval
-
     if full.accuracy_low <= stream.accuracy_high:
         return "no headroom"
     if primary is None:
@@ -221,8 +221,6 @@ def retention_rule(full, stream, primary, *, sesoi: float, alpha: float) -> str:
 def _retention_status(folder: Path) -> Status:
     """:func:`retention_rule` on ``retention.csv`` and ``primary_comparison.csv``, thresholds from
     preregistration.yaml; the per-budget accuracy comparisons (secondary, Holm) are counted beside it."""
-    from dynheads_tl import preregistration
-
     sesoi = float(preregistration.primary("kv_retention")["sesoi"])
     frame = pd.read_csv(folder / "retention.csv")
     comp = pd.read_csv(folder / "predicted_vs_static.csv")
