@@ -3,8 +3,9 @@ and the headroom floor."""
 from __future__ import annotations
 
 from dynheads_tl import preregistration
-from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, RunSettings, StaticSource,
-                                check_model_sizes)
+from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, ProbeSettings, RunSettings,
+                                StaticSource, check_model_sizes)
+from dynheads_tl.analysis.probes import ProbeConfig
 from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.preflight import model_context_window
 from dynheads_tl.params import compose, fraction_list, integer, integer_list, one_of, param
@@ -43,9 +44,11 @@ MIN_SAMPLES_TO_COMPARE = 5
 GRID_MAX_OFFSET = 3000
 
 
-@compose(TraceSettings, Eq2Selection, StaticSource, ModelSettings, RunSettings)
+@compose(TraceSettings, Eq2Selection, StaticSource, ProbeSettings, ModelSettings, RunSettings)
 class IrreplaceabilityConfig(NotebookConfig):
-    """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
+    """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's, and the
+    probe settings of the ``predicted`` condition's probe (claim 3's MLP at lag 1, trained on the calibration
+    split)."""
 
     niah_contexts: list[int] = param([500], "Fig 2 rows: NIAH context lengths in tokens", integer_list(minimum=32))
     niah_depths: list[float] = param([0.1, 0.9], "Fig 2 columns: needle depths", fraction_list)
@@ -61,10 +64,10 @@ class IrreplaceabilityConfig(NotebookConfig):
     keep_cache: str = param("clean", 'which pass\'s keys/values step t leaves in the cache: "clean" or "masked"',
                             one_of(("clean", "masked")))
     seed: int = param(0, "seeds samples and the random baseline", integer(0))
-    # Generations decoded together: the runs of one grid cell (15 samples x 14 conditions; teacher-forced apart), or
+    # Generations decoded together: the runs of one grid cell (15 samples x 15 conditions; teacher-forced apart), or
     # several progressive samples' k values. Larger batches read the weights fewer times per run
     # (bench/bench_decoding.py --parts cell); memory grows with them (the KV cache of every row).
-    batch_size: int = param(210, "generations decoded together", integer())
+    batch_size: int = param(225, "generations decoded together", integer())
     output_dir: str = param("papers_figures", "where figures and tables are written")
     use_cache: bool = param(True, "reuse cached traces and ablation runs")
 
@@ -88,10 +91,17 @@ class IrreplaceabilityConfig(NotebookConfig):
     def progressive_ks(self) -> list[int]:
         return list(range(0, self.progressive_k_max + 1, self.progressive_k_step))
 
+    def probe_config(self) -> ProbeConfig:
+        """The ``predicted`` condition's probe: claim 3's CPU recipe (:class:`ProbeConfig`) with this notebook's
+        widths and epochs, seeded by ``seed``."""
+        return ProbeConfig(hidden=list(self.probe_hidden), epochs=self.probe_epochs, seed=self.seed)
+
 
 # Every comparison claim 2 makes: (a, b, what a masks, what b masks). The paper's two (against its fixed-k
 # baselines, not size-matched), our size-matched controls, the fair comparison (D_{t-1}, a set known before step t,
-# against as many static and random heads) and the second (query-focused) static ranking. Each is read on the
+# against as many static and random heads), the probe's set (also known before step t; an exploratory secondary,
+# preregistration.yaml's deviation of 2026-12-04) against the same controls, and the second (query-focused)
+# static ranking. Each is read on the
 # free-generation metric and on the teacher-forced drop (teacher_forced_measure: steps t >= 1 where a side is sized
 # by D_{t-1}).
 COMPARISONS = (
@@ -101,6 +111,8 @@ COMPARISONS = (
     ("dynamic", "static_matched", "masking D_t", "masking the top-|D_t| static heads"),
     ("previous_step", "static_previous", "masking D_{t-1}", "masking the top-|D_{t-1}| static heads"),
     ("previous_step", "random_previous", "masking D_{t-1}", "masking |D_{t-1}| random heads"),
+    ("predicted", "static_previous", "masking the probe's predicted set", "masking the top-|D_{t-1}| static heads"),
+    ("predicted", "random_previous", "masking the probe's predicted set", "masking |D_{t-1}| random heads"),
     ("dynamic_nonstatic", "random_nonstatic", "masking D_t \\ S_20", "masking as many random heads from outside S_20"),
     ("dynamic_nonstatic", "random_matched", "masking D_t \\ S_20", "masking |D_t| random heads"),
     ("static_nondynamic", "random_nondynamic", "masking S_20 \\ D_t", "masking as many random heads from outside D_t"),
