@@ -165,7 +165,8 @@ class Eq2Selection(Part):
 
 @dataclasses.dataclass
 class ProbeSettings(Part):
-    """Shared part: the MLP probe's size and training length (claims 3 and the RAG case study)."""
+    """Shared part: the MLP probe's size and training length (claim 3, claim 2's ``predicted`` condition and the
+    RAG case study)."""
 
     probe_hidden: list[int] = param([256], "probe MLP hidden layer widths", integer_list(minimum=1))
     probe_epochs: int = param(60, "probe training epochs", integer())

@@ -37,6 +37,15 @@
 # on the steps $t \ge 1$ (`tf_drop_t1`), so both sides cover the same steps. Each condition is declared once
 # (`dynheads_tl.protocols.conditions.ConditionSpec`: how it selects, its title, how it is sized).
 #
+# **The probe's predicted set (ours; exploratory).** A second set known before step $t$: `predicted` masks the
+# $|D_{t-1}|$ heads that a probe ranks highest from the hidden state of step $t-1$'s clean pass (the final-norm
+# state at the last position, whose logits chose token $t-1$: the pass that gave $D_{t-1}$), so it is size-matched
+# with `static_previous` and `random_previous` and masks nothing at $t = 0$. The probe is claim 3's MLP at lag
+# $k = 1$ (hidden state at step $n$ → step $n+1$'s Eq. 1 set for NIAH, its Eq. 2 scores for HotpotQA, as Tables 2
+# and 3 train them; `probe_hidden`, `probe_epochs`), trained on this notebook's calibration split only (never on
+# the grid's samples), seeded by `seed`. It was added after the $D_t$ / $D_{t-1}$ results of both models had been
+# seen: an exploratory secondary (`preregistration.yaml`, deviation of 2026-12-04) that decides no status.
+#
 # Every run records the mean number of heads masked per step, so sizes can be compared.
 #
 # **A measure that cannot be derailed (ours).** Free generation turns one early error into a failed
@@ -55,7 +64,7 @@
 # Holm over all the others) and the 95% bootstrap interval of the difference excludes 0; it needs at least 5
 # paired samples, and a "cannot be told apart" states the smallest difference the design could detect.
 #
-# **Grid size.** With 14 conditions, each run both generated and teacher-forced, the default grid is one
+# **Grid size.** With 15 conditions, each run both generated and teacher-forced, the default grid is one
 # context × two depths × 5 runs per task (10 samples per condition), so that the whole report fits in 60
 # minutes on a 2-core CPU; the `paper` preset runs the paper's grid. The NIAH runs of one cell share the
 # depth and differ in the UUID and in where the haystack text starts (a seeded offset of up to 3,000 tokens;
@@ -69,10 +78,12 @@ niah_depths = [0.1, 0.9]  # Fig 2 columns: needle depths (two: 30 samples per co
 hotpot_contexts = [750]  # Fig 6 rows: HotpotQA context lengths (750: more unmasked headroom than 250)
 hotpot_depths = [0.1, 0.9]  # Fig 6 columns: depth of the gold paragraphs
 runs_per_cell = 15  # samples per grid cell and depth, each generated and teacher-forced
-n_calibration = 10  # samples that fix the static set and k
+n_calibration = 10  # samples that fix the static set and k, and train the predicted condition's probe
 static_source = ""  # "" (score the static heads on the calibration split) or a Wu head_score .json / layer,head,score .csv
 max_new_tokens = 40  # NIAH greedy decoding steps (the answer line takes about 25 tokens on SmolLM2, 37-39 on Gemma 3)
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
+probe_hidden = [256]  # probe MLP hidden layer widths; the predicted condition's probe (claim 3's CPU recipe)
+probe_epochs = 60  # probe training epochs; the predicted condition's probe
 progressive_k_max = 30  # Fig 3 / 7: largest number of heads masked per step
 progressive_k_step = 10  # Fig 3 / 7: step between k values (10 keeps the default within its time budget)
 n_progressive = 30  # samples for progressive masking, per k
@@ -86,7 +97,7 @@ sink_tokens = 4  # Eq. 2: leading attention-sink positions left out of the denom
 local_window = 32  # Eq. 2: most recent positions left out of the denominator
 seed = 0  # seeds samples and the random baseline
 trace_batch_size = 24  # samples traced together (speed only, results equal to float rounding); here the calibration traces
-batch_size = 210  # generations decoded together: a grid cell's runs in one batch, teacher-forced in another
+batch_size = 225  # generations decoded together: a grid cell's runs in one batch, teacher-forced in another
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
 backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
@@ -118,14 +129,16 @@ lm = config.start()  # the model, and the backend that computes the units
 # %%
 niah = irreplaceability.run_task(lm, config, "niah")
 print(f"k (mean |D_t| on calibration) = {niah.setup.k}; static top-{niah.setup.k}: "
-      f"{[f'L{l}H{h}' for l, h in niah.setup.static_mask.nonzero().tolist()]}")
+      f"{[f'L{l}H{h}' for l, h in niah.setup.static_mask.nonzero().tolist()]}; "
+      f"predicted condition's probe: {'weights ' + niah.setup.probe.digest if niah.setup.probe else 'none'}")
 
 # %% [markdown]
 # ## Fig 2 — NIAH accuracy under each masking condition
-# Accuracy = the response contains the exact UUID. One panel per condition: the unmasked baseline and the
-# paper's three (top row), our four controls (bottom row); rows are context lengths, columns needle depths.
-# Static top-$k$ and random $k$ mask the calibration's fixed $k$ at every step; the others mask a number set
-# by $D_t$ at each step (mean heads per step in each panel's title). `fig2_niah_masking.csv` has one row per
+# Accuracy = the response contains the exact UUID. One panel per condition, in the order of the registry: the
+# unmasked baseline and the paper's three first, then our controls (the sets known before the step, $D_{t-1}$ and
+# the probe's, with theirs); rows are context lengths, columns needle depths. Static top-$k$ and random $k$ mask
+# the calibration's fixed $k$ at every step; the others mask a number set by $D_t$ or $D_{t-1}$ at each step (mean
+# heads per step in each panel's title). `fig2_niah_masking.csv` has one row per
 # run, with the teacher-forced columns (`tf_*`) beside the free-generation ones.
 
 # %%
@@ -235,6 +248,21 @@ display(Markdown(irreplaceability.primary_verdict(comparisons)))
 for result in results.values():
     display(Markdown(irreplaceability.matched_controls_verdict(result, comparisons)))
     display(Markdown(irreplaceability.query_baseline_verdict(result, comparisons)))  # the query-focused baseline
+
+# %% [markdown]
+# ### The probe's predicted set (exploratory secondary)
+# Masking the probe's top-$|D_{t-1}|$ heads (a set known before step $t$) against as many top static heads and as
+# many random heads, on the teacher-forced drop over the steps $t \ge 1$ (its rows of `comparisons.csv`, in claim
+# 2's Holm family of secondaries), and how well the probe predicted $D_t$ on the grid's samples
+# (`predicted_set_overlap.csv`): the share of $D_t$'s heads its set held (recall) and of its heads that were in
+# $D_t$ (precision), pooled over the steps $t \ge 1$ of the teacher-forced runs with BCa 95% intervals over samples,
+# beside $D_{t-1}$ itself, as many top static heads and chance at the same sizes.
+
+# %%
+prediction = irreplaceability.prediction_table(results)
+figures.save_table(prediction, irreplaceability.PREDICTION_FILE, out_dir, run_config)
+display(Markdown(irreplaceability.predicted_verdict(comparisons, prediction)))
+display(prediction.round(3))
 
 # %% [markdown]
 # ## How our numbers compare with the paper's

@@ -16,8 +16,8 @@ from dynheads_tl.protocols.ablation_metrics import teacher_forced_scores
 from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, ConditionSpec, make_selector, register_condition
 from dynheads_tl.protocols.selectors import (random_heads, select_dynamic, select_dynamic_nonstatic, select_fixed,
                                              select_random_k, select_random_matched, select_random_nondynamic, select_random_nonstatic,
-                                             select_previous_step, select_static_matched, select_static_nondynamic,
-                                             select_top_ranked, previous_size)
+                                             select_predicted, select_previous_step, select_static_matched,
+                                             select_static_nondynamic, select_top_ranked, previous_size)
 from dynheads_tl.protocols.stepwise import StepView, gold_token_ids
 from dynheads_tl.protocols.two_pass import AblationTrace, two_pass_batch, two_pass_generation
 from dynheads_tl.engine.trace_data import Trace
@@ -303,7 +303,8 @@ def test_make_selector_builds_the_new_conditions():
     assert k is None and int(select(_view(retrieval, 3)).sum()) == 2
     assert torch.equal(select(_view(retrieval, 3)), select_random_matched(2 * 1_000_003 + 5)(_view(retrieval, 3)))
     # make_selector is the registry's lookup: every entry builds, an unknown name is answered with the keys.
-    ordered = replace(setup, static_order=torch.arange(12), query_order=torch.arange(12).flip(0))
+    ordered = replace(setup, static_order=torch.arange(12), query_order=torch.arange(12).flip(0),
+                      probe=lambda hidden: torch.arange(12.0))
     for condition in CONDITIONS:
         chosen = make_selector(model, condition, ordered, k=2)[0](_view(retrieval))
         assert chosen is None or chosen.shape == (3, 4), condition
@@ -611,6 +612,112 @@ def test_previous_step_in_free_generation_masks_the_set_of_the_step_before(embed
     assert torch.equal(result.masked_heads[1:], result.clean.retrieval_mask[:-1])
 
 
+# --- the probe's predicted set: also known before step t ---------------------------------------------
+def test_predicted_masks_the_probes_top_heads_from_the_previous_clean_hidden_state():
+    """A known probe (its scores are the hidden state itself, reshaped to [layer, head]) on hand-built views: the
+    top-|D_{t-1}| heads of the scores read on the previous step's *clean* hidden state, whatever D_t, D_{t-1}'s own
+    heads or the kept pass's hidden state; nothing at step 0, for an empty D_{t-1} or without a clean state."""
+    clean = torch.tensor([0.1, 0.9, 0.3, 0.8, 0.0, 0.5])  # heads (0, 1) and (1, 0) score highest, then (1, 2)
+    kept = torch.tensor([0.9, 0.0, 0.8, 0.0, 0.7, 0.0])  # the masked pass's state: not what the probe reads
+    seen = []
+
+    def probe(hidden):
+        seen.append(hidden)
+        return hidden
+
+    select = select_predicted(probe)
+    view = lambda step, before, hidden=clean: StepView(step, 1, torch.zeros(2, 3, dtype=torch.long),
+                                                      torch.zeros(2, 3), _mask((2, 3), (0, 0), (0, 2)), kept,
+                                                      previous_retrieval=before, previous_clean_hidden=hidden)
+    two, three = _mask((2, 3), (1, 1), (1, 2)), _mask((2, 3), (0, 0), (1, 1), (0, 2))
+    assert select(view(0, None, None)) is None, "no previous step at step 0"
+    assert select(view(4, torch.zeros(2, 3, dtype=torch.bool))) is None, "|D_{t-1}| = 0: nothing"
+    assert select(view(4, two, None)) is None, "no clean hidden state: nothing"
+    assert torch.equal(select(view(4, two)), _mask((2, 3), (0, 1), (1, 0))), "top-2 of the clean state's scores"
+    assert torch.equal(select(view(4, three)), _mask((2, 3), (0, 1), (1, 0), (1, 2))), "top-3: sized by |D_{t-1}|"
+    assert all(torch.equal(hidden, clean) for hidden in seen), "the probe reads only the clean state"
+    # Sized like its controls: the static and random top-|D_{t-1}| mask as many heads at the same step.
+    for control in (select_static_matched(torch.arange(6), previous_size), select_random_matched(5, previous_size)):
+        assert int(control(view(4, three)).sum()) == int(select(view(4, three)).sum()) == 3
+
+
+def test_predicted_is_declared_once_and_keyed_by_its_probe():
+    """The registry: sized by D_{t-1} (a grid panel beside previous_step and its controls, read on the steps
+    t >= 1), built only from a setup with a probe (refused with a sentence otherwise, and left out of such a
+    setup's grid), and its jobs' cache keys carry the probe's digest while every other job's key is as before."""
+    from types import SimpleNamespace
+
+    from dynheads_tl.analysis.head_probe import HeadProbe
+    from dynheads_tl.protocols.ablation_experiments import _setup_key
+    from dynheads_tl.protocols.conditions import condition_titles, grid_conditions, teacher_forced_measure
+
+    spec = CONDITIONS["predicted"]
+    assert spec.sizing == "D_{t-1}" and spec.grid and spec.needs == ("probe",) and spec.overlap
+    assert "predicted" in condition_titles() and "before step t" in spec.title
+    assert teacher_forced_measure("predicted", "static_previous") == "tf_drop_t1"
+    names = list(grid_conditions())
+    assert names.index("predicted") == names.index("random_previous") + 1
+    model = SimpleNamespace(cfg=SimpleNamespace(n_layers=2, n_heads=3))
+    static = _mask((2, 3), (0, 0))
+    bare = AblationSetup(static_mask=static, static_top20=static, k=1, static_order=torch.arange(6))
+    with pytest.raises(ValueError, match="The predicted condition needs AblationSetup.probe"):
+        make_selector(model, "predicted", bare)
+    assert "predicted" not in grid_conditions(bare)
+    network = torch.nn.Linear(6, 6)
+    torch.nn.init.eye_(network.weight)
+    torch.nn.init.zeros_(network.bias)
+    probed = replace(bare, probe=HeadProbe(network, (2, 3)))
+    assert "predicted" in grid_conditions(probed)
+    select, k = make_selector(model, "predicted", probed)
+    view = StepView(2, 1, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3), static,
+                    previous_retrieval=_mask((2, 3), (0, 0)), previous_clean_hidden=torch.tensor([0, 0, 0, 0, 1.0, 0]))
+    assert k is None and torch.equal(select(view), _mask((2, 3), (1, 1))), "the identity probe's top head"
+    assert _setup_key(probed, "predicted")["probe"] == probed.probe.digest
+    for other in ("previous_step", "static_previous", "random_previous", "dynamic"):
+        assert _setup_key(probed, other) == _setup_key(bare, other), "adding the probe leaves other keys as they were"
+
+
+def test_predicted_masks_at_each_step_what_the_probe_reads_in_the_clean_pass_before_it(tiny_llama):
+    """Teacher-forced on a tiny random model with a fixed random linear probe: at every step t >= 1 the masked set
+    is the probe's top-|D_{t-1}| heads on the clean pass's hidden state of step t - 1 (the recorded clean trace's
+    ``hidden[t - 1]``), as many heads as ``previous_step`` masks, nothing at step 0; and the overlap the run records
+    (:func:`overlap_with_dynamic`) counts those sets against the clean pass's D_t."""
+    from dynheads_tl.analysis.head_probe import HeadProbe
+    from dynheads_tl.protocols.ablation_experiments import _summarise
+    from dynheads_tl.protocols.selectors import top_scored
+
+    _, model = tiny_llama
+    tokens = [400, 500, 600]
+    sample, gold = _repeating_sample(tokens), tokens * 4
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    torch.manual_seed(3)
+    probe = HeadProbe(torch.nn.Linear(model.cfg.d_model, n_layers * n_heads), (n_layers, n_heads))
+    static = torch.zeros(n_layers, n_heads, dtype=torch.bool)
+    setup = AblationSetup(static_mask=static, static_top20=static, k=1,
+                          static_order=torch.arange(n_layers * n_heads), probe=probe)
+    selectors = [make_selector(model, name, setup, sample_seed=3)[0] for name in ("predicted", "previous_step")]
+    predicted, previous = two_pass_batch(model, [(sample, s) for s in selectors], TraceConfig(max_new_tokens=12),
+                                         gold=[gold] * 2, labels=[("predicted", None), ("previous_step", None)])
+    sets = predicted.clean.retrieval_mask
+    assert sets.flatten(1).any(1).sum() >= 6, "Eq. 1 fires at most steps of this prompt"
+    assert not predicted.masked_heads[0].any() and predicted.logprob_drop[0] == 0
+    for step in range(1, len(gold)):
+        expected = top_scored(probe(predicted.clean.hidden[step - 1]), int(sets[step - 1].sum()))
+        assert torch.equal(predicted.masked_heads[step], expected), f"step {step}"
+    assert torch.equal(predicted.masked_heads.flatten(1).sum(1), previous.masked_heads.flatten(1).sum(1))
+    assert not torch.equal(predicted.masked_heads, previous.masked_heads), "the probe's set is not D_{t-1}"
+    row = _summarise(predicted, setup)["row"]
+    masked, current = predicted.masked_heads[1:], sets[1:]
+    assert row["tf_masked_in_dt_t1"] == float((masked & current).sum())
+    assert row["tf_previous_in_dt_t1"] == float((sets[:-1] & current).sum())
+    assert row["tf_dt_heads_t1"] == float(current.sum()) and row["tf_masked_heads_t1"] == float(sets[:-1].sum())
+    sizes, flat = sets[:-1].flatten(1).sum(1), current.flatten(1)
+    static_hits = sum(int(flat[t, : int(sizes[t])].sum()) for t in range(len(flat)))  # static order: flat index
+    assert row["tf_static_in_dt_t1"] == float(static_hits)
+    assert row["tf_chance_in_dt_t1"] == pytest.approx(float((sizes * flat.sum(1)).sum()) / (n_layers * n_heads))
+    assert "tf_masked_in_dt_t1" not in _summarise(previous, setup)["row"], "only the probe's runs record it"
+
+
 # --- one declaration per condition ---------------------------------------------------------------
 def test_a_condition_without_a_title_or_with_a_taken_name_is_refused():
     build = lambda model, setup, sample_seed, k: ((lambda view: None), None)
@@ -621,7 +728,7 @@ def test_a_condition_without_a_title_or_with_a_taken_name_is_refused():
     with pytest.raises(ValueError, match="already registered"):
         register_condition(ConditionSpec("dynamic", build, "again", "D_t"))
     with pytest.raises(ValueError, match="AblationSetup does not have"):
-        ConditionSpec("needy", build, "needy masked", "D_t", needs=("probe",))
+        ConditionSpec("needy", build, "needy masked", "D_t", needs=("oracle",))
 
 
 def test_a_condition_added_through_its_spec_alone_reaches_the_grid_the_runs_and_the_figures(request, tiny_llama,

@@ -694,3 +694,47 @@ def test_the_primary_lag_is_tested_alone_and_the_other_lags_holm_corrected():
     assert table.loc[1, "primary"] and table.loc[1, "p_adjusted"] == pytest.approx(0.03) and table.loc[1, "separated"]
     # the three secondaries: Holm over 0.01, 0.02, 0.04 -> 0.03, 0.04, 0.04
     assert table.loc[[0, 2, 3], "p_adjusted"].tolist() == pytest.approx([0.03, 0.04, 0.04])
+
+
+# --- claim 3's lag-1 probe as claim 2's predictor of the next step's heads -----------------------------------
+def _lag_one_traces(n: int = 12, steps: int = 6, heads: int = 4) -> list:
+    """Traces whose hidden state at step n names (one-hot) the head whose Eq. 2 score is high at step n + 1: a
+    known answer for a lag-1 regression probe."""
+    rng = np.random.default_rng(0)
+    traces = []
+    for _ in range(n):
+        chosen = rng.integers(0, heads, steps)
+        hidden = torch.nn.functional.one_hot(torch.as_tensor(chosen), heads).float()
+        support = torch.zeros(steps, 1, heads)
+        support[1:, 0] = 0.1 + 0.8 * hidden[:-1]  # step n + 1's scores follow hidden[n]
+        traces.append(make_trace([5] * steps, support_score=support, hidden=hidden, layers=1, heads=heads))
+    return traces
+
+
+def test_next_step_probe_learns_the_lag_one_head_and_is_cached(tmp_path, monkeypatch):
+    """On traces where hidden[n] names step n + 1's head, the lag-1 probe ranks that head first; trained twice it
+    has the same weights (seeded), the second time read back from the cache; a single-step calibration gives none."""
+    from dynheads_tl.analysis.head_probe import next_step_probe
+    from dynheads_tl.analysis.probes import ProbeConfig
+
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
+    traces = _lag_one_traces()
+    config = ProbeConfig(hidden=[16], epochs=80, batch_size=16, lr=1e-2, seed=1)
+    probe = next_step_probe(traces, "regression", config)
+    for head in range(4):
+        scores = probe(torch.nn.functional.one_hot(torch.tensor(head), 4).float())
+        assert scores.shape == (1, 4) and int(scores.flatten().argmax()) == head
+    assert len(list((tmp_path / "probes").glob("*.pt"))) == 1
+    again = next_step_probe(traces, "regression", config)  # read back
+    assert again.digest == probe.digest
+    fresh = next_step_probe(traces, "regression", config, use_cache=False)
+    assert fresh.digest == probe.digest, "deterministic under its seed"
+    other = next_step_probe(traces, "regression", ProbeConfig(hidden=[16], epochs=80, batch_size=16, lr=1e-2, seed=2))
+    assert other.digest != probe.digest and len(list((tmp_path / "probes").glob("*.pt"))) == 2
+    for cached in (tmp_path / "probes").glob("*.pt"):
+        cached.write_bytes(b"truncated")
+    healed = next_step_probe(traces, "regression", config)  # an unreadable entry is set aside and retrained
+    assert healed.digest == probe.digest and len(list((tmp_path / "probes").glob("*.pt.corrupt"))) == 1
+    assert next_step_probe([make_trace([5])], "classification", config) is None, "no pair to learn from"
+    with pytest.raises(ValueError, match="task must be 'classification' or 'regression'"):
+        next_step_probe(traces, "ranking", config)

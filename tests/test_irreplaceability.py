@@ -20,13 +20,13 @@ matplotlib.use("Agg")
 # Per condition: accuracy (0/1 per run), teacher-forced drop (nats per step), heads masked per step.
 ACCURACY = {"none": 1, "dynamic": 0, "static": 0, "random": 1, "static_matched": 0, "random_matched": 1,
             "dynamic_nonstatic": 0, "random_nonstatic": 1, "static_nondynamic": 1, "random_nondynamic": 1,
-            "query_matched": 1, "previous_step": 1, "static_previous": 1, "random_previous": 1}
+            "query_matched": 1, "previous_step": 1, "static_previous": 1, "random_previous": 1, "predicted": 1}
 DROP = {"none": 0.0, "dynamic": 1.5, "static": 1.4, "random": 0.01, "static_matched": 1.5, "random_matched": 0.05,
         "dynamic_nonstatic": 0.6, "random_nonstatic": 0.02, "static_nondynamic": 0.05, "random_nondynamic": 0.03,
-        "query_matched": 0.3, "previous_step": 0.4, "static_previous": 0.4, "random_previous": 0.05}
+        "query_matched": 0.3, "previous_step": 0.4, "static_previous": 0.4, "random_previous": 0.05, "predicted": 0.6}
 HEADS = {"none": 0.0, "dynamic": 1.6, "static": 5.0, "random": 5.0, "static_matched": 1.6, "random_matched": 1.6,
          "dynamic_nonstatic": 0.4, "random_nonstatic": 0.4, "static_nondynamic": 18.8, "random_nondynamic": 18.8,
-         "query_matched": 1.6, "previous_step": 1.5, "static_previous": 1.5, "random_previous": 1.5}
+         "query_matched": 1.6, "previous_step": 1.5, "static_previous": 1.5, "random_previous": 1.5, "predicted": 1.5}
 
 
 def _grid(runs_per_cell: int = 5, depths=(0.1, 0.9)) -> pd.DataFrame:
@@ -41,8 +41,16 @@ def _grid(runs_per_cell: int = 5, depths=(0.1, 0.9)) -> pd.DataFrame:
                              "tf_drop": 0.0 if condition == "none" else DROP[condition] + jitter,
                              "tf_drop_t1": 0.0 if condition == "none" else DROP[condition] + jitter,
                              "tf_drop_masked": None if condition == "none" else DROP[condition] + 2 * jitter,
-                             "tf_steps": 38, "tf_heads_masked_per_step": HEADS[condition]})
+                             "tf_steps": 38, "tf_heads_masked_per_step": HEADS[condition],
+                             # the probe's runs record how much of D_t their sets held (steps t >= 1)
+                             **(OVERLAP if condition == "predicted" else {})})
     return pd.DataFrame(rows)
+
+
+# Per predicted run: D_t held 20 head-steps over t >= 1; the probe's 18 held 9 of them, D_{t-1} 12, the static 4,
+# chance 1.5.
+OVERLAP = {"tf_dt_heads_t1": 20.0, "tf_masked_heads_t1": 18.0, "tf_masked_in_dt_t1": 9.0, "tf_previous_in_dt_t1": 12.0,
+           "tf_static_in_dt_t1": 4.0, "tf_chance_in_dt_t1": 1.5}
 
 
 def _result(grid: pd.DataFrame) -> TaskAblation:
@@ -165,9 +173,10 @@ def test_figures_show_n_and_which_panels_use_k():
     assert "fixed k = 5 heads at every step: static top-k masked, random k masked" in note
     assert "sized by D_t at each step: D_t masked, static top-|D_t| masked" in note
     assert ("sized by D_{t-1} at each step (nothing at step 0): D_{t-1} masked (known before step t), "
-            "static top-|D_{t-1}| masked, random |D_{t-1}| masked") in note
+            "static top-|D_{t-1}| masked, random |D_{t-1}| masked, probe's top-|D_{t-1}| masked (predicted before "
+            "step t)") in note
     panels = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
-    assert len(panels) == len(GRID_CONDITIONS) == 14 and "D_t \\ S_20 masked (0.4 heads/step)" in panels
+    assert len(panels) == len(GRID_CONDITIONS) == 15 and "D_t \\ S_20 masked (0.4 heads/step)" in panels
     cells = fig.axes[0].texts
     assert len(cells) == 2 and all("\n[" in text.get_text() for text in cells)  # every cell shows its interval
     prog = progressive_summary(_result(grid))
@@ -353,6 +362,63 @@ def test_previous_step_comparisons_are_read_on_the_steps_after_the_first():
     again = comparison_table({"niah": _result(grid)})
     assert again.set_index(["a", "b", "metric"]).loc[("previous_step", "random_previous", "tf_drop_t1"),
                                                       "difference"] == pytest.approx(0.35)
+
+
+def test_the_probes_set_is_an_exploratory_secondary_with_its_prediction_quality(tmp_path):
+    """``predicted`` against static_previous and random_previous: read on the steps t >= 1, secondary (in the Holm
+    family, never the primary), stated without a status word; how well it predicted D_t pooled over samples beside
+    D_{t-1}, static and chance; the README's finding quotes the NIAH sentences when the notebook wrote them and is
+    unchanged for a run from before the condition; no Fig 2 status reads it."""
+    from dynheads_tl.claims.irreplaceability import (CLAIM, PREDICTED_LEAD, PREDICTION_FILE, comparison_table,
+                                                     predicted_verdict, prediction_table, primary_verdict)
+    from dynheads_tl.claims.irreplaceability.rules import masking_rule
+
+    grid = _grid()
+    table = comparison_table({"niah": _result(grid)})
+    rows = table[table["a"] == "predicted"].set_index(["b", "metric"])
+    assert set(rows.index) == {("static_previous", "tf_drop_t1"), ("random_previous", "tf_drop_t1"),
+                               ("static_previous", "accuracy"), ("random_previous", "accuracy")}
+    static = rows.loc[("static_previous", "tf_drop_t1")]
+    assert static["difference"] == pytest.approx(0.2) and (static["a_worse"], static["b_worse"]) == (10, 0)
+    assert not rows["primary"].any() and static["p_adjusted"] > static["sign_p"], "Holm within the secondaries"
+    prediction = prediction_table({"niah": _result(grid)}).set_index("column")
+    assert prediction.loc["tf_masked_in_dt_t1", "recall"] == pytest.approx(9 / 20)
+    assert prediction.loc["tf_masked_in_dt_t1", "precision"] == pytest.approx(9 / 18)
+    assert prediction.loc["tf_previous_in_dt_t1", "recall"] == pytest.approx(12 / 20)
+    assert prediction.loc["tf_chance_in_dt_t1", "recall"] == pytest.approx(1.5 / 20)
+    assert (prediction["n"] == 10).all() and (prediction["dt_heads"] == 200).all()
+    text = predicted_verdict(table, prediction_table({"niah": _result(grid)}))
+    assert text.startswith(f"{PREDICTED_LEAD}, an exploratory secondary (NIAH, masking the probe's predicted set against "
+                           "masking the top-|D_{t-1}| static heads, teacher-forced, steps t ≥ 1): the probe's predicted "
+                           "set hurts more (")
+    assert "**" not in text and "0.45" in text and "of D_t's 200 head-steps (recall)" in text
+    assert "D_{t-1} 0.60" in text and "|D_{t-1}| random heads (expected) 0.07" in text
+    # The finding: the primary and D_t beside it, then the probe's NIAH sentences (two comparisons, the prediction)
+    folder = tmp_path / "02_irreplaceability"
+    folder.mkdir()
+    table.to_csv(folder / "comparisons.csv", index=False)
+    before = CLAIM.findings[0].sentences(folder)  # the overlap file not written: the comparisons alone
+    prediction_table({"niah": _result(grid)}).to_csv(folder / f"{PREDICTION_FILE}.csv", index=False)
+    sentences = CLAIM.findings[0].sentences(folder)
+    assert [s.split(" (")[0] for s in sentences[:2]] == ["Primary comparison",
+                                                         "Beside it, the set chosen on the step's own outcome"]
+    assert len(sentences) == 5 and all(s.startswith(PREDICTED_LEAD) for s in sentences[2:])
+    assert sentences[:4] == before and "held 0.45" in sentences[-1]
+    old = table[table["a"] != "predicted"]
+    assert predicted_verdict(old) == ""
+    old.to_csv(folder / "comparisons.csv", index=False)  # a report from before the condition: neither file has it
+    (folder / f"{PREDICTION_FILE}.csv").unlink()
+    assert CLAIM.findings[0].sentences(folder) == sentences_of(primary_verdict(old))
+    # Fig 2's rule reads the same three halves with or without the probe's rows
+    summary = condition_summary(_result(grid)).set_index("condition")
+    rule = {"headroom_floor": 0.5, "tf_sesoi": 0.05, "static_destroys_ratio": 0.5}
+    assert masking_rule(summary, table, "niah", rule)[0] == masking_rule(summary, old, "niah", rule)[0]
+
+
+def sentences_of(text: str) -> list[str]:
+    from dynheads_tl.claim import sentences_starting
+
+    return sentences_starting(text, "Primary comparison", "Beside it", limit=2)
 
 
 def test_progressive_status_needs_the_drop_to_be_specific_when_the_run_has_the_control(tmp_path):

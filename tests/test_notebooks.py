@@ -327,13 +327,21 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke):
             assert (folder / f"{name}.{ext}").stat().st_size > 0
     grid = pd.read_csv(folder / "fig2_niah_masking.csv", keep_default_na=False)
     assert set(grid["condition"]) == {"none", "dynamic", "static", "static_matched", "random", "random_matched",
-                                      "previous_step", "static_previous", "random_previous",
+                                      "previous_step", "static_previous", "random_previous", "predicted",
                                       "dynamic_nonstatic", "random_nonstatic", "static_nondynamic",
                                       "random_nondynamic", "query_matched"}  # query_matched: issue #31
     # The fair comparison is the primary: its rows are read on the steps t >= 1.
     comparisons = pd.read_csv(folder / "comparisons.csv")
     primary = comparisons[comparisons["primary"]]
     assert primary[["a", "b", "metric"]].values.tolist() == [["previous_step", "static_previous", "tf_drop_t1"]]
+    # The probe's set (known before step t) against its two size-matched controls, secondaries on the steps t >= 1,
+    # and how well it predicted D_t on the grid's samples
+    probe_rows = comparisons[(comparisons["a"] == "predicted") & (comparisons["metric"] == "tf_drop_t1")]
+    assert sorted(probe_rows["b"]) == ["random_previous", "static_previous"] and not probe_rows["primary"].any()
+    overlap = pd.read_csv(folder / "predicted_set_overlap.csv")
+    assert set(overlap["task"]) <= {"niah", "hotpot"} and overlap["recall"].dropna().between(0, 1).all()
+    sizes = grid.set_index(["context", "depth", "run", "condition"])["tf_heads_masked_per_step"].unstack("condition")
+    assert (sizes["predicted"] == sizes["previous_step"]).all(), "size-matched with D_{t-1}"
     assert grid["accuracy"].between(0, 1).all()
     # Every run is also teacher-forced; with nothing masked the drop is exactly 0.
     assert (grid[grid["condition"] == "none"]["tf_drop"].astype(float) == 0).all() and (grid["tf_steps"].astype(int) > 0).all()

@@ -52,6 +52,7 @@ from dynheads_tl.analysis.probes import (ProbeConfig, asymmetric_loss, train_pro
                                          MIN_PROBE_TEST_SAMPLES, MAX_PROBE_TEST_FRACTION, probe_test_fraction,
                                          probe_splits, probe_table, LEAD_KS, lead_probe_table, lead_differences,
                                          PROBE_METRICS, probe_summary, SetProbe, predictor_differences)  # noqa: F401
+from dynheads_tl.analysis.head_probe import HeadProbe, next_step_probe  # noqa: F401
 
 __all__ = ["NIAH_LAYOUT_KEYS", "layout_groups", "sample_depth", "lagged_pairs", "split_by_sample", "step_of",
            "shuffle_across_samples", "layout_split", "split_sizes", "test_to_train_ratio", "over_splits",
@@ -62,4 +63,4 @@ __all__ = ["NIAH_LAYOUT_KEYS", "layout_groups", "sample_depth", "lagged_pairs", 
            "asymmetric_loss", "train_probe", "ridge_probe", "best_f1_threshold", "classification_metrics",
            "regression_metrics", "step_rates", "MIN_PROBE_TEST_SAMPLES", "MAX_PROBE_TEST_FRACTION",
            "probe_test_fraction", "probe_splits", "probe_table", "LEAD_KS", "lead_probe_table", "lead_differences",
-           "PROBE_METRICS", "probe_summary", "SetProbe", "predictor_differences"]
+           "PROBE_METRICS", "probe_summary", "SetProbe", "predictor_differences", "HeadProbe", "next_step_probe"]

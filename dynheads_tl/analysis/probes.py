@@ -1,7 +1,8 @@
 """Claim 3's probes (Tables 2 and 3): MLP, linear and prior predictors of the next step's retrieval heads from the
 hidden state, on train/validation/test splits by layout (:func:`probe_table`), k steps ahead
 (:func:`lead_probe_table`), their summaries and paired differences over splits, and the next-step set probe
-(:class:`SetProbe`) that notebooks 05 and 06 use.
+(:class:`SetProbe`) that notebooks 05 and 06 use. A trained probe as a per-head scorer (claim 2's ``predicted``
+condition, the RAG case study): :mod:`dynheads_tl.analysis.head_probe`.
 
 The method and its baselines: :mod:`dynheads_tl.analysis.correlation`.
 """
@@ -407,3 +408,4 @@ def predictor_differences(raw: pd.DataFrame, metric: str, k: int = 0, reference:
                      "low": interval.low, "high": interval.high, "p": resampled_t_test(difference, ratio),
                      "splits": interval.n})
     return pd.DataFrame(rows)
+

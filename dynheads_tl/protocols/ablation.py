@@ -24,12 +24,13 @@ from dynheads_tl.protocols.ablation_experiments import (_PROTOCOL_VERSION, Job, 
                                                         grid_experiment, grid_jobs, progressive_experiment, rule_key,
                                                         run_condition, run_jobs)
 from dynheads_tl.protocols.ablation_metrics import (answer_scores, compensation, compensation_table,
-                                                    teacher_forced_scores)
+                                                    overlap_with_dynamic, teacher_forced_scores)
 from dynheads_tl.protocols.conditions import (CONDITIONS, SIZINGS, AblationSetup, Condition, ConditionSpec,
                                               condition_spec, condition_titles, conditions_sized, grid_conditions,
                                               make_selector, register_condition, teacher_forced_measure)
 from dynheads_tl.protocols.selectors import (random_heads, random_heads_from, select_dynamic, select_dynamic_nonstatic,
-                                             select_fixed, select_previous_step, select_random_matched,
+                                             select_fixed, select_predicted, select_previous_step,
+                                             select_random_matched,
                                              select_random_nondynamic,
                                              select_random_nonstatic, select_random_sized, select_static_matched,
                                              select_static_nondynamic, select_top_ranked)
@@ -40,7 +41,7 @@ from dynheads_tl.protocols.two_pass import (AblationTrace, CachePolicy, TeacherF
 __all__ = [
     "AblationSetup", "AblationTrace", "CONDITIONS", "CachePolicy", "Condition", "ConditionSpec", "Job", "SIZINGS",
     "Selector", "StepView", "condition_spec", "condition_titles", "conditions_sized", "grid_conditions",
-    "register_condition", "select_previous_step", "teacher_forced_measure",
+    "register_condition", "select_predicted", "select_previous_step", "teacher_forced_measure", "overlap_with_dynamic",
     "TeacherForced", "TwoPass", "ablation_units", "answer_scores", "batch_plan", "cached_runs", "compensation",
     "compensation_table", "count_missing", "eq1_at_step", "gold_continuation", "gold_token_ids", "grid_experiment",
     "grid_jobs", "make_selector", "progressive_experiment", "random_heads", "random_heads_from", "rule_key",

@@ -20,8 +20,9 @@ from torch import Tensor
 from dynheads_tl.engine.equations import Eq2Rule, head_names
 from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.executors import cached_units
-from dynheads_tl.protocols.ablation_metrics import answer_scores, compensation, teacher_forced_scores
-from dynheads_tl.protocols.conditions import AblationSetup, Condition, make_selector
+from dynheads_tl.protocols.ablation_metrics import (answer_scores, compensation, overlap_with_dynamic,
+                                                    teacher_forced_scores)
+from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, Condition, condition_spec, make_selector
 from dynheads_tl.protocols.stepwise import gold_token_ids
 from dynheads_tl.protocols.two_pass import AblationTrace, two_pass_batch
 from dynheads_tl.tasks.common import Sample, prompt_digest
@@ -66,21 +67,28 @@ def rule_key(threshold: "float | Eq2Rule"):
 
 
 def _setup_key(setup: AblationSetup, condition: str | None = None) -> dict:
-    """The setup in a job's cache key; the query-focused ranking only in ``query_matched`` jobs, so adding it leaves
-    every other job's key (and its cached run) as it was."""
+    """The setup in a job's cache key; the query-focused ranking only in ``query_matched`` jobs and the probe's
+    digest only in the jobs of a condition that needs the probe (``predicted``), so adding either leaves every
+    other job's key (and its cached run) as it was."""
+    needs_probe = condition is not None and setup.probe is not None and "probe" in condition_spec(condition).needs
     mean_z = None if setup.mean_z is None else float(setup.mean_z.double().sum())
     return {"static": setup.static_mask.nonzero().tolist(), "top20": setup.static_top20.nonzero().tolist(),
             "k": setup.k, "kind": setup.kind, "threshold": rule_key(setup.threshold), "mode": setup.mode,
             "keep_cache": setup.keep_cache, "seed": setup.seed, "mean_z": mean_z,
             "order": None if setup.static_order is None else setup.static_order.tolist(),
             **({} if setup.query_order is None or condition != "query_matched"
-               else {"query_order": setup.query_order.tolist()})}
+               else {"query_order": setup.query_order.tolist()}),
+            **({"probe": setup.probe.digest} if needs_probe else {})}
 
 
 def _summarise(result: AblationTrace, setup: AblationSetup) -> dict:
     comp = compensation(result, setup.static_top20, kind=setup.kind, threshold=setup.threshold)
     if result.teacher_forced:
-        return {"row": teacher_forced_scores(result), "new_heads": comp["new_heads"].tolist()}
+        row = teacher_forced_scores(result)
+        if result.condition in CONDITIONS and CONDITIONS[result.condition].overlap:
+            row.update(overlap_with_dynamic(result, kind=setup.kind, threshold=setup.threshold,
+                                            static_order=setup.static_order))
+        return {"row": row, "new_heads": comp["new_heads"].tolist()}
     row = {**answer_scores(result.masked), "m_s": comp["m_s"], "response": result.response,
            "heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean()),
            "heads_ever_masked": head_names(result.masked_heads.any(0))}

@@ -63,6 +63,37 @@ def teacher_forced_scores(result: AblationTrace) -> dict[str, float | int | None
             "tf_heads_masked_per_step": float(result.masked_heads.flatten(1).sum(1).float().mean())}
 
 
+def overlap_with_dynamic(result: AblationTrace, *, kind: str = "eq1", threshold: "float | Eq2Rule" = 0.1,
+                         static_order: Tensor | None = None) -> dict[str, float]:
+    """How much of the actual D_t a run's masked sets M_t held, summed over the steps t >= 1 (the steps on which a
+    set known before the step exists), with D_t from the run's clean passes (Eq. 1, or Eq. 2 under ``threshold``):
+    ``tf_dt_heads_t1`` = sum |D_t|, ``tf_masked_heads_t1`` = sum |M_t|, ``tf_masked_in_dt_t1`` = sum |M_t ∩ D_t|,
+    and, for reference at the same sizes (|D_{t-1}| heads at step t), ``tf_previous_in_dt_t1`` = sum
+    |D_{t-1} ∩ D_t| (the previous step's set itself), ``tf_static_in_dt_t1`` = sum |top-|D_{t-1}| static ∩ D_t|
+    (with ``static_order``) and ``tf_chance_in_dt_t1`` = sum |D_{t-1}| |D_t| / heads (what as many uniformly random
+    heads hold on average). Recall of D_t is a ``*_in_dt_t1`` sum over ``tf_dt_heads_t1``; precision over
+    ``tf_masked_heads_t1``. Under teacher forcing with the clean cache every condition's clean passes are the same,
+    so these sums are the same sets every condition of the sample saw."""
+    sets = result.clean.retrieval_mask if kind == "eq1" else result.clean.eq2_sets(threshold)
+    sets, masked = sets.bool(), result.masked_heads.bool()
+    if len(sets) < 2:
+        return {name: 0.0 for name in ("tf_dt_heads_t1", "tf_masked_heads_t1", "tf_masked_in_dt_t1",
+                                       "tf_previous_in_dt_t1", "tf_static_in_dt_t1", "tf_chance_in_dt_t1")}
+    current, previous = sets[1:], sets[:-1]
+    sizes = previous.flatten(1).sum(1)
+    n_heads = current[0].numel()
+    row = {"tf_dt_heads_t1": float(current.sum()), "tf_masked_heads_t1": float(masked[1:].sum()),
+           "tf_masked_in_dt_t1": float((masked[1:] & current).sum()),
+           "tf_previous_in_dt_t1": float((previous & current).sum()),
+           "tf_chance_in_dt_t1": float((sizes.float() * current.flatten(1).sum(1).float()).sum() / n_heads)}
+    if static_order is not None:
+        ranks = torch.empty(n_heads, dtype=torch.long)
+        ranks[static_order.cpu()] = torch.arange(n_heads)
+        top = ranks[None, :] < sizes[:, None]  # step t's top-|D_{t-1}| static heads
+        row["tf_static_in_dt_t1"] = float((top & current.flatten(1)).sum())
+    return row
+
+
 def compensation_table(new_heads: Tensor, static_top20: Tensor, n_rows: int = 15) -> pd.DataFrame:
     """Which heads take over after masking, how often, and whether they are static heads."""
     flat = new_heads.flatten()

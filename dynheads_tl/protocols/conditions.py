@@ -29,7 +29,13 @@ selection alone (its heads already point at the token being produced). The fair 
 - ``static_previous`` / ``random_previous``: as many top static heads / random heads as D_{t-1} has (its
   size-matched controls).
 
-At step 0 there is no previous set: the three mask nothing there, so they cover the same steps, and their
+- ``predicted``: the probe's set, also known before step t: the top-|D_{t-1}| heads of a probe read on the
+  final-norm hidden state of step t-1's clean pass (the state whose logits chose token t-1; the pass that gave
+  D_{t-1}). The probe is claim 3's at lag k = 1 (hidden[n] -> step n + 1's Eq. 1 set for NIAH, its Eq. 2 scores
+  for HotpotQA), trained on the calibration split only (``AblationSetup.probe``). It asks whether a set a
+  deployed predictor could name before the step hurts more than as many static or random heads.
+
+At step 0 there is no previous set: the four mask nothing there, so they cover the same steps, and their
 teacher-forced comparison is read on the steps t >= 1 (``tf_drop_t1``, where the drop at step 0 is exactly 0).
 
 Each masks nothing on a step where its set is empty (``static_nondynamic`` masks all of S_20 on a step
@@ -37,10 +43,11 @@ where D_t is empty).
 
 **One declaration per condition.** :class:`ConditionSpec` holds a condition's name, its builder (how it selects),
 its title (the figures' panel and row label), how it is sized (:data:`SIZINGS`), whether it is a panel of the
-masking grid and which setup fields it needs. :data:`CONDITIONS` is the registry, in grid order; the grid
-(:func:`grid_conditions`), the order, the titles (:func:`condition_titles`) and the figure panels derive from it,
-so a new condition is one :func:`register_condition` call (or one entry of :data:`_SPECS`). A spec without a
-title, an unknown sizing or a name already taken is refused with a sentence.
+masking grid, which setup fields it needs and whether its runs record how much of D_t its set held.
+:data:`CONDITIONS` is the registry, in grid order; the grid (:func:`grid_conditions`), the order, the titles
+(:func:`condition_titles`) and the figure panels derive from it, so a new condition is one
+:func:`register_condition` call (or one entry of :data:`_SPECS`). A spec without a title, an unknown sizing or a
+name already taken is refused with a sentence.
 """
 from __future__ import annotations
 
@@ -53,7 +60,7 @@ from torch import Tensor
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import AblationMode
 from dynheads_tl.protocols.selectors import (previous_size, random_heads, select_dynamic, select_dynamic_nonstatic,
-                                             select_fixed, select_previous_step, select_random_k,
+                                             select_fixed, select_predicted, select_previous_step, select_random_k,
                                              select_random_matched, select_random_nondynamic, select_random_nonstatic,
                                              select_static_matched, select_static_nondynamic, select_top_ranked)
 from dynheads_tl.protocols.stepwise import Selector
@@ -67,7 +74,8 @@ Condition = str  # a key of CONDITIONS
 class AblationSetup:
     """Everything the conditions share: static set, k, protocol knobs.
 
-    ``static_order`` (flat head indices by static score, best first) is needed by ``static_matched``."""
+    ``static_order`` (flat head indices by static score, best first) is needed by ``static_matched``; ``probe``
+    by ``predicted``."""
 
     static_mask: Bool[Tensor, "layer head"]
     static_top20: Bool[Tensor, "layer head"]
@@ -81,6 +89,9 @@ class AblationSetup:
     static_order: Tensor | None = None
     # A second static ranking (QRHead-style query-focused scores), needed by ``query_matched``.
     query_order: Tensor | None = None
+    # A probe from a hidden state [d_model] to one score per head, with a ``digest`` naming its weights (claim 3's
+    # lag-1 probe trained on the calibration split: analysis.head_probe.next_step_probe), needed by ``predicted``.
+    probe: Callable[[Tensor], Tensor] | None = None
 
 
 # (model, setup, sample_seed, k) -> (the selector, the k its runs record)
@@ -103,6 +114,14 @@ def _static_previous(model, setup: AblationSetup, sample_seed: int, k: int | Non
     if setup.static_order is None:
         raise ValueError("The static_previous condition needs AblationSetup.static_order (the static ranking).")
     return select_static_matched(setup.static_order, previous_size), None
+
+
+def _predicted(model, setup: AblationSetup, sample_seed: int, k: int | None):
+    """The probe's top-|D_{t-1}| heads from the previous step's clean hidden state (a set known before step t)."""
+    if setup.probe is None:
+        raise ValueError("The predicted condition needs AblationSetup.probe (a probe trained on the calibration "
+                         "split, analysis.head_probe.next_step_probe).")
+    return select_predicted(setup.probe), None
 
 
 def _query_matched(model, setup: AblationSetup, sample_seed: int, k: int | None):
@@ -147,7 +166,9 @@ class ConditionSpec:
     the k its runs record); ``title``, the figures' label for it; ``sizing``, how many heads it masks at a step
     (:data:`SIZINGS`); ``grid``, whether it is a panel of the masking grid (Fig 2 / Fig 6; the progressive
     conditions are not); ``needs``, the :class:`AblationSetup` fields it cannot be built without (the grid leaves
-    it out of a run whose setup lacks one)."""
+    it out of a run whose setup lacks one); ``overlap``, whether its teacher-forced runs also record how much of
+    the actual D_t its masked set held (for a set predicted before the step: how well it predicted D_t,
+    :func:`~dynheads_tl.protocols.ablation_metrics.overlap_with_dynamic`)."""
 
     name: str
     build: ConditionBuilder
@@ -155,6 +176,7 @@ class ConditionSpec:
     sizing: Sizing
     grid: bool = True
     needs: tuple[str, ...] = field(default=())
+    overlap: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -178,9 +200,9 @@ class ConditionSpec:
 
 _random_matched = lambda model, setup, sample_seed, k: (select_random_matched(_draw_seed(setup, sample_seed)), None)
 
-# The paper's conditions and the unmasked baseline, then the size-matched controls, the fair comparison (a set
-# known before the step) and the parts of D_t / S_20; then progressive masking (not a grid panel). The order here
-# is the grid's, the tables' and the figures'.
+# The paper's conditions and the unmasked baseline, then the size-matched controls, the fair comparison (sets
+# known before the step: D_{t-1}, its controls and the probe's set) and the parts of D_t / S_20; then progressive
+# masking (not a grid panel). The order here is the grid's, the tables' and the figures'.
 _SPECS = (
     ConditionSpec("none", lambda model, setup, sample_seed, k: ((lambda view: None), None), "unmasked", "none"),
     ConditionSpec("dynamic", lambda model, setup, sample_seed, k: (select_dynamic, None), "D_t masked", "D_t"),
@@ -197,6 +219,8 @@ _SPECS = (
     ConditionSpec("random_previous", lambda model, setup, sample_seed, k: (
         select_random_matched(_draw_seed(setup, sample_seed), previous_size), None), "random |D_{t-1}| masked",
         "D_{t-1}"),
+    ConditionSpec("predicted", _predicted, "probe's top-|D_{t-1}| masked (predicted before step t)", "D_{t-1}",
+                  needs=("probe",), overlap=True),
     ConditionSpec("dynamic_nonstatic", lambda model, setup, sample_seed, k: (
         select_dynamic_nonstatic(setup.static_top20), None), "D_t \\ S_20 masked", "part"),
     ConditionSpec("random_nonstatic", lambda model, setup, sample_seed, k: (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from dynheads_tl.protocols.stepwise import Selector, StepView
@@ -42,6 +42,32 @@ def select_previous_step(view: StepView):
     if previous is None or not bool(previous.any()):
         return None
     return previous.to(view.retrieval.device)
+
+
+def top_scored(scores: Float[Tensor, "layer head"], n: int) -> Bool[Tensor, "layer head"]:
+    """The ``n`` heads with the highest ``scores`` (ties broken by the flat head index, lower first)."""
+    order = torch.argsort(scores.float().flatten(), descending=True, stable=True)[:n]
+    mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
+    mask[order] = True
+    return mask.reshape(scores.shape)
+
+
+def select_predicted(probe: Callable[[Tensor], Tensor], size: Callable[[StepView], int] = previous_size) -> Selector:
+    """The probe's set, known before step t: the top-``size(view)`` heads (|D_{t-1}| by default, so it is
+    size-matched with ``previous_step``, ``static_previous`` and ``random_previous``) of ``probe`` read on the
+    previous step's clean-pass hidden state (``view.previous_clean_hidden``: the final-norm state at the last
+    position of step t-1's forward, whose logits chose token t-1, the input claim 3's probe at lag k = 1 reads).
+    ``probe`` maps that state [d_model] to one score per head (reshaped to [layer, head]). Nothing at step 0 (no
+    previous step), when the size is 0, or when the policy gave no clean hidden state."""
+
+    def select(view: StepView):
+        hidden, n = view.previous_clean_hidden, size(view)
+        if hidden is None or n == 0:
+            return None
+        scores = torch.as_tensor(probe(hidden.float().cpu()), dtype=torch.float32).reshape(view.retrieval.shape)
+        return top_scored(scores, n).to(view.retrieval.device)
+
+    return select
 
 
 def select_static_matched(static_order: Int[Tensor, "rank"], size: Callable[[StepView], int] = current_size) -> Selector:

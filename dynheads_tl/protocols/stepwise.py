@@ -42,6 +42,10 @@ class StepView:
     # D_{t-1}: the previous step's set from its clean pass (None at step 0), known before this step runs; a
     # selector that must not read this step's outcome masks it (claim 2's ``previous_step``).
     previous_retrieval: Bool[Tensor, "layer head"] | None = None
+    # The final-norm hidden state of the previous step's clean pass (None at step 0, and where a policy runs no
+    # clean pass): the state whose logits chose token t-1, in the same pass that gave D_{t-1}; claim 2's
+    # ``predicted`` condition reads a probe on it (a set known before step t).
+    previous_clean_hidden: Float[Tensor, "d_model"] | None = None
 
 
 # A step's view -> the row's head set at this step (heads to mask, or heads to retain), or None: leave the step as
@@ -60,8 +64,8 @@ class HeadIntervention(StepPolicy):
     of :func:`~dynheads_tl.engine.tracing.decode`.
 
     Each step runs one clean forward over the batch, recorded into ``clean_buffers``; each running row's selector
-    then sees the clean step (Eq. 1 or Eq. 2 set, scores, the previous step's kept hidden state and the previous
-    step's clean-pass set D_{t-1}) and returns its
+    then sees the clean step (Eq. 1 or Eq. 2 set, scores, the previous step's kept hidden state, and the previous
+    step's clean-pass set D_{t-1} and hidden state) and returns its
     head set, or None (:attr:`UNCHANGED` for every head). If any row's set changes something, the step is rewound
     and one second forward follows with each row's own set under the subclass's hooks, recorded into
     ``intervened_buffers``; changed rows keep its token, and either the clean keys and values are restored
@@ -132,8 +136,9 @@ class HeadIntervention(StepPolicy):
             retrieval = (eq1_at_step(argmax_row, loop.ids[b], loop.evidence[b], token) if self.kind == "eq1"
                          else self._eq2_set(loop, b, support_row))
             previous = intervened_buffers["hidden"][b, step - 1] if step > 0 else None
+            previous_clean = clean_buffers["hidden"][b, step - 1] if step > 0 else None
             heads = self.selectors[b](StepView(step, token, argmax_row, support_row, retrieval, previous,
-                                               self.previous_retrieval[b]))
+                                               self.previous_retrieval[b], previous_clean))
             self.previous_retrieval[b] = retrieval
             if heads is not None:
                 step_heads[b] = heads.to(decoder.device).bool()

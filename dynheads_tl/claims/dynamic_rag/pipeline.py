@@ -4,7 +4,6 @@ answer F1 and on the teacher-forced gold-answer log-probability (a secondary mea
 """
 from __future__ import annotations
 
-import copy
 import logging
 import numpy as np
 import pandas as pd
@@ -12,11 +11,11 @@ import torch
 
 from dynheads_tl.analysis.correlation import ProbeConfig, split_by_sample, train_probe
 from dynheads_tl.analysis.scoring import static_eq2_scores
+from dynheads_tl.analysis.head_probe import HeadProbe
 from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
 from dynheads_tl.corpus import TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.protocols.rag import STRATEGIES, calibrate_rind_threshold, run_units
-from dynheads_tl.store import tensor_digest
 from dynheads_tl.tasks.metrics import token_f1
 from dynheads_tl.tasks.common import Sample
 from dynheads_tl.tasks.hotpot import load_hotpot_records
@@ -192,19 +191,6 @@ def train_head_probe(model, config: RagStudyConfig):
                               stack(val, "support_score"), task="regression",
                               config=ProbeConfig(hidden=list(config.probe_hidden), epochs=config.probe_epochs, seed=config.seed))
     return static_scores, HeadProbe(probe_model, tuple(static_scores.shape))
-
-
-class HeadProbe:
-    """The trained regression probe as the dynamic strategy calls it: a hidden state -> per-head Eq. 2 scores
-    [layer, head]. ``digest`` names its weights, so cached answers of another probe are never read back."""
-
-    def __init__(self, network: torch.nn.Module, shape: tuple[int, int]):
-        # A copy: weights edited afterwards in the caller's network must not change what this digest names.
-        self.network, self.shape = copy.deepcopy(network).eval(), shape
-        self.digest = tensor_digest(*self.network.state_dict().values())
-
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.network(hidden[None].float())[0].reshape(self.shape)
 
 
 def answers_cache_key(config: RagStudyConfig, split: str, probe: HeadProbe | None = None) -> dict | None:

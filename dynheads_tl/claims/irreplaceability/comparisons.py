@@ -3,6 +3,7 @@ Holm, the headroom gate, the progressive curve and the protocol's own checks.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
@@ -13,7 +14,7 @@ from .pipeline import TaskAblation
 
 __all__ = [
     "DROP_METRICS", "metric_interval", "condition_summary", "paired_difference", "comparison_table", "protocol_checks",
-    "progressive_summary", "progressive_table", "progressive_control_outcome",
+    "progressive_summary", "progressive_table", "progressive_control_outcome", "PREDICTION_SETS", "prediction_table",
 ]
 
 
@@ -129,6 +130,50 @@ def comparison_table(results: "dict[str, TaskAblation] | TaskAblation", *, alpha
     table = mark_separated(table, alpha, family=(table["evaluable"] & ~table["primary"]).to_numpy(), testable_only=True)
     table["separated"] = table["separated"] & table["evaluable"]
     return table
+
+
+# How well a set known before step t held the actual D_t (the ``predicted`` condition's teacher-forced rows,
+# :func:`~dynheads_tl.protocols.ablation_metrics.overlap_with_dynamic`): each set's column of heads inside D_t, and
+# its name. Every set has |D_{t-1}| heads at step t, so their recalls compare at equal size.
+PREDICTION_SETS = (("tf_masked_in_dt_t1", "the probe's predicted set"), ("tf_previous_in_dt_t1", "D_{t-1}"),
+                   ("tf_static_in_dt_t1", "the top-|D_{t-1}| static heads"),
+                   ("tf_chance_in_dt_t1", "|D_{t-1}| random heads (expected)"))
+
+
+def prediction_table(results: "dict[str, TaskAblation] | TaskAblation", seed: int = 0) -> pd.DataFrame:
+    """How well the probe predicted D_t on the analysis samples (the grid's ``predicted`` runs, teacher-forced,
+    steps t >= 1), beside the other sets of the same size known before the step: per task and set
+    (:data:`PREDICTION_SETS`), ``recall`` = its heads inside D_t / the heads of D_t and ``precision`` = its heads
+    inside D_t / its heads, each pooled over samples (a ratio of sums) with a BCa 95% interval that resamples samples
+    (each grid sample is its own layout), and ``n`` samples, ``dt_heads`` and ``set_heads`` (the sums). Empty when no
+    run recorded the overlap (runs without the ``predicted`` condition)."""
+    from dynheads_tl.analysis.statistics import ratio_of_sums
+
+    results = {results.task: results} if isinstance(results, TaskAblation) else results
+    rows = []
+    for task, result in results.items():
+        grid = result.grid
+        part = grid[grid["condition"] == "predicted"] if "condition" in grid else grid.iloc[:0]
+        if part.empty or "tf_masked_in_dt_t1" not in part:
+            continue
+        part = part.dropna(subset=["tf_masked_in_dt_t1", "tf_dt_heads_t1", "tf_masked_heads_t1"])
+        if part.empty:
+            continue
+        for column, name in PREDICTION_SETS:
+            if column not in part or part[column].isna().all():
+                continue
+            hits = part[column].to_numpy(dtype=float)
+            row = {"task": task, "set": name, "column": column, "n": len(part),
+                   "dt_heads": float(part["tf_dt_heads_t1"].sum()),
+                   "set_heads": float(part["tf_masked_heads_t1"].sum())}
+            for metric, total in (("recall", "tf_dt_heads_t1"), ("precision", "tf_masked_heads_t1")):
+                pairs = np.column_stack([hits, part[total].to_numpy(dtype=float)])
+                interval = (bootstrap_interval(pairs, ratio_of_sums, seed=seed) if pairs[:, 1].sum() > 0
+                            else Interval(float("nan"), float("nan"), float("nan"), len(pairs)))
+                row.update({metric: interval.estimate, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["task", "set", "column", "n", "dt_heads", "set_heads", "recall", "recall_low",
+                                       "recall_high", "precision", "precision_low", "precision_high"])
 
 
 def _row(table: pd.DataFrame, task: str, a: str, b: str, metric: str):

@@ -3,8 +3,9 @@ and the headroom floor."""
 from __future__ import annotations
 
 from dynheads_tl import preregistration
-from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, RunSettings, StaticSource,
-                                check_model_sizes)
+from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, ProbeSettings, RunSettings,
+                                StaticSource, check_model_sizes)
+from dynheads_tl.analysis.probes import ProbeConfig
 from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.preflight import model_context_window
 from dynheads_tl.params import compose, fraction_list, integer, integer_list, one_of, param
@@ -43,17 +44,21 @@ MIN_SAMPLES_TO_COMPARE = 5
 GRID_MAX_OFFSET = 3000
 
 
-@compose(TraceSettings, Eq2Selection, StaticSource, ModelSettings, RunSettings,
-         notes={"trace_batch_size": "here the calibration traces", "eq2_rule": "HotpotQA D_t"})
+@compose(TraceSettings, Eq2Selection, StaticSource, ProbeSettings, ModelSettings, RunSettings,
+         notes={"trace_batch_size": "here the calibration traces", "eq2_rule": "HotpotQA D_t",
+                "probe_hidden": "the predicted condition's probe (claim 3's CPU recipe)",
+                "probe_epochs": "the predicted condition's probe"})
 class IrreplaceabilityConfig(NotebookConfig):
-    """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's."""
+    """The claim 2 notebook's parameters: the shared trace settings plus the grid's and the protocol's, and the
+    probe settings of the ``predicted`` condition's probe (claim 3's MLP at lag 1, trained on the calibration
+    split)."""
 
     niah_contexts: list[int] = param([500], "Fig 2 rows: NIAH context lengths in tokens (one: every masking condition, generated and teacher-forced, must fit the time budget)", integer_list(minimum=32))
     niah_depths: list[float] = param([0.1, 0.9], "Fig 2 columns: needle depths (two: 30 samples per condition at 15 runs per cell)", fraction_list)
     hotpot_contexts: list[int] = param([750], "Fig 6 rows: HotpotQA context lengths (750: more unmasked headroom than 250)", integer_list(minimum=32))
     hotpot_depths: list[float] = param([0.1, 0.9], "Fig 6 columns: depth of the gold paragraphs", fraction_list)
     runs_per_cell: int = param(15, "samples per grid cell and depth, each generated and teacher-forced", integer())
-    n_calibration: int = param(10, "samples that fix the static set and k", integer())
+    n_calibration: int = param(10, "samples that fix the static set and k, and train the predicted condition's probe", integer())
     progressive_k_max: int = param(30, "Fig 3 / 7: largest number of heads masked per step", integer(0))
     progressive_k_step: int = param(10, "Fig 3 / 7: step between k values (10 keeps the default within its time budget)", integer())
     n_progressive: int = param(30, "samples for progressive masking, per k", integer())
@@ -62,10 +67,11 @@ class IrreplaceabilityConfig(NotebookConfig):
     keep_cache: str = param("clean", 'which pass\'s keys/values step t leaves in the cache: "clean" or "masked"',
                             one_of(("clean", "masked")))
     seed: int = param(0, "seeds samples and the random baseline", integer(0))
-    # Generations decoded together: the runs of one grid cell (15 samples x 14 conditions; teacher-forced apart), or
+    # Generations decoded together: the runs of one grid cell (15 samples x 15 conditions; teacher-forced apart), or
     # several progressive samples' k values. Larger batches read the weights fewer times per run
     # (bench/bench_decoding.py --parts cell); memory grows with them (the KV cache of every row).
-    batch_size: int = param(210, "generations decoded together: a grid cell's runs in one batch, teacher-forced in another", integer())
+    batch_size: int = param(225, "generations decoded together: a grid cell's runs in one batch, teacher-forced in "
+                                 "another", integer())
     output_dir: str = param("papers_figures", "where figures and tables are written")
     use_cache: bool = param(True, "reuse cached traces and ablation runs")
 
@@ -89,10 +95,17 @@ class IrreplaceabilityConfig(NotebookConfig):
     def progressive_ks(self) -> list[int]:
         return list(range(0, self.progressive_k_max + 1, self.progressive_k_step))
 
+    def probe_config(self) -> ProbeConfig:
+        """The ``predicted`` condition's probe: claim 3's CPU recipe (:class:`ProbeConfig`) with this notebook's
+        widths and epochs, seeded by ``seed``."""
+        return ProbeConfig(hidden=list(self.probe_hidden), epochs=self.probe_epochs, seed=self.seed)
+
 
 # Every comparison claim 2 makes: (a, b, what a masks, what b masks). The paper's two (against its fixed-k
 # baselines, not size-matched), our size-matched controls, the fair comparison (D_{t-1}, a set known before step t,
-# against as many static and random heads) and the second (query-focused) static ranking. Each is read on the
+# against as many static and random heads), the probe's set (also known before step t; an exploratory secondary,
+# preregistration.yaml's deviation of 2026-12-04) against the same controls, and the second (query-focused)
+# static ranking. Each is read on the
 # free-generation metric and on the teacher-forced drop (teacher_forced_measure: steps t >= 1 where a side is sized
 # by D_{t-1}).
 COMPARISONS = (
@@ -102,6 +115,8 @@ COMPARISONS = (
     ("dynamic", "static_matched", "masking D_t", "masking the top-|D_t| static heads"),
     ("previous_step", "static_previous", "masking D_{t-1}", "masking the top-|D_{t-1}| static heads"),
     ("previous_step", "random_previous", "masking D_{t-1}", "masking |D_{t-1}| random heads"),
+    ("predicted", "static_previous", "masking the probe's predicted set", "masking the top-|D_{t-1}| static heads"),
+    ("predicted", "random_previous", "masking the probe's predicted set", "masking |D_{t-1}| random heads"),
     ("dynamic_nonstatic", "random_nonstatic", "masking D_t \\ S_20", "masking as many random heads from outside S_20"),
     ("dynamic_nonstatic", "random_matched", "masking D_t \\ S_20", "masking |D_t| random heads"),
     ("static_nondynamic", "random_nondynamic", "masking S_20 \\ D_t", "masking as many random heads from outside D_t"),

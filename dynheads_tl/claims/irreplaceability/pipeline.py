@@ -14,6 +14,7 @@ from dynheads_tl.protocols.ablation import (AblationSetup, compensation_table, g
 from dynheads_tl.corpus import collect_traces, placebo_traces
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import StepState, z_hook_name
+from dynheads_tl.analysis.head_probe import next_step_probe
 from dynheads_tl.analysis.scoring import calibrate_chance_factor, dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.common import mix_seed
@@ -47,7 +48,13 @@ def mean_head_outputs(model, samples, config: TraceConfig) -> torch.Tensor:
 
 
 def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup:
-    """Static set (top-k with k = mean calibration |D_t|), static top-20, and k, from a calibration split."""
+    """Static set (top-k with k = mean calibration |D_t|), static top-20, k, and the ``predicted`` condition's
+    probe, from a calibration split (never the grid's samples).
+
+    The probe is claim 3's MLP at lag k = 1 (:func:`~dynheads_tl.analysis.head_probe.next_step_probe`: hidden[n] ->
+    step n + 1's Eq. 1 set for NIAH, its Eq. 2 scores for HotpotQA, as Tables 2 and 3 train them), fitted on the
+    calibration traces alone, seeded by ``config.seed`` and cached with ``use_cache``; without a calibration trace of
+    two steps there is none, and ``predicted`` is left out of the grid."""
     trace_config = config.trace_config(task)
     seed = SEEDS["ablation_calibration"] + config.seed
     if task == "niah":
@@ -85,12 +92,18 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
     except ValueError as error:  # a prompt the null query cannot be placed in: the condition is left out
         logging.getLogger(__name__).warning("%s: no query-focused ranking (%s); query_matched is not run.", task, error)
         query = None
+    probe = next_step_probe(traces, "classification" if task == "niah" else "regression", config.probe_config(),
+                            use_cache=config.use_cache)
+    if probe is None:
+        logging.getLogger(__name__).warning("%s: no calibration answer has two steps, so no probe; predicted is not "
+                                            "run.", task)
     return AblationSetup(static_mask=static_top_k(scores, k), static_top20=static_top_k(scores, min(20, scores.numel())),
                          k=k, kind="eq1" if task == "niah" else "eq2", threshold=rule,
                          mode=config.ablation_mode, keep_cache=config.keep_cache, mean_z=mean_z, seed=config.seed,
                          static_order=torch.argsort(scores.flatten(), descending=True, stable=True),
                          query_order=None if query is None else torch.argsort(query.flatten(), descending=True,
-                                                                              stable=True))
+                                                                              stable=True),
+                         probe=probe)
 
 
 def grid_cells(model, config: IrreplaceabilityConfig, task: str):

@@ -9,36 +9,27 @@ from typing import Callable
 import pandas as pd
 
 from dynheads_tl.analysis.statistics import Interval, detectable_words, format_interval
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, sentences_starting
 
 from dynheads_tl.protocols.conditions import grid_conditions, teacher_forced_measure
 
 from .config import (ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY, SEEDS, SELECTED_ON_OUTCOME,
                      IrreplaceabilityConfig)
 from .pipeline import TaskAblation
+from .readings import _declared_verdict, _reading, _resolve_text
 from .comparisons import (DROP_METRICS, _condition_interval, _heads, _row, comparison_table, condition_summary, metric_interval,
-                          progressive_control_outcome, progressive_summary, progressive_table)
+                          prediction_table, progressive_control_outcome, progressive_summary, progressive_table)
 from .rules import PAPER_FIG3, _control_conclusion, _masking_status, _progressive_status
 
-__all__ = ["PAPER_FIG3", "matched_controls_verdict", "progressive_control_text", "progressive_teacher_forced_text", "query_baseline_verdict", "primary_verdict", "summary_markdown"]
+__all__ = ["PAPER_FIG3", "matched_controls_verdict", "progressive_control_text", "progressive_teacher_forced_text",
+           "query_baseline_verdict", "primary_verdict", "predicted_verdict", "prediction_text", "PREDICTED_LEAD",
+           "PREDICTION_FILE", "summary_markdown"]
 
 
 
 
 def _interval_text(interval: Interval, digits: int = 2) -> str:
     return format_interval(interval.estimate, interval.low, interval.high, digits)
-
-
-def _resolve_text(row) -> str:
-    """What more data would do: about how many samples would put the observed difference's interval away from 0
-    (when that is more than the design has), or, when the interval already is, that the corrected exact test is
-    what does not reach the level."""
-    need = row["n_to_resolve"]
-    if need == need and need and int(need) > int(row["n"]):
-        return f"; about {int(need)} samples would resolve the observed one"
-    if row["low"] > 0 or row["high"] < 0:
-        return f"; the interval excludes 0, but the exact test (corrected) does not reach {ALPHA}"
-    return ""
 
 
 def _reading_of(row, name_a: str, *, fewer: bool) -> str:
@@ -105,7 +96,7 @@ def matched_controls_verdict(result: TaskAblation, comparisons: pd.DataFrame | N
                "random_nondynamic")
     sentences = []
     for a, b, name_a, name_b in COMPARISONS:
-        if b not in matched:
+        if b not in matched or a == "predicted":  # the probe's comparisons: predicted_verdict states them
             continue
         free_a, free_b = _condition_interval(result, a, metric), _condition_interval(result, b, metric)
         if free_a is None or free_b is None:
@@ -125,21 +116,6 @@ def matched_controls_verdict(result: TaskAblation, comparisons: pd.DataFrame | N
                                           + steps, tf_sizes, digits=3))
         sentences.append(f"{name}, {name_a} against {name_b} ({sizes}): " + "; ".join(parts) + ".")
     return " ".join(sentences) if sentences else f"{name}: the matched controls were not run."
-
-
-def _reading(row) -> str:
-    """A short reading of one comparison row: D_t hurts more / less, cannot distinguish, too few samples, cannot be
-    tested, or no headroom."""
-    if row is None or row["n"] < MIN_SAMPLES_TO_COMPARE:
-        return "too few samples"
-    if not row["headroom"]:
-        return "no headroom"
-    if not row["testable"] and row["a_worse"] + row["b_worse"] > 0:
-        return "cannot be tested"
-    if not row["separated"]:
-        return "cannot distinguish"
-    hurts_more = (row["difference"] > 0) if row["metric"] in DROP_METRICS else (row["difference"] < 0)
-    return "D_t hurts more" if hurts_more else "D_t hurts less"
 
 
 def query_baseline_verdict(result: TaskAblation, comparisons: pd.DataFrame | None = None) -> str:
@@ -170,40 +146,6 @@ def query_baseline_verdict(result: TaskAblation, comparisons: pd.DataFrame | Non
               f"{readings[1][0]} / {readings[1][1]}).")
 
 
-def _declared_verdict(comparisons: pd.DataFrame, declared: tuple, lead: str, judge: bool = True) -> str:
-    """One declared comparison ``(task, a, b, metric)`` in one computed sentence opened by ``lead``: reproduced
-    when masking a raises the gold token's teacher-forced log-probability drop more than masking b (separated: the
-    row's test at its level and the paired 95% interval above 0); not reproduced when b hurts more; otherwise
-    undetermined, with the smallest effect the design could detect. With ``judge`` False (a secondary comparison,
-    which decides no status) the sentence gives the reading without the status word."""
-    task, a, b, metric = declared
-    name_a, name_b = next((na, nb) for ca, cb, na, nb in COMPARISONS if (ca, cb) == (a, b))
-    short_a, short_b = name_a.removeprefix("masking "), name_b.removeprefix("masking ")
-    steps = ", steps t ≥ 1" if metric == "tf_drop_t1" else ""
-    lead = f"{lead} ({task.upper() if task == 'niah' else task}, {name_a} against {name_b}, teacher-forced{steps}): "
-    row = _row(comparisons, task, a, b, metric)
-    if row is None:
-        return f"{lead}not in this run (its files predate the condition; the next run computes it)."
-    numbers = (f"{short_a} − {short_b}, gold log-probability drop "
-               f"{format_interval(row['difference'], row['low'], row['high'], 3, signed=True)} nats per step, paired "
-               f"over n = {int(row['n'])} samples; {short_a} hurt more on {int(row['a_worse'])}, {short_b} on "
-               f"{int(row['b_worse'])}")
-    test = "sign test" if row["primary"] else "Holm-adjusted sign test"
-    reading = _reading(row)
-    if not judge:
-        word = {"D_t hurts more": f"{short_a} hurts more", "D_t hurts less": f"{short_b} hurt more",
-                "cannot be tested": "too few samples differ for a sign test"}.get(reading, "the two cannot be told apart")
-        return f"{lead}{word} ({numbers}; {test} p = {row['p_adjusted']:.3g})."
-    if reading == "D_t hurts more":
-        return f"{lead}**reproduced**: {short_a} hurts more ({numbers}; {test} p = {row['p_adjusted']:.3g})."
-    if reading == "D_t hurts less":
-        return f"{lead}**not reproduced**: {short_b} hurt more ({numbers}; {test} p = {row['p_adjusted']:.3g})."
-    if reading == "cannot be tested":
-        return f"{lead}**undetermined**: too few samples differ for a sign test to reach {ALPHA} ({numbers})."
-    return (f"{lead}**undetermined**: the two cannot be told apart ({numbers}; sign test p = {row['sign_p']:.3g}); "
-            f"{detectable_words(row['half_width'], what='differences (nats)', n=int(row['n']))}{_resolve_text(row)}.")
-
-
 def primary_verdict(comparisons: pd.DataFrame) -> str:
     """Claim 2's declared primary (:data:`PRIMARY`: D_{t-1} against as many top static heads, steps t ≥ 1), then D_t
     against as many (:data:`SELECTED_ON_OUTCOME`, secondary: chosen on the step's own outcome), each in one computed
@@ -211,6 +153,57 @@ def primary_verdict(comparisons: pd.DataFrame) -> str:
     return (_declared_verdict(comparisons, PRIMARY, "Primary comparison") + " "
             + _declared_verdict(comparisons, SELECTED_ON_OUTCOME, "Beside it, the set chosen on the step's own "
                                 "outcome (secondary, partly expected from selection alone)", judge=False))
+
+
+# The sentences of the probe's condition start with this (the finding picks them by it).
+PREDICTED_LEAD = "Probe-predicted set"
+
+
+def _task_label(task: str) -> str:
+    return "NIAH" if task == "niah" else "HotpotQA (synthetic)"
+
+
+def prediction_text(prediction: pd.DataFrame, task: str) -> str:
+    """How well the probe predicted D_t on one task's analysis samples, in one computed sentence from
+    :func:`~.comparisons.prediction_table`: the share of D_t's heads its set held (recall, BCa 95%) and the share of
+    its heads that were in D_t (precision), beside D_{t-1}, as many top static heads and chance at the same sizes;
+    empty when the run has no such rows."""
+    part = prediction[prediction["task"] == task] if len(prediction) else prediction
+    if part.empty or "tf_masked_in_dt_t1" not in set(part["column"]):
+        return ""
+    rows = part.set_index("column")
+    probe = rows.loc["tf_masked_in_dt_t1"]
+    share = lambda row, metric: format_interval(row[metric], row[f"{metric}_low"], row[f"{metric}_high"], 2)
+    others = [f"{rows.loc[column, 'set']} {rows.loc[column, 'recall']:.2f}" for column in
+              ("tf_previous_in_dt_t1", "tf_static_in_dt_t1", "tf_chance_in_dt_t1") if column in rows.index]
+    return (f"{PREDICTED_LEAD} ({_task_label(task)}, how well it predicted D_t): on the n = {int(probe['n'])} "
+            f"analysis samples, teacher-forced over the steps t ≥ 1, the probe's top-|D_{{t-1}}| heads held "
+            f"{share(probe, 'recall')} of D_t's {int(probe['dt_heads'])} head-steps (recall) and "
+            f"{share(probe, 'precision')} of its own {int(probe['set_heads'])} were in D_t (precision; BCa 95% over "
+            f"samples)" + (f"; at the same sizes the recall of {', '.join(others)}" if others else "") + ".")
+
+
+def predicted_verdict(comparisons: pd.DataFrame, prediction: pd.DataFrame | None = None,
+                      tasks: tuple[str, ...] = ("niah", "hotpot")) -> str:
+    """The probe's condition (``predicted``: its top-|D_{t-1}| heads from step t-1's clean hidden state, a set known
+    before step t; an exploratory secondary, preregistration.yaml's deviation of 2026-12-04) per task: masking it
+    against as many top static heads and as many random heads, on the teacher-forced drop over the steps t ≥ 1 (each
+    in one computed sentence without a status word: :func:`_declared_verdict`, Holm-adjusted within claim 2's
+    secondaries), then how well it predicted D_t (:func:`prediction_text`). Empty for a run without the condition
+    (its comparisons are not in the table), so a report from before it reads as it did."""
+    sentences = []
+    for task in tasks:
+        for baseline in ("static_previous", "random_previous"):
+            declared = (task, "predicted", baseline, teacher_forced_measure("predicted", baseline))
+            if _row(comparisons, *declared) is None:
+                continue
+            sentences.append(_declared_verdict(comparisons, declared, f"{PREDICTED_LEAD}, an exploratory secondary",
+                                               judge=False, task_label=_task_label(task)))
+        if prediction is not None:
+            text = prediction_text(prediction, task)
+            if text:
+                sentences.append(text)
+    return " ".join(sentences)
 
 
 def _paper_comparison(result: TaskAblation, comparisons: pd.DataFrame | None = None) -> str:
@@ -262,6 +255,9 @@ def summary_markdown(results: dict[str, TaskAblation], model_label: str,
              "both tasks; the primary alone) is below 0.05 and the paired 95% bootstrap interval excludes 0; a "
              f"free-generation ranking needs the unmasked interval to reach {HEADROOM_FLOOR}.",
              f"- {primary_verdict(comparisons)}"]
+    predicted = predicted_verdict(comparisons, prediction_table(results))
+    if predicted:
+        lines.append(f"- {predicted}")
     for task, result in results.items():
         summary = condition_summary(result).set_index("condition")
         metric = result.metric
@@ -390,6 +386,21 @@ def _primary(folder: Path) -> dict | None:
             "computed": f"{task}: {a} − {b}, {metric} (nats/step)"}
 
 
+# The notebook's table of how well the probe predicted D_t (prediction_table), which the finding reads.
+PREDICTION_FILE = "predicted_set_overlap"
+
+
+def _finding_sentences(folder: Path) -> list[str]:
+    """The README's sentences of claim 2, from the files the notebook wrote: the primary and D_t beside it, then
+    (in a run with the probe's condition) the probe's NIAH sentences: its two comparisons and how well it predicted
+    D_t."""
+    comparisons = pd.read_csv(folder / "comparisons.csv")
+    overlap = folder / f"{PREDICTION_FILE}.csv"
+    prediction = pd.read_csv(overlap) if overlap.exists() else None
+    return (sentences_starting(primary_verdict(comparisons), "Primary comparison", "Beside it", limit=2)
+            + sentences_starting(predicted_verdict(comparisons, prediction, tasks=("niah",)), PREDICTED_LEAD))
+
+
 CLAIM = Claim(
     notebook="02_irreplaceability",
     title="Claim 2: irreplaceability",
@@ -424,9 +435,7 @@ CLAIM = Claim(
                   "fig7_hotpot_progressive", 8, _progressive_headline("fig7_hotpot_progressive"),
                   _progressive_status("fig7_hotpot_progressive"), hotpot=True),
     ),
-    findings=(Finding("Claim 2, irreplaceability", lambda folder: sentences_starting(
-        primary_verdict(pd.read_csv(folder / "comparisons.csv")), "Primary comparison", "Beside it", limit=2),
-        "Every comparison, tested"),),
+    findings=(Finding("Claim 2, irreplaceability", _finding_sentences, "Every comparison, tested"),),
     # The id of what PRIMARY computes (D_t against as many top static heads); the pre-registered primary is the fair
     # D_{t-1} comparison, so tests/test_preregistration.py marks this claim as not yet computing it.
     primary=Primary("fair_previous_step_vs_static", _primary),
