@@ -83,7 +83,35 @@ def test_each_results_file_states_the_preregistered_primary(claim, request, tmp_
     data = claim_results(committed, claim) if (committed / claim.notebook).is_dir() else verdicts.build(claim, tmp_path)
     assert data is not None, f"papers_figures/ has no {claim.notebook}/ folder"
     assert verdicts.primary_problems(data) == []
-    assert data["preregistration"]["sha256"] == preregistration.sha256()
+    assert _declares_the_same(data["preregistration"]["sha256"]), (
+        f"{claim.notebook}/verdicts.json was computed under a preregistration.yaml that declares otherwise than the "
+        f"current one (sha256 {data['preregistration']['sha256'][:12]}); recompute it")
+
+
+def _declares_the_same(recorded: str) -> bool:
+    """Whether ``recorded`` is the sha256 of the current preregistration.yaml, or of an earlier committed version of
+    it (read from git) that declares the same: every section equal but the appended ``deviations``. A deviation dated
+    after a run changes no declaration the run's verdicts were computed under (SCIENCE 14: it is a new entry, never
+    an edit above it), and the report quotes it. Without git history only the current file's sha256 counts."""
+    import hashlib
+    import subprocess
+
+    import yaml
+
+    if recorded == preregistration.sha256():
+        return True
+    root = preregistration.path().parent
+    git = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
+    try:
+        commits = git("log", "--format=%H", "--", preregistration.path().name).decode().split()
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    declared = lambda data: {key: value for key, value in data.items() if key != "deviations"}
+    for commit in commits:
+        raw = git("show", f"{commit}:{preregistration.path().name}")
+        if hashlib.sha256(raw).hexdigest() == recorded:
+            return declared(yaml.safe_load(raw)) == declared(preregistration.load())
+    return False
 
 
 def test_a_primary_that_differs_from_the_declaration_is_reported(tmp_path):
