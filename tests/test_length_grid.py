@@ -281,6 +281,7 @@ def tiny_grid(tmp_path_factory):
 
 def test_the_grid_runs_end_to_end_on_a_tiny_model(tiny_grid):
     model, config = tiny_grid
+    assert not length_grid.layer_kinds(model).sliding  # a Llama: full attention on every layer
     cells = length_grid.grid_samples(model, config)
     assert len(cells) == 2 * 3 * 2
     # the depths of one (length, run) share the haystack offset, so their prompts share the text up to the needle
