@@ -167,4 +167,32 @@ fig = length_grid.trend_figure(units, trends, f"Length trends ({config.haystack_
 points = pd.concat([frame.assign(primary=name) for name, frame in units.items()], ignore_index=True)
 display(Image(filename=str(figures.save_figure(fig, "length_trends_figure", out_dir, points, run_config))))
 display(Markdown("**Verdict.** " + length_grid.trend_verdict(trends, config.model, config.haystack)))
+
+# %% [markdown]
+# ## Exploratory: global and sliding-window layers (not pre-registered)
+# Beyond the paper, added after the Gemma 3 report had been seen (`preregistration.yaml`, `deviations:`), so
+# descriptive only: no status, no test. On a model whose layers mix sliding-window and full ("global") attention,
+# a needle further back than the window is out of reach of every sliding layer. From the traces above (no model
+# run): per bin of the needle's distance from the answer's query token (to the needle's nearest token), the share
+# of Eq. 1 activations in global layers and the heads per step, and the adjacent-step Jaccard of $D_t$ restricted
+# to the global heads and to the sliding ones beside the paper's range; BCa 95% over layouts, n in every row. Beyond
+# the window the share is 1 by construction: there it checks the engine. A model without sliding layers says so
+# and skips the analysis.
+
+# %%
+kinds = length_grid.layer_kinds(lm)  # each layer's window, as the decoding masks with it
+figures.save_table(kinds.table(), "window_layers", out_dir, run_config)
+shares = jaccard = None
+if kinds.sliding:
+    steps = length_grid.window_steps(cells, traces, kinds)
+    shares = length_grid.window_shares(steps, kinds, config.lengths, n_resamples=config.n_resamples, seed=config.seed)
+    jaccard = length_grid.window_jaccard(cells, traces, kinds, n_resamples=config.n_resamples, seed=config.seed)
+    figures.save_table(jaccard, "window_jaccard", out_dir, run_config)
+    fig = length_grid.window_figure(shares, kinds, f"D_t in global layers by needle distance ({config.haystack_label}, "
+                                    f"{config.model}; exploratory)")
+    display(Image(filename=str(figures.save_figure(fig, "window_shares", out_dir, shares, run_config))))
+    display(shares.round(3))
+    display(jaccard.round(3))
+display(Markdown("**Exploratory, descriptive.** " + length_grid.window_verdict(
+    kinds.table(), shares, jaccard, config.model, config.haystack)))
 print(f"Notebook compute time: {(time.time() - started) / 60:.1f} min")

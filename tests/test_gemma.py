@@ -136,3 +136,24 @@ def test_gemma_270m_grouped_equals_the_eager_bridge_within_and_beyond_the_window
         eager = [trace_generation(model, s, trace_config) for s in samples]
     assert_same_traces(grouped, eager)
     assert any(t.retrieval_mask.any() for t in grouped), "Gemma copies the needle here"
+
+
+def test_layer_windows_name_the_global_layer_and_no_sliding_head_retrieves_beyond_its_window(tiny_gemma,
+                                                                                              gemma_samples):
+    """Notebook 07's exploratory analysis on real traces: the window read where decoding masks with it, and in a
+    distance bin beyond it every Eq. 1 activation lies in the global layer (the engine's mask, seen in the traces)."""
+    from dynheads_tl.claims import length_grid
+    from dynheads_tl.engine.grouped import layer_windows
+
+    assert layer_windows(tiny_gemma) == [WINDOW, None, WINDOW]
+    kinds = length_grid.layer_kinds(tiny_gemma)
+    assert kinds.global_layers == [1] and kinds.n_heads == tiny_gemma.cfg.n_heads
+    traces = trace_batch(tiny_gemma, gemma_samples, TraceConfig(max_new_tokens=6, stop_at_eos=False))
+    cells = [({"context": 60, "depth": 0.5, "layout": f"l{i}"}, s) for i, s in enumerate(gemma_samples)]
+    steps = length_grid.window_steps(cells, traces, kinds)
+    beyond = steps[steps["distance"] >= WINDOW]
+    assert len(beyond) and (beyond["sliding_heads"] == 0).all()
+    shares = length_grid.window_shares(steps, kinds, [60], n_resamples=50)
+    assert shares["beyond_window"].any() and set(shares["bin"]) == {"0–15", "16–59", "≥60"}
+    jaccard = length_grid.window_jaccard(cells, traces, kinds, n_resamples=50)
+    assert set(jaccard["scope"]) == {"global", "sliding", "all"}

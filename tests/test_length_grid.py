@@ -281,6 +281,7 @@ def tiny_grid(tmp_path_factory):
 
 def test_the_grid_runs_end_to_end_on_a_tiny_model(tiny_grid):
     model, config = tiny_grid
+    assert not length_grid.layer_kinds(model).sliding  # a Llama: full attention on every layer
     cells = length_grid.grid_samples(model, config)
     assert len(cells) == 2 * 3 * 2
     # the depths of one (length, run) share the haystack offset, so their prompts share the text up to the needle
@@ -356,3 +357,158 @@ def test_verdicts_say_undefined_and_degenerate_values_as_such():
     assert "share outside Wu's S_20 every layout at 0.00 (degenerate)" in text
     empty = trend_table({"rotation_vs_length": pd.DataFrame(columns=["length", "layout", "value"])}, n_resamples=50)
     assert "no answer had an Eq. 1 activation" in length_grid.trend_verdict(empty, "m", "prose")
+
+
+# --- exploratory: global and sliding-window layers (issue 49) -----------------------------------------------------
+# A toy 3-layer model, 2 heads per layer: layers 0 and 2 slide with a 4-token window, layer 1 is global.
+TOY_KINDS = length_grid.LayerKinds((4, None, 4), 2)
+
+
+def _window_trace(prompt_len: int, needle_at: int, hits: list[list[tuple[int, int]]]):
+    """A trace whose needle is one token (id 7) at ``needle_at``; every step generates 7, and the heads of
+    ``hits[t]`` point at the needle at step t (Eq. 1 hits) while the others point at position 0."""
+    prompt = list(range(100, 100 + prompt_len))
+    prompt[needle_at] = 7
+    argmax = torch.zeros(len(hits), 3, 2, dtype=torch.long)
+    for step, heads in enumerate(hits):
+        for layer, head in heads:
+            argmax[step, layer, head] = needle_at
+    return make_trace([7] * len(hits), argmax, prompt_ids=prompt, evidence_spans=[(needle_at, needle_at + 1)])
+
+
+def _toy_grid():
+    # query at step t sits at prompt_len - 1 + t; the needle's distance is that minus needle_at
+    a = _window_trace(5, 3, [[(0, 0), (1, 0)], [(1, 0), (1, 1), (2, 1)]])  # distances 1, 2
+    b = _window_trace(10, 2, [[(1, 1)], [(1, 0), (1, 1)]])  # distances 7, 8: beyond the window
+    c = _window_trace(6, 4, [[(0, 1)], []])  # distances 1, 2
+    cells = [({"context": 8, "depth": 0.5, "layout": "a"}, None), ({"context": 20, "depth": 0.0, "layout": "b"}, None),
+             ({"context": 8, "depth": 1.0, "layout": "c"}, None)]
+    return cells, [a, b, c]
+
+
+def test_layer_kinds_read_back_and_bin_edges_follow_the_window_and_lengths():
+    assert TOY_KINDS.sliding and TOY_KINDS.global_layers == [1] and TOY_KINDS.window_sizes == [4]
+    assert TOY_KINDS.global_heads().tolist() == [[False, False], [True, True], [False, False]]
+    assert TOY_KINDS.global_head_share == pytest.approx(1 / 3)
+    assert length_grid.LayerKinds.from_table(TOY_KINDS.table()) == TOY_KINDS
+    assert length_grid.distance_edges([1000, 2000], [512]) == [0, 512, 1000, 2000]
+    assert not length_grid.LayerKinds((None, None), 3).sliding
+    with pytest.raises(ValueError, match="positive number of tokens"):
+        length_grid.LayerKinds((0, None), 2)
+
+
+def test_window_steps_measure_the_needles_distance_from_each_query_row():
+    cells, traces = _toy_grid()
+    steps = length_grid.window_steps(cells, traces, TOY_KINDS)
+    assert steps["distance"].tolist() == [1, 2, 7, 8, 1, 2]
+    assert steps["global_heads"].tolist() == [1, 2, 1, 2, 0, 0]
+    assert steps["sliding_heads"].tolist() == [1, 1, 0, 0, 1, 0]
+    with pytest.raises(ValueError, match="layer kinds"):
+        length_grid.window_steps(cells, traces, length_grid.LayerKinds((4, None), 2))
+
+
+def test_window_shares_pool_each_distance_bin_and_keep_an_empty_bin():
+    cells, traces = _toy_grid()
+    steps = length_grid.window_steps(cells, traces, TOY_KINDS)
+    shares = length_grid.window_shares(steps, TOY_KINDS, [8, 20], n_resamples=200).set_index(["bin", "measure"])
+    assert list(dict.fromkeys(b for b, _ in shares.index)) == ["0–3", "4–7", "8–19", "≥20"]
+    # bin 0-3 holds a's and c's steps: 3 of 6 activations in layer 1, over 4 steps
+    assert shares.loc[("0–3", "share_global"), "value"] == 0.5
+    assert shares.loc[("0–3", "heads_per_step"), "value"] == 1.5
+    assert shares.loc[("0–3", "share_global"), "n_layouts"] == 2 and shares.loc[("0–3", "share_global"), "n_steps"] == 4
+    assert not shares.loc[("0–3", "share_global"), "beyond_window"]
+    low, high = shares.loc[("0–3", "share_global"), ["low", "high"]]
+    assert low <= 0.5 <= high
+    # beyond the window only layer 1 retrieves; one layout per bin gives no interval
+    for bin_, per_step in (("4–7", 1.0), ("8–19", 2.0)):
+        assert shares.loc[(bin_, "share_global"), "value"] == 1.0 and shares.loc[(bin_, "share_global"), "beyond_window"]
+        assert shares.loc[(bin_, "heads_per_step"), "value"] == per_step
+        assert np.isnan(shares.loc[(bin_, "share_global"), "low"])
+    empty = shares.loc[("≥20", "share_global")]
+    assert empty["n_samples"] == 0 and np.isnan(empty["value"])
+
+
+def test_window_jaccard_restricts_d_t_to_global_and_sliding_heads():
+    cells, traces = _toy_grid()
+    table = length_grid.window_jaccard(cells, traces, TOY_KINDS, n_resamples=200)
+    pooled = table[table["length"] == "all"].set_index("scope")
+    # global: a {(1,0)} -> {(1,0),(1,1)} and b the same give J 1/2 each; c has no global pair
+    assert pooled.loc["global", "jaccard_adjacent"] == pytest.approx(0.5)
+    assert pooled.loc["global", "size_bound"] == pytest.approx(0.5) and pooled.loc["global", "pairs"] == 2
+    assert pooled.loc["global", "heads_per_step"] == pytest.approx(1.0) and pooled.loc["global", "heads"] == 2
+    # sliding: a {(0,0)} -> {(2,1)} and c {(0,1)} -> {} give J 0; their size bounds are 1 and 0
+    assert pooled.loc["sliding", "jaccard_adjacent"] == 0.0 and pooled.loc["sliding", "size_bound"] == pytest.approx(0.5)
+    # all heads: a 1/4, b 1/2, c 0
+    assert pooled.loc["all", "jaccard_adjacent"] == pytest.approx(0.25)
+    assert pooled.loc["all", "size_bound"] == pytest.approx((2 / 3 + 0.5 + 0) / 3)
+    per_length = table.set_index(["scope", "length"])
+    assert per_length.loc[("global", "8"), "jaccard_adjacent"] == pytest.approx(0.5)
+    assert per_length.loc[("global", "20"), "n_layouts"] == 1
+    paper = preregistration.item_rule("dynamism", "Table 1")["paper_range_adjacent_jaccard"]
+    assert (pooled["paper_low"] == paper[0]).all() and (pooled["paper_high"] == paper[1]).all()
+    assert pooled.loc["sliding", "reading"] == "below the paper's range"
+
+
+@pytest.mark.parametrize("low, high, expected", [(0.6, 0.7, "above the paper's range"),
+                                                 (0.1, 0.2, "below the paper's range"),
+                                                 (0.3, 0.4, "within the paper's range"),
+                                                 (0.2, 0.4, "overlaps the paper's range")])
+def test_a_jaccard_interval_is_placed_against_the_papers_range(low, high, expected):
+    from dynheads_tl.claims.length_grid.window import _reading
+
+    assert _reading(low, high, (low + high) / 2, (0.2793, 0.5056)) == expected
+    assert _reading(float("nan"), float("nan"), float("nan"), (0.2793, 0.5056)) == "undefined"
+    assert _reading(float("nan"), float("nan"), 0.4, (0.2793, 0.5056)) == "no interval"  # one layout
+
+
+def test_window_verdict_states_shares_the_check_and_the_jaccard_and_skips_a_model_without_sliding_layers():
+    cells, traces = _toy_grid()
+    steps = length_grid.window_steps(cells, traces, TOY_KINDS)
+    shares = length_grid.window_shares(steps, TOY_KINDS, [8, 20], n_resamples=200)
+    jaccard = length_grid.window_jaccard(cells, traces, TOY_KINDS, n_resamples=200)
+    text = length_grid.window_verdict(TOY_KINDS.table(), shares, jaccard, "toy", "prose")
+    assert "exploratory and descriptive, not pre-registered; preregistration.yaml, deviation of 2026-12-04" in text
+    assert "the 2 heads of the 1 global layer (1; 33% of the heads)" in text and "8, 20 tokens" in text
+    assert "inside the 4-token window: at 0–3 tokens from the needle 0.50" in text
+    assert "(2 layouts, 2 samples, 6 activations)" in text and "(1 layout)" in text
+    assert "among the global heads every layout at 0.50 (degenerate), size bound 0.50 (2 layouts, 2 step pairs)" in text
+    assert "every one in global layers, as the window requires" in text
+    assert "0.2793–0.5056" in text and "(descriptive, no test)" in text
+    # a sliding head that retrieved beyond its window is reported, not hidden
+    leaky = [traces[0], _window_trace(10, 2, [[(0, 0)], [(1, 0)]]), traces[2]]
+    leaky_shares = length_grid.window_shares(length_grid.window_steps(cells, leaky, TOY_KINDS), TOY_KINDS, [8, 20],
+                                             n_resamples=200)
+    assert "a sliding head retrieved beyond its window" in length_grid.window_verdict(
+        TOY_KINDS.table(), leaky_shares, jaccard, "toy", "prose")
+    full = length_grid.LayerKinds((None,) * 30, 9)
+    skipped = length_grid.window_verdict(full.table(), None, None, "smollm2-135m-instruct", "prose")
+    assert skipped == ("On smollm2-135m-instruct, every one of the 30 layers attends to the whole context (no "
+                       "sliding-window layer), so the global vs sliding-window analysis (exploratory) does not apply "
+                       "and is skipped.")
+
+
+def test_the_window_finding_reads_its_csvs_and_the_figure_draws(tmp_path):
+    import json
+
+    from dynheads_tl.claims.length_grid.report import _window_finding
+
+    cells, traces = _toy_grid()
+    shares = length_grid.window_shares(length_grid.window_steps(cells, traces, TOY_KINDS), TOY_KINDS, [8, 20],
+                                       n_resamples=200)
+    jaccard = length_grid.window_jaccard(cells, traces, TOY_KINDS, n_resamples=200)
+    TOY_KINDS.table().to_csv(tmp_path / "window_layers.csv", index=False)
+    (tmp_path / "window_layers.config.json").write_text(json.dumps({"model": "toy", "haystack": "prose"}))
+    shares.to_csv(tmp_path / "window_shares.csv", index=False)
+    jaccard.to_csv(tmp_path / "window_jaccard.csv", index=False)
+    found = _window_finding(tmp_path)
+    assert found == length_grid.CLAIM.findings[1].sentences(tmp_path)
+    assert len(found) == 3 and found[0].startswith("On toy") and found[1].startswith("Beyond the window")
+    assert found[2].startswith("The adjacent-step Jaccard")
+    assert " ".join(found) == length_grid.window_verdict(TOY_KINDS.table(), shares, jaccard, "toy", "prose")
+    length_grid.LayerKinds((None, None), 2).table().to_csv(tmp_path / "window_layers.csv", index=False)
+    assert _window_finding(tmp_path)[0].endswith("does not apply and is skipped.")
+    fig = length_grid.window_figure(shares, TOY_KINDS, "toy")
+    assert len(fig.axes) == 1
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

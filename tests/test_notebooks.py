@@ -74,11 +74,13 @@ SMOKE: dict[str, dict] = {
     "04_dynamic_rag": {},
     "05_error_signal": {},
     "06_kv_retention": {},
+    "07_length_grid": {"max_new_tokens": 12},
 }
 # Longest first (seconds at one torch thread beside the rest of the suite, measured 2026-12-02), so that the last
 # run to finish is a short one.
 EXPECTED_SECONDS = {"01_dynamism": 120, "02_irreplaceability": 115, "06_kv_retention": 110, "03_correlation": 80,
-                    "04_dynamic_rag": 65, "05_error_signal": 55, "00_inspect_attention": 25}
+                    "04_dynamic_rag": 65, "05_error_signal": 55, "00_inspect_attention": 25,
+                    "07_length_grid": 300}  # 07: an estimate (25 min on 2026-12-04 at a load of 8 on 2 cores)
 _READS: dict[str, str] = {}  # test function -> the notebook it reads
 
 
@@ -500,3 +502,21 @@ def test_kv_retention_notebook_runs_with_tiny_parameters(smoke):
     query = pd.read_csv(folder / "predicted_vs_query_static.csv")
     assert set(query["budget"]) == {0.05, 0.25} and (query["n"] == 2).all()
     assert "With the query-focused static set as the static baseline" in executed
+
+
+@reads("07_length_grid")
+def test_length_grid_notebook_runs_with_tiny_parameters(smoke):
+    run = smoke("07_length_grid")
+    folder = run.figures
+    for name in ("table1_by_length", "fig2_by_length", "length_trends", "window_layers"):
+        for ext in ("csv", "md", "config.json"):
+            assert (folder / f"{name}.{ext}").exists()
+    # SmolLM2 has no sliding-window layer: the exploratory analysis says so in one computed sentence and is skipped
+    layers = pd.read_csv(folder / "window_layers.csv")
+    assert len(layers) == 30 and set(layers["kind"]) == {"global"}
+    assert not (folder / "window_shares.csv").exists() and not (folder / "window_jaccard.csv").exists()
+    from dynheads_tl.claims.length_grid.report import _window_finding
+
+    [sentence] = _window_finding(folder)
+    assert sentence.startswith("On smollm2-135m-instruct, every one of the 30 layers") and "skipped" in sentence
+    assert sentence in run.executed.read_text()

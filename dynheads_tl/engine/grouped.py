@@ -241,6 +241,25 @@ def _layer_types(network) -> list[str | None]:
             for block in network.layers]
 
 
+def _layer_window(hf_attn, config) -> int | None:
+    """One layer's sliding window: as its attention module states it (Gemma 3 and Qwen2 set ``sliding_window`` per
+    layer, None on a global layer), else the config's ``sliding_window`` (Mistral and Phi-3 read it at run time for
+    every layer), else None (full attention)."""
+    if hasattr(hf_attn, "sliding_window"):
+        return hf_attn.sliding_window
+    return getattr(config, "sliding_window", None)
+
+
+def layer_windows(model) -> list[int | None]:
+    """Each layer's sliding window in tokens, None for a layer of full (global) attention. A query at position q on
+    a layer with window w sees the keys k with q - k < w (``key > query - window``, transformers' mask function and
+    the grouped step's). Read from the loaded model's attention modules and its config, the values both decoding
+    paths mask with; SmolLM2 gives None for every layer, Gemma 3 270M 512 on 15 layers and None on 5, 11 and 17."""
+    network = model.original_model.model
+    config = model.original_model.config
+    return [_layer_window(block.original_component.self_attn.original_component, config) for block in network.layers]
+
+
 def _rotary(network, hidden: Tensor, position_ids: Tensor, layer_type: str | None):
     """(cos, sin) for ``position_ids``: Gemma 3's rotary embedding takes the layer type (its RoPE base differs
     between sliding and global layers), a Llama-style one does not."""
@@ -372,7 +391,7 @@ def grouped_forward(
         grouped_query = query.reshape(batch, n_kv, group * n_query, d_head)
         scores = torch.matmul(grouped_query, keys.transpose(-2, -1)) * hf_attn.scaling
         scores = scores.view(batch, n_heads, n_query, n_keys)
-        mask = additive_mask(getattr(hf_attn, "sliding_window", None) if gemma else None)
+        mask = additive_mask(_layer_window(hf_attn, model.original_model.config) if gemma else None)
         if mask is not None:
             scores = scores + mask
         scores = attn.hook_attn_scores(scores)

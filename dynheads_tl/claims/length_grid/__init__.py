@@ -16,4 +16,5 @@ from .pipeline import *  # noqa: F401,F403
 from .figures import *  # noqa: F401,F403
 from .trend import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
+from .window import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401

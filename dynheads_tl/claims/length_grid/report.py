@@ -19,6 +19,7 @@ from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_tru
 
 from .config import EASY_CONTROL, SEEDS, LengthGridConfig
 from .trend import holm_family, slope_reading, slope_test
+from .window import LayerKinds, window_verdict
 
 __all__ = ["MIN_LAYOUTS_PER_LENGTH", "declared", "trend_table", "trend_verdict", "table1_status", "fig2_status", "table1_statuses",
            "fig2_statuses", "claim1_verdict", "claim2_verdict", "CLAIM"]
@@ -333,6 +334,19 @@ def _trend_finding(folder: Path) -> list[str]:
     return sentences_starting(text, "On ", "Length trend of", limit=3)
 
 
+def _window_finding(folder: Path) -> list[str]:
+    """The exploratory global vs sliding-window sentences (:func:`~.window.window_verdict`), from
+    ``window_layers.csv`` and, on a model with sliding-window layers, ``window_shares.csv`` and
+    ``window_jaccard.csv``: descriptive, no status."""
+    run = sidecar(folder, "window_layers")
+    layers = pd.read_csv(folder / "window_layers.csv")
+    sliding = LayerKinds.from_table(layers).sliding
+    shares = pd.read_csv(folder / "window_shares.csv") if sliding else None
+    jaccard = pd.read_csv(folder / "window_jaccard.csv") if sliding else None
+    text = window_verdict(layers, shares, jaccard, str(run.get("model", "this model")), str(run.get("haystack", "prose")))
+    return sentences_starting(text, "On ", "Beyond", "No answer", "The adjacent")
+
+
 CLAIM = Claim(
     notebook="07_length_grid",
     title="Claims 1 and 2 across length and depth",
@@ -362,6 +376,8 @@ CLAIM = Claim(
                   "not in the paper", "length_trends", 27.3, _trend_headline, _trend_status),
     ),
     findings=(Finding("Length grid: trends", _trend_finding,
-                      "Do the phenomena change with length? The three pre-registered slopes"),),
+                      "Do the phenomena change with length? The three pre-registered slopes"),
+              Finding("Length grid: global and sliding-window layers (exploratory)", _window_finding,
+                      "Exploratory: global and sliding-window layers (not pre-registered)")),
     seeds=SEEDS,
 )
