@@ -71,6 +71,21 @@ def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
     assert "\n".join(committed) in README.read_text(), "the README carries the computed lines"
 
 
+def test_the_readme_quotes_every_deviation_of_the_preregistration(monkeypatch):
+    """SCIENCE 14: a change after data is a dated deviation in preregistration.yaml, and the report quotes it."""
+    from dynheads_tl import preregistration
+
+    monkeypatch.setattr(preregistration, "deviations", lambda: [
+        {"date": "2026-12-05", "what": "a secondary added.", "why": "an issue asked", "results already seen": "yes"}])
+    assert findings.deviation_lines() == [
+        "**Deviations from preregistration.yaml** (1 dated entry added after it was frozen, quoted whole):\n",
+        "- 2026-12-05: a secondary added. Why: an issue asked. Results already seen: yes."]
+    monkeypatch.setattr(preregistration, "deviations", lambda: [])
+    assert findings.deviation_lines() == []
+    monkeypatch.undo()
+    assert "\n".join(findings.deviation_lines()) in README.read_text()
+
+
 def test_the_readme_quotes_every_declared_primary_comparison_first():
     """A claim's primary comparison is what its verdict rests on: where a claim's results state one, the README's
     quote of that claim starts with it (quoting only the secondary comparisons would say more than the verdict).

@@ -85,7 +85,22 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
     agreeing = agreement_lines(output_dir, [report.model for report in reports])
     if agreeing:
         blocks.append("\n".join(agreeing))
+    blocks.append("\n".join(deviation_lines()))
     return "\n\n".join(block for block in blocks if block)
+
+
+def deviation_lines() -> list[str]:
+    """preregistration.yaml's dated deviations, each quoted whole (what changed after the file was frozen, why, and
+    whether results had been seen), under a heading; empty when the file has none."""
+    entries = preregistration.deviations()
+    if not entries:
+        return []
+    lines = [f"**Deviations from preregistration.yaml** ({len(entries)} dated {'entry' if len(entries) == 1 else 'entries'} added after it was frozen, quoted "
+             "whole):\n"]
+    for entry in entries:
+        lines.append(f"- {entry.get('date', 'undated')}: {entry.get('what', '')} Why: {entry.get('why', '')}. "
+                     f"Results already seen: {entry.get('results already seen', 'not said')}.")
+    return lines
 
 
 def agreement_lines(output_dir: Path, models: list[str]) -> list[str]:
