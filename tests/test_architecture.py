@@ -246,3 +246,18 @@ MAX_MODULE_LINES = 500  # issue #29: a module that grows past this does more tha
 def test_no_module_is_over_500_lines():
     long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
+
+
+def test_every_environment_variable_the_package_reads_is_documented_in_one_place():
+    """docs/architecture.md's table names every environment variable the package reads (the string literals of
+    DYNHEADS_* names, HF_HUB_OFFLINE and CHROMIUM in dynheads_tl/), and names none the package no longer reads."""
+    import re
+
+    package = Path(__file__).resolve().parent.parent / "dynheads_tl"
+    read = set()
+    for path in package.rglob("*.py"):
+        read |= set(re.findall(r"[\"'](DYNHEADS_[A-Z_]+|HF_HUB_OFFLINE|CHROMIUM)[\"']", path.read_text()))
+    doc = (package.parent / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("**Environment variables**"):]
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", table, re.M))
+    assert read and read == documented, (sorted(read - documented), sorted(documented - read))
