@@ -74,13 +74,13 @@ SMOKE: dict[str, dict] = {
     "04_dynamic_rag": {},
     "05_error_signal": {},
     "06_kv_retention": {},
-    "07_length_grid": {"max_new_tokens": 12},
+    "07_length_grid": {"max_new_tokens": 12, "runs_per_cell": 1},
 }
 # Longest first (seconds at one torch thread beside the rest of the suite, measured 2026-12-02), so that the last
 # run to finish is a short one.
 EXPECTED_SECONDS = {"01_dynamism": 120, "02_irreplaceability": 115, "06_kv_retention": 110, "03_correlation": 80,
                     "04_dynamic_rag": 65, "05_error_signal": 55, "00_inspect_attention": 25,
-                    "07_length_grid": 300}  # 07: an estimate (25 min on 2026-12-04 at a load of 8 on 2 cores)
+                    "07_length_grid": 110}  # 07: 1.9 min alone at a load of 5 on 2 cores (2026-12-04)
 _READS: dict[str, str] = {}  # test function -> the notebook it reads
 
 
