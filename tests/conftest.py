@@ -87,6 +87,16 @@ def embedded_model():
     return dynheads_tl.load_model("smollm2-135m-instruct", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def embedded_reference():
+    """The embedded model in plain transformers (eager attention, float32, eval mode): the independent side of the
+    parity tests, loaded once for every module that compares against it (no test changes it)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(embedded_model_dir()), attn_implementation="eager",
+                                                dtype=torch.float32).eval()
+
+
 TINY_CONFIGS = {
     "llama": ("LlamaConfig", {}),
     "qwen2": ("Qwen2Config", {}),

@@ -42,6 +42,21 @@ def setup(embedded_model):
 CONFIG = TraceConfig(max_new_tokens=30)
 
 
+@pytest.fixture(scope="module")
+def condition_run(embedded_model, sample, setup):
+    """``condition_run(c)`` is ``run_condition(embedded_model, sample, c, setup, CONFIG)``, computed once per condition
+    for the module: greedy decoding gives the same run every time, several tests read the same one (the dynamic run:
+    four tests), and none changes it."""
+    runs = {}
+
+    def run(condition):
+        if condition not in runs:
+            runs[condition] = run_condition(embedded_model, sample, condition, setup, CONFIG)
+        return runs[condition]
+
+    return run
+
+
 def test_rewind_then_step_reproduces_logits(embedded_model, sample):
     decoder = Decoder(embedded_model, sample.prompt_ids)
     first = decoder.step()
@@ -63,9 +78,8 @@ def test_k0_equals_unmasked_generation_exactly(embedded_model, sample, setup):
         assert not result.masked_heads.any()
 
 
-def test_conditions_mask_different_heads(embedded_model, sample, setup):
-    masks = {c: run_condition(embedded_model, sample, c, setup, CONFIG).masked_heads
-             for c in ("dynamic", "static", "random")}
+def test_conditions_mask_different_heads(condition_run, setup):
+    masks = {c: condition_run(c).masked_heads for c in ("dynamic", "static", "random")}
     assert masks["dynamic"].any(), "the model retrieves the needle, so D_t is non-empty somewhere"
     # static and random mask exactly k heads at every step; dynamic masks D_t.
     assert (masks["static"].flatten(1).sum(1) == setup.k).all()
@@ -74,18 +88,17 @@ def test_conditions_mask_different_heads(embedded_model, sample, setup):
     assert not torch.equal(masks["dynamic"].any(0), masks["static"][0])
 
 
-def test_dynamic_mask_is_the_clean_pass_retrieval_set(embedded_model, sample, setup):
-    result = run_condition(embedded_model, sample, "dynamic", setup, CONFIG)
+def test_dynamic_mask_is_the_clean_pass_retrieval_set(condition_run):
+    result = condition_run("dynamic")
     assert torch.equal(result.masked_heads, result.clean.retrieval_mask)
 
 
-def test_clean_cache_policy_keeps_an_unmasked_history(embedded_model, sample, setup):
+def test_clean_cache_policy_keeps_an_unmasked_history(condition_run, sample, embedded_reference):
     """With keep_cache='clean', every clean pass equals one eager forward over prompt + kept tokens."""
-    result = run_condition(embedded_model, sample, "dynamic", setup, CONFIG)
-    reference = AutoModelForCausalLM.from_pretrained(str(dynheads_tl.embedded_model_dir()),
-                                                     attn_implementation="eager").eval()
+    result = condition_run("dynamic")
     ids = torch.cat([result.masked.prompt_ids, result.masked.tokens[:-1]])[None]
-    out = reference(ids, output_attentions=True)
+    with torch.no_grad():
+        out = embedded_reference(ids, output_attentions=True)
     start = len(sample.prompt_ids) - 1
     rows = torch.stack([a[0, :, start:, :] for a in out.attentions]).permute(2, 0, 1, 3)
     assert torch.equal(result.clean.argmax_pos, rows.argmax(-1))
@@ -121,8 +134,8 @@ def test_random_heads_are_seeded():
     assert int(random_heads(30, 9, 6, seed=3).sum()) == 6
 
 
-def test_compensation_counts_new_static_heads(embedded_model, sample, setup):
-    result = run_condition(embedded_model, sample, "dynamic", setup, CONFIG)
+def test_compensation_counts_new_static_heads(condition_run, setup):
+    result = condition_run("dynamic")
     comp = compensation(result, setup.static_top20)
     newly = (result.masked.retrieval_mask & ~result.clean.retrieval_mask & ~result.masked_heads
              & result.masked_heads.flatten(1).any(1)[:, None, None])

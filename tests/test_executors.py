@@ -315,7 +315,8 @@ def test_ray_ablation_runs_equal_local_runs(embedded_model, ray_executor, monkey
     [niah] = _niah(model, 1)
     [hotpot] = make_hotpot_samples(model.tokenizer, n=1, seed=3, context_tokens=250, max_tokens=int(model.cfg.n_ctx))
     niah_setup, hotpot_setup = setup("eq1", 0.1), setup("eq2", Eq2Rule("chance", 3.0))
-    niah_config, hotpot_config = TraceConfig(max_new_tokens=8), TraceConfig(max_new_tokens=4)
+    # four NIAH steps: the dynamic and progressive runs already mask heads within them (asserted below)
+    niah_config, hotpot_config = TraceConfig(max_new_tokens=4), TraceConfig(max_new_tokens=4)
 
     # A condition of each kind of selector (each reads another part of the setup on the worker).
     conditions = ["none", "dynamic", "static", "static_matched", "query_matched", "random_matched", "random_nondynamic"]
@@ -367,7 +368,8 @@ def test_ray_traces_equal_local_traces_even_when_a_worker_is_killed(embedded_mod
     from dynheads_tl.corpus import collect_traces
     from dynheads_tl.engine.tracing import TraceConfig
 
-    samples, config = _niah(embedded_model, 4), TraceConfig(max_new_tokens=12)
+    # six steps: a batch still runs long enough to be killed mid-way (asserted below)
+    samples, config = _niah(embedded_model, 4), TraceConfig(max_new_tokens=6)
     _bind_for_the_test(monkeypatch, LocalExecutor(), embedded_model)
     with _one_thread():
         local = collect_traces(embedded_model, samples, config, {"test": "local"}, use_cache=False)

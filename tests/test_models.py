@@ -100,12 +100,11 @@ def test_tiny_architectures_load_and_match_transformers(family, tmp_path):
         _check_guards(bridge, _reference(folder), ids)
 
 
-def test_embedded_model_guards(embedded_model):
-    folder = str(dynheads_tl.embedded_model_dir())
+def test_embedded_model_guards(embedded_model, embedded_reference):
     ids = embedded_model.tokenizer("The capital of France is Paris. The capital of Italy is",
                                    return_tensors="pt").input_ids
     with torch.no_grad():
-        _check_guards(embedded_model, _reference(folder), ids)
+        _check_guards(embedded_model, embedded_reference, ids)  # the session's _reference(embedded_model_dir())
 
 
 def test_dtype_is_validated():

@@ -157,7 +157,9 @@ def test_selector_validation(embedded_model):
 
 @pytest.fixture(scope="module")
 def samples(embedded_model):
-    return make_hotpot_samples(embedded_model.tokenizer, n=2, seed=5)
+    # 300 context tokens (prompts of about 350 tokens): the loop's cost is mostly prefill, and the tests here need
+    # both evidence sentences inside the context (they are), not a long one
+    return make_hotpot_samples(embedded_model.tokenizer, n=2, seed=5, context_tokens=300)
 
 
 def test_without_rag_the_context_stays_invisible(embedded_model, samples):
@@ -354,12 +356,10 @@ def test_closed_context_gets_exactly_zero_attention(recorded_runs, short_sample,
         assert seen_opened > 0, "after the retrieval, the generated text does attend to the opened windows"
 
 
-def test_oracle_heads_are_the_top_k_of_an_independent_eq2(recorded_runs, embedded_model, short_sample):
+def test_oracle_heads_are_the_top_k_of_an_independent_eq2(recorded_runs, embedded_model, embedded_reference,
+                                                          short_sample):
     """Recompute the retrieval pass's Eq. 2 in plain transformers (eager, with a hand-built 4D mask that
     closes the context to the question rows, as the loop does) and check the oracle's heads are its top-k."""
-    import dynheads_tl
-    from transformers import AutoModelForCausalLM
-
     result, events, selector = recorded_runs("oracle")
     [(eq2_seen, chosen)] = selector.calls
     retrieval_rows = [e["pattern"] for e in events if e["retrieval_pass"]]
@@ -375,10 +375,8 @@ def test_oracle_heads_are_the_top_k_of_an_independent_eq2(recorded_runs, embedde
     blocked = torch.ones(P, P, dtype=torch.bool).triu(1)
     blocked[c1:P - 1, c0:c1] = True
     mask = torch.zeros(1, 1, P, P).masked_fill(blocked, float("-inf"))
-    reference = AutoModelForCausalLM.from_pretrained(str(dynheads_tl.embedded_model_dir()),
-                                                     attn_implementation="eager", dtype=torch.float32).eval()
     with torch.no_grad():
-        out = reference(torch.tensor([short_sample.prompt_ids]), attention_mask=mask, output_attentions=True)
+        out = embedded_reference(torch.tensor([short_sample.prompt_ids]), attention_mask=mask, output_attentions=True)
     rows = torch.stack([a[0, :, -1, :] for a in out.attentions])  # [layer, head, key]
 
     eligible = torch.ones(P, dtype=torch.bool)
@@ -479,15 +477,22 @@ def test_strategies_answered_together_match_the_recorded_runs_and_share_their_tr
     assert len(none.trace.tokens) < config.max_new_tokens and len(none.rind_values) >= 2
 
 
+@pytest.fixture(scope="module")
+def alone_runs():
+    """Each strategy's ``rag_generate`` alone, per (strategy, threshold, steps): computed once for the module (the
+    cases below with the same threshold and steps read the same run of a strategy they share)."""
+    return {}
+
+
 @pytest.mark.parametrize("case", ["fork_on_last_step", "never_fires", "without_none"])
-def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_model, samples, case):
+def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_model, samples, alone_runs, case):
     """Bit for bit against each strategy alone: every recorded step (tokens, argmax positions, Eq. 2 shares, hidden
     states), every sentence's RIND value, the windows and heads. The paths: the trunk forks on its last step (every
     strategy but full, one retrieval at most: the default; the recorded-runs test above forks at a sentence end with
     none decoding on), it never fires (every strategy gets the trunk), and a group without none (the retrieval pass
     right at the fork)."""
     threshold, strategies, steps = {
-        "fork_on_last_step": (0.0, ["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none"], 12),
+        "fork_on_last_step": (0.0, ["dynamic", "oracle", "static", "dynamic_random", "fixed_random", "none"], 8),
         "never_fires": (1e9, ["none", "static", "oracle"], 8),
         "without_none": (0.0, ["static", "fixed_random"], 8)}[case]
     config = RagConfig(rind_threshold=threshold, max_retrievals=1, max_new_tokens=steps)
@@ -498,7 +503,10 @@ def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_m
     retrieving = sum(s != "none" for s in strategies)
     assert sum(r.retrievals for r in together) == (0 if case == "never_fires" else retrieving)
     for strategy, shared in zip(strategies, together):
-        alone = rag_generate(embedded_model, samples[0], make(strategy), config, sample_seed=7)
+        key = (strategy, threshold, steps)
+        if key not in alone_runs:
+            alone_runs[key] = rag_generate(embedded_model, samples[0], make(strategy), config, sample_seed=7)
+        alone = alone_runs[key]
         assert shared.strategy == strategy
         assert shared.response == alone.response and shared.rind_values == alone.rind_values, strategy
         assert shared.opened == alone.opened and shared.heads_used == alone.heads_used, strategy
@@ -532,13 +540,16 @@ def test_strategies_answered_together_are_checked(embedded_model, samples):
                                                        for s in ("none", "full")], config)
 
 
-def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(embedded_model, samples, tmp_path, monkeypatch):
+def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(tiny_rag, tmp_path, monkeypatch):
+    """On the tiny random Llama (tiny_rag, below): which answers are read back and which are computed again is the
+    cache keys' work, the same for any model; the embedded model would only make each answer slower."""
     from dynheads_tl.protocols import rag
 
+    _, model, samples = tiny_rag
     monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
     config = RagConfig(rind_threshold=0.0, max_retrievals=1, max_new_tokens=6)
-    scores = torch.rand(embedded_model.cfg.n_layers, embedded_model.cfg.n_heads)
-    run = lambda config, scores: run_strategies(embedded_model, samples[:1], ["static", "none"], config,
+    scores = torch.rand(model.cfg.n_layers, model.cfg.n_heads)
+    run = lambda config, scores: run_strategies(model, samples[:1], ["static", "none"], config,
                                                 static_scores=scores, cache_key={"test": "rag"})
     first = run(config, scores)
     assert len(list((tmp_path / "results").glob("*.json"))) == 2  # 2 strategies x 1 question
@@ -552,8 +563,7 @@ def test_answers_are_cached_under_the_unit_the_protocol_and_the_scores(embedded_
     run(config, scores + 1.0)
     assert answered == [2, 1]  # other static scores: the static strategy's answer again, not the other one
     with pytest.raises(ValueError, match="name the probe"):  # an unnamed probe could read another probe's answers
-        run_strategies(embedded_model, samples, ["dynamic"], config, probe=lambda hidden: scores,
-                       cache_key={"test": "rag"})
+        run_strategies(model, samples, ["dynamic"], config, probe=lambda hidden: scores, cache_key={"test": "rag"})
     assert answered == [2, 1]
 
 

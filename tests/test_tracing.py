@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 import dynheads_tl
 from dynheads_tl import Trace, TraceConfig, trace_generation
@@ -15,9 +14,8 @@ from dynheads_tl.engine.tracing import Greedy, decode
 
 
 @pytest.fixture(scope="module")
-def reference_model():
-    folder = str(dynheads_tl.embedded_model_dir())
-    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+def reference_model(embedded_reference):
+    return embedded_reference
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +23,16 @@ def niah_samples(embedded_model):
     return make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=400, seed=11, max_new_tokens=40)
 
 
-def independent_rows(reference, trace: Trace):
-    """Every step's attention row from ONE eager transformers forward over prompt + response."""
+def independent_rows(reference, trace: Trace, *, logits: bool = False):
+    """Every step's attention row from ONE eager transformers forward over prompt + response; with ``logits``, also
+    that forward's logits at every step's query row."""
     ids = torch.cat([trace.prompt_ids, trace.tokens[:-1]])[None]
-    out = reference(ids, output_attentions=True)
+    with torch.no_grad():
+        out = reference(ids, output_attentions=True)
     start = len(trace.prompt_ids) - 1
     # [step, layer, head, key]
-    return torch.stack([a[0, :, start:, :] for a in out.attentions]).permute(2, 0, 1, 3)
+    rows = torch.stack([a[0, :, start:, :] for a in out.attentions]).permute(2, 0, 1, 3)
+    return (rows, out.logits[0, start:]) if logits else rows
 
 
 def independent_eq1(rows, trace: Trace):
@@ -259,7 +260,7 @@ def test_signals_match_eager_transformers_batched_and_alone(embedded_model, refe
     assert alone.tokens.tolist() == plain.tokens.tolist() == batched[0].tokens.tolist()
     assert plain.context_mass is None and "signals" not in TraceConfig().key()
     for trace, sample in ((alone, samples[0]), (batched[0], samples[0]), (batched[1], samples[1])):
-        rows = independent_rows(reference_model, trace)  # [step, layer, head, key]
+        rows, logits = independent_rows(reference_model, trace, logits=True)  # [step, layer, head, key]
         n_prompt = len(trace.prompt_ids)
         context = torch.zeros(rows.shape[-1], dtype=torch.bool)
         context[sample.context_span[0]: sample.context_span[1]] = True
@@ -268,7 +269,6 @@ def test_signals_match_eager_transformers_batched_and_alone(embedded_model, refe
         torch.testing.assert_close(trace.context_mass, rows[..., context].sum(-1), atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(trace.generated_mass, rows[..., n_prompt:].sum(-1), atol=1e-4, rtol=1e-4)
         assert (trace.generated_mass[0] == 0).all()  # step 0 reads the prompt only
-        logits = reference_model(torch.cat([trace.prompt_ids, trace.tokens[:-1]])[None]).logits[0, n_prompt - 1:]
         log_p = torch.log_softmax(logits, -1)
         torch.testing.assert_close(trace.token_logprob, log_p.gather(-1, trace.tokens[:, None])[:, 0],
                                    atol=1e-3, rtol=1e-3)

@@ -168,17 +168,16 @@ def wu_reference_loop(hf_model, tokenizer, prompt_ids: list[int], real_needle: s
     return scores, tokenizer.decode(output, skip_special_tokens=True).strip(), output
 
 
-def test_wu_protocol_through_the_suite_equals_an_independent_transformers_loop(embedded_model, tmp_path, monkeypatch):
+def test_wu_protocol_through_the_suite_equals_an_independent_transformers_loop(embedded_model, embedded_reference,
+                                                                               tmp_path, monkeypatch):
     """Acceptance (#31): two fixture samples at 300 context tokens, Wu's 50-step decode with its newline stop, on the
     embedded model in float32 on the CPU. The suite's per-sample Wu scores, generated tokens, ROUGE filter decisions
     and static score equal the reference loop's (to float rounding: the scores are sums of 1 / span length)."""
     from rouge_score.rouge_scorer import RougeScorer
-    from transformers import AutoModelForCausalLM
 
     from dynheads_tl.analysis.head_files import read_head_scores, write_head_scores
     from dynheads_tl.analysis.scoring import static_retrieval_per_sample
     from dynheads_tl.corpus import collect_traces
-    from dynheads_tl.engine.models import embedded_model_dir
     from dynheads_tl.engine.tracing import TraceConfig
 
     monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
@@ -190,8 +189,7 @@ def test_wu_protocol_through_the_suite_equals_an_independent_transformers_loop(e
                for t in traces)  # Wu's decode replaces the caller's 8 steps and EOS stop, and stops at a newline
     # The loop itself stopped at the newline (TraceConfig.stop_at_newline): nothing was left for the cut to remove.
     assert all("wu_newline_stop" not in t.meta for t in traces)
-    hf = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), attn_implementation="eager",
-                                              torch_dtype=torch.float32).eval()
+    hf = embedded_reference
     scorer = RougeScorer(["rouge1"], use_stemmer=True)
     kept_reference = []
     for sample, trace in zip(samples, traces):
