@@ -335,8 +335,10 @@ def bind_executor(model, executor: LocalExecutor | RayExecutor) -> LocalExecutor
     loads a new model: the old model's Ray actors are stopped with it instead of holding their slots)."""
     previous = _BOUND.get(model)
     if previous is not executor:
+        closer = _CLOSERS.pop(model, None)
+        if closer is not None:
+            closer.detach()
         if previous is not None:
-            _CLOSERS.pop(model).detach()
             previous.close()
         _BOUND[model] = executor
         _CLOSERS[model] = weakref.finalize(model, executor.close)

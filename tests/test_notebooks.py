@@ -339,7 +339,10 @@ def test_irreplaceability_notebook_runs_with_tiny_parameters(smoke):
     # The probe's set (known before step t) against its two size-matched controls, secondaries on the steps t >= 1,
     # and how well it predicted D_t on the grid's samples
     probe_rows = comparisons[(comparisons["a"] == "predicted") & (comparisons["metric"] == "tf_drop_t1")]
-    assert sorted(probe_rows["b"]) == ["random_previous", "static_previous"] and not probe_rows["primary"].any()
+    for task in ("niah", "hotpot"):  # each task's pair (the smoke run has both)
+        rows = probe_rows[probe_rows["task"] == task]
+        assert sorted(rows["b"]) == ["random_previous", "static_previous"], task
+    assert len(probe_rows) == 4 and not probe_rows["primary"].any()
     overlap = pd.read_csv(folder / "predicted_set_overlap.csv")
     assert set(overlap["task"]) <= {"niah", "hotpot"} and overlap["recall"].dropna().between(0, 1).all()
     sizes = grid.set_index(["context", "depth", "run", "condition"])["tf_heads_masked_per_step"].unstack("condition")
