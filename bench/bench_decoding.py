@@ -502,8 +502,8 @@ import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
 from dynheads_tl.engine.decoder import BatchDecoder
 from dynheads_tl.tasks import make_niah_samples
-length, steps, haystack = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-model = dynheads_tl.load_model(device="cpu")
+length, steps, haystack, name = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+model = dynheads_tl.load_model(name, device="cpu")
 sample = make_niah_samples(model.tokenizer, n=1, context_tokens=length, seed=7, max_new_tokens=steps,
                            haystack=haystack, max_tokens=int(model.cfg.n_ctx))[0]
 def status_mib(field):  # VmRSS (now) or VmHWM (peak since the last reset), from /proc
@@ -531,7 +531,8 @@ def part_length_memory(model, args) -> None:
           "trace tensors MiB | peak per 1k prompt tokens MiB |")
     print("|---|---|---|---|---|---|")
     for length in args.memory_lengths:
-        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(length), str(args.steps), args.haystack],
+        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(length), str(args.steps), args.haystack,
+                              args.model],
                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         row = json.loads(out)
         above = row["peak"] - row["loaded"]
