@@ -261,3 +261,31 @@ def test_every_environment_variable_the_package_reads_is_documented_in_one_place
     table = doc[doc.index("**Environment variables**"):]
     documented = set(re.findall(r"^\| `([A-Z_]+)` \|", table, re.M))
     assert read and read == documented, (sorted(read - documented), sorted(documented - read))
+
+
+def local_package_imports(source: str) -> list[int]:
+    """Lines where a function or method imports one of the package's own modules. The package's imports sit at the
+    top of each module, where the layer and circle rules above can see them at a glance; heavy optional third-party
+    imports (Ray, circuitsvis) may stay inside the function that needs them."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and (inner.level or (inner.module or "").startswith("dynheads_tl")):
+                    lines.append(inner.lineno)
+                elif isinstance(inner, ast.Import) and any(a.name.startswith("dynheads_tl") for a in inner.names):
+                    lines.append(inner.lineno)
+    return sorted(set(lines))
+
+
+def test_the_package_imports_its_own_modules_only_at_module_level():
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in _modules().values()
+             for line in local_package_imports(path.read_text())]
+    assert not found, "function-local imports of the package's own modules (move them to the top): " + ", ".join(found)
+
+
+def test_the_local_import_rule_finds_one_inside_a_method_and_ignores_third_party_ones():
+    source = ("import torch\nfrom dynheads_tl.store import cache_dir\n\n"
+              "class A:\n    def f(self):\n        import ray\n        from .pipeline import run\n        return run\n\n"
+              "def g():\n    import dynheads_tl.engine.models as m\n    return m\n")
+    assert local_package_imports(source) == [7, 11]

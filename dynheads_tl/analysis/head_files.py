@@ -29,6 +29,9 @@ from typing import Any, Sequence
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from dynheads_tl.engine.preflight import model_head_shape
+from dynheads_tl.engine.models import model_identity
+from dynheads_tl.store import atomic_write_text
 
 _KEY = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 HEAD_FILE_SUFFIXES = (".json", ".csv")
@@ -125,7 +128,6 @@ def read_head_scores(path: str | Path, shape: tuple[int, int] | None = None) -> 
 def check_head_file(path: str, model: str, *, name: str = "static_source") -> Float[Tensor, "layer head"]:
     """Read the head file of parameter ``name`` and check it against ``model``'s layer x head shape, read from the
     model's config without loading its weights (:func:`dynheads_tl.engine.preflight.model_head_shape`)."""
-    from dynheads_tl.engine.preflight import model_head_shape
 
     if not isinstance(path, str) or not path.strip():
         raise ValueError(f"Parameter {name!r} must be a path to a .json or .csv head-score file, got {path!r}.")
@@ -191,7 +193,6 @@ def provenance(model, *, score: str, prompt_format: str, seeds: Sequence[int], n
     """What a head-score file was computed from: the model (name, fingerprint, layers x heads), its tokenizer and
     chat template (digests), the prompt format, library versions, seeds, samples (n, and n kept by the filter),
     the filter, and whatever ``extra`` names (trace settings, data source)."""
-    from dynheads_tl.engine.models import model_identity
 
     return {"score": score, **model_identity(model),
             "layers": int(model.cfg.n_layers), "heads": int(model.cfg.n_heads),
@@ -204,7 +205,6 @@ def write_head_scores(path: str | Path, scores: Tensor | Sequence[Tensor], info:
     """Write ``scores`` (one [layer, head] tensor, or one per sample) in Wu et al.'s JSON format at ``path``, and
     ``info`` (see :func:`provenance`) beside it (:func:`provenance_path`); both atomically. Overwrites, never
     appends (Wu's script appends a rerun's samples to an existing file)."""
-    from dynheads_tl.store import atomic_write_text
 
     path = Path(path)
     if path.suffix != ".json":

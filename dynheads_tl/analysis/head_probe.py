@@ -14,6 +14,7 @@ import torch
 from dynheads_tl.analysis.layouts import lagged_pairs, layout_groups, layout_split
 from dynheads_tl.analysis.probes import ProbeConfig, _mlp, _Standardize, train_probe
 from dynheads_tl.engine.trace_data import Trace
+from dynheads_tl.store import tensor_digest, config_hash, atomic_torch_save, cache_dir, quarantine
 
 __all__ = ["HeadProbe", "next_step_probe"]
 
@@ -26,7 +27,6 @@ class HeadProbe:
     def __init__(self, network: torch.nn.Module, shape: tuple[int, int]):
         import copy
 
-        from dynheads_tl.store import tensor_digest
 
         # A copy: weights edited afterwards in the caller's network must not change what this digest names.
         self.network, self.shape = copy.deepcopy(network).eval(), tuple(shape)
@@ -68,7 +68,6 @@ def next_step_probe(traces: Sequence[Trace], task: Literal["classification", "re
         train_samples, val_samples = np.arange(len(traces)), np.array([], dtype=int)
     train, val = np.isin(groups, train_samples), np.isin(groups, val_samples)
     shape = tuple(traces[0].retrieval_mask.shape[1:])
-    from dynheads_tl.store import config_hash, tensor_digest
 
     key = {"unit": "next_step_probe", "version": _NEXT_STEP_PROBE_VERSION, "task": task, "config": asdict(config),
            "pairs": tensor_digest(torch.as_tensor(x), torch.as_tensor(y)),
@@ -80,14 +79,12 @@ def next_step_probe(traces: Sequence[Trace], task: Literal["classification", "re
             return HeadProbe(network, shape)
     network = train_probe(x[train], y[train], x[val], y[val], task=task, config=config)
     if use_cache:
-        from dynheads_tl.store import atomic_torch_save
 
         atomic_torch_save({"key": json.dumps(key, sort_keys=True), "state": network.state_dict()}, path)
     return HeadProbe(network, shape)
 
 
 def _probe_cache_dir():
-    from dynheads_tl.store import cache_dir
 
     return cache_dir() / "probes"
 
@@ -95,7 +92,6 @@ def _probe_cache_dir():
 def _read_probe(path, key: dict, d_in: int, d_out: int, config: ProbeConfig) -> torch.nn.Module | None:
     """The cached network at ``path`` (rebuilt as :func:`train_probe` builds it), or None when the entry is
     unreadable or records another key (then it is set aside and the probe retrained)."""
-    from dynheads_tl.store import quarantine
 
     try:
         entry = torch.load(path, weights_only=True)

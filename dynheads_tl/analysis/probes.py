@@ -22,6 +22,7 @@ from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_sp
                                           step_of, test_to_train_ratio)
 from dynheads_tl.analysis.statistics import resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.trace_data import Trace
+from dynheads_tl.progress import progress
 
 
 # --- probes --------------------------------------------------------------------------------------
@@ -287,7 +288,6 @@ def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "r
     per (k, split seed, predictor) with F1 / precision / recall / AUPRC or MSE / MAE / R² on the test layouts;
     predictors are the MLP probe, the static-frequency prior (the base rate), the step-aware prior (each head's
     rate at step n + k) and, at the lags in ``linear_ks``, the linear probe (Tables 2 and 3 read k = 0)."""
-    from dynheads_tl.progress import progress
 
     clusters = layout_groups(traces)
     jobs = [(k, s) for k in ks for s in split_seeds]

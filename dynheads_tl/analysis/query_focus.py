@@ -29,6 +29,11 @@ from typing import Sequence
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from dynheads_tl.engine.decoder import cache_prefix, prefix_store, prefill_context
+from dynheads_tl.engine.hooks import pattern_hook_name
+from dynheads_tl.engine.models import model_identity
+from dynheads_tl.store import load_cached_json, save_cached_json
+from dynheads_tl.tasks.common import prompt_digest
 
 NULL_QUERY = "N/A"
 
@@ -41,8 +46,6 @@ def query_attention(model, prompt_ids: Sequence[int], query_start: int, *,
     ``prefix``: the KV cache of ``prompt_ids[:query_start]`` (:func:`~dynheads_tl.engine.decoder.prefill_context`); only the query tokens run
     through the hooked bridge, against it (``prefix`` itself is left as it was). Without it, the whole prompt runs
     through the hooked bridge in one pass (the reference)."""
-    from dynheads_tl.engine.decoder import cache_prefix
-    from dynheads_tl.engine.hooks import pattern_hook_name
 
     n_layers = model.cfg.n_layers
     if not 0 < query_start < len(prompt_ids):
@@ -109,17 +112,12 @@ def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
     """Per-sample query-focused scores (steps 1-3) of NIAH / HotpotQA ``samples`` (their evidence spans are the gold
     documents); the static score is their mean over samples (step 4). With ``use_cache``, each sample's scores are
     cached under its prompt digest, the null query and the model's name and fingerprint."""
-    from dynheads_tl.engine.decoder import prefix_store
 
     with prefix_store() as store:  # the samples' contexts share their prefixes (a NIAH haystack up to the needle)
         return _scores(model, samples, null_query, use_cache, store)
 
 
 def _scores(model, samples, null_query: str, use_cache: bool, store) -> Float[Tensor, "sample layer head"]:
-    from dynheads_tl.engine.decoder import prefill_context
-    from dynheads_tl.engine.models import model_identity
-    from dynheads_tl.store import load_cached_json, save_cached_json
-    from dynheads_tl.tasks.common import prompt_digest
 
     out = []
     for sample in samples:

@@ -19,6 +19,7 @@ from torch import Tensor
 from dynheads_tl.tasks.metrics import rouge1_recall
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.trace_data import Trace
+from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums
 
 DynamicKind = Literal["eq1", "eq2"]
 
@@ -239,7 +240,6 @@ def size_aware_metrics(per_sample: Sequence[dict[str, float]], *, seed: int = 0,
     """Each metric of :data:`SIZE_AWARE_METRICS` pooled over samples (a ratio of sums), with a percentile
     bootstrap 95% interval that resamples samples, or whole ``clusters`` (one label per sample, e.g. its NIAH
     layout; ``n_layouts`` then says how many); ``share_outside_static`` = 1 − ``share_inside_static``."""
-    from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums
 
     if not per_sample:
         raise ValueError("size_aware_metrics needs at least one sample.")

@@ -26,6 +26,8 @@ from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, Conditio
 from dynheads_tl.protocols.stepwise import gold_token_ids
 from dynheads_tl.protocols.two_pass import AblationTrace, two_pass_batch
 from dynheads_tl.tasks.common import Sample, prompt_digest
+from dynheads_tl.engine.models import model_identity
+from dynheads_tl.store import result_path
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,6 @@ def _job_keys(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig,
               cache_key: dict | None) -> list[dict | None]:
     """Each job's cache key (None without a ``cache_key``): the model's name and weights, the prompt, the
     condition, k, the calibration setup and the trace settings."""
-    from dynheads_tl.engine.models import model_identity
 
     trace = trace_key(config)
     return [None if cache_key is None else
@@ -128,7 +129,6 @@ def count_missing(model, jobs: list[Job], setup: AblationSetup, config: TraceCon
                   cache_key: dict | None = None) -> int:
     """How many of ``jobs`` :func:`cached_runs` would have to run (all of them without a cache). Only checks
     that each entry exists: :func:`cached_runs` reads it (and recomputes one that turns out unreadable)."""
-    from dynheads_tl.store import result_path
 
     return sum(key is None or not result_path(key).exists() for key in _job_keys(model, jobs, setup, config, cache_key))
 

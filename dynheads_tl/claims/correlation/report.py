@@ -9,10 +9,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, sentences_starting, sidecar
 from dynheads_tl.tasks.hotpot import hotpot_label
 from dynheads_tl.analysis.correlation import MIN_PROBE_TEST_SAMPLES, over_splits
-from dynheads_tl.analysis.statistics import format_interval
+from dynheads_tl.analysis.statistics import format_interval, Interval, detectable_effect
 
 from .config import ALPHA, METRIC_LABELS, PredictabilityConfig
 from .pipeline import cca_tests, generated_token_table, lag_tests, residual_tests, residualised_summary
@@ -50,7 +50,6 @@ def _p(value: float) -> str:
 def _detectable(rows: pd.DataFrame) -> str:
     """What the design could see where comparisons cannot be told apart: the range of the effects it detects with
     80% power (2.8 standard errors, from the intervals' half-widths; :func:`detectable_effect`)."""
-    from dynheads_tl.analysis.statistics import Interval, detectable_effect
 
     widths = rows["half_width"].dropna()
     if widths.empty:

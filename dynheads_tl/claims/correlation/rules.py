@@ -13,6 +13,9 @@ from dynheads_tl.analysis.cca import READ_TOKENS_ONLY
 from dynheads_tl.claim import Status, ci_text, is_true, sidecar
 
 from .config import METRIC_LABELS
+from dynheads_tl.analysis.statistics import holm_adjust, tost_interval
+from dynheads_tl import preregistration
+from dynheads_tl.analysis.correlation import over_splits
 
 __all__ = ["PRIORS", "prior_of", "cca_rule", "probe_rule", "residualised_rule", "lead_rule"]
 
@@ -37,7 +40,6 @@ def cca_rule(tests: pd.DataFrame, held: pd.DataFrame | None, rule: dict, *, alph
     at k = 0 only); not reproduced (no lag separated and the k = 1 difference's interval below ``cca_sesoi``, or the
     shuffle above at every lag); undetermined. On synthetic data (``synthetic_cap``) the status is at most weaker;
     a headroom half that is missing caps it at weaker too. Returns the status and what it read."""
-    from dynheads_tl.analysis.statistics import holm_adjust
 
     same = tests[tests["b"] == "shuffled, same step"].sort_values("k").copy()
     same["p_holm"] = holm_adjust(same["p"].astype(float).tolist()) if len(same) else []
@@ -106,8 +108,6 @@ def _cca_status(stem: str) -> Callable[[Path], Status]:
         """The declared rule of Fig 4 / Fig 8 (preregistration.yaml; :func:`cca_rule`) on ``<stem>_tests.csv`` and
         the per-split curve (``<stem>_per_split.csv``), with Fig 8's headroom read from notebook 01's files and its
         data labelled synthetic unless the run names a real file. A run without the tests file is undetermined."""
-        from dynheads_tl import preregistration
-        from dynheads_tl.analysis.correlation import over_splits
 
         rule = preregistration.item_rule("correlation", item)
         frame = pd.read_csv(folder / f"{stem}.csv")
@@ -190,7 +190,6 @@ def prior_of(frame: pd.DataFrame) -> tuple[str, str, bool]:
 def _lag_readings(rows: pd.DataFrame, prefix: str, alpha: float) -> tuple[pd.Series | None, list[int]]:
     """The k = 1 row (the declared lag, tested alone at ``alpha``: raw p and the interval above 0) and the other lags
     where the probe beats the prior (Holm over them)."""
-    from dynheads_tl.analysis.statistics import holm_adjust
 
     rows = rows.sort_values("k")
     ahead = rows[rows["k"] >= 1]
@@ -247,7 +246,6 @@ def _probe_status(stem: str, task: str) -> Callable[[Path], Status]:
     def status(folder: Path) -> Status:
         """The declared rule of Table 2 / Table 3 (preregistration.yaml; :func:`probe_rule`) on the MLP probe's
         metric (``<stem>.csv``) and the lead probes against the best prior the run wrote (``lead_probes.csv``)."""
-        from dynheads_tl import preregistration
 
         rule = preregistration.item_rule("correlation", item)
         ours = pd.read_csv(folder / f"{stem}.csv").set_index("predictor").loc["MLP probe", metric]
@@ -327,7 +325,6 @@ def lead_rule(lead: pd.DataFrame, *, sesoi: float, alpha: float) -> tuple[str, d
     probe beats the prior at some other lag ahead only (Holm among those lags); not supported when TOST (the 95%
     interval within ±``sesoi``) says the k = 1 difference is negligible; undetermined otherwise. Against the
     step-aware prior (the declared step-and-token prior missing) it is at most partly supported."""
-    from dynheads_tl.analysis.statistics import tost_interval
 
     prefix, name, declared = prior_of(lead)
     first, beats = _lag_readings(lead, prefix, alpha)
@@ -346,7 +343,6 @@ def lead_rule(lead: pd.DataFrame, *, sesoi: float, alpha: float) -> tuple[str, d
 
 def _lead_status(folder: Path) -> Status:
     """:func:`lead_rule` on ``lead_probes.csv`` (NIAH F1), with the thresholds of preregistration.yaml."""
-    from dynheads_tl import preregistration
 
     sesoi = float(preregistration.primary("correlation")["sesoi"])
     lead = _lead(folder, "niah", "f1")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval
+from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, wilson_interval, mark_separated, n_to_resolve, paired_sign_test, ratio_of_sums, holm_testable, sign_test_min_p, sign_test_needs
 from dynheads_tl.protocols.conditions import teacher_forced_measure
 
 from .config import ALPHA, COMPARISONS, HEADROOM_FLOOR, MIN_SAMPLES_TO_COMPARE, PRIMARY
@@ -101,7 +101,6 @@ def comparison_table(results: "dict[str, TaskAblation] | TaskAblation", *, alpha
     - ``separated``: evaluable, adjusted p below ``alpha`` and the interval away from 0;
     - ``half_width`` and ``n_to_resolve``: the smallest difference the design could detect, and about how many
       samples would resolve the observed one."""
-    from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
 
     results = {results.task: results} if isinstance(results, TaskAblation) else results
     rows = []
@@ -147,7 +146,6 @@ def prediction_table(results: "dict[str, TaskAblation] | TaskAblation", seed: in
     inside D_t / its heads, each pooled over samples (a ratio of sums) with a BCa 95% interval that resamples samples
     (each grid sample is its own layout), and ``n`` samples, ``dt_heads`` and ``set_heads`` (the sums). Empty when no
     run recorded the overlap (runs without the ``predicted`` condition)."""
-    from dynheads_tl.analysis.statistics import ratio_of_sums
 
     results = {results.task: results} if isinstance(results, TaskAblation) else results
     rows = []
@@ -238,7 +236,6 @@ def progressive_table(prog: pd.DataFrame, metric: str, *, alpha: float = ALPHA, 
     others, :func:`~dynheads_tl.analysis.statistics.holm_testable`) and ``specific``: the ranked heads hurt more
     than random ones (adjusted p below ``alpha``, interval below 0). Where the runs were also teacher-forced, the
     gold token's log-probability drop per k joins them (:func:`_progressive_drops`: ``tf_`` columns)."""
-    from dynheads_tl.analysis.statistics import holm_testable, paired_sign_test, sign_test_min_p
 
     ranking = _rankings(prog)
     ranked, random = prog[ranking == "ranked"], prog[ranking == "random"]
@@ -284,7 +281,6 @@ def _progressive_drops(ranked: pd.DataFrame, random: pd.DataFrame, *, alpha: flo
     and their paired difference ranked − random (``tf_difference``, bootstrap 95%; ``tf_ranked_worse`` /
     ``tf_random_worse``: samples where that masking's drop is larger; the exact sign test ``tf_sign_p`` and
     ``tf_p_adjusted``, Holm over the k values whose sign test can reach ``alpha``)."""
-    from dynheads_tl.analysis.statistics import holm_testable, paired_sign_test, sign_test_min_p
 
     rows = []
     for k, part in ranked.groupby("k"):
@@ -317,7 +313,6 @@ def progressive_control_outcome(table: pd.DataFrame) -> dict | None:
     the k values where the ranked heads hurt more (``specific``) and where random heads hurt more (``reverse``),
     whether any k was testable at all, and the smallest half-width among the testable ones (about the smallest
     difference the design could detect). None when the run has no control."""
-    from dynheads_tl.analysis.statistics import sign_test_needs
 
     if "sign_p" not in table or not table["sign_p"].notna().any():
         return None

@@ -9,6 +9,7 @@ import seaborn as sns
 
 from dynheads_tl.analysis.plots import error_bars
 from dynheads_tl.protocols.conditions import CONDITIONS, condition_titles
+from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
 
 __all__ = ["condition_heatmaps", "NIAH_RANKING", "HOTPOT_RANKING", "progressive_figure", "controls_figure"]
 
@@ -40,7 +41,6 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
 
     Each panel's title gives the mean number of heads masked per step; the figure title gives n (runs per
     cell and per panel) and, with ``k``, which panels mask the fixed k and which a number set by D_t."""
-    from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
 
     titles = condition_titles()
     conditions = _ordered_conditions(grid["condition"])

@@ -22,6 +22,7 @@ from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, syntheti
 from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 
 from .config import GRID_MAX_OFFSET, SEEDS, IrreplaceabilityConfig
+from dynheads_tl.analysis.query_focus import query_focused_scores
 
 __all__ = ["mean_head_outputs", "calibrate", "grid_cells", "progressive_samples", "TaskAblation", "run_task"]
 
@@ -84,7 +85,6 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
     sizes = torch.cat([s.flatten(1).sum(1) for s in sets]).float()
     k = max(int(round(float(sizes.mean()))), 1)
     mean_z = mean_head_outputs(model, samples, trace_config) if config.ablation_mode == "mean" else None
-    from dynheads_tl.analysis.query_focus import query_focused_scores
 
     # The second static baseline: QRHead-style query-focused scores on the same calibration prompts
     try:

@@ -13,6 +13,8 @@ from dynheads_tl.claim import Status, ci_text, is_true, sidecar
 
 from .comparisons import progressive_control_outcome, progressive_table
 from .config import ALPHA, PRIMARY
+from dynheads_tl import preregistration
+from dynheads_tl.analysis.statistics import bootstrap_interval
 
 __all__ = ["PAPER_FIG3", "masking_rule", "compensation", "progressive_rule"]
 
@@ -146,7 +148,6 @@ def _masking_status(task: str) -> Callable[[Path], Status]:
         """The declared rule of Fig 2 / Fig 6 (preregistration.yaml; :func:`masking_rule`) on the notebook's
         ``<task>_conditions.csv`` and ``comparisons.csv``: every half of the item, the paper's own measure (free
         generation) beside the teacher-forced drop and the fair comparison with D_{t-1}."""
-        from dynheads_tl import preregistration
 
         summary = pd.read_csv(folder / f"{task}_conditions.csv").set_index("condition")
         table = pd.read_csv(folder / "comparisons.csv")
@@ -177,7 +178,6 @@ def compensation(frame: pd.DataFrame, *, k_min: int = 5, seed: int = 0) -> dict:
     those k (ranked masking), its BCa 95% interval over samples; the same for random masking; and the paired
     difference ranked − random on the samples both ran. Keys missing where the data lack them (``"m_s"`` absent:
     only means were written, no interval)."""
-    from dynheads_tl.analysis.statistics import bootstrap_interval
 
     if "m_s" not in frame:
         return {}
@@ -279,7 +279,6 @@ def _progressive_status(stem: str) -> Callable[[Path], Status]:
         progressive runs (``<stem>.csv``): the curve with its size-matched random control, and compensation m_s
         against the pre-registered smallest effect and against random masking's m_s. The teacher-forced drop by k
         is quoted where the run wrote it, and named missing otherwise."""
-        from dynheads_tl import preregistration
 
         rule = preregistration.item_rule("irreplaceability", item)
         frame = pd.read_csv(folder / f"{stem}.csv")

@@ -23,15 +23,18 @@ import pandas as pd
 import torch
 
 from dynheads_tl.analysis.scoring import adjacent_counts, static_retrieval_scores, static_top_k
-from dynheads_tl.analysis.statistics import bootstrap_interval
+from dynheads_tl.analysis.statistics import bootstrap_interval, paired_sign_test, wilson_interval
 from dynheads_tl.corpus import collect_traces
 from dynheads_tl.engine.equations import head_labels
 from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_niah_samples
 from dynheads_tl.tasks.common import Sample, mix_seed
-from dynheads_tl.tasks.metrics import niah_accuracy
+from dynheads_tl.tasks.metrics import niah_accuracy, rouge1_recall
 
 from .config import GRID_CONDITIONS, PREVIOUS_BASELINE, PREVIOUS_CONDITION, SEEDS, LengthGridConfig
+from dynheads_tl.analysis.query_focus import query_focused_scores
+from dynheads_tl.protocols.conditions import CONDITIONS
+from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 
 __all__ = ["grid_samples", "calibration_samples", "grid_traces", "StaticSets", "static_sets", "sample_table",
            "table1_by_length", "heatmap_data", "conditions", "masking_grid", "masking_by_length", "primary_units",
@@ -114,7 +117,6 @@ class StaticSets:
 
 def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace]]:
     """The static rankings from the calibration split (traced, and its query-focused scores) and its traces."""
-    from dynheads_tl.analysis.query_focus import query_focused_scores
 
     samples = calibration_samples(model, config)
     spec = {"task": "niah", "split": "length_calibration", "haystack": config.haystack,
@@ -136,7 +138,6 @@ def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace
 
 
 def _passes(trace: Trace) -> bool:
-    from dynheads_tl.tasks.metrics import rouge1_recall
 
     return rouge1_recall(trace.response, trace.answers[0]) > 0.5
 
@@ -240,7 +241,6 @@ def heatmap_data(trace: Trace, tokenizer, n_heads: int = 10):
 def conditions() -> tuple[list[str], str]:
     """The masking conditions the grid runs (claim 2's, plus D_{t-1} and its size-matched static control, each when
     the condition registry has it, looked up by name) and a note saying which of the fair pair were found."""
-    from dynheads_tl.protocols.conditions import CONDITIONS
 
     fair = [name for name in (PREVIOUS_CONDITION, PREVIOUS_BASELINE) if name in CONDITIONS]
     names = list(GRID_CONDITIONS) + fair
@@ -258,7 +258,6 @@ def masking_grid(model, config: LengthGridConfig, cells: list[tuple[dict, Sample
     run; one row per (sample, condition) with the teacher-forced columns (``tf_*``) beside the generated ones. The
     runs of one length are decoded together (``batch_size`` rows at a time, generated and teacher-forced apart):
     they share the haystack up to their needles, and a cell of one sample would make batches of a few rows."""
-    from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 
     wu = statics.wu_scores
     setup = AblationSetup(static_mask=statics.top("wu", statics.k), static_top20=statics.top("wu", config.static_k),
@@ -294,7 +293,6 @@ def masking_by_length(grid: pd.DataFrame, *, n_resamples: int = 2000, seed: int 
     """Per length, what Fig 2's rule reads: the unmasked and static accuracies (Wilson 95%) and each comparison of
     :data:`COMPARISONS` (a − b per sample, BCa 95% over layouts, exact two-sided sign test over the samples that
     differ; teacher-forced drops in nats/step); a comparison whose conditions were not run is left out."""
-    from dynheads_tl.analysis.statistics import paired_sign_test, wilson_interval
 
     rows = []
     for length in sorted(grid["context"].unique()):

@@ -34,6 +34,7 @@ from dynheads_tl.engine.trace_data import Trace
 
 from .config import EASY_CONTROL
 from .pipeline import cluster_bca
+from dynheads_tl.engine.grouped import layer_windows
 
 __all__ = ["LayerKinds", "layer_kinds", "distance_edges", "window_steps", "window_shares", "window_jaccard",
            "window_figure", "window_verdict", "WINDOW_SCOPES"]
@@ -97,7 +98,6 @@ class LayerKinds:
 
 def layer_kinds(model) -> LayerKinds:
     """The loaded model's layer windows (:func:`~dynheads_tl.engine.grouped.layer_windows`) and heads per layer."""
-    from dynheads_tl.engine.grouped import layer_windows
 
     return LayerKinds(tuple(layer_windows(model)), int(model.cfg.n_heads))
 
