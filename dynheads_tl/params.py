@@ -23,8 +23,8 @@ import functools
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Callable, ClassVar, Iterable
 
-__all__ = ["Check", "Part", "all_of", "check_parameters", "check_value", "compose", "field_help", "fraction_list", "integer",
-           "integer_list", "one_of", "open_unit", "optional", "param"]
+__all__ = ["Check", "Part", "all_of", "check_parameters", "check_value", "compose", "field_default", "field_help", "fraction_list",
+           "integer", "integer_list", "one_of", "open_unit", "optional", "param"]
 
 Check = Callable[[str, Any], None]  # (parameter name, value) -> None, or a ValueError with a sentence
 
@@ -37,7 +37,8 @@ def param(default: Any, help: str, check: Check | None = None) -> Any:
     return field(default=default, metadata=metadata)
 
 
-def _default(f: dataclasses.Field) -> Any:
+def field_default(f: dataclasses.Field) -> Any:
+    """A field's default value (a fresh one from its ``default_factory`` where it has one)."""
     return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
 
 
@@ -61,7 +62,7 @@ def _check_type(name: str, value: Any, default: Any) -> None:
 
 def check_value(f: dataclasses.Field, value: Any) -> None:
     """The one check of a parameter's value: its default's type, then the check declared with the field."""
-    _check_type(f.name, value, _default(f))
+    _check_type(f.name, value, field_default(f))
     check = f.metadata.get("check")
     if check is not None:
         check(f.name, value)

@@ -16,6 +16,7 @@ import pytest
 from dynheads_tl.report import cli
 from dynheads_tl.report import runner as report
 from dynheads_tl import claims
+from dynheads_tl.params import field_default
 from dynheads_tl.report.runner import (config_class, default_output_dir, list_notebooks, notebook_parameters,
                                        preset_names, run_report)
 
@@ -54,8 +55,7 @@ def test_each_notebook_declares_exactly_its_config_fields_with_the_same_defaults
     declared = {name: ast.literal_eval(text) for name, text in notebook_parameters(
         report.notebook_dir() / f"{stem}.ipynb").items()}
     config = config_class(stem)
-    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                for f in dataclasses.fields(config)}
+    defaults = {f.name: field_default(f) for f in dataclasses.fields(config)}
     assert declared == defaults
 
 

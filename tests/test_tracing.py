@@ -14,11 +14,6 @@ from dynheads_tl.engine.tracing import Greedy, decode
 
 
 @pytest.fixture(scope="module")
-def reference_model(embedded_reference):
-    return embedded_reference
-
-
-@pytest.fixture(scope="module")
 def niah_samples(embedded_model):
     return make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=400, seed=11, max_new_tokens=40)
 
@@ -44,16 +39,16 @@ def independent_eq1(rows, trace: Trace):
 
 
 @pytest.fixture(scope="module")
-def eager_niah(reference_model, niah_samples):
+def eager_niah(embedded_reference, niah_samples):
     """The independent side of the NIAH parity test, computed once for both prefill modes: per sample, eager
     transformers' greedy tokens and, for those tokens, every step's attention rows and final-norm hidden states."""
     computed = []
     for sample in niah_samples:
         prompt = torch.tensor(sample.prompt_ids)
-        tokens = reference_model.generate(prompt[None], max_new_tokens=40, do_sample=False)[0, len(prompt):]
+        tokens = embedded_reference.generate(prompt[None], max_new_tokens=40, do_sample=False)[0, len(prompt):]
         ids = torch.cat([prompt, tokens[:-1]])[None]
         with torch.no_grad():
-            out = reference_model(ids, output_attentions=True, output_hidden_states=True)
+            out = embedded_reference(ids, output_attentions=True, output_hidden_states=True)
         start = len(prompt) - 1
         rows = torch.stack([a[0, :, start:, :] for a in out.attentions]).permute(2, 0, 1, 3)  # [step, layer, head, key]
         computed.append((tokens, rows, out.hidden_states[-1][0, start:]))
@@ -76,11 +71,11 @@ def test_eq1_matches_eager_transformers(embedded_model, eager_niah, niah_samples
 
 
 @pytest.mark.slow
-def test_eq2_matches_eager_transformers(embedded_model, reference_model):
+def test_eq2_matches_eager_transformers(embedded_model, embedded_reference):
     [sample] = make_hotpot_samples(embedded_model.tokenizer, n=1, seed=3)
     config = TraceConfig(max_new_tokens=8, sink_tokens=4, local_window=32)
     trace = trace_generation(embedded_model, sample, config)
-    rows = independent_rows(reference_model, trace)
+    rows = independent_rows(embedded_reference, trace)
     expected = torch.zeros_like(trace.support_score)
     for t in range(trace.n_steps):
         key_len = len(sample.prompt_ids) + t
@@ -97,7 +92,7 @@ def test_eq2_matches_eager_transformers(embedded_model, reference_model):
 
 
 @pytest.mark.slow
-def test_evidence_attention_matches_eager_transformers_batched_and_alone(embedded_model, reference_model):
+def test_evidence_attention_matches_eager_transformers_batched_and_alone(embedded_model, embedded_reference):
     """Each head's recorded weight on each evidence position equals the eager attention row there, for a
     sample traced alone and for the same sample left-padded in a batch with a longer one."""
     samples = make_niah_samples(embedded_model.tokenizer, n=2, context_tokens=[300, 420], seed=5,
@@ -106,7 +101,7 @@ def test_evidence_attention_matches_eager_transformers_batched_and_alone(embedde
     alone = trace_generation(embedded_model, samples[0], config)
     batched = dynheads_tl.engine.tracing.trace_batch(embedded_model, samples, config)
     for trace in (alone, batched[0], batched[1]):
-        rows = independent_rows(reference_model, trace)  # [step, layer, head, key]
+        rows = independent_rows(embedded_reference, trace)  # [step, layer, head, key]
         where = trace.evidence_mask.nonzero().flatten()
         expected = rows[..., where]
         assert trace.evidence_attention.shape == expected.shape
@@ -247,7 +242,7 @@ def test_fast_until_runs_the_prompt_tail_through_the_hooked_bridge(embedded_mode
 
 
 @pytest.mark.slow
-def test_signals_match_eager_transformers_batched_and_alone(embedded_model, reference_model):
+def test_signals_match_eager_transformers_batched_and_alone(embedded_model, embedded_reference):
     """TraceConfig(signals=True): each head's mass on the evidence, the context span and the generated tokens,
     and the kept token's log-probability and entropy, equal an eager forward, alone and left-padded in a batch;
     the tokens are those of a trace without signals."""
@@ -260,7 +255,7 @@ def test_signals_match_eager_transformers_batched_and_alone(embedded_model, refe
     assert alone.tokens.tolist() == plain.tokens.tolist() == batched[0].tokens.tolist()
     assert plain.context_mass is None and "signals" not in TraceConfig().key()
     for trace, sample in ((alone, samples[0]), (batched[0], samples[0]), (batched[1], samples[1])):
-        rows, logits = independent_rows(reference_model, trace, logits=True)  # [step, layer, head, key]
+        rows, logits = independent_rows(embedded_reference, trace, logits=True)  # [step, layer, head, key]
         n_prompt = len(trace.prompt_ids)
         context = torch.zeros(rows.shape[-1], dtype=torch.bool)
         context[sample.context_span[0]: sample.context_span[1]] = True

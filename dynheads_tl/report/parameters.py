@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import MISSING
 from pathlib import Path
 from typing import Any
 
 import nbformat
 
 from dynheads_tl.claims import claim_for
-from dynheads_tl.params import field_help
+from dynheads_tl.params import field_default, field_help
 
 __all__ = ["cell_names", "literal_source", "notebook_parameters_help", "parameters_cell", "write_parameters_cells"]
 
@@ -43,10 +42,6 @@ def literal_source(value: Any) -> str:
     raise TypeError(f"A parameter default must be a literal (str, number, bool, None, list or dict), got {value!r}.")
 
 
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
-
-
 def cell_names(source: str) -> list[str]:
     """The parameter names a parameters cell assigns, in its order."""
     return [line.split("=", 1)[0].strip() for line in source.splitlines() if "=" in line.split("#", 1)[0]]
@@ -63,7 +58,7 @@ def parameters_cell(config_class: type, order: list[str] | None = None) -> str:
         help_text = field_help(fields[name])
         if not help_text:
             raise ValueError(f"{config_class.__name__}.{name} has no help text; declare it with param().")
-        lines.append(f"{name} = {literal_source(_default(fields[name]))}  # {help_text}")
+        lines.append(f"{name} = {literal_source(field_default(fields[name]))}  # {help_text}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from dynheads_tl.claim import Status, ci_text, is_true, sidecar
 from .comparisons import progressive_control_outcome, progressive_table
 from .config import ALPHA, PRIMARY
 from dynheads_tl import preregistration
-from dynheads_tl.analysis.statistics import bootstrap_interval
+from dynheads_tl.analysis.statistics import Interval, bootstrap_interval, interval_words
 
 __all__ = ["PAPER_FIG3", "masking_rule", "compensation", "progressive_rule"]
 
@@ -241,13 +241,11 @@ def progressive_rule(table: pd.DataFrame, metric: str, comp: dict, rule: dict) -
 
 
 def _interval_or_all(value: float, low: float, high: float, n: int, digits: int = 3, signed: bool = False) -> str:
-    """An estimate with its 95% interval, "(all n = X equal)" when the interval is degenerate, "missing" when NaN."""
+    """An estimate with its 95% interval in words (:func:`interval_words`: "every sample at X (no interval: all
+    equal)" when it is degenerate), with true minus signs; "missing" when the estimate is NaN."""
     if value != value:
         return "missing"
-    shown = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-    if low == high:
-        return f"{shown} (all n = {n} equal)"
-    return ci_text(value, low, high, digits, signed=signed)
+    return interval_words(Interval(value, low, high, n), digits=digits, signed=signed).replace("-", "−")
 
 
 def _teacher_forced_curve(table: pd.DataFrame) -> str:
