@@ -270,3 +270,40 @@ def test_a_second_models_report_lands_beside_the_first_and_the_index_reads_both(
     assert report_problems(clean_report) == [] and report_problems(second) == []
     page = (clean_report / "index.html").read_text()
     assert '<th><a href="models/gemma-3-270m/index.html">gemma-3-270m</a></th>' in page
+
+
+def test_a_presets_report_beside_the_default_one_is_quoted_apart_with_its_contexts(clean_report, tmp_path):
+    """A named preset's runs kept in <report>/<preset>/ (notebook 07's long grid, say) are a report of their own:
+    the top index gives them a table of their own, labelled with the preset, each cell with its status, headline
+    and the longest context it read; the README's findings quote them under the preset; a folder whose runs.json
+    names another preset is not taken for one."""
+    import shutil
+
+    from dynheads_tl.report.findings import findings_markdown
+    from dynheads_tl.report.results import preset_reports
+
+    long = clean_report / "long"
+    for folder in ("01_dynamism", "02_irreplaceability", "executed"):
+        shutil.copytree(clean_report / folder, long / folder)
+    (long / "01_dynamism" / "table1_niah.config.json").write_text(
+        json.dumps({"model": "m", "output_dir": "papers_figures/long", "context_tokens": 8000}))
+    runs = json.loads((clean_report / "runs.json").read_text())
+    (long / "runs.json").write_text(json.dumps({k: {**v, "preset": "long"} for k, v in runs.items()}))
+    stray = clean_report / "other"
+    stray.mkdir()
+    (stray / "runs.json").write_text(json.dumps({"01_dynamism": {"preset": "smoke"}}))
+    build_index(long)
+    build_index(clean_report)
+    assert [(p.preset, p.prefix) for p in preset_reports(clean_report)] == [("long", "long/")]
+    readme = (clean_report / "README.md").read_text()
+    section = readme.split("## Preset long", 1)[1]
+    assert "[Its index](long/README.md)" in section and "| item | paper | [m](long/README.md) |" in section
+    table1 = next(line for line in section.splitlines() if line.startswith("| Table 1 |"))
+    assert table1.endswith("(NIAH 8,000 tokens) |"), table1
+    top = next(line for line in readme.splitlines() if line.startswith("| Table 1 |"))
+    assert "| NIAH 1,000 tokens |" in top, "the default run's own longest context, in its own column"
+    assert report_problems(clean_report) == [] and report_problems(long) == []
+    page = (clean_report / "index.html").read_text()
+    assert '<h2 id="preset-long">Preset long</h2>' in page and '<a href="long/index.html">' in page
+    block = findings_markdown(clean_report, link_prefix="")
+    assert "**Preset `long`** ([its index](long/index.html)" in block

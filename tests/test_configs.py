@@ -125,7 +125,7 @@ def test_each_config_names_the_contexts_its_run_reads():
 
 
 def test_the_readme_says_the_longest_context_of_each_run():
-    from dynheads_tl.report.findings import contexts_phrase
+    from dynheads_tl.report.results import contexts_phrase
 
     assert contexts_phrase({"HotpotQA": [], "NIAH": [500, 1000]}) == \
         "NIAH up to 1,000 tokens (500 and 1,000); HotpotQA-format"

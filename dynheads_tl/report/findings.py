@@ -8,7 +8,7 @@ from pathlib import Path
 from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.index import agreement, model_agreement
-from dynheads_tl.report.results import all_results, model_reports, read_runs
+from dynheads_tl.report.results import all_results, contexts_phrase, model_reports, preset_reports, read_runs
 from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
 
@@ -19,22 +19,6 @@ def declared_findings() -> list[tuple[str, str, str]]:
     """Every claim's declared findings (:class:`~dynheads_tl.claim.Finding`) as (label, notebook stem, section), in
     notebook order."""
     return [(f.label, claim.notebook, f.section) for claim in all_claims() for f in claim.findings]
-
-
-def contexts_phrase(contexts: dict[str, list[int]] | None) -> str:
-    """ "NIAH up to 2,000 tokens (1,000 and 2,000); HotpotQA-format" from a results file's ``contexts``; "" when
-    it records none."""
-    parts = []
-    for task, lengths in sorted((contexts or {}).items(), key=lambda pair: pair[0] != "NIAH"):
-        if task == "NIAH" and lengths:
-            listed = " and ".join(f"{n:,}" for n in lengths) if len(lengths) <= 2 else \
-                ", ".join(f"{n:,}" for n in lengths[:-1]) + f" and {lengths[-1]:,}"
-            parts.append(f"NIAH up to {max(lengths):,} tokens" + (f" ({listed})" if len(lengths) > 1 else ""))
-        elif lengths:
-            parts.append(f"{task} up to {max(lengths):,} tokens")
-        else:
-            parts.append(f"{task}-format" if task == "HotpotQA" else task)
-    return "; ".join(parts)
 
 
 def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
@@ -85,8 +69,26 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
     agreeing = agreement_lines(output_dir, [report.model for report in reports])
     if agreeing:
         blocks.append("\n".join(agreeing))
+    for preset in preset_reports(output_dir):
+        blocks.append(preset_block(preset, link_prefix))
     blocks.append("\n".join(deviation_lines()))
     return "\n\n".join(block for block in blocks if block)
+
+
+def preset_block(preset, link_prefix: str) -> str:
+    """The findings of a named preset's runs kept beside the default report (``<report>/<preset>/``, such as
+    notebook 07's ``long`` grid): a heading line, then each model's findings, statuses and runs as for the default
+    report, and whether the models agree."""
+    reports = model_reports(preset.folder)
+    where = f"{link_prefix}{preset.prefix}"
+    lines = [f"**Preset `{preset.preset}`** ([its index]({where}index.html); a larger run than the default report's, "
+             "by the same notebooks and rules; each line says the contexts it read):\n"]
+    for report in reports:
+        found = _model_findings(report.folder, f"{where}{report.prefix}")
+        if found:
+            lines += [f"*{report.model}* ([{preset.prefix}{report.prefix}]({where}{report.prefix}index.html)):\n"] + found + [""]
+    lines += agreement_lines(preset.folder, [report.model for report in reports])
+    return "\n".join(lines).rstrip()
 
 
 def deviation_lines() -> list[str]:

@@ -16,7 +16,8 @@ from typing import Any
 
 from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.results import ModelReport, all_results, model_reports, read_runs
+from dynheads_tl.report.results import (ModelReport, PresetReport, all_results, longest_context, model_reports,
+                                        preset_reports, read_runs)
 from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, Link, notebook_order, notebook_title, output_groups,
                                      page_sections, render_page, run_meta)
 from dynheads_tl.report.templating import INDEX_TEMPLATE, render
@@ -59,6 +60,12 @@ def _headline(claim, item, output_dir: Path) -> str:
 SYNTHETIC_NOTE = "(synthetic HotpotQA-format data)"
 
 
+def item_task(item) -> str | None:
+    """The task an index row reads: "HotpotQA" for a HotpotQA item, "NIAH" where its file stem names NIAH, else
+    None (the row reads whatever its notebook read)."""
+    return "HotpotQA" if item.hotpot else "NIAH" if "niah" in item.output else None
+
+
 def _produced_files(stem: Path) -> list[Path]:
     if not stem.parent.exists():
         return []
@@ -92,6 +99,7 @@ class _Row:
     status: str = "not produced"  # report.status: computed from the item's CSVs
     headline: str = "not produced"  # the headline number with its interval and n
     section: str | None = None  # the link to the page section that makes the item's files
+    context: str = "–"  # the longest context its run read, per task (results.longest_context)
 
 
 def _rel(path: Path, output_dir: Path) -> str:
@@ -120,9 +128,10 @@ def _rows(output_dir: Path, runs: dict[str, Any]) -> list[_Row]:
         produced = bool(found and found.get("produced"))
         files = [f"{notebook}/{name}" for name in found["files"]] if produced else []
         link, ipynb = _notebook_links(output_dir, notebook) if files else (None, None)
-        status, headline, ours, section = "not produced", "not produced", "not produced", None
+        status, headline, ours, section, context = "not produced", "not produced", "not produced", None, "–"
         if produced:
             status, headline, ours = found["status"], found["headline"], found["ours"]
+            context = longest_context(results[notebook].get("contexts"), item_task(declared))
             if found.get("synthetic"):
                 ours += " " + SYNTHETIC_NOTE
                 if status != "qualitative":
@@ -133,7 +142,7 @@ def _rows(output_dir: Path, runs: dict[str, Any]) -> list[_Row]:
                 anchor = sections[notebook].get(declared.output)
                 section = f"{link}#{anchor}" if anchor else link
         rows.append(_Row(item, declared.what, declared.paper, ours, files, notebook, link, ipynb,
-                         runs.get(notebook, {}), status, headline, section))
+                         runs.get(notebook, {}), status, headline, section, context))
     return rows
 
 
@@ -206,6 +215,7 @@ class ModelCell:
     status: str
     headline: str = "–"
     synthetic: bool = False
+    context: str = "–"  # the longest context the model's run read (results.longest_context)
 
 
 def model_cells(output_dir: Path) -> tuple[list[ModelReport], list[tuple[Any, Any, list[ModelCell]]]]:
@@ -214,16 +224,48 @@ def model_cells(output_dir: Path) -> tuple[list[ModelReport], list[tuple[Any, An
     reports = model_reports(output_dir)
     if len(reports) < 2:
         return reports, []
-    results = [all_results(report.folder) for report in reports]
+    return reports, _cells([report.folder for report in reports])
+
+
+def _cells(folders: list[Path]) -> list[tuple[Any, Any, list[ModelCell]]]:
+    """[(claim, item, [its cell in each folder's report])] for every index row, in the paper's order."""
+    results = [all_results(folder) for folder in folders]
     rows = []
     for claim, item in index_items():
         cells = []
         for found in results:
             row = _result_row(found, claim, item)
-            cells.append(ModelCell(row["status"], row["headline"], bool(row.get("synthetic")))
+            cells.append(ModelCell(row["status"], row["headline"], bool(row.get("synthetic")),
+                                   longest_context(found[claim.notebook].get("contexts"), item_task(item)))
                          if row and row.get("produced") else ModelCell("not produced"))
         rows.append((claim, item, cells))
-    return reports, rows
+    return rows
+
+
+@dataclass(frozen=True)
+class PresetTable:
+    """A named preset's report kept beside the default one (:func:`~dynheads_tl.report.results.preset_reports`):
+    its models and, for every row it produced on some model, that row's cell on each model."""
+
+    preset: PresetReport
+    models: list[ModelReport]
+    rows: list[tuple[str, str, list[ModelCell]]]  # (item, paper, [cell per model])
+
+
+def preset_tables(output_dir: Path) -> list[PresetTable]:
+    """One :class:`PresetTable` per preset report under ``output_dir`` (``long/``...), in name order."""
+    tables = []
+    for preset in preset_reports(output_dir):
+        reports = model_reports(preset.folder)
+        rows = [(item.item, item.paper, cells) for _, item, cells in _cells([r.folder for r in reports])
+                if any(c.status != "not produced" for c in cells)]
+        tables.append(PresetTable(preset, reports, rows))
+    return tables
+
+
+PRESETS_NOTE = ("Runs of a named preset kept beside the default report, as a report of their own with its own index "
+                "(larger grids that do not fit the default report's hour, such as notebook 07's pre-registered "
+                "`long` length grid); their statuses come from the same notebooks and rules, at the contexts shown.")
 
 
 def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, str, list[tuple[str, str]]]]]:
@@ -275,13 +317,14 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]
     md += [INTRO, "", STATUS_NOTE, ""]
     if runs:
         md += [f"Runs: {run_meta(runs)}. {RUN_TIME_NOTE}", ""]
-    md += ["| item | what | paper | ours | status | headline | files | notebook |",
-           "|---|---|---|---|---|---|---|---|"]
+    md += ["| item | what | paper | ours | status | headline | longest context | files | notebook |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         links = " ".join(f"[{_file_label(name)}]({name})" for name in row.files) or "–"
         notebook = f"[{row.notebook}]({row.ipynb_link})" if row.ipynb_link else "–"
         status, headline = ("–", "–") if row.status == "not produced" else (row.status, row.headline)
-        md.append(f"| {row.item} | {row.what} | {row.paper} | {row.ours} | {status} | {headline} | {links} | {notebook} |")
+        md.append(f"| {row.item} | {row.what} | {row.paper} | {row.ours} | {status} | {headline} | {row.context} | "
+                  f"{links} | {notebook} |")
     reports, by_model = model_table(output_dir) if output_dir is not None else ([], [])
     if by_model:
         md += ["", "## Every model", "", MODELS_NOTE, "",
@@ -289,6 +332,12 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]
                "|---|---|" + "---|" * (len(reports) + 1)]
         md += [f"| {item} | {paper} | " + " | ".join(f"{status}: {headline}" for status, headline in cells[:-1])
                + f" | {cells[-1][0]} |" for item, paper, cells in by_model]
+    for table in (preset_tables(output_dir) if output_dir is not None else []):
+        md += ["", f"## Preset {table.preset.preset}", "", f"{PRESETS_NOTE} [Its index]({table.preset.prefix}README.md).",
+               "", "| item | paper | " + " | ".join(f"[{r.model}]({table.preset.prefix}{r.prefix}README.md)"
+                                                   for r in table.models) + " |",
+               "|---|---|" + "---|" * len(table.models)]
+        md += [f"| {item} | {paper} | " + " | ".join(_cell_text(c) for c in cells) + " |" for item, paper, cells in table.rows]
     if heads:
         md += ["", "## Head-score files", "", HEAD_FILES_NOTE, "", "| model | score | n | file | provenance |",
                "|---|---|---|---|---|"]
@@ -300,6 +349,11 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]
             md.append(f"| {notebook} | {run.get('model')} | {run.get('preset')} | "
                       f"`{_json.dumps(run.get('parameters', {}))}` | {run.get('date')} | {run.get('minutes')} |")
     return "\n".join(md) + "\n"
+
+
+def _cell_text(cell: ModelCell) -> str:
+    """A preset table's cell: "status: headline (longest context)", or "–" where the model did not produce it."""
+    return "–" if cell.status == "not produced" else f"{cell.status}: {cell.headline} ({cell.context})"
 
 
 def _anchor(item: str) -> str:
@@ -324,6 +378,7 @@ class _IndexRow:
     ipynb_link: str | None  # only where it is not already the notebook link
     image: str | None
     section: str | None
+    context: str = "–"
 
 
 def _index_row(row: _Row) -> _IndexRow:
@@ -332,7 +387,7 @@ def _index_row(row: _Row) -> _IndexRow:
     return _IndexRow(row.item, anchor, row.section or (f"#{anchor}" if image else None), row.status != "not produced",
                      row.status, row.what, row.paper, row.ours, row.headline,
                      [(_file_label(name), name) for name in row.files], row.notebook, row.notebook_link,
-                     row.ipynb_link if row.ipynb_link != row.notebook_link else None, image, row.section)
+                     row.ipynb_link if row.ipynb_link != row.notebook_link else None, image, row.section, row.context)
 
 
 def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
@@ -356,7 +411,7 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
         INDEX_TEMPLATE, paper_url=PAPER_URL, paper_title=PAPER_TITLE, smoke_banner=smoke_banner(runs),
         run_meta=run_meta(runs), pages=pages, intro=INTRO, status_note=STATUS_NOTE, rows=shown,
         models=[Link(f"{r.prefix}index.html", r.model) for r in reports] if by_model else [], by_model=by_model,
-        models_note=MODELS_NOTE, figures=[row for row in shown if row.image], outputs=outputs,
+        models_note=MODELS_NOTE, presets=preset_tables(output_dir), presets_note=PRESETS_NOTE, figures=[row for row in shown if row.image], outputs=outputs,
         heads=head_score_files(output_dir), heads_note=HEAD_FILES_NOTE, run_time_note=RUN_TIME_NOTE,
         runs=[{"notebook": notebook, "link": _notebook_links(output_dir, notebook)[0], "model": str(run.get("model")),
                "preset": str(run.get("preset")), "parameters": _json.dumps(run.get("parameters", {})),

@@ -7,7 +7,8 @@
 ``--results`` recomputes every notebook folder's ``verdicts.json`` from the CSVs it holds, by the claims' own
 functions (the ones the notebooks call), under the current ``preregistration.yaml``; without it a missing file is
 computed in memory and a present one is read as it is. Each model's report under ``models/<model>/`` is re-rendered
-too, and the top index lists every model.
+too, and so is each preset's report kept beside the default one (``<preset>/``, with its own models); the top index
+lists every model and every preset.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Iterable
 
 from dynheads_tl.report.findings import update_readme
 from dynheads_tl.report.index import build_index
-from dynheads_tl.report.results import MODELS_DIR, model_reports, read_runs, write_results
+from dynheads_tl.report.results import MODELS_DIR, model_reports, preset_reports, read_runs, write_results
 from dynheads_tl.report.site import notebook_order, render_page, run_meta
 
 
@@ -54,9 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir)
     pages = []
-    for report in model_reports(output_dir)[1:]:  # every other model's report, then this one (its index lists them)
-        pages += render_site(report.folder, results=args.results)
-    pages += render_site(output_dir, results=args.results)
+    # every preset report's models and its own index, every other model's report, then this one (its index lists them)
+    for folder in [preset.folder for preset in preset_reports(output_dir)] + [output_dir]:
+        for report in model_reports(folder)[1:]:
+            pages += render_site(report.folder, results=args.results)
+        pages += render_site(folder, results=args.results)
     print(f"Rendered {len(pages)} page(s) and the index in {args.output_dir}"
           + (" after recomputing every verdicts.json." if args.results else "."))
     if args.readme:

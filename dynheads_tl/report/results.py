@@ -5,6 +5,10 @@ A report folder holds the default model's results at its top (``papers_figures/N
 other model's beside them, as a report of its own: ``papers_figures/models/<model>/NN_name/`` (with its own
 ``executed/``, ``runs.json`` and index). :func:`model_reports` lists them; the top index reads all of them.
 
+A report may also hold the runs of a named preset beside the default ones, as a report of its own (with its own
+``models/``): ``papers_figures/<preset>/``, such as notebook 07's ``long`` grid (:func:`preset_reports`); the top
+index and the README quote them apart, labelled with the preset.
+
 A folder without ``verdicts.json`` (a report written without one) is computed in memory from its CSVs
 by the same claim functions that write the file (:func:`dynheads_tl.verdicts.build`);
 ``python -m dynheads_tl.report.rerender`` writes the files.
@@ -115,3 +119,55 @@ def model_folder_name(model: str) -> str:
         raise ValueError(f"The model name {model!r} cannot name a report folder; give a plain name such as "
                          "'gemma-3-270m'.")
     return name
+
+
+@dataclass(frozen=True)
+class PresetReport:
+    """The runs of one named preset kept in a report beside the default ones: ``<report>/<preset>/``, a report of
+    its own (its own ``executed/``, ``runs.json``, index and ``models/``)."""
+
+    preset: str
+    folder: Path
+    prefix: str  # "<preset>/": the link prefix from the report's root
+
+
+def preset_reports(output_dir: Path) -> list[PresetReport]:
+    """Every folder directly under ``output_dir`` whose ``runs.json`` records only runs of the preset the folder is
+    named after (``long/`` holding ``"preset": "long"``), other than the default preset; by name."""
+    output_dir = Path(output_dir)
+    found = []
+    for folder in sorted(p for p in output_dir.iterdir() if p.is_dir()) if output_dir.is_dir() else []:
+        runs = read_runs(folder)
+        if runs and folder.name != "default" and all(r.get("preset") == folder.name for r in runs.values()):
+            found.append(PresetReport(folder.name, folder, f"{folder.name}/"))
+    return found
+
+
+def contexts_phrase(contexts: dict[str, list[int]] | None) -> str:
+    """ "NIAH up to 2,000 tokens (1,000 and 2,000); HotpotQA-format" from a results file's ``contexts``; "" when
+    it records none."""
+    parts = []
+    for task, lengths in sorted((contexts or {}).items(), key=lambda pair: pair[0] != "NIAH"):
+        if task == "NIAH" and lengths:
+            listed = " and ".join(f"{n:,}" for n in lengths) if len(lengths) <= 2 else \
+                ", ".join(f"{n:,}" for n in lengths[:-1]) + f" and {lengths[-1]:,}"
+            parts.append(f"NIAH up to {max(lengths):,} tokens" + (f" ({listed})" if len(lengths) > 1 else ""))
+        elif lengths:
+            parts.append(f"{task} up to {max(lengths):,} tokens")
+        else:
+            parts.append(f"{task}-format" if task == "HotpotQA" else task)
+    return "; ".join(parts)
+
+
+def longest_context(contexts: dict[str, list[int]] | None, task: str | None = None) -> str:
+    """The index's "longest context" cell from a results file's ``contexts``: "NIAH 2,000 tokens" (the longest
+    length the run read, per task), "HotpotQA-format" for a task read at its own lengths; only ``task``'s where
+    the run read it; "–" when it records none."""
+    contexts = contexts or {}
+    if task in contexts:
+        contexts = {task: contexts[task]}
+    parts = []
+    for task, lengths in sorted(contexts.items(), key=lambda pair: pair[0] != "NIAH"):
+        parts.append(f"{task} {max(lengths):,} tokens" if lengths else
+                     (f"{task}-format" if task == "HotpotQA" else task))
+    return "; ".join(parts) or "–"
