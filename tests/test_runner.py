@@ -17,6 +17,7 @@ from dynheads_tl.report import cli
 from dynheads_tl.report import runner as report
 from dynheads_tl import claims
 from dynheads_tl.params import field_default
+from dynheads_tl.claim import Claim
 from dynheads_tl.report.runner import (config_class, default_output_dir, list_notebooks, notebook_parameters,
                                        preset_names, run_report)
 
@@ -404,3 +405,51 @@ def test_a_non_editable_install_ships_the_notebooks(tmp_path):
     packages = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in (ROOT / "dynheads_tl").rglob("__init__.py")}
     assert all(f"{package.replace('.', '/')}/__init__.py" in names for package in packages), \
         "every subpackage ships in the wheel (setup.py finds them)"
+
+
+def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its_folder():
+    from dynheads_tl.report.runner import PlannedRun, committed_plan
+
+    plan = committed_plan(["smollm2-135m-instruct", "gemma-3-270m"])
+    assert plan[:2] == [PlannedRun("default"), PlannedRun("default", "gemma-3-270m")]
+    assert PlannedRun("long", None, "07_length_grid", Path("papers_figures/long")) in plan
+    assert PlannedRun("long", "gemma-3-270m", "07_length_grid",
+                      Path("papers_figures/long/models/gemma-3-270m")) in plan
+    # the default runs go where a plain run of the default preset goes: the committed report
+    assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("papers_figures/models/gemma-3-270m")
+    committed = {(claim.notebook, preset) for claim in claims.all_claims() for preset in claim.committed}
+    assert len(plan) == 2 + 2 * len(committed) and ("07_length_grid", "long") in committed
+
+
+def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the_readme(tmp_path, monkeypatch, capsys):
+    from dynheads_tl.report import runner
+    from dynheads_tl.report.findings import FINDINGS_END, FINDINGS_START
+
+    calls, rendered, updated = [], [], []
+    monkeypatch.setattr(runner, "run_report", lambda **kw: calls.append(kw) or [])
+    monkeypatch.setattr(runner, "render_site", lambda folder: rendered.append(folder))
+    monkeypatch.setattr(runner, "update_readme", lambda path, folder, link_prefix: updated.append((path, link_prefix)))
+    (tmp_path / "README.md").write_text(f"# x\n{FINDINGS_START}\n{FINDINGS_END}\n")
+    runner.run_committed_report(models=["smollm2-135m-instruct", "gemma-3-270m"], overrides={"backend": "ray"},
+                                cwd=tmp_path)
+    assert [(c["preset"], c["model"], c["only"]) for c in calls][:2] == [("default", None, None),
+                                                                         ("default", "gemma-3-270m", None)]
+    assert all(c["overrides"] == {"backend": "ray"} and c["cwd"] == tmp_path.resolve() for c in calls)
+    assert rendered == [tmp_path.resolve() / "papers_figures"]
+    assert updated == [(tmp_path.resolve() / "README.md", "papers_figures/")]
+    assert "committed report, run 1/" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"\['n_analysis'\] would change what it says"):
+        runner.run_committed_report(overrides={"n_analysis": 4}, cwd=tmp_path)
+
+
+def test_the_committed_flag_refuses_what_would_change_the_report(capsys):
+    assert cli.main(["report", "--committed", "--model", "gemma-3-270m"]) == 2
+    assert "takes no --model" in capsys.readouterr().err
+
+
+def test_a_committed_preset_must_be_one_of_the_claims_own():
+    config = config_class("07_length_grid")
+    with pytest.raises(ValueError, match="a committed preset is one of the claim's own presets"):
+        Claim(notebook="09_x", config=config, presets={"long": {}}, committed=("huge",))
+    with pytest.raises(ValueError, match="not default or smoke"):
+        Claim(notebook="09_x", config=config, presets={"smoke": {}}, committed=("smoke",))

@@ -78,3 +78,16 @@ def test_makefile_installs_and_converts_every_embedded_model():
         converts = re.search(rf"dynheads install-model{'' if name == 'smollm2-135m-instruct' else ' --name ' + name}\n",
                              makefile)
         assert converts, f"make setup does not convert {name}"
+
+
+def test_make_report_regenerates_the_whole_committed_report_and_other_presets_write_their_own_folder():
+    import subprocess
+
+    def dry(*args: str) -> str:
+        return subprocess.run(["make", "-n", "report", *args], capture_output=True, text=True, cwd=ROOT,
+                              check=True).stdout
+
+    assert "dynheads report --committed" in dry()
+    smoke = dry("PRESET=smoke")
+    assert "dynheads report --preset smoke" in smoke and "--committed" not in smoke
+    assert "--preset default --output-dir elsewhere" in dry("OUT=elsewhere")

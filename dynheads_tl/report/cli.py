@@ -11,7 +11,8 @@ import sys
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
 from dynheads_tl.report.parameters import notebook_parameters_help, write_parameters_cells
-from dynheads_tl.report.runner import list_notebooks, parameters_help, preset_names, run_report
+from dynheads_tl.report.runner import (list_notebooks, parameters_help, preset_names, run_committed_report,
+                                       run_report)
 
 
 def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
@@ -118,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                                "'thorough' (the default with the larger sizes that do not fit its hour; "
                                "docs/notebooks.md says which), 'paper' (the paper's grids and Llama-3.1-8B, for a "
                                "GPU); default: %(default)s")
+    p_report.add_argument("--committed", action="store_true",
+                          help="regenerate the whole committed report: every embedded model's default report, then "
+                               "each claim's committed presets (notebook 07's long grid) on every model, then the "
+                               "top index and README.md's findings (what `make report` runs; hours on a 2-core CPU); "
+                               "takes no --preset, --model, --only, --output-dir or -p")
     p_report.add_argument("--model", default=None,
                           help="model for every notebook: an embedded name, a paper alias, a local Hugging Face "
                                "folder or a hub id (default: each notebook's own, the embedded SmolLM2-135M)")
@@ -177,9 +183,21 @@ def main(argv: list[str] | None = None) -> int:
             overrides[name] = value
     if args.allow_cpu_half:  # read by the checks here and, through the environment, in every notebook's kernel
         os.environ[ALLOW_CPU_HALF_ENV] = "1"
+    if args.committed:
+        given = [flag for flag, value in (("--preset", args.preset != "default"), ("--model", args.model),
+                                          ("--only", args.only), ("--output-dir", args.output_dir),
+                                          ("-p", args.param), ("--device", args.device), ("--dtype", args.dtype))
+                 if value]
+        if given:
+            print(f"--committed regenerates the committed report as declared; it takes no {', '.join(given)} "
+                  "(run a single report without --committed for those).", file=sys.stderr)
+            return 2
     try:
-        run_report(preset=args.preset, model=args.model, only=args.only, overrides=overrides,
-                   output_dir=args.output_dir)
+        if args.committed:
+            run_committed_report(overrides=overrides)
+        else:
+            run_report(preset=args.preset, model=args.model, only=args.only, overrides=overrides,
+                       output_dir=args.output_dir)
     except KeyboardInterrupt:
         print("\nInterrupted. Finished traces and ablation runs are cached; run the same command again to resume "
               "from where it stopped.", file=sys.stderr)

@@ -33,8 +33,9 @@ from typing import Any, Iterator
 import nbformat
 
 from dynheads_tl.claims import all_claims, claim_for
-from dynheads_tl.engine.models import DEFAULT_MODEL
+from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS
 from dynheads_tl.params import check_parameters
+from dynheads_tl.report.findings import FINDINGS_START as FINDINGS_MARKER, update_readme
 from dynheads_tl.report.index import render_notebook_html
 from dynheads_tl.report.rerender import render_site
 from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
@@ -435,4 +436,59 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
         render_site(output_dir)  # every page (their previous / next links) and the index
     print(f"Report done in {(time.time() - started) / 60:.1f} min: {len(done)} notebook(s) in "
           f"{_shown_path(executed_dir, cwd)}; index: {_shown_path(output_dir / 'index.html', cwd)}", flush=True)
+    return done
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One :func:`run_report` call of :func:`committed_plan`: ``model`` None is each notebook's own (the default
+    model), ``only`` None every notebook, ``output_dir`` None where :func:`output_dir_for` sends it."""
+
+    preset: str
+    model: str | None = None
+    only: str | None = None
+    output_dir: Path | None = None
+
+
+def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
+    """The runs that regenerate the whole committed report, in order: every embedded model's default report (the
+    default model's in ``papers_figures/``, each other's in ``papers_figures/models/<model>/``), then each claim's
+    committed presets (``Claim.committed``: notebook 07's ``long`` grid) on every model, into
+    ``papers_figures/<preset>/`` and ``papers_figures/<preset>/models/<model>/``."""
+    models = list(models) if models else [DEFAULT_MODEL] + sorted(set(EMBEDDED_MODELS) - {DEFAULT_MODEL})
+    own = [None if model == DEFAULT_MODEL else model for model in models]
+    plan = [PlannedRun("default", model) for model in own]
+    for claim in all_claims():
+        for preset in claim.committed:
+            for model in own:
+                folder = COMMITTED_REPORT / preset
+                folder = folder if model is None else folder / MODELS_DIR / model_folder_name(model)
+                plan.append(PlannedRun(preset, model, claim.notebook, folder))
+    return plan
+
+
+def run_committed_report(*, models: list[str] | None = None, overrides: dict[str, Any] | None = None,
+                         cwd: str | Path | None = None, readme: str | Path = "README.md") -> list[Path]:
+    """Regenerate the whole committed report (:func:`committed_plan`), then its top index and the findings block
+    of ``readme`` (relative to ``cwd``; skipped when it has no findings markers). ``overrides`` may only choose who
+    computes (:data:`EXECUTION_ONLY`), since anything else would change what the committed report says. Each run
+    reads what an interrupted earlier one cached, so the same command resumes."""
+    overrides = dict(overrides or {})
+    changing = sorted(set(overrides) - EXECUTION_ONLY)
+    if changing:
+        raise ValueError(f"The committed report is regenerated as declared; {changing} would change what it says. "
+                         "Run a single report with --preset/-p instead (it writes runs/<preset>/).")
+    cwd = Path(cwd or os.getcwd()).resolve()
+    plan = committed_plan(models)
+    done = []
+    for i, planned in enumerate(plan, 1):
+        what = f"{planned.preset} preset, {planned.model or DEFAULT_MODEL}" + (f", {planned.only}" if planned.only else "")
+        print(f"=== committed report, run {i}/{len(plan)}: {what}", flush=True)
+        done += run_report(preset=planned.preset, model=planned.model, only=planned.only, overrides=overrides,
+                           output_dir=planned.output_dir, cwd=cwd)
+    report = cwd / COMMITTED_REPORT
+    render_site(report)
+    path = cwd / readme
+    if path.exists() and FINDINGS_MARKER in path.read_text(encoding="utf-8"):
+        update_readme(path, report, link_prefix=f"{COMMITTED_REPORT.as_posix()}/")
     return done

@@ -361,6 +361,7 @@ CLAIM = Claim(
                   "lengths": [1000, 2000, 4000, 8000, 16000, 32000], "depths": [0.0, 0.25, 0.5, 0.75, 1.0],
                   "runs_per_cell": 5, "n_calibration": 20, "max_new_tokens": 64, "batch_size": 8},
     },
+    committed=("long",),  # the committed report keeps the long grid's runs in papers_figures/long/, for both models
     items=(
         PaperItem("Table 1 by length", "Table 1's quantities per context length on real prose (adjacent-step Jaccard, "
                   "share outside Wu's and the query-focused S_20; BCa 95% over layouts)",
