@@ -38,7 +38,7 @@ test-unit: setup
 # The default preset, as it is, regenerates the whole committed report: both embedded models' default reports,
 # notebook 07's long grid on both (papers_figures/long/), the top index and README.md's findings.
 report: setup
-ifeq ($(PRESET)$(OUT),default)
+ifeq ($(strip $(PRESET))|$(strip $(OUT)),default|)
 	$(BIN)/dynheads report --committed
 else
 	$(BIN)/dynheads report --preset $(PRESET) $(if $(OUT),--output-dir $(OUT))

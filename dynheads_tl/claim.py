@@ -127,6 +127,9 @@ class Claim:
             if preset not in self.presets or preset in ("default", "smoke"):
                 raise ValueError(f"{self.notebook}: a committed preset is one of the claim's own presets (not default or "
                                  f"smoke), got {preset!r}; its presets are {sorted(self.presets)}.")
+            if "model" in self.presets[preset]:
+                raise ValueError(f"{self.notebook}: committed preset {preset!r} names a model; the committed report runs "
+                                 "it on every embedded model, so it must leave the model to the run.")
         fields = set(getattr(self.config, "__dataclass_fields__", {}))
         for preset, values in self.presets.items():
             unknown = sorted(set(values) - fields)

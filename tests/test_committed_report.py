@@ -307,3 +307,32 @@ def test_a_presets_report_beside_the_default_one_is_quoted_apart_with_its_contex
     assert '<h2 id="preset-long">Preset long</h2>' in page and '<a href="long/index.html">' in page
     block = findings_markdown(clean_report, link_prefix="")
     assert "**Preset `long`** ([its index](long/index.html)" in block
+
+
+def test_a_presets_report_holds_its_own_models_and_a_folder_with_other_runs_is_left_out(clean_report, caplog):
+    """long/models/<m>/ is the preset's run on another model: the top index links it through long/; a long/ whose
+    runs.json records another preset's runs is not quoted as the long grid (a warning says why)."""
+    import shutil
+
+    from dynheads_tl.report.results import preset_reports
+
+    long = clean_report / "long"
+    second = long / "models" / "g2"
+    for target in (long, second):
+        for folder in ("01_dynamism", "executed"):
+            shutil.copytree(clean_report / folder, target / folder)
+        runs = json.loads((clean_report / "runs.json").read_text())
+        (target / "runs.json").write_text(json.dumps(
+            {k: {**v, "preset": "long", "model": "g2" if target == second else "m"} for k, v in runs.items()
+             if k == "01_dynamism"}))
+        (target / "executed" / "02_irreplaceability.ipynb").unlink()  # the preset ran 01 only
+    build_index(second)
+    build_index(long)
+    build_index(clean_report)
+    readme = (clean_report / "README.md").read_text()
+    assert "[g2](long/models/g2/README.md)" in readme.split("## Preset long", 1)[1]
+    assert report_problems(clean_report) == [] and report_problems(long) == []
+    (long / "runs.json").write_text(json.dumps({"01_dynamism": {"preset": "smoke", "model": "m"}}))
+    with caplog.at_level("WARNING"):
+        assert preset_reports(clean_report) == []
+    assert "records runs of preset(s) ['smoke']" in caplog.text

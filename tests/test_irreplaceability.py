@@ -482,9 +482,9 @@ def test_progressive_status_quotes_the_teacher_forced_drop_of_the_ranked_heads_b
     pd.DataFrame(rows).to_csv(tmp_path / "fig3_niah_progressive.csv", index=False)
     why = _progressive_status("fig3_niah_progressive")(tmp_path).why
     assert "teacher-forced drop of the ranked heads by k" in why
-    assert "k = 0 every sample at 0.000 (no interval: all equal)" in why
-    assert "k = 20 every sample at 2.000 (no interval: all equal)" in why and "1.250" not in why
-    assert "ranked − random every sample at +1.500 (no interval: all equal), 10:0 samples, Holm p = 0.00195" in why
+    assert "k = 0 every one of the 10 samples at 0.000 (no interval: all equal)" in why
+    assert "k = 20 every one of the 10 samples at 2.000 (no interval: all equal)" in why and "1.250" not in why
+    assert "ranked − random every one of the 10 samples at +1.500 (no interval: all equal), 10:0 samples, Holm p = 0.00195" in why
 
 
 def test_progressive_control_holm_over_two_testable_k_and_the_reverse_direction():

@@ -432,14 +432,19 @@ def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the
     (tmp_path / "README.md").write_text(f"# x\n{FINDINGS_START}\n{FINDINGS_END}\n")
     runner.run_committed_report(models=["smollm2-135m-instruct", "gemma-3-270m"], overrides={"backend": "ray"},
                                 cwd=tmp_path)
-    assert [(c["preset"], c["model"], c["only"]) for c in calls][:2] == [("default", None, None),
-                                                                         ("default", "gemma-3-270m", None)]
+    assert [(c["preset"], c["model"], c["only"], c["output_dir"]) for c in calls] == [
+        (p.preset, p.model, p.only, p.output_dir) for p in runner.committed_plan(["smollm2-135m-instruct", "gemma-3-270m"])]
     assert all(c["overrides"] == {"backend": "ray"} and c["cwd"] == tmp_path.resolve() for c in calls)
     assert rendered == [tmp_path.resolve() / "papers_figures"]
     assert updated == [(tmp_path.resolve() / "README.md", "papers_figures/")]
     assert "committed report, run 1/" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"\['n_analysis'\] would change what it says"):
         runner.run_committed_report(overrides={"n_analysis": 4}, cwd=tmp_path)
+    calls.clear()
+    updated.clear()
+    (tmp_path / "README.md").write_text(f"# x\n{FINDINGS_START}\n")  # no end marker: the README is left alone
+    runner.run_committed_report(models=["smollm2-135m-instruct"], cwd=tmp_path)
+    assert calls and updated == []
 
 
 def test_the_committed_flag_refuses_what_would_change_the_report(capsys):
@@ -453,3 +458,5 @@ def test_a_committed_preset_must_be_one_of_the_claims_own():
         Claim(notebook="09_x", config=config, presets={"long": {}}, committed=("huge",))
     with pytest.raises(ValueError, match="not default or smoke"):
         Claim(notebook="09_x", config=config, presets={"smoke": {}}, committed=("smoke",))
+    with pytest.raises(ValueError, match="must leave the model to the run"):
+        Claim(notebook="09_x", config=config, presets={"big": {"model": "gemma-3-270m"}}, committed=("big",))

@@ -83,11 +83,16 @@ def test_makefile_installs_and_converts_every_embedded_model():
 def test_make_report_regenerates_the_whole_committed_report_and_other_presets_write_their_own_folder():
     import subprocess
 
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PRESET", "OUT", "MAKEFLAGS", "MFLAGS")}
+
     def dry(*args: str) -> str:
-        return subprocess.run(["make", "-n", "report", *args], capture_output=True, text=True, cwd=ROOT,
+        return subprocess.run(["make", "-n", "report", *args], capture_output=True, text=True, cwd=ROOT, env=env,
                               check=True).stdout
 
     assert "dynheads report --committed" in dry()
     smoke = dry("PRESET=smoke")
     assert "dynheads report --preset smoke" in smoke and "--committed" not in smoke
     assert "--preset default --output-dir elsewhere" in dry("OUT=elsewhere")
+    assert "--committed" not in dry("PRESET=", "OUT=default"), "an empty preset is not the default preset"

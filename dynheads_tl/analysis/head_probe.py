@@ -4,6 +4,7 @@ mask at step t from the hidden state of step t - 1. The RAG case study's probe i
 """
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict
 from typing import Literal, Sequence
@@ -25,9 +26,6 @@ class HeadProbe:
     ``digest`` names its weights, so cached runs of another probe are never read back."""
 
     def __init__(self, network: torch.nn.Module, shape: tuple[int, int]):
-        import copy
-
-
         # A copy: weights edited afterwards in the caller's network must not change what this digest names.
         self.network, self.shape = copy.deepcopy(network).eval(), tuple(shape)
         self.digest = tensor_digest(*self.network.state_dict().values())
@@ -79,13 +77,11 @@ def next_step_probe(traces: Sequence[Trace], task: Literal["classification", "re
             return HeadProbe(network, shape)
     network = train_probe(x[train], y[train], x[val], y[val], task=task, config=config)
     if use_cache:
-
         atomic_torch_save({"key": json.dumps(key, sort_keys=True), "state": network.state_dict()}, path)
     return HeadProbe(network, shape)
 
 
 def _probe_cache_dir():
-
     return cache_dir() / "probes"
 
 

@@ -118,7 +118,6 @@ def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
 
 
 def _scores(model, samples, null_query: str, use_cache: bool, store) -> Float[Tensor, "sample layer head"]:
-
     out = []
     for sample in samples:
         key = {"kind": "query_focused", "version": 1, "prompt": prompt_digest(sample), "null_query": null_query,

@@ -11,7 +11,7 @@ import sys
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
 from dynheads_tl.report.parameters import notebook_parameters_help, write_parameters_cells
-from dynheads_tl.report.runner import (list_notebooks, parameters_help, preset_names, run_committed_report,
+from dynheads_tl.report.runner import (EXECUTION_ONLY, list_notebooks, parameters_help, preset_names, run_committed_report,
                                        run_report)
 
 
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                           help="regenerate the whole committed report: every embedded model's default report, then "
                                "each claim's committed presets (notebook 07's long grid) on every model, then the "
                                "top index and README.md's findings (what `make report` runs; hours on a 2-core CPU); "
-                               "takes no --preset, --model, --only, --output-dir or -p")
+                               "takes only --backend and --address (who computes), no --preset, --model, --only, "
+                               "--output-dir, --device, --dtype or -p other than -p backend=/ray_address=")
     p_report.add_argument("--model", default=None,
                           help="model for every notebook: an embedded name, a paper alias, a local Hugging Face "
                                "folder or a hub id (default: each notebook's own, the embedded SmolLM2-135M)")
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.committed:
         given = [flag for flag, value in (("--preset", args.preset != "default"), ("--model", args.model),
                                           ("--only", args.only), ("--output-dir", args.output_dir),
-                                          ("-p", args.param), ("--device", args.device), ("--dtype", args.dtype))
+                                          ("-p", [k for k, _ in args.param if k not in EXECUTION_ONLY]),
+                                          ("--device", args.device), ("--dtype", args.dtype))
                  if value]
         if given:
             print(f"--committed regenerates the committed report as declared; it takes no {', '.join(given)} "

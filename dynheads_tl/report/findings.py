@@ -81,8 +81,8 @@ def preset_block(preset, link_prefix: str) -> str:
     report, and whether the models agree."""
     reports = model_reports(preset.folder)
     where = f"{link_prefix}{preset.prefix}"
-    lines = [f"**Preset `{preset.preset}`** ([its index]({where}index.html); a larger run than the default report's, "
-             "by the same notebooks and rules; each line says the contexts it read):\n"]
+    lines = [f"**Preset `{preset.preset}`** ([its index]({where}index.html); runs the committed report keeps beside "
+             "the default ones, by the same notebooks and rules; each line says the contexts it read):\n"]
     for report in reports:
         found = _model_findings(report.folder, f"{where}{report.prefix}")
         if found:
@@ -198,6 +198,12 @@ def update_readme(readme: Path, output_dir: Path, link_prefix: str = "papers_fig
     if new != text:
         atomic_write_text(readme, new)
     return new != text
+
+
+def readme_has_findings_block(readme_text: str) -> bool:
+    """Whether a README has both findings markers, start before end (:func:`update_readme` fills between them)."""
+    start, end = readme_text.find(FINDINGS_START), readme_text.find(FINDINGS_END)
+    return 0 <= start < end
 
 
 def readme_findings(readme_text: str) -> str:

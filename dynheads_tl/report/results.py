@@ -131,15 +131,28 @@ class PresetReport:
     prefix: str  # "<preset>/": the link prefix from the report's root
 
 
+def committed_presets() -> set[str]:
+    """The presets whose runs the committed report keeps beside the default one (``Claim.committed``)."""
+    return {preset for claim in all_claims() for preset in claim.committed}
+
+
 def preset_reports(output_dir: Path) -> list[PresetReport]:
-    """Every folder directly under ``output_dir`` whose ``runs.json`` records only runs of the preset the folder is
-    named after (``long/`` holding ``"preset": "long"``), other than the default preset; by name."""
+    """Every folder directly under ``output_dir`` named after a committed preset (:func:`committed_presets`:
+    ``long/``) whose ``runs.json`` records runs of that preset only; by name. A folder of that name holding runs
+    of another preset is left out with a warning (it would be quoted as the preset's)."""
     output_dir = Path(output_dir)
     found = []
-    for folder in sorted(p for p in output_dir.iterdir() if p.is_dir()) if output_dir.is_dir() else []:
-        runs = read_runs(folder)
-        if runs and folder.name != "default" and all(r.get("preset") == folder.name for r in runs.values()):
-            found.append(PresetReport(folder.name, folder, f"{folder.name}/"))
+    for preset in sorted(committed_presets()):
+        folder = output_dir / preset
+        runs = read_runs(folder) if folder.is_dir() else {}
+        if not runs:
+            continue
+        others = sorted({str(r.get("preset")) for r in runs.values()} - {preset})
+        if others:
+            logger.warning("%s is left out of the report: its runs.json records runs of preset(s) %s, not only %r.",
+                           folder, others, preset)
+            continue
+        found.append(PresetReport(preset, folder, f"{preset}/"))
     return found
 
 

@@ -35,7 +35,7 @@ import nbformat
 from dynheads_tl.claims import all_claims, claim_for
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS
 from dynheads_tl.params import check_parameters
-from dynheads_tl.report.findings import FINDINGS_START as FINDINGS_MARKER, update_readme
+from dynheads_tl.report.findings import readme_has_findings_block, update_readme
 from dynheads_tl.report.index import render_notebook_html
 from dynheads_tl.report.rerender import render_site
 from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
@@ -470,7 +470,7 @@ def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
 def run_committed_report(*, models: list[str] | None = None, overrides: dict[str, Any] | None = None,
                          cwd: str | Path | None = None, readme: str | Path = "README.md") -> list[Path]:
     """Regenerate the whole committed report (:func:`committed_plan`), then its top index and the findings block
-    of ``readme`` (relative to ``cwd``; skipped when it has no findings markers). ``overrides`` may only choose who
+    of ``readme`` (relative to ``cwd``; skipped when it lacks either findings marker, which is checked first). ``overrides`` may only choose who
     computes (:data:`EXECUTION_ONLY`), since anything else would change what the committed report says. Each run
     reads what an interrupted earlier one cached, so the same command resumes."""
     overrides = dict(overrides or {})
@@ -479,6 +479,9 @@ def run_committed_report(*, models: list[str] | None = None, overrides: dict[str
         raise ValueError(f"The committed report is regenerated as declared; {changing} would change what it says. "
                          "Run a single report with --preset/-p instead (it writes runs/<preset>/).")
     cwd = Path(cwd or os.getcwd()).resolve()
+    path = cwd / readme
+    # Checked before hours of runs: a README without both markers would fail only at the end.
+    has_findings = path.exists() and readme_has_findings_block(path.read_text(encoding="utf-8"))
     plan = committed_plan(models)
     done = []
     for i, planned in enumerate(plan, 1):
@@ -488,7 +491,7 @@ def run_committed_report(*, models: list[str] | None = None, overrides: dict[str
                            output_dir=planned.output_dir, cwd=cwd)
     report = cwd / COMMITTED_REPORT
     render_site(report)
-    path = cwd / readme
-    if path.exists() and FINDINGS_MARKER in path.read_text(encoding="utf-8"):
-        update_readme(path, report, link_prefix=f"{COMMITTED_REPORT.as_posix()}/")
+    if has_findings:
+        prefix = Path(os.path.relpath(report, path.resolve().parent)).as_posix()
+        update_readme(path, report, link_prefix=f"{prefix}/")
     return done

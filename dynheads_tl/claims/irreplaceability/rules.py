@@ -241,11 +241,12 @@ def progressive_rule(table: pd.DataFrame, metric: str, comp: dict, rule: dict) -
 
 
 def _interval_or_all(value: float, low: float, high: float, n: int, digits: int = 3, signed: bool = False) -> str:
-    """An estimate with its 95% interval in words (:func:`interval_words`: "every sample at X (no interval: all
-    equal)" when it is degenerate), with true minus signs; "missing" when the estimate is NaN."""
+    """An estimate with its 95% interval in words (:func:`interval_words`: "every one of the n samples at X (no
+    interval: all equal)" when it is degenerate), with true minus signs; "missing" when the estimate is NaN."""
     if value != value:
         return "missing"
-    return interval_words(Interval(value, low, high, n), digits=digits, signed=signed).replace("-", "−")
+    return interval_words(Interval(value, low, high, n), unit=f"one of the {n} samples", digits=digits,
+                          signed=signed).replace("-", "−")
 
 
 def _teacher_forced_curve(table: pd.DataFrame) -> str:

@@ -138,7 +138,6 @@ def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace
 
 
 def _passes(trace: Trace) -> bool:
-
     return rouge1_recall(trace.response, trace.answers[0]) > 0.5
 
 

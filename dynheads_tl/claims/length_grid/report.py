@@ -236,7 +236,6 @@ def _longest(statuses: dict[int, str]) -> tuple[str, str]:
 
 
 def _haystack(folder: Path) -> str:
-
     haystack = str(sidecar(folder, "table1_by_length").get("haystack", "?"))
     return f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
 
