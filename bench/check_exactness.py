@@ -2,6 +2,7 @@
 
     python bench/check_exactness.py --n 4          # the first 4 samples of the split, batched and alone
     python bench/check_exactness.py --length 4000 --haystack prose --n 2 --alone   # a long context (notebook 07)
+    python bench/check_exactness.py --model gemma-3-270m --length 4000 --n 2 --alone  # the second embedded model
 
 "Today's computation" is the bridge's eager attention without shared prefixes (``attention_path("eager")``,
 ``prefix_sharing(False)``): the path every trace in the committed report was made with. The fast path is the
@@ -25,7 +26,7 @@ from dynheads_tl import trace_batch, trace_generation
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
 from dynheads_tl.engine.grouped import attention_path
 from dynheads_tl.engine.decoder import prefix_sharing
-from dynheads_tl.engine.models import model_name
+from dynheads_tl.engine.models import DEFAULT_MODEL, model_name
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -38,8 +39,10 @@ def main() -> None:
                         help="context tokens of prompts that share their haystack up to the needle (default: the split)")
     parser.add_argument("--haystack", default="prose", help="the haystack with --length")
     parser.add_argument("--steps", type=int, default=None, help="decoding steps (default: the split's)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="an embedded model's name, a local folder or a hub "
+                                                                "id (default: %(default)s)")
     args = parser.parse_args()
-    model = dynheads_tl.load_model(device="cpu")
+    model = dynheads_tl.load_model(args.model, device="cpu")
     sets = TraceSets() if args.steps is None else TraceSets(max_new_tokens=args.steps)
     if args.length is None:
         samples = make_niah_samples(model.tokenizer, n=sets.n_analysis, context_tokens=sets.context_tokens,
