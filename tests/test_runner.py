@@ -427,7 +427,7 @@ def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the
 
     calls, rendered, updated = [], [], []
     monkeypatch.setattr(runner, "run_report", lambda **kw: calls.append(kw) or [])
-    monkeypatch.setattr(runner, "render_site", lambda folder: rendered.append(folder))
+    monkeypatch.setattr(runner, "build_index", lambda folder: rendered.append(folder))
     monkeypatch.setattr(runner, "update_readme", lambda path, folder, link_prefix: updated.append((path, link_prefix)))
     (tmp_path / "README.md").write_text(f"# x\n{FINDINGS_START}\n{FINDINGS_END}\n")
     runner.run_committed_report(models=["smollm2-135m-instruct", "gemma-3-270m"], overrides={"backend": "ray"},

@@ -309,8 +309,22 @@ def smoke_banner(runs: dict[str, Any]) -> str:
             "the report's findings come from the default preset.")
 
 
-def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]] | None = None,
-              output_dir: Path | None = None) -> str:
+@dataclass(frozen=True)
+class _Tables:
+    """What the index's README and page both show beside the item rows, read once per :func:`build_index`."""
+
+    heads: list[dict[str, str]]  # head_score_files
+    reports: list[ModelReport]  # model_table's models
+    by_model: list[tuple[str, str, list[tuple[str, str]]]]  # model_table's rows (empty with one model)
+    presets: list[PresetTable]
+
+    @classmethod
+    def read(cls, output_dir: Path) -> "_Tables":
+        reports, by_model = model_table(output_dir)
+        return cls(head_score_files(output_dir), reports, by_model, preset_tables(output_dir))
+
+
+def _markdown(rows: list[_Row], runs: dict[str, Any], tables: _Tables) -> str:
     md = ["# The reproduction at a glance", ""]
     if smoke_banner(runs):
         md += [f"> **{smoke_banner(runs)}**", ""]
@@ -325,14 +339,14 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], heads: list[dict[str, str]
         status, headline = ("–", "–") if row.status == "not produced" else (row.status, row.headline)
         md.append(f"| {row.item} | {row.what} | {row.paper} | {row.ours} | {status} | {headline} | {row.context} | "
                   f"{links} | {notebook} |")
-    reports, by_model = model_table(output_dir) if output_dir is not None else ([], [])
+    reports, by_model, heads = tables.reports, tables.by_model, tables.heads
     if by_model:
         md += ["", "## Every model", "", MODELS_NOTE, "",
                "| item | paper | " + " | ".join(f"[{r.model}]({r.prefix}README.md)" for r in reports) + " | statuses |",
                "|---|---|" + "---|" * (len(reports) + 1)]
         md += [f"| {item} | {paper} | " + " | ".join(f"{status}: {headline}" for status, headline in cells[:-1])
                + f" | {cells[-1][0]} |" for item, paper, cells in by_model]
-    for table in (preset_tables(output_dir) if output_dir is not None else []):
+    for table in tables.presets:
         md += ["", f"## Preset {table.preset.preset}", "", f"{PRESETS_NOTE} [Its index]({table.preset.prefix}README.md).",
                "", "| item | paper | " + " | ".join(f"[{r.model}]({table.preset.prefix}{r.prefix}README.md)"
                                                    for r in table.models) + " |",
@@ -390,7 +404,7 @@ def _index_row(row: _Row) -> _IndexRow:
                      row.ipynb_link if row.ipynb_link != row.notebook_link else None, image, row.section, row.context)
 
 
-def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
+def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path, tables: _Tables) -> str:
     notebooks = notebook_order(output_dir)
     pages = []
     for notebook in notebooks:
@@ -398,7 +412,7 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
         if link:
             pages.append(Link(link, notebook_title(notebook)))
     shown = [_index_row(row) for row in rows]
-    reports, by_model = model_table(output_dir)
+    reports, by_model = tables.reports, tables.by_model
     outputs = []
     for folder in sorted({claim.notebook for claim, _ in index_items()} | set(notebooks)):
         if (output_dir / folder).is_dir():
@@ -411,8 +425,8 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path) -> str:
         INDEX_TEMPLATE, paper_url=PAPER_URL, paper_title=PAPER_TITLE, smoke_banner=smoke_banner(runs),
         run_meta=run_meta(runs), pages=pages, intro=INTRO, status_note=STATUS_NOTE, rows=shown,
         models=[Link(f"{r.prefix}index.html", r.model) for r in reports] if by_model else [], by_model=by_model,
-        models_note=MODELS_NOTE, presets=preset_tables(output_dir), presets_note=PRESETS_NOTE, figures=[row for row in shown if row.image], outputs=outputs,
-        heads=head_score_files(output_dir), heads_note=HEAD_FILES_NOTE, run_time_note=RUN_TIME_NOTE,
+        models_note=MODELS_NOTE, presets=tables.presets, presets_note=PRESETS_NOTE,
+        figures=[row for row in shown if row.image], outputs=outputs, heads=tables.heads, heads_note=HEAD_FILES_NOTE, run_time_note=RUN_TIME_NOTE,
         runs=[{"notebook": notebook, "link": _notebook_links(output_dir, notebook)[0], "model": str(run.get("model")),
                "preset": str(run.get("preset")), "parameters": _json.dumps(run.get("parameters", {})),
                "date": str(run.get("date")), "minutes": str(run.get("minutes"))}
@@ -428,8 +442,9 @@ def build_index(output_dir: Path) -> Path:
     output_dir = Path(output_dir)
     runs = read_runs(output_dir)
     rows = _rows(output_dir, runs)
-    atomic_write_text(output_dir / "README.md", _markdown(rows, runs, head_score_files(output_dir), output_dir))
-    atomic_write_text(output_dir / "index.html", _html_page(rows, runs, output_dir))
+    tables = _Tables.read(output_dir)
+    atomic_write_text(output_dir / "README.md", _markdown(rows, runs, tables))
+    atomic_write_text(output_dir / "index.html", _html_page(rows, runs, output_dir, tables))
     return output_dir / "README.md"
 
 

@@ -36,7 +36,7 @@ from dynheads_tl.claims import all_claims, claim_for
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS
 from dynheads_tl.params import check_parameters
 from dynheads_tl.report.findings import readme_has_findings_block, update_readme
-from dynheads_tl.report.index import render_notebook_html
+from dynheads_tl.report.index import build_index, render_notebook_html
 from dynheads_tl.report.rerender import render_site
 from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
 from dynheads_tl.store import atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
@@ -470,9 +470,9 @@ def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
 def run_committed_report(*, models: list[str] | None = None, overrides: dict[str, Any] | None = None,
                          cwd: str | Path | None = None, readme: str | Path = "README.md") -> list[Path]:
     """Regenerate the whole committed report (:func:`committed_plan`), then its top index and the findings block
-    of ``readme`` (relative to ``cwd``; skipped when it lacks either findings marker, which is checked first). ``overrides`` may only choose who
-    computes (:data:`EXECUTION_ONLY`), since anything else would change what the committed report says. Each run
-    reads what an interrupted earlier one cached, so the same command resumes."""
+    of ``readme`` (relative to ``cwd``; skipped when it lacks either findings marker, which is checked first).
+    ``overrides`` may only choose who computes (:data:`EXECUTION_ONLY`), since anything else would change what the
+    committed report says. Each run reads what an interrupted earlier one cached, so the same command resumes."""
     overrides = dict(overrides or {})
     changing = sorted(set(overrides) - EXECUTION_ONLY)
     if changing:
@@ -490,7 +490,9 @@ def run_committed_report(*, models: list[str] | None = None, overrides: dict[str
         done += run_report(preset=planned.preset, model=planned.model, only=planned.only, overrides=overrides,
                            output_dir=planned.output_dir, cwd=cwd)
     report = cwd / COMMITTED_REPORT
-    render_site(report)
+    # The default model's run rendered its pages, and each other model's run rebuilt the top index; the preset runs
+    # rebuilt their own indexes, so only the top index (which lists the presets) is left.
+    build_index(report)
     if has_findings:
         prefix = Path(os.path.relpath(report, path.resolve().parent)).as_posix()
         update_readme(path, report, link_prefix=f"{prefix}/")
