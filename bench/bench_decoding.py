@@ -107,8 +107,8 @@ def part_decode(model, args) -> None:
 
     def transformers_decode():
         past = DynamicCache()
-        for index, (keys, values) in enumerate(zip(decoder.cache.keys, decoder.cache.values)):
-            past.update(keys[:, :, :base], values[:, :, :base], index)
+        for index in range(len(decoder.cache.keys)):
+            past.update(*decoder.cache.padded(index, base), index)
         tokens = first
         with torch.no_grad():
             for step in range(k):
@@ -478,8 +478,8 @@ def part_length(model, args) -> None:
 
     def theirs():
         past = DynamicCache()
-        for index, (keys, values) in enumerate(zip(decoder.cache.keys, decoder.cache.values)):
-            past.update(keys[:, :, :base].clone(), values[:, :, :base].clone(), index)
+        for index in range(len(decoder.cache.keys)):
+            past.update(*(t.clone() for t in decoder.cache.padded(index, base)), index)
         tokens = first
         with torch.no_grad():
             for step in range(steps):

@@ -4,11 +4,12 @@
     python bench/check_exactness.py --length 4000 --haystack prose --n 2 --alone   # a long context (notebook 07)
     python bench/check_exactness.py --model gemma-3-270m --length 4000 --n 2 --alone  # the second embedded model
 
-"Today's computation" is the bridge's eager attention without shared prefixes (``attention_path("eager")``,
-``prefix_sharing(False)``): the path every trace in the committed report was made with. The fast path is the
-default (grouped attention, preallocated cache, shared prefixes). Both trace the same samples, in one batch (as
-``collect_traces`` does) and one at a time; the script prints, per sample, whether tokens, top-1 sources and
-Eq. 1 sets are identical and the largest difference of the Eq. 2 scores and hidden states.
+"Today's computation" is the bridge's eager attention without shared prefixes, every key kept on every layer
+(``attention_path("eager")``, ``prefix_sharing(False)``, ``bounded_windows(False)``). The fast path is the
+default (grouped attention, preallocated cache, shared prefixes, sliding-window layers keeping their window
+only). Both trace the same samples, in one batch (as ``collect_traces`` does) and one at a time; the script
+prints, per sample, whether tokens, top-1 sources and Eq. 1 sets are identical and the largest difference of the
+Eq. 2 scores and hidden states.
 
 With ``--length`` the samples are ``--n`` prompts of ``--length`` context tokens on ``--haystack`` with their needles
 at depths spread over the context and the haystack starting at the same place, so a batch shares the haystack up to
@@ -25,7 +26,7 @@ import dynheads_tl
 from dynheads_tl import trace_batch, trace_generation
 from dynheads_tl.corpus import SEED_OFFSETS, TraceSets
 from dynheads_tl.engine.grouped import attention_path
-from dynheads_tl.engine.decoder import prefix_sharing
+from dynheads_tl.engine.decoder import bounded_windows, prefix_sharing
 from dynheads_tl.engine.models import DEFAULT_MODEL, model_name
 from dynheads_tl.tasks import make_niah_samples
 
@@ -62,7 +63,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for mode, run in runs.items():
         fast = run()
-        with attention_path("eager"), prefix_sharing(False):
+        with attention_path("eager"), prefix_sharing(False), bounded_windows(False):
             today = run()
         for index, (a, b) in enumerate(zip(fast, today)):
             same_tokens = torch.equal(a.tokens, b.tokens)

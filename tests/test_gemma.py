@@ -12,8 +12,9 @@ from transformers import AutoModelForCausalLM
 
 import dynheads_tl
 from dynheads_tl import TraceConfig
-from dynheads_tl.engine.decoder import BatchDecoder, prefix_sharing
-from dynheads_tl.engine.grouped import _fired_hook_points, attention_path, grouped_unsupported
+from dynheads_tl.engine.decoder import BatchDecoder, bounded_windows, prefix_sharing
+from dynheads_tl.engine.grouped import _fired_hook_points, attention_path, grouped_unsupported, layer_windows
+from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention
 from dynheads_tl.engine.models import EMBEDDED_MODELS, embedded_installed
 from dynheads_tl.engine.tracing import trace_batch, trace_generation
 from dynheads_tl.tasks import make_niah_samples
@@ -77,7 +78,8 @@ def test_tiny_gemma_grouped_eager_and_transformers_agree(tiny_gemma, tiny_gemma_
     with attention_path("grouped"):
         grouped = [trace_generation(tiny_gemma, s, config) for s in gemma_samples]
         batched = trace_batch(tiny_gemma, gemma_samples, config)
-    with attention_path("eager"), prefix_sharing(False):
+    # The reference keeps every key (bounded_windows(False)); the grouped runs keep a sliding layer's window only.
+    with attention_path("eager"), prefix_sharing(False), bounded_windows(False):
         eager = [trace_generation(tiny_gemma, s, config) for s in gemma_samples]
     assert_same_traces(grouped, eager)
     assert_same_traces(batched, eager)
@@ -132,7 +134,7 @@ def test_gemma_270m_grouped_equals_the_eager_bridge_within_and_beyond_the_window
     trace_config = TraceConfig(max_new_tokens=5, signals=True)  # Eq. 1 already fires within five steps (asserted below)
     with attention_path("grouped"):
         grouped = trace_batch(model, samples, trace_config)
-    with attention_path("eager"):
+    with attention_path("eager"), bounded_windows(False):
         eager = [trace_generation(model, s, trace_config) for s in samples]
     assert_same_traces(grouped, eager)
     assert any(t.retrieval_mask.any() for t in grouped), "Gemma copies the needle here"
@@ -157,3 +159,84 @@ def test_layer_windows_name_the_global_layer_and_no_sliding_head_retrieves_beyon
     assert shares["beyond_window"].any() and set(shares["bin"]) == {"0–15", "16–59", "≥60"}
     jaccard = length_grid.window_jaccard(cells, traces, kinds, n_resamples=50)
     assert set(jaccard["scope"]) == {"global", "sliding", "all"}
+
+
+def _decode(decoder, steps: int) -> list[torch.Tensor]:
+    logits = [decoder.step()]
+    for _ in range(steps - 1):
+        logits.append(decoder.step(logits[-1].argmax(-1)))
+    return logits
+
+
+@pytest.mark.parametrize("path", ["grouped", "eager"])
+def test_sliding_layers_keep_only_their_window_and_decode_as_if_they_kept_every_key(tiny_gemma, path):
+    """A left-padded batch of prompts longer than the window: each sliding layer's buffer begins WINDOW - 1
+    positions before the prompt's last token, the global layer's at 0; the logits, a two-pass step (rewind one
+    position, ablate, restore the clean keys in one row), a retraction to the prompt's end and a score-replacing
+    hook give what a decoder keeping every key gives."""
+    prompts = [[1] + list(range(40, 100)), [1] + list(range(40, 75))]
+    width = max(map(len, prompts))
+    windows = layer_windows(tiny_gemma)
+    heads = torch.zeros(tiny_gemma.cfg.n_layers, tiny_gemma.cfg.n_heads, dtype=torch.bool)
+    heads[1, 0] = heads[2, 1] = True
+    allowed = torch.ones(width + 16, dtype=torch.bool)
+    allowed[width - 8: width - 4] = False  # inside every sliding window: the hook's change matters
+
+    def run(bounded: bool) -> tuple[BatchDecoder, list[torch.Tensor]]:
+        with bounded_windows(bounded):
+            decoder = BatchDecoder(tiny_gemma, prompts, attention=path, max_new_tokens=8)
+        out = _decode(decoder, 3)
+        before = decoder.n_cached
+        out.append(decoder.step(out[-1].argmax(-1)))
+        saved = decoder.last_position()
+        decoder.rewind(before)
+        with tiny_gemma.hooks(fwd_hooks=ablate_heads(heads, state=StepState())):
+            out.append(decoder.step(out[-2].argmax(-1)))
+        decoder.replace_last_position(saved, rows=torch.tensor([True, False]))
+        out.append(decoder.step(out[-1].argmax(-1)))
+        decoder.rewind(width - 1)  # a retraction to the prompt's end, then decode again
+        out += _decode(decoder, 2)
+        with tiny_gemma.hooks(fwd_hooks=restrict_attention(allowed, n_layers=tiny_gemma.cfg.n_layers)):
+            out.append(decoder.step(out[-1].argmax(-1)))
+        assert decoder.last_path == path
+        return decoder, out
+
+    bounded, got = run(True)
+    full, want = run(False)
+    for got_logits, want_logits in zip(got, want):
+        torch.testing.assert_close(got_logits, want_logits, atol=1e-5, rtol=1e-4)
+    for index, window in enumerate(windows):
+        start = 0 if window is None else width - window
+        assert bounded.cache.starts[index] == start and full.cache.starts[index] == 0
+        assert bounded.cache.keys[index].shape[2] == full.cache.keys[index].shape[2] - start
+        torch.testing.assert_close(bounded.cache.layers[index].keys, full.cache.layers[index].keys[:, :, start:],
+                                   atol=1e-5, rtol=1e-4)
+    assert any(start > 0 for start in bounded.cache.starts)
+    # The buffers grow past their capacity with the same offsets.
+    capacity = bounded.cache.capacity
+    _decode(bounded, capacity - bounded.n_cached + 2)
+    assert bounded.cache.capacity > capacity and bounded.cache.starts[0] == width - windows[0]
+
+
+def test_a_bounded_cache_refuses_what_would_need_a_dropped_key(tiny_gemma):
+    """A rewind to before the prompt's end, and a hook that gives weight to a key older than the window, are
+    refused with a message; a decoder built inside bounded_windows(False) rewinds anywhere."""
+    prompt = [1] + list(range(40, 100))
+    decoder = BatchDecoder(tiny_gemma, [prompt], attention="grouped")
+    decoder.step()
+    with pytest.raises(ValueError, match="sliding-window layer 0 keeps keys from position"):
+        decoder.rewind(len(prompt) - 3)
+    decoder.rewind(len(prompt) - 1)
+
+    def unmask(scores, hook):
+        return torch.zeros_like(scores)  # every position visible, the dropped ones too
+
+    with tiny_gemma.hooks(fwd_hooks=[("blocks.0.attn.hook_attn_scores", unmask)]):
+        with pytest.raises(RuntimeError, match="older than its sliding window"):
+            decoder.step()
+    with bounded_windows(False):
+        full = BatchDecoder(tiny_gemma, [prompt], attention="grouped")
+    full.step()
+    full.rewind(5)
+    full.step(torch.tensor([7]))
+    assert full.n_cached == 6

@@ -27,12 +27,14 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from dynheads_tl.engine.grouped import AttentionPath, StaticKVCache, choose_path, default_attention, grouped_forward
+from dynheads_tl.engine.grouped import (AttentionPath, StaticKVCache, choose_path, default_attention, grouped_forward,
+                                        grouped_unsupported, layer_windows, window_starts)
 from dynheads_tl.engine.models import fast_twin
 from dynheads_tl.engine.trace_data import PrefillMode
 
 
 _SHARE_PREFIXES: list[bool] = [True]
+_BOUND_WINDOWS: list[bool] = [True]
 
 
 def prefix_plan(prompts: Sequence[Sequence[int]], shareable: Sequence[int]) -> list[tuple[int, int | None, int]]:
@@ -175,6 +177,19 @@ def prefix_sharing(enabled: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def bounded_windows(enabled: bool) -> Iterator[None]:
+    """Decoders built inside this block keep only the keys a sliding-window layer can still attend to (True, the
+    default: :func:`~dynheads_tl.engine.grouped.window_starts`) or every key on every layer (False: a rewind to
+    before the prompt's end stays possible). Not part of any cache key: both give the same tokens, scores and
+    Eq. 1 sets, since a dropped key is one every remaining query masks."""
+    _BOUND_WINDOWS.append(bool(enabled))
+    try:
+        yield
+    finally:
+        _BOUND_WINDOWS.pop()
+
+
+@contextlib.contextmanager
 def prefix_store() -> Iterator[PrefixStore | None]:
     """The store a prefill outside :class:`BatchDecoder` (one prompt at a time) shares prefixes through: the innermost
     open :func:`shared_prefill` block's, else a new one for this block; None where :func:`prefix_sharing` is off."""
@@ -278,19 +293,20 @@ class BatchDecoder:
         prefilled = self._prefill_distinct(model, list(distinct), prefill, share_prefixes)
         # What was actually prefilled, against what prefilling every row alone would cost.
         self.prompt_positions = int((self.prompt_lengths - 1).clamp_min(0).sum())
-        self.cache = self._new_cache(model, prefilled, width - 1 + max(int(max_new_tokens), 1) + 1)
+        self.cache = self._new_cache(model, prefilled, width - 1 + max(int(max_new_tokens), 1) + 1, width - 1)
         for layer_idx in range(len(self.cache.keys)):
             for b, source in enumerate(row_of):
                 if self.prompt_lengths[b] > 1:
                     layer = prefilled[source].layers[layer_idx]
-                    start = int(self.offsets[b])
-                    self.cache.keys[layer_idx][b, :, start: width - 1] = layer.keys[0]
-                    self.cache.values[layer_idx][b, :, start: width - 1] = layer.values[0]
+                    self.cache.write(layer_idx, layer.keys[0], layer.values[0], int(self.offsets[b]), rows=b)
         self.cache.length = width - 1
         self.pending = torch.stack([r[-1] for r in rows]).to(self.device)
 
-    def _new_cache(self, model, prefilled: list, capacity: int) -> StaticKVCache:
-        """An empty :class:`StaticKVCache` for this batch, shaped and typed like the prefilled caches."""
+    def _new_cache(self, model, prefilled: list, capacity: int, n_cached: int) -> StaticKVCache:
+        """An empty :class:`StaticKVCache` for this batch, shaped and typed like the prefilled caches. Inside
+        :func:`bounded_windows` (the default), when the grouped step reproduces the model (its windows are then
+        the ones it masks with), each sliding layer's buffer begins at the first key its earliest query, at
+        position ``n_cached``, can see."""
         template = next((c.layers[0].keys for c in prefilled if c.get_seq_length() > 0), None)
         if template is not None:
             n_layers = len(next(c for c in prefilled if c.get_seq_length() > 0).layers)
@@ -299,7 +315,10 @@ class BatchDecoder:
             n_layers, d_head = model.cfg.n_layers, model.cfg.d_head
             n_kv = getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
             dtype = next(model.parameters()).dtype
-        return StaticKVCache(n_layers, self.batch, n_kv, d_head, capacity, dtype=dtype, device=self.device)
+        windows = layer_windows(model) if _BOUND_WINDOWS[-1] and grouped_unsupported(model) is None else None
+        starts = window_starts(windows, n_cached) if windows is not None else None
+        return StaticKVCache(n_layers, self.batch, n_kv, d_head, capacity, dtype=dtype, device=self.device,
+                             starts=starts, windows=windows)
 
     @property
     def n_cached(self) -> int:
@@ -421,8 +440,8 @@ class BatchDecoder:
         start = self.n_cached
         past = DynamicCache()
         if start > 0:
-            for index, (keys, values) in enumerate(zip(self.cache.keys, self.cache.values)):
-                past.update(keys[:, :, :start], values[:, :, :start], index)
+            for index in range(len(self.cache.keys)):
+                past.update(*self.cache.padded(index, start), index)
         logits, past = self.model(tokens, return_type="logits_and_cache", past_key_values=past, **kwargs)
         end = start + tokens.shape[1]
         self.cache.reserve(end)
@@ -438,22 +457,22 @@ class BatchDecoder:
             raise ValueError(f"Cannot rewind forward: {self.n_cached} positions cached, asked for {n_cached}.")
         if n_cached < 0:
             raise ValueError(f"Cannot rewind to {n_cached} positions.")
+        self.cache.check_reach(n_cached)
         self.cache.length = n_cached
 
     def last_position(self) -> list[tuple[Tensor, Tensor]]:
         """A copy of every layer's keys and values at the newest cached position (all rows)."""
-        end = self.n_cached
-        return [(keys[:, :, end - 1: end].clone(), values[:, :, end - 1: end].clone())
-                for keys, values in zip(self.cache.keys, self.cache.values)]
+        return [(keys[:, :, -1:].clone(), values[:, :, -1:].clone())
+                for keys, values in (self.cache.held(index) for index in range(len(self.cache.keys)))]
 
     def replace_last_position(self, saved: list[tuple[Tensor, Tensor]], rows: Bool[Tensor, "batch"] | None = None) -> None:
         """Write ``saved`` (from :meth:`last_position`) back over the newest cached position, in place, for
         ``rows`` only (default: every row)."""
         select = slice(None) if rows is None else rows.to(self.device)
-        end = self.n_cached
-        for store_keys, store_values, (keys, values) in zip(self.cache.keys, self.cache.values, saved):
-            store_keys[select, :, end - 1: end] = keys[select]
-            store_values[select, :, end - 1: end] = values[select]
+        for index, (keys, values) in enumerate(saved):
+            store_keys, store_values = self.cache.held(index)
+            store_keys[select, :, -1:] = keys[select]
+            store_values[select, :, -1:] = values[select]
 
 
 class Decoder(BatchDecoder):

@@ -28,8 +28,11 @@ RoPE base, global layers the global one), a norm after attention and around the 
 scaled embedding and the final logit soft-cap when the config sets one. Sliding-window layers see only keys
 within their window, ``key > query - window`` in cache coordinates as transformers' mask function states it
 (left padding shifts both sides alike, so a padded row sees what it would alone); the scores a hook reads still
-span every cached key (those outside the window hold the dtype's minimum, as on the eager path). The cache
-keeps every key on every layer: a rewind or a retraction may need any of them.
+span every position (those outside the window hold the dtype's minimum, as on the eager path). A sliding layer's
+cache begins ``window - 1`` positions before the prompt's last token (:class:`StaticKVCache` ``starts``): no
+query of the generation, nor of a rewind or retraction (which never go back before the prompt's end), can
+see further back. Gemma 3 270M's 15 sliding layers then hold 512 + the generation's positions, not the whole prompt
+(``docs/benchmarks.md`` measures the memory).
 
 Anything else hooked (a hook point this step does not fire, e.g. ``hook_result``), an architecture it
 does not reproduce (Q/K norms outside Gemma 3, soft-capped attention, sinks, a sliding window on a
@@ -91,25 +94,42 @@ def attention_path(path: AttentionPath) -> Iterator[None]:
 
 
 class StaticKVCache:
-    """Every layer's keys and values in one preallocated ``[batch, kv_head, capacity, d_head]`` buffer.
+    """Every layer's keys and values in one preallocated ``[batch, kv_head, capacity - start, d_head]`` buffer.
 
-    ``length`` positions are valid; a step writes its keys and values at ``[length, length + q)`` in
-    place and a rewind only moves ``length`` back. When a write would pass ``capacity`` the buffers
-    are reallocated to twice the size (one copy, rare: the decoder sizes them for the generation).
-    ``layers[i].keys`` / ``.values`` are views of the valid positions (the ``DynamicCache`` layout).
+    ``length`` positions (cache coordinates) are valid; a step writes its keys and values at
+    ``[length, length + q)`` in place and a rewind only moves ``length`` back. When a write would pass
+    ``capacity`` the buffers are reallocated to twice the size (one copy, rare: the decoder sizes them for the
+    generation).
+
+    ``starts[i]``: the first position layer ``i`` keeps (0 by default). A sliding-window layer needs no key
+    older than its window before the earliest query it will ever run (the decoder sets ``starts`` so, see
+    :func:`window_starts`), so its buffer begins there: Gemma 3 270M's 15 sliding layers then hold about 512
+    + the generation's positions instead of the whole prompt. ``keys[i][:, :, j]`` is position ``starts[i] + j``.
+    ``windows[i]`` (None: a global layer) lets :meth:`check_reach` refuse a rewind that would need a dropped key.
+    ``layers[i].keys`` / ``.values`` are views of the positions a layer holds, ``[starts[i], length)``
+    (the ``DynamicCache`` layout when every start is 0); :meth:`padded` gives ``[0, end)`` with zeros before
+    ``starts[i]`` (keys no query may attend to), for the eager path's ``DynamicCache``.
     """
 
     def __init__(self, n_layers: int, batch: int, n_kv_heads: int, d_head: int, capacity: int, *,
-                 dtype: torch.dtype, device: torch.device):
+                 dtype: torch.dtype, device: torch.device, starts: list[int] | None = None,
+                 windows: list[int | None] | None = None):
         capacity = max(int(capacity), 1)
-        shape = (batch, n_kv_heads, capacity, d_head)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.starts = [0] * n_layers if starts is None else [int(s) for s in starts]
+        self.windows = [None] * n_layers if windows is None else list(windows)
+        if len(self.starts) != n_layers or len(self.windows) != n_layers:
+            raise ValueError(f"starts and windows need one entry per layer ({n_layers}).")
+        if not all(0 <= s < capacity for s in self.starts):
+            raise ValueError(f"Every layer's start must lie in [0, {capacity}), got {self.starts}.")
+        self._capacity = capacity
+        self.keys = [torch.zeros((batch, n_kv_heads, capacity - s, d_head), dtype=dtype, device=device)
+                     for s in self.starts]
+        self.values = [torch.zeros_like(k) for k in self.keys]
         self.length = 0
 
     @property
     def capacity(self) -> int:
-        return int(self.keys[0].shape[2])
+        return self._capacity
 
     def reserve(self, length: int) -> None:
         """Make room for ``length`` positions (reallocating to at least twice the size when short)."""
@@ -118,23 +138,62 @@ class StaticKVCache:
         new = max(length, 2 * self.capacity)
         for store in (self.keys, self.values):
             for index, old in enumerate(store):
-                grown = torch.zeros((*old.shape[:2], new, old.shape[3]), dtype=old.dtype, device=old.device)
-                grown[:, :, : self.length] = old[:, :, : self.length]
+                start = self.starts[index]
+                grown = torch.zeros((*old.shape[:2], new - start, old.shape[3]), dtype=old.dtype, device=old.device)
+                held = max(self.length - start, 0)
+                grown[:, :, :held] = old[:, :, :held]
                 store[index] = grown
+        self._capacity = new
 
     def write(self, layer: int, keys: Float[Tensor, "batch kv_head query d_head"],
-              values: Float[Tensor, "batch kv_head query d_head"], start: int) -> None:
-        """Write one layer's new keys and values at positions ``[start, start + query)``, in place."""
-        end = start + keys.shape[2]
-        self.keys[layer][:, :, start:end] = keys
-        self.values[layer][:, :, start:end] = values
+              values: Float[Tensor, "batch kv_head query d_head"], start: int, rows: slice | int = slice(None)) -> None:
+        """Write one layer's new keys and values at positions ``[start, start + query)``, in place (``rows``: the
+        batch rows written, all by default); positions before the layer's start are not kept."""
+        first = self.starts[layer]
+        skip = max(first - start, 0)
+        if skip >= keys.shape[-2]:
+            return
+        begin, end = start + skip - first, start + keys.shape[-2] - first
+        self.keys[layer][rows, :, begin:end] = keys[..., skip:, :]
+        self.values[layer][rows, :, begin:end] = values[..., skip:, :]
+
+    def held(self, layer: int, end: int | None = None) -> tuple[Tensor, Tensor]:
+        """Views of layer ``layer``'s keys and values at positions ``[starts[layer], end)`` (default: ``length``)."""
+        stop = (self.length if end is None else end) - self.starts[layer]
+        return self.keys[layer][:, :, :stop], self.values[layer][:, :, :stop]
+
+    def padded(self, layer: int, end: int) -> tuple[Tensor, Tensor]:
+        """Layer ``layer``'s keys and values at positions ``[0, end)``: views when it keeps every position, else
+        copies with zeros before its start (positions outside every remaining query's window)."""
+        keys, values = self.held(layer, end)
+        first = self.starts[layer]
+        if first == 0:
+            return keys, values
+        pad = (*keys.shape[:2], first, keys.shape[3])
+        return (torch.cat([keys.new_zeros(pad), keys], dim=2), torch.cat([values.new_zeros(pad), values], dim=2))
+
+    def check_reach(self, n_cached: int) -> None:
+        """Refuse a length whose next query (at position ``n_cached``) would see a key a sliding layer dropped."""
+        for index, (first, window) in enumerate(zip(self.starts, self.windows)):
+            if first > 0 and window is not None and n_cached - window + 1 < first:
+                raise ValueError(
+                    f"Cannot rewind to {n_cached} positions: sliding-window layer {index} keeps keys from position "
+                    f"{first} on (its {window}-token window before the prompt's last token); build the decoder "
+                    "inside bounded_windows(False) to keep every key.")
 
     @property
     def layers(self) -> list["_LayerView"]:
-        return [_LayerView(k[:, :, : self.length], v[:, :, : self.length]) for k, v in zip(self.keys, self.values)]
+        return [_LayerView(*self.held(index)) for index in range(len(self.keys))]
 
     def get_seq_length(self) -> int:
         return self.length
+
+
+def window_starts(windows: list[int | None], n_cached: int) -> list[int]:
+    """Each layer's first kept position for a cache whose earliest query is at position ``n_cached`` (a decoder's
+    prompt minus its last token): a query at q sees the keys k > q - w on a layer with window w, so such a layer
+    never needs a key before ``n_cached - w + 1``; a global layer (None) keeps every key."""
+    return [0 if window is None else max(n_cached - int(window) + 1, 0) for window in windows]
 
 
 class _LayerView:
@@ -385,19 +444,27 @@ def grouped_forward(
         n_heads, n_kv = query.shape[1], key.shape[1]
         group = n_heads // n_kv
         cache.write(index, key, value, start)
-        keys = cache.keys[index][:, :, :n_keys]  # views of the buffer: no copy
-        values = cache.values[index][:, :, :n_keys]
+        first = cache.starts[index]  # a sliding layer's buffer may begin after position 0
+        keys, values = cache.held(index, n_keys)  # views of the buffer: no copy
         # Group g of KV head j is query head j * group + g (repeat_kv's order).
         grouped_query = query.reshape(batch, n_kv, group * n_query, d_head)
         scores = torch.matmul(grouped_query, keys.transpose(-2, -1)) * hf_attn.scaling
-        scores = scores.view(batch, n_heads, n_query, n_keys)
+        scores = scores.view(batch, n_heads, n_query, n_keys - first)
         mask = additive_mask(_layer_window(hf_attn, model.original_model.config) if gemma else None)
         if mask is not None:
-            scores = scores + mask
+            scores = scores + mask[..., first:]
+        if first:  # the hooks read every position: those the layer dropped hold the minimum, as masked ones do
+            scores = torch.cat([scores.new_full((batch, n_heads, n_query, first), torch.finfo(scores.dtype).min),
+                                scores], dim=-1)
         scores = attn.hook_attn_scores(scores)
         pattern = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         pattern = attn.hook_pattern(pattern)
-        out = torch.matmul(pattern.reshape(batch, n_kv, group * n_query, n_keys), values)
+        if first:
+            if bool(pattern[..., :first].any()):
+                raise RuntimeError(f"A hook gave attention to keys of layer {index} older than its sliding window, "
+                                   "which this cache no longer holds; build the decoder inside bounded_windows(False).")
+            pattern = pattern[..., first:]
+        out = torch.matmul(pattern.reshape(batch, n_kv, group * n_query, n_keys - first), values)
         out = out.view(batch, n_heads, n_query, d_head).transpose(1, 2).reshape(batch, n_query, n_heads * d_head)
         attended = attn.hook_out(attn.o(out))
         if gemma:  # norms after attention and around the MLP
