@@ -234,6 +234,8 @@ CLAIM = Claim(
         # the same NIAH setting as 01's smoke run (its cache), short answers; 2 folds need 2 wrong answers
         "smoke": {"niah_settings": ["prose:300"], "n_setting": 3, "n_setting_calibration": 2, "max_new_tokens": 32,
                   "n_hotpot": 8, "hotpot_max_new_tokens": 8, "n_folds": 2},
+        # one long setting: 01's `long` soft-dynamism answers (4,000 tokens of prose) with the synthetic HotpotQA ones
+        "long": {"niah_settings": ["prose:4000"]},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_settings": ["prose:5000", "prose:20000"],
                   "n_setting": 100, "n_setting_calibration": 20, "max_new_tokens": 64, "n_hotpot": 200,
                   "hotpot_setting": "multihop"},
