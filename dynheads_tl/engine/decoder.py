@@ -27,8 +27,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from dynheads_tl.engine.grouped import (AttentionPath, StaticKVCache, choose_path, default_attention, grouped_forward,
-                                        grouped_unsupported, layer_windows, window_starts)
+from dynheads_tl.engine.grouped import (AttentionPath, StaticKVCache, check_dropped_keys, choose_path,
+                                        default_attention, grouped_forward, kept_windows, scores_hooked, window_starts)
 from dynheads_tl.engine.models import fast_twin
 from dynheads_tl.engine.trace_data import PrefillMode
 
@@ -180,8 +180,9 @@ def prefix_sharing(enabled: bool) -> Iterator[None]:
 def bounded_windows(enabled: bool) -> Iterator[None]:
     """Decoders built inside this block keep only the keys a sliding-window layer can still attend to (True, the
     default: :func:`~dynheads_tl.engine.grouped.window_starts`) or every key on every layer (False: a rewind to
-    before the prompt's end stays possible). Not part of any cache key: both give the same tokens, scores and
-    Eq. 1 sets, since a dropped key is one every remaining query masks."""
+    before the prompt's end stays possible). Not part of any cache key: both give the same tokens and Eq. 1 sets,
+    floats to rounding, since a dropped key is one every remaining query masks. Only a prompt longer than a layer's
+    window drops anything, so only then is a rewind before the prompt's end refused."""
     _BOUND_WINDOWS.append(bool(enabled))
     try:
         yield
@@ -315,7 +316,7 @@ class BatchDecoder:
             n_layers, d_head = model.cfg.n_layers, model.cfg.d_head
             n_kv = getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
             dtype = next(model.parameters()).dtype
-        windows = layer_windows(model) if _BOUND_WINDOWS[-1] and grouped_unsupported(model) is None else None
+        windows = kept_windows(model) if _BOUND_WINDOWS[-1] else None
         starts = window_starts(windows, n_cached) if windows is not None else None
         return StaticKVCache(n_layers, self.batch, n_kv, d_head, capacity, dtype=dtype, device=self.device,
                              starts=starts, windows=windows)
@@ -442,7 +443,14 @@ class BatchDecoder:
         if start > 0:
             for index in range(len(self.cache.keys)):
                 past.update(*self.cache.padded(index, start), index)
-        logits, past = self.model(tokens, return_type="logits_and_cache", past_key_values=past, **kwargs)
+        # A sliding layer's dropped keys reach the bridge as zeros, hidden by its window mask; a hook that lifts the
+        # mask there is refused, as on the grouped path (the check runs after every other hook on the pattern).
+        checks = [(f"blocks.{index}.attn.hook_pattern",
+                   lambda pattern, hook, first=first, index=index: check_dropped_keys(pattern, first, index))
+                  for index, first in enumerate(self.cache.starts)
+                  if first and scores_hooked(self.model, index)]
+        with self.model.hooks(fwd_hooks=checks) if checks else contextlib.nullcontext():
+            logits, past = self.model(tokens, return_type="logits_and_cache", past_key_values=past, **kwargs)
         end = start + tokens.shape[1]
         self.cache.reserve(end)
         for index, layer in enumerate(past.layers):
@@ -452,7 +460,8 @@ class BatchDecoder:
 
     def rewind(self, n_cached: int) -> None:
         """Drop cached positions from ``n_cached`` on (to redo a step, e.g. a second pass): the cache is
-        preallocated, so only its length moves; the next step overwrites those positions in place."""
+        preallocated, so only its length moves; the next step overwrites those positions in place. Refused before
+        the prompt's end when a sliding layer dropped the keys that would need (:meth:`StaticKVCache.check_reach`)."""
         if n_cached > self.n_cached:
             raise ValueError(f"Cannot rewind forward: {self.n_cached} positions cached, asked for {n_cached}.")
         if n_cached < 0:

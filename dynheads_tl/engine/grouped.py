@@ -159,7 +159,7 @@ class StaticKVCache:
 
     def held(self, layer: int, end: int | None = None) -> tuple[Tensor, Tensor]:
         """Views of layer ``layer``'s keys and values at positions ``[starts[layer], end)`` (default: ``length``)."""
-        stop = (self.length if end is None else end) - self.starts[layer]
+        stop = max((self.length if end is None else end) - self.starts[layer], 0)
         return self.keys[layer][:, :, :stop], self.values[layer][:, :, :stop]
 
     def padded(self, layer: int, end: int) -> tuple[Tensor, Tensor]:
@@ -187,6 +187,29 @@ class StaticKVCache:
 
     def get_seq_length(self) -> int:
         return self.length
+
+
+def kept_windows(model) -> list[int | None] | None:
+    """The sliding windows a decoder may bound its cache by (:func:`layer_windows`), when the grouped step reproduces
+    the model's layers and masks with those windows (Gemma 3); None otherwise (every key is kept)."""
+    if grouped_unsupported(model) is not None or not _is_gemma(model.original_model.model):
+        return None
+    return layer_windows(model)
+
+
+def scores_hooked(model, layer: int) -> bool:
+    """Whether a hook on layer ``layer``'s attention scores or pattern could change which keys get weight."""
+    return any(model.hook_dict[f"blocks.{layer}.attn.{name}"]._forward_hooks
+               for name in ("hook_attn_scores", "hook_pattern"))
+
+
+def check_dropped_keys(pattern: Tensor, first: int, layer: int) -> None:
+    """Refuse a pattern that gives weight to a position before ``first``, a key this layer's cache dropped (only a
+    hook can: the window masks them)."""
+    if bool(pattern[..., :first].any()):
+        raise RuntimeError(
+            f"A hook gave attention to keys of layer {layer} older than its sliding window (or masked every key "
+            "inside it), which this cache no longer holds; build the decoder inside bounded_windows(False).")
 
 
 def window_starts(windows: list[int | None], n_cached: int) -> list[int]:
@@ -460,9 +483,8 @@ def grouped_forward(
         pattern = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         pattern = attn.hook_pattern(pattern)
         if first:
-            if bool(pattern[..., :first].any()):
-                raise RuntimeError(f"A hook gave attention to keys of layer {index} older than its sliding window, "
-                                   "which this cache no longer holds; build the decoder inside bounded_windows(False).")
+            if scores_hooked(model, index):
+                check_dropped_keys(pattern, first, index)
             pattern = pattern[..., first:]
         out = torch.matmul(pattern.reshape(batch, n_kv, group * n_query, n_keys - first), values)
         out = out.view(batch, n_heads, n_query, d_head).transpose(1, 2).reshape(batch, n_query, n_heads * d_head)
