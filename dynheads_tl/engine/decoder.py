@@ -27,8 +27,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from dynheads_tl.engine.grouped import (AttentionPath, StaticKVCache, check_dropped_keys, choose_path,
-                                        default_attention, grouped_forward, kept_windows, scores_hooked, window_starts)
+from dynheads_tl.engine.grouped import (AttentionPath, choose_path, default_attention, grouped_forward, kept_windows,
+                                        scores_hooked)
+from dynheads_tl.engine.kv_cache import StaticKVCache, check_dropped_keys, window_starts
 from dynheads_tl.engine.models import fast_twin
 from dynheads_tl.engine.trace_data import PrefillMode
 
@@ -179,7 +180,7 @@ def prefix_sharing(enabled: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def bounded_windows(enabled: bool) -> Iterator[None]:
     """Decoders built inside this block keep only the keys a sliding-window layer can still attend to (True, the
-    default: :func:`~dynheads_tl.engine.grouped.window_starts`) or every key on every layer (False: a rewind to
+    default: :func:`~dynheads_tl.engine.kv_cache.window_starts`) or every key on every layer (False: a rewind to
     before the prompt's end stays possible). Not part of any cache key: both give the same tokens and Eq. 1 sets,
     floats to rounding, since a dropped key is one every remaining query masks. Only a prompt longer than a layer's
     window drops anything, so only then is a rewind before the prompt's end refused."""
@@ -242,7 +243,7 @@ class BatchDecoder:
 
     Batching: each distinct prompt is prefilled once, alone and unpadded (so its keys and values are
     those of an unbatched run, and the prefill never pays for padding), and the caches are written,
-    left-padded, into one preallocated cache (:class:`~dynheads_tl.engine.grouped.StaticKVCache`, sized
+    left-padded, into one preallocated cache (:class:`~dynheads_tl.engine.kv_cache.StaticKVCache`, sized
     for ``max_new_tokens`` steps; a step writes in place, a rewind moves its length). Padding is masked
     out of attention and every row keeps its own positions, so RoPE sees exactly the positions of an
     unbatched run. Decoding steps of a batch agree with unbatched runs to float rounding (~1e-5 in the
