@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from dynheads_tl.engine.grouped import (AttentionPath, choose_path, default_attention, grouped_forward, kept_windows,
-                                        scores_hooked)
+                                        layer_attention, scores_hooked)
 from dynheads_tl.engine.kv_cache import StaticKVCache, check_dropped_keys, window_starts
 from dynheads_tl.engine.models import fast_twin
 from dynheads_tl.engine.trace_data import PrefillMode
@@ -449,7 +449,7 @@ class BatchDecoder:
         checks = [(f"blocks.{index}.attn.hook_pattern",
                    lambda pattern, hook, first=first, index=index: check_dropped_keys(pattern, first, index))
                   for index, first in enumerate(self.cache.starts)
-                  if first and scores_hooked(self.model, index)]
+                  if first and scores_hooked(layer_attention(self.model, index))]
         with self.model.hooks(fwd_hooks=checks) if checks else contextlib.nullcontext():
             logits, past = self.model(tokens, return_type="logits_and_cache", past_key_values=past, **kwargs)
         end = start + tokens.shape[1]

@@ -103,10 +103,15 @@ def kept_windows(model) -> list[int | None] | None:
     return layer_windows(model)
 
 
-def scores_hooked(model, layer: int) -> bool:
-    """Whether a hook on layer ``layer``'s attention scores or pattern could change which keys get weight."""
-    return any(model.hook_dict[f"blocks.{layer}.attn.{name}"]._forward_hooks
-               for name in ("hook_attn_scores", "hook_pattern"))
+def layer_attention(model, layer: int):
+    """Layer ``layer``'s attention bridge (the module holding its ``hook_attn_scores`` and ``hook_pattern``)."""
+    return model.original_model.model.layers[layer].original_component.self_attn
+
+
+def scores_hooked(attn) -> bool:
+    """Whether a hook on this attention bridge's scores or pattern could change which keys get weight (read from
+    the hook points themselves: the bridge's ``hook_dict`` copies its whole registry at every call)."""
+    return bool(attn.hook_attn_scores._forward_hooks or attn.hook_pattern._forward_hooks)
 
 
 def _hook_points(module: torch.nn.Module) -> list[torch.nn.Module]:
@@ -368,7 +373,7 @@ def grouped_forward(
         pattern = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         pattern = attn.hook_pattern(pattern)
         if first:
-            if scores_hooked(model, index):
+            if scores_hooked(attn):
                 check_dropped_keys(pattern, first, index)
             pattern = pattern[..., first:]
         out = torch.matmul(pattern.reshape(batch, n_kv, group * n_query, n_keys - first), values)
