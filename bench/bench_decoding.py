@@ -57,7 +57,7 @@ import torch
 import dynheads_tl
 from dynheads_tl import TraceConfig, fast_twin, trace_batch, trace_generation
 from dynheads_tl.engine.grouped import attention_path
-from dynheads_tl.engine.decoder import BatchDecoder, prefix_plan, prefix_sharing
+from dynheads_tl.engine.decoder import BatchDecoder, prefix_plan, prefix_sharing, shared_prompts
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -310,7 +310,8 @@ def part_cell(model, args) -> None:
     context length and depth, ``runs_per_cell`` samples, every grid condition, generated and teacher-forced) from its
     own calibration (read from the cache, or traced there: a user cache, never the repository), decoded in the
     batches ``cached_runs`` forms at each of ``--batch-sizes``, against one plain traced generation of the cell's
-    first sample. The batch sizes' generated tokens are compared row by row."""
+    first sample. The batch sizes' generated tokens are compared row by row. The largest batch size runs once more
+    with a copy of the prompt's keys and values per row (``shared_prompts(False)``), against one copy per prompt."""
     from dynheads_tl.claims.irreplaceability.config import IrreplaceabilityConfig
     from dynheads_tl.claims.irreplaceability.pipeline import calibrate, grid_cells
     from dynheads_tl.protocols.ablation import batch_plan, grid_conditions, grid_jobs, run_jobs
@@ -327,6 +328,15 @@ def part_cell(model, args) -> None:
     for size, plan in plans.items():
         runs[size] = lambda plan=plan: [trace for chunk in plan
                                         for trace in run_jobs(model, [jobs[i] for i in chunk], setup, trace_config)]
+
+    def own_copies(run):  # every row its own copy of its prompt's keys and values (before shared prompts)
+        def unshared():
+            with shared_prompts(False):
+                return run()
+        return unshared
+
+    largest = max(args.batch_sizes)
+    runs["copies"] = own_copies(runs[largest])
     best, last = best_of(runs, args.repeats)
     first = args.batch_sizes[0]
     print(f"NIAH cell: context {cells[members[0]][0]['context']}, depth {cells[members[0]][0]['depth']}, "
@@ -340,6 +350,10 @@ def part_cell(model, args) -> None:
         same = sum(torch.equal(a.masked.tokens, b.masked.tokens) for a, b in zip(last[size], last[first]))
         print(f"| {size} | {len(plans[size])} | {best[size]:.1f} | {best[size] / len(jobs):.2f} | "
               f"{best[size] / len(jobs) / best['plain']:.2f} | {same}/{len(jobs)} |", flush=True)
+    same = sum(torch.equal(a.masked.tokens, b.masked.tokens) for a, b in zip(last["copies"], last[first]))
+    print(f"| {largest}, a copy of the prompt per row | {len(plans[largest])} | {best['copies']:.1f} | "
+          f"{best['copies'] / len(jobs):.2f} | {best['copies'] / len(jobs) / best['plain']:.2f} | {same}/{len(jobs)} |"
+          f"  <!-- one copy per prompt / a copy per row: {best[largest] / best['copies']:.2f} -->", flush=True)
 
 
 def part_trace_batch(model, args) -> None:
@@ -514,7 +528,7 @@ open("/proc/self/clear_refs", "w").write("5")  # reset the peak to the current r
 trace = trace_generation(model, sample, TraceConfig(max_new_tokens=steps, stop_at_eos=False))
 peak = status_mib("VmHWM")
 decoder = BatchDecoder(model, [sample.prompt_ids], max_new_tokens=steps)
-kv = sum(t.numel() * t.element_size() for t in list(decoder.cache.keys) + list(decoder.cache.values)) / 2**20
+kv = decoder.cache.nbytes / 2**20
 stored = sum(v.numel() * v.element_size() for v in vars(trace).values() if isinstance(v, torch.Tensor)) / 2**20
 print(json.dumps({"prompt": len(sample.prompt_ids), "loaded": loaded, "peak": peak, "kv": kv, "trace": stored}))
 """

@@ -18,202 +18,21 @@ The loop that runs the decoder step by step under a policy is :func:`dynheads_tl
 from __future__ import annotations
 
 import contextlib
-import os
-from collections import OrderedDict
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from dynheads_tl.engine.grouped import (AttentionPath, choose_path, default_attention, grouped_forward, kept_windows,
-                                        layer_attention, scores_hooked)
+from dynheads_tl.engine.grouped import (AttentionPath, choose_path, default_attention, grouped_forward,
+                                        grouped_unsupported, kept_windows, layer_attention, scores_hooked)
 from dynheads_tl.engine.kv_cache import StaticKVCache, check_dropped_keys, window_starts
 from dynheads_tl.engine.models import fast_twin
+from dynheads_tl.engine.sharing import (DEFAULT_STORE_MB, PrefixStore, bounded_windows, bounding_windows,  # noqa: F401
+                                        cache_prefix, open_store, prefix_plan, prefix_sharing, prefix_store,
+                                        shared_prefill, shared_prompts, sharing_prefixes, sharing_prompts,
+                                        store_budget)
 from dynheads_tl.engine.trace_data import PrefillMode
-
-
-_SHARE_PREFIXES: list[bool] = [True]
-_BOUND_WINDOWS: list[bool] = [True]
-
-
-def prefix_plan(prompts: Sequence[Sequence[int]], shareable: Sequence[int]) -> list[tuple[int, int | None, int]]:
-    """The order in which to prefill ``prompts`` and what each reuses: ``(index, source, shared)`` per prompt,
-    meaning prompt ``index`` copies its first ``shared`` positions from prompt ``source`` (prefilled before it;
-    None when nothing is shared). Only the first ``shareable[i]`` positions of prompt ``i`` may be shared.
-
-    The prompts are visited in lexicographic order of their ids: then the longest common prefix of a prompt with
-    any earlier one is its common prefix with the one just before it, so one pass finds every reuse."""
-    plan: list[tuple[int, int | None, int]] = []
-    previous = None
-    for index in sorted(range(len(prompts)), key=lambda i: tuple(prompts[i])):
-        shared = 0
-        if previous is not None:
-            ids, before = prompts[index], prompts[previous]
-            limit = min(shareable[index], shareable[previous])
-            while shared < limit and ids[shared] == before[shared]:
-                shared += 1
-        plan.append((index, previous if shared else None, shared))
-        previous = index
-    return plan
-
-
-class PrefixStore:
-    """The twin-prefilled keys and values of recently prefilled prompts, per model, within a byte budget: a later
-    decoder (another batch, another unit of the same call) copies the longest prefix it shares with one of them
-    instead of prefilling it again. Least recently used entries leave first; an entry larger than the whole budget
-    is never kept. Only positions the SDPA twin prefilled are kept (never a tail run through the hooked bridge).
-
-    ``hits`` / ``reused_positions`` count what later decoders took from the store."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self.entries: OrderedDict[tuple[int, tuple[int, ...]], tuple[Any, int]] = OrderedDict()
-        self.bytes = 0
-        self.hits = self.reused_positions = 0
-
-    @staticmethod
-    def _size(cache) -> int:
-        """Bytes the entry holds alive: every layer's whole key and value tensors (a bridge-run tail included)."""
-        return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
-
-    def add(self, model, ids: Sequence[int], cache, n: int) -> None:
-        """Keep ``cache``'s first ``n`` positions (twin-prefilled) as the keys and values of ``ids[:n]``."""
-        if n < 1:
-            return
-        key = (id(model), tuple(int(i) for i in ids[:n]))
-        size = self._size(cache)
-        if size > self.max_bytes:
-            return
-        if key in self.entries:
-            self.entries.move_to_end(key)
-            return
-        self.entries[key] = (cache, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, (_, dropped) = self.entries.popitem(last=False)
-            self.bytes -= dropped
-
-    def longest(self, model, ids: Sequence[int], limit: int) -> tuple[Any, int] | None:
-        """``(cache, n)``: the entry sharing the longest prefix with ``ids`` (at most ``limit`` positions) and the
-        length of that prefix; None when no entry shares a position."""
-        query = np.asarray(ids[:limit], dtype=np.int64)
-        best, best_n, best_key = None, 0, None
-        for key, (cache, _) in self.entries.items():
-            if key[0] != id(model):
-                continue
-            n = min(len(query), len(key[1]))
-            if n <= best_n:
-                continue
-            differ = np.flatnonzero(query[:n] != np.asarray(key[1][:n], dtype=np.int64))
-            shared = int(differ[0]) if len(differ) else n
-            if shared > best_n:
-                best, best_n, best_key = cache, shared, key
-        if best is None:
-            return None
-        self.entries.move_to_end(best_key)
-        return best, best_n
-
-    def take(self, model, ids: Sequence[int], limit: int, *, longer_than: int = 0) -> tuple[Any, int] | None:
-        """:meth:`longest`, when it shares more than ``longer_than`` positions (what the caller has already), counted
-        in ``hits`` / ``reused_positions``; None otherwise."""
-        found = self.longest(model, ids, limit) if limit > 0 else None
-        if found is None or found[1] <= longer_than:
-            return None
-        self.hits += 1
-        self.reused_positions += found[1]
-        return found
-
-
-_STORES: list[PrefixStore] = []  # the stores of the open shared_prefill blocks, innermost last
-
-# The default byte budget of shared_prefill's store, in MiB (DYNHEADS_PREFIX_STORE_MB overrides it; 0 turns it off).
-DEFAULT_STORE_MB = 1024
-
-
-def store_budget() -> int:
-    """The byte budget of a new :class:`PrefixStore`: ``$DYNHEADS_PREFIX_STORE_MB`` MiB, else
-    :data:`DEFAULT_STORE_MB`."""
-    value = os.environ.get("DYNHEADS_PREFIX_STORE_MB", "") or DEFAULT_STORE_MB
-    try:
-        megabytes = float(value)
-    except ValueError:
-        raise ValueError(f"DYNHEADS_PREFIX_STORE_MB must be a number of MiB (0 turns the store off), got {value!r}.")
-    if megabytes < 0:
-        raise ValueError(f"DYNHEADS_PREFIX_STORE_MB must be >= 0, got {value!r}.")
-    return int(megabytes * 2 ** 20)
-
-
-@contextlib.contextmanager
-def shared_prefill(store: PrefixStore | None = None) -> Iterator[PrefixStore]:
-    """Decoders built inside this block share prompt prefixes across batches and calls, not only within a batch:
-    each keeps its twin-prefilled keys and values in ``store`` (default: a new :class:`PrefixStore` of
-    :func:`store_budget` bytes) and copies the longest prefix it shares with an earlier prompt from it. Same tokens
-    at the same positions, so the same keys and values up to float rounding, as within a batch. The executors run
-    every batch of a call inside one (the RAG strategies of one question, a NIAH split's batches, the grid cells of
-    an ablation sample); a Ray actor keeps one store for its life. :func:`prefix_sharing` (False) turns this off
-    too. Yields the store."""
-    store = PrefixStore(store_budget()) if store is None else store
-    _STORES.append(store)
-    try:
-        yield store
-    finally:  # by identity: blocks opened in generators may close out of order
-        for index in range(len(_STORES) - 1, -1, -1):
-            if _STORES[index] is store:
-                del _STORES[index]
-                break
-
-
-@contextlib.contextmanager
-def prefix_sharing(enabled: bool) -> Iterator[None]:
-    """Decoders built inside this block share (True, the default) or do not share (False) the prefill of the
-    prompt prefixes their rows have in common (:meth:`BatchDecoder._prefill_distinct`). Not part of any cache
-    key: both give the same tokens and Eq. 1 sets, floats to rounding."""
-    _SHARE_PREFIXES.append(bool(enabled))
-    try:
-        yield
-    finally:
-        _SHARE_PREFIXES.pop()
-
-
-@contextlib.contextmanager
-def bounded_windows(enabled: bool) -> Iterator[None]:
-    """Decoders built inside this block keep only the keys a sliding-window layer can still attend to (True, the
-    default: :func:`~dynheads_tl.engine.kv_cache.window_starts`) or every key on every layer (False: a rewind to
-    before the prompt's end stays possible). Not part of any cache key: both give the same tokens and Eq. 1 sets,
-    floats to rounding, since a dropped key is one every remaining query masks. Only a prompt longer than a layer's
-    window drops anything, so only then is a rewind before the prompt's end refused."""
-    _BOUND_WINDOWS.append(bool(enabled))
-    try:
-        yield
-    finally:
-        _BOUND_WINDOWS.pop()
-
-
-@contextlib.contextmanager
-def prefix_store() -> Iterator[PrefixStore | None]:
-    """The store a prefill outside :class:`BatchDecoder` (one prompt at a time) shares prefixes through: the innermost
-    open :func:`shared_prefill` block's, else a new one for this block; None where :func:`prefix_sharing` is off."""
-    if not _SHARE_PREFIXES[-1]:
-        yield None
-    elif _STORES:
-        yield _STORES[-1]
-    else:
-        with shared_prefill() as store:
-            yield store
-
-
-def cache_prefix(cache, n: int | None = None):
-    """A new ``DynamicCache`` holding copies of the first ``n`` positions (default: all) of ``cache``'s keys and
-    values, so that a forward appending to it leaves ``cache`` as it was."""
-    from transformers import DynamicCache
-
-    copy = DynamicCache()
-    for index, layer in enumerate(cache.layers):  # update concatenates onto empty: a copy, not a view
-        keys, values = (layer.keys, layer.values) if n is None else (layer.keys[:, :, :n], layer.values[:, :, :n])
-        copy.update(keys, values, index)
-    return copy
 
 
 def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None):
@@ -291,12 +110,22 @@ class BatchDecoder:
             raise ValueError(f"fast_until has {len(until)} entries for {len(rows)} prompts.")
         distinct: dict[tuple[tuple[int, ...], int | None], int] = {}
         row_of = [distinct.setdefault((tuple(r.tolist()), u), len(distinct)) for r, u in zip(rows, until)]
-        share_prefixes = _SHARE_PREFIXES[-1] if share_prefixes is None else share_prefixes
+        share_prefixes = sharing_prefixes() if share_prefixes is None else share_prefixes
         prefilled = self._prefill_distinct(model, list(distinct), prefill, share_prefixes)
         # What was actually prefilled, against what prefilling every row alone would cost.
         self.prompt_positions = int((self.prompt_lengths - 1).clamp_min(0).sum())
-        self.cache = self._new_cache(model, prefilled, width - 1 + max(int(max_new_tokens), 1) + 1, width - 1)
+        # Rows that decode the same prompt keep one copy of its keys and values (the grouped step reads it once).
+        owners = row_of if (sharing_prompts() and width > 1 and len(distinct) < len(rows) and attention == "grouped"
+                            and grouped_unsupported(model) is None) else None
+        self.cache = self._new_cache(model, prefilled, width - 1 + max(int(max_new_tokens), 1) + 1, width - 1,
+                                     owners)
         for layer_idx in range(len(self.cache.keys)):
+            if self.cache.shared:
+                for source, (ids, _) in enumerate(distinct):
+                    if len(ids) > 1:
+                        layer = prefilled[source].layers[layer_idx]
+                        self.cache.write_prompt(layer_idx, source, layer.keys[0], layer.values[0], width - len(ids))
+                continue
             for b, source in enumerate(row_of):
                 if self.prompt_lengths[b] > 1:
                     layer = prefilled[source].layers[layer_idx]
@@ -304,11 +133,13 @@ class BatchDecoder:
         self.cache.length = width - 1
         self.pending = torch.stack([r[-1] for r in rows]).to(self.device)
 
-    def _new_cache(self, model, prefilled: list, capacity: int, n_cached: int) -> StaticKVCache:
+    def _new_cache(self, model, prefilled: list, capacity: int, n_cached: int,
+                   owners: list[int] | None = None) -> StaticKVCache:
         """An empty :class:`StaticKVCache` for this batch, shaped and typed like the prefilled caches. Inside
         :func:`bounded_windows` (the default), when the grouped step reproduces the model (its windows are then
         the ones it masks with), each sliding layer's buffer begins at the first key its earliest query, at
-        position ``n_cached``, can see."""
+        position ``n_cached``, can see. ``owners`` (each row's distinct prompt): the prompt's ``n_cached``
+        positions are held once per distinct prompt."""
         template = next((c.layers[0].keys for c in prefilled if c.get_seq_length() > 0), None)
         if template is not None:
             n_layers = len(next(c for c in prefilled if c.get_seq_length() > 0).layers)
@@ -317,10 +148,10 @@ class BatchDecoder:
             n_layers, d_head = model.cfg.n_layers, model.cfg.d_head
             n_kv = getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
             dtype = next(model.parameters()).dtype
-        windows = kept_windows(model) if _BOUND_WINDOWS[-1] else None
+        windows = kept_windows(model) if bounding_windows() else None
         starts = window_starts(windows, n_cached) if windows is not None else None
         return StaticKVCache(n_layers, self.batch, n_kv, d_head, capacity, dtype=dtype, device=self.device,
-                             starts=starts, windows=windows)
+                             starts=starts, windows=windows, owners=owners, prompt=n_cached)
 
     @property
     def n_cached(self) -> int:
@@ -344,7 +175,7 @@ class BatchDecoder:
         splits = [self._split(len(ids) - 1, prefill, until) for ids, until in prompts]
         plan = prefix_plan([ids for ids, _ in prompts], splits) if share_prefixes else [
             (index, None, 0) for index in range(len(prompts))]
-        store = _STORES[-1] if share_prefixes and _STORES else None
+        store = open_store() if share_prefixes else None
         self.prefilled_positions = self.stored_positions = 0
         for index, source, shared in plan:
             ids, until = prompts[index]
@@ -468,19 +299,25 @@ class BatchDecoder:
         if n_cached < 0:
             raise ValueError(f"Cannot rewind to {n_cached} positions.")
         self.cache.check_reach(n_cached)
+        if n_cached < self.cache.prompt:  # the next step writes prompt positions row by row
+            self.cache.unshare()
         self.cache.length = n_cached
 
     def last_position(self) -> list[tuple[Tensor, Tensor]]:
         """A copy of every layer's keys and values at the newest cached position (all rows)."""
+        if self.n_cached <= self.cache.prompt:  # the newest position is the shared prompt's
+            self.cache.unshare()
         return [(keys[:, :, -1:].clone(), values[:, :, -1:].clone())
-                for keys, values in (self.cache.held(index) for index in range(len(self.cache.keys)))]
+                for keys, values in (self.cache.tail(index) for index in range(len(self.cache.keys)))]
 
     def replace_last_position(self, saved: list[tuple[Tensor, Tensor]], rows: Bool[Tensor, "batch"] | None = None) -> None:
         """Write ``saved`` (from :meth:`last_position`) back over the newest cached position, in place, for
         ``rows`` only (default: every row)."""
         select = slice(None) if rows is None else rows.to(self.device)
+        if self.n_cached <= self.cache.prompt:
+            self.cache.unshare()
         for index, (keys, values) in enumerate(saved):
-            store_keys, store_values = self.cache.held(index)
+            store_keys, store_values = self.cache.tail(index)
             store_keys[select, :, -1:] = keys[select]
             store_values[select, :, -1:] = values[select]
 

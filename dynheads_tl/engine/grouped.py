@@ -34,6 +34,13 @@ query of the generation, nor of a rewind or retraction (which never go back befo
 see further back. Gemma 3 270M's 15 sliding layers then hold 512 + the generation's positions, not the whole prompt
 (``docs/benchmarks.md`` measures the memory).
 
+Shared prompts
+--------------
+Rows of a batch that decode the same prompt (the masking conditions of one sample) hold its keys and values once
+(:class:`StaticKVCache` ``owners``): the step multiplies each prompt's rows together against that one copy, then
+each row against its own generated keys, and hands the hooks the same full-width scores. The rows' results are
+those of a copy per row up to float rounding (the products are split at the prompt's end).
+
 Anything else hooked (a hook point this step does not fire, e.g. ``hook_result``), an architecture it
 does not reproduce (Q/K norms outside Gemma 3, soft-capped attention, sinks, a sliding window on a
 non-Gemma-3 layer, partial rotary, compatibility mode, ...) or another layer class: :func:`grouped_unsupported`
@@ -358,10 +365,12 @@ def grouped_forward(
         group = n_heads // n_kv
         cache.write(index, key, value, start)
         first = cache.starts[index]  # a sliding layer's buffer may begin after position 0
-        keys, values = cache.held(index, n_keys)  # views of the buffer: no copy
+        keys, values = cache.tail(index, n_keys)  # views of the buffer: no copy
         # Group g of KV head j is query head j * group + g (repeat_kv's order).
         grouped_query = query.reshape(batch, n_kv, group * n_query, d_head)
         scores = torch.matmul(grouped_query, keys.transpose(-2, -1)) * hf_attn.scaling
+        if cache.shared:  # the prompt's keys, once per distinct prompt, then each row's own
+            scores = torch.cat([cache.prompt_scores(index, grouped_query) * hf_attn.scaling, scores], dim=-1)
         scores = scores.view(batch, n_heads, n_query, n_keys - first)
         mask = additive_mask(_layer_window(hf_attn, model.original_model.config) if gemma else None)
         if mask is not None:
@@ -376,8 +385,13 @@ def grouped_forward(
             if scores_hooked(attn):
                 check_dropped_keys(pattern, first, index)
             pattern = pattern[..., first:]
-        out = torch.matmul(pattern.reshape(batch, n_kv, group * n_query, n_keys - first), values)
-        out = out.view(batch, n_heads, n_query, d_head).transpose(1, 2).reshape(batch, n_query, n_heads * d_head)
+        pattern = pattern.reshape(batch, n_kv, group * n_query, n_keys - first)
+        if cache.shared:
+            split = cache.prompt_values[index].shape[2]
+            out = cache.prompt_output(index, pattern[..., :split]) + torch.matmul(pattern[..., split:], values)
+        else:
+            out = torch.matmul(pattern, values)
+        out = out.reshape(batch, n_heads, n_query, d_head).transpose(1, 2).reshape(batch, n_query, n_heads * d_head)
         attended = attn.hook_out(attn.o(out))
         if gemma:  # norms after attention and around the MLP
             hidden = residual + layer.post_attention_layernorm(attended)
