@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from dynheads_tl.engine.decoder import PrefixStore, shared_prefill, store_budget
+from dynheads_tl.engine.sharing import PrefixStore, shared_prefill, store_budget
 from dynheads_tl.engine.models import load_model, model_fingerprint
 from dynheads_tl.progress import progress
 from dynheads_tl.store import load_cached_json, save_cached_json

@@ -29,7 +29,8 @@ from typing import Sequence
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from dynheads_tl.engine.decoder import cache_prefix, prefix_store, prefill_context
+from dynheads_tl.engine.decoder import prefill_context
+from dynheads_tl.engine.sharing import cache_prefix, prefix_store
 from dynheads_tl.engine.hooks import pattern_hook_name
 from dynheads_tl.engine.models import model_identity
 from dynheads_tl.store import load_cached_json, save_cached_json

@@ -150,7 +150,7 @@ def shared_prefill(store: PrefixStore | None = None) -> Iterator[PrefixStore]:
 @contextlib.contextmanager
 def prefix_sharing(enabled: bool) -> Iterator[None]:
     """Decoders built inside this block share (True, the default) or do not share (False) the prefill of the
-    prompt prefixes their rows have in common (:meth:`BatchDecoder._prefill_distinct`). Not part of any cache
+    prompt prefixes their rows have in common (:meth:`~dynheads_tl.engine.decoder.BatchDecoder._prefill_distinct`). Not part of any cache
     key: both give the same tokens and Eq. 1 sets, floats to rounding."""
     _SHARE_PREFIXES.append(bool(enabled))
     try:

@@ -5,7 +5,9 @@ holds the weights once per actor, and per row the KV cache of every layer and KV
 of the hooked bridge builds, for one layer at a time, the keys and values repeated to every query head (eager
 attention's ``repeat_kv``) and the row's attention scores; that transient is listed apart. The prefill runs through
 PyTorch's SDPA (flash or memory-efficient kernels on a GPU) and never holds a [head, T, T] matrix, and it keeps
-the logits of the last position only.
+the logits of the last position only. Rows of one batch that decode the same prompt (an ablation sample's conditions)
+hold its keys and values once (:func:`~dynheads_tl.engine.sharing.shared_prompts`), so for them the per-row KV figure
+is an upper bound.
 """
 from __future__ import annotations
 
