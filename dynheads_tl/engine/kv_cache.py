@@ -170,29 +170,25 @@ class StaticKVCache:
                       ) -> Float[Tensor, "batch kv_head rows key"]:
         """``query @ keys^T`` over the shared prompt's positions ``[starts[layer], prompt)``: the rows of one owner
         multiply against its one copy together (the prompt's keys are read once per owner, not once per row)."""
-        keys = self.prompt_keys[layer]
-        if self.per_owner:  # owner u's rows are [u * r, (u + 1) * r): one batched product over the owners
-            return _by_owner(query, self.per_owner, lambda grouped: torch.matmul(grouped, keys.transpose(-2, -1)))
-        out = query.new_empty((*query.shape[:3], keys.shape[2]))
-        for owner, rows in self.groups:
-            part = query[rows]  # [r, kv_head, rows, d_head]
-            r, n_kv, n_rows, d_head = part.shape
-            scores = torch.matmul(part.transpose(0, 1).reshape(n_kv, r * n_rows, d_head), keys[owner].transpose(-2, -1))
-            out[rows] = scores.view(n_kv, r, n_rows, -1).transpose(0, 1)
-        return out
+        return self._owner_product(query, self.prompt_keys[layer].transpose(-2, -1))
 
     def prompt_output(self, layer: int, pattern: Float[Tensor, "batch kv_head rows key"]
                       ) -> Float[Tensor, "batch kv_head rows d_head"]:
         """``pattern @ values`` over the shared prompt's positions, one owner's rows together."""
-        values = self.prompt_values[layer]
+        return self._owner_product(pattern, self.prompt_values[layer])
+
+    def _owner_product(self, rows: Tensor, operand: Tensor) -> Tensor:
+        """``rows[b] @ operand[owners[b]]`` for every row ``b`` ([batch, kv_head, m, n] against [owner, kv_head, n,
+        k]), each owner's rows stacked along ``m``: one batched product when owner u holds rows
+        ``[u * r, (u + 1) * r)``, else owner by owner."""
         if self.per_owner:
-            return _by_owner(pattern, self.per_owner, lambda grouped: torch.matmul(grouped, values))
-        out = pattern.new_empty((*pattern.shape[:3], values.shape[3]))
-        for owner, rows in self.groups:
-            part = pattern[rows]
-            r, n_kv, n_rows, n_keys = part.shape
-            mixed = torch.matmul(part.transpose(0, 1).reshape(n_kv, r * n_rows, n_keys), values[owner])
-            out[rows] = mixed.view(n_kv, r, n_rows, -1).transpose(0, 1)
+            return _by_owner(rows, self.per_owner, lambda stacked: torch.matmul(stacked, operand))
+        out = rows.new_empty((*rows.shape[:3], operand.shape[-1]))
+        for owner, members in self.groups:
+            part = rows[members]  # [r, kv_head, m, n]
+            r, n_kv, m, n = part.shape
+            product = torch.matmul(part.transpose(0, 1).reshape(n_kv, r * m, n), operand[owner])
+            out[members] = product.view(n_kv, r, m, -1).transpose(0, 1)
         return out
 
     def check_reach(self, n_cached: int) -> None:

@@ -148,15 +148,22 @@ def shared_prefill(store: PrefixStore | None = None) -> Iterator[PrefixStore]:
 
 
 @contextlib.contextmanager
+def _switched(stack: list[bool], enabled: bool) -> Iterator[None]:
+    """Push ``enabled`` on a switch's stack for the block (the innermost block wins)."""
+    stack.append(bool(enabled))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+@contextlib.contextmanager
 def prefix_sharing(enabled: bool) -> Iterator[None]:
     """Decoders built inside this block share (True, the default) or do not share (False) the prefill of the
     prompt prefixes their rows have in common (:meth:`~dynheads_tl.engine.decoder.BatchDecoder._prefill_distinct`). Not part of any cache
     key: both give the same tokens and Eq. 1 sets, floats to rounding."""
-    _SHARE_PREFIXES.append(bool(enabled))
-    try:
+    with _switched(_SHARE_PREFIXES, enabled):
         yield
-    finally:
-        _SHARE_PREFIXES.pop()
 
 
 @contextlib.contextmanager
@@ -166,11 +173,8 @@ def bounded_windows(enabled: bool) -> Iterator[None]:
     before the prompt's end stays possible). Not part of any cache key: both give the same tokens and Eq. 1 sets,
     floats to rounding, since a dropped key is one every remaining query masks. Only a prompt longer than a layer's
     window drops anything, so only then is a rewind before the prompt's end refused."""
-    _BOUND_WINDOWS.append(bool(enabled))
-    try:
+    with _switched(_BOUND_WINDOWS, enabled):
         yield
-    finally:
-        _BOUND_WINDOWS.pop()
 
 
 @contextlib.contextmanager
@@ -180,11 +184,8 @@ def shared_prompts(enabled: bool) -> Iterator[None]:
     :class:`~dynheads_tl.engine.kv_cache.StaticKVCache` ``owners``) or a copy per row (False). Only batches with a
     repeated prompt share anything (the masking conditions of one sample, say). Not part of any cache key: both give
     the same tokens and Eq. 1 sets, floats to rounding."""
-    _SHARE_PROMPTS.append(bool(enabled))
-    try:
+    with _switched(_SHARE_PROMPTS, enabled):
         yield
-    finally:
-        _SHARE_PROMPTS.pop()
 
 
 def sharing_prompts() -> bool:
