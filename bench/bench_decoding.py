@@ -34,7 +34,8 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   step of the grouped step against transformers' SDPA decode on the prefilled cache;
 - ``length_memory``: peak resident memory of one traced generation at each of ``--memory-lengths`` context tokens,
   each in a fresh process (the model loaded first, then its resident size subtracted), beside the KV cache the
-  decoder holds per row: linear in the context when no whole-prompt score matrix is kept;
+  decoder holds per row: linear in the context when no whole-prompt score matrix is kept; once per each of
+  ``--prefill-chunks`` (the SDPA twin's ``PREFILL_CHUNK``; 0: the whole prompt in one call);
 - ``length_share``: notebook 07's default grid (its default configuration): the share of prompt positions
   actually prefilled when the rows of one length share their haystack up to the needle, for its traces and for
   its masking runs (every condition of a sample, generated and teacher-forced, shares the sample's prompt)
@@ -514,9 +515,11 @@ _MEMORY_CHILD = """
 import json, sys, torch
 import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
+from dynheads_tl.engine import decoder as decoder_module
 from dynheads_tl.engine.decoder import BatchDecoder
 from dynheads_tl.tasks import make_niah_samples
-length, steps, haystack, name = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+length, steps, haystack, name, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+decoder_module.PREFILL_CHUNK = chunk or 1 << 30
 model = dynheads_tl.load_model(name, device="cpu")
 sample = make_niah_samples(model.tokenizer, n=1, context_tokens=length, seed=7, max_new_tokens=steps,
                            haystack=haystack, max_tokens=int(model.cfg.n_ctx))[0]
@@ -536,22 +539,24 @@ print(json.dumps({"prompt": len(sample.prompt_ids), "loaded": loaded, "peak": pe
 
 def part_length_memory(model, args) -> None:
     """Peak resident memory of one traced generation per context length, each in a fresh process, minus the
-    resident size once the model is loaded; the decoder's preallocated KV cache per row; the trace's tensors."""
+    resident size once the model is loaded; the decoder's preallocated KV cache per row; the trace's tensors; for
+    each prefill chunk size (0: one call over the whole prompt)."""
     import json
     import subprocess
     import sys
 
-    print("| context tokens | prompt tokens | peak above the loaded model MiB | KV cache per row MiB | "
+    print("| prefill chunk | context tokens | prompt tokens | peak above the loaded model MiB | KV cache per row MiB | "
           "trace tensors MiB | peak per 1k prompt tokens MiB |")
-    print("|---|---|---|---|---|---|")
-    for length in args.memory_lengths:
-        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(length), str(args.steps), args.haystack,
-                              args.model],
-                             capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        row = json.loads(out)
-        above = row["peak"] - row["loaded"]
-        print(f"| {length} | {row['prompt']} | {above:.0f} | {row['kv']:.1f} | {row['trace']:.2f} | "
-              f"{1000 * above / row['prompt']:.0f} |", flush=True)
+    print("|---|---|---|---|---|---|---|")
+    for chunk in args.prefill_chunks:
+        for length in args.memory_lengths:
+            out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(length), str(args.steps), args.haystack,
+                                  args.model, str(chunk)],
+                                 capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            row = json.loads(out)
+            above = row["peak"] - row["loaded"]
+            print(f"| {chunk or 'whole prompt'} | {length} | {row['prompt']} | {above:.0f} | {row['kv']:.1f} | "
+                  f"{row['trace']:.2f} | {1000 * above / row['prompt']:.0f} |", flush=True)
 
 
 def part_length_share(model, args) -> None:
@@ -607,6 +612,8 @@ def main() -> None:
                         help="prompts traced together in the length part (one haystack, depths spread)")
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[1000, 2000, 4000, 8000],
                         help="context tokens of the length_memory part")
+    parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[4096],
+                        help="the length_memory part's prefill chunk sizes (PREFILL_CHUNK; 0: the whole prompt)")
     parser.add_argument("--haystack", default="prose", help="haystack of the length parts")
     args = parser.parse_args()
     model = dynheads_tl.load_model(args.model, device="cpu")

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 
 import dynheads_tl
 from dynheads_tl import TraceConfig
+from dynheads_tl.engine import decoder as decoder_module
 from dynheads_tl.engine.decoder import BatchDecoder, bounded_windows, prefix_sharing
 from dynheads_tl.engine.grouped import _fired_hook_points, attention_path, grouped_unsupported, layer_windows
 from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention
@@ -243,3 +244,24 @@ def test_a_bounded_cache_refuses_what_would_need_a_dropped_key(tiny_gemma, path)
     full.rewind(5)
     full.step(torch.tensor([7]))
     assert full.n_cached == 6
+
+
+@pytest.mark.parametrize("chunk", [5, 23])
+def test_a_prompt_prefilled_in_chunks_decodes_as_one_prefilled_at_once(tiny_gemma, gemma_samples, monkeypatch, chunk):
+    """The SDPA twin prefills a long prompt PREFILL_CHUNK positions at a time (chunks shorter and longer than the
+    sliding window, the last one partial): the cache equals the one-call prefill to float rounding, and single and
+    batched traces (prefixes shared, the prefix copied before the chunks begin) equal the one-call traces."""
+    ids = torch.tensor(gemma_samples[1].prompt_ids)
+    assert len(ids) - 1 > 3 * chunk and (len(ids) - 1) % chunk, "several chunks, the last one partial"
+    config = TraceConfig(max_new_tokens=6, stop_at_eos=False, local_window=8, signals=True)
+    whole = BatchDecoder._prefill(tiny_gemma, ids, "fast")
+    expected = [trace_generation(tiny_gemma, s, config) for s in gemma_samples]
+    monkeypatch.setattr(decoder_module, "PREFILL_CHUNK", chunk)
+    parts = BatchDecoder._prefill(tiny_gemma, ids, "fast")
+    for layer in range(len(whole.layers)):
+        assert parts.layers[layer].keys.shape == whole.layers[layer].keys.shape
+        # float rounding: matrix products over chunks sum in another order (about 3e-6 of the keys' scale here)
+        torch.testing.assert_close(parts.layers[layer].keys, whole.layers[layer].keys, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(parts.layers[layer].values, whole.layers[layer].values, atol=1e-4, rtol=1e-4)
+    assert_same_traces([trace_generation(tiny_gemma, s, config) for s in gemma_samples], expected)
+    assert_same_traces(trace_batch(tiny_gemma, gemma_samples, config), expected)

@@ -34,6 +34,13 @@ from dynheads_tl.engine.sharing import (DEFAULT_STORE_MB, PrefixStore, bounded_w
                                         store_budget)
 from dynheads_tl.engine.trace_data import PrefillMode
 
+# The SDPA twin prefills a prompt this many positions at a time. An explicit attention mask (a sliding window, a
+# continued prefix) sends SDPA on the CPU to its math kernel, which holds a [heads, queries, keys] score matrix per
+# layer: 1 GiB for one 8k-token Gemma 3 prompt at once, 16 GiB at its 32k context. In chunks the matrix is at most
+# [heads, PREFILL_CHUNK, keys], so prefill memory grows linearly with the context. Prompts no longer than it (every
+# default preset's) run in one call, as before.
+PREFILL_CHUNK = 4096
+
 
 def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None):
     """A ``DynamicCache`` of every position of ``ids``, prefilled by the SDPA twin, for a caller that runs further
@@ -226,10 +233,11 @@ class BatchDecoder:
                 raise ValueError(f"Cannot reuse {start} positions of a prompt whose twin prefill covers {split}.")
             cache = cache_prefix(source, start)
         with torch.no_grad():
-            if split > start:
-                # Only the cache is kept: logits for the last position alone (every position's would be
-                # [T, vocab], 12 GiB at 50k tokens for a 128k vocabulary in bf16).
-                cache = fast_twin(model)(input_ids=body[None, start:split], past_key_values=cache, use_cache=True,
+            # Only the cache is kept: logits for the last position alone (every position's would be [T, vocab],
+            # 12 GiB at 50k tokens for a 128k vocabulary in bf16); a long prompt in chunks of PREFILL_CHUNK.
+            for begin in range(start, split, PREFILL_CHUNK):
+                end = min(begin + PREFILL_CHUNK, split)
+                cache = fast_twin(model)(input_ids=body[None, begin:end], past_key_values=cache, use_cache=True,
                                          logits_to_keep=1).past_key_values
             if split < len(body):  # the hooked tail: only its cache is kept, so the output layer runs on one position
                 cache = model(body[None, split:], return_type="logits_and_cache", past_key_values=cache,
