@@ -9,11 +9,11 @@
 # per-step *dynamic* head sets. This notebook does, on the embedded model, against both kinds of baseline, on
 # the same answers and the same splits.
 #
-# - **Data with both outcomes.** NIAH at 1,000 tokens in real prose and in filler text, with random needle depth
-#   and haystack offset, drawn as notebook 01's soft-dynamism settings are (read from its cache when it ran
-#   with the same sizes); the `answers` table below holds each answer's setting and label. Longer contexts fail more often; `niah_settings` takes
-#   them (`prose:2000`, say), at about twice the tracing time per answer (`bench/bench_tracing.py`) and
-#   without notebook 01's cache. And synthetic HotpotQA-format answers (the headroom setting of notebook 04). Wrong: the UUID is not
+# - **Data with both outcomes.** NIAH in the settings `niah_settings` names (by default 1,000 tokens of real prose
+#   and of filler text; the `long` preset 4,000 tokens of prose), with random needle depth and haystack offset,
+#   drawn as notebook 01's soft-dynamism settings are (read from its cache when it ran with the same sizes); the
+#   `answers` table below holds each answer's setting and label. Longer contexts fail more often, at about
+#   twice the tracing time per answer for each doubling (`bench/bench_tracing.py`). And synthetic HotpotQA-format answers (the headroom setting of notebook 04). Wrong: the UUID is not
 #   reproduced exactly (NIAH), token F1 below 0.5 (HotpotQA). Per-token labels are not defined here.
 # - **Features, per answer, from the one traced generation** (`TraceConfig(signals=True)`, no second pass):
 #   the dynamic-head features (|D_t| and how often it is non-empty, the evidence attention mass of D_t and of
