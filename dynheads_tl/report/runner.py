@@ -453,7 +453,7 @@ class PlannedRun:
 def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
     """The runs that regenerate the whole committed report, in order: every embedded model's default report (the
     default model's in ``papers_figures/``, each other's in ``papers_figures/models/<model>/``), then each claim's
-    committed presets (``Claim.committed``: notebook 07's ``long`` grid) on every model, into
+    committed presets (``Claim.committed``: the ``long`` preset of notebooks 01, 03, 05, 06 and 07) on every model, into
     ``papers_figures/<preset>/`` and ``papers_figures/<preset>/models/<model>/``."""
     models = list(models) if models else [DEFAULT_MODEL] + sorted(set(EMBEDDED_MODELS) - {DEFAULT_MODEL})
     own = [None if model == DEFAULT_MODEL else model for model in models]
