@@ -34,11 +34,11 @@ from dynheads_tl.engine.sharing import (DEFAULT_STORE_MB, PrefixStore, bounded_w
                                         store_budget)
 from dynheads_tl.engine.trace_data import PrefillMode
 
-# The SDPA twin prefills a prompt this many positions at a time. An explicit attention mask (a sliding window, a
-# continued prefix) sends SDPA on the CPU to its math kernel, which holds a [heads, queries, keys] score matrix per
-# layer: 1 GiB for one 8k-token Gemma 3 prompt at once, 16 GiB at its 32k context. In chunks the matrix is at most
-# [heads, PREFILL_CHUNK, keys], so prefill memory grows linearly with the context. Prompts no longer than it (every
-# default preset's) run in one call, as before.
+# The SDPA twin prefills a prompt this many positions at a time. With an explicit attention mask (a sliding window,
+# a continued prefix) the prefill's attention holds [queries, keys]-sized tensors per layer (the masks, and on the
+# CPU possibly the scores: 4 heads x 8k x 8k x 4 bytes is 1 GiB for one 8k-token Gemma 3 prompt, 16 GiB at 32k). In
+# chunks they are at most [PREFILL_CHUNK, keys], so prefill memory grows linearly with the context (Gemma 3 at 8k:
+# peak 1,699 -> 1,373 MiB, docs/benchmarks.md). Prompts no longer than it (every default preset's) run in one call.
 PREFILL_CHUNK = 4096
 
 
