@@ -160,8 +160,8 @@ def _switched(stack: list[bool], enabled: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def prefix_sharing(enabled: bool) -> Iterator[None]:
     """Decoders built inside this block share (True, the default) or do not share (False) the prefill of the
-    prompt prefixes their rows have in common (:meth:`~dynheads_tl.engine.decoder.BatchDecoder._prefill_distinct`). Not part of any cache
-    key: both give the same tokens and Eq. 1 sets, floats to rounding."""
+    prompt prefixes their rows have in common (:meth:`~dynheads_tl.engine.decoder.BatchDecoder._prefill_distinct`).
+    Not part of any cache key: both give the same tokens and Eq. 1 sets, floats to rounding."""
     with _switched(_SHARE_PREFIXES, enabled):
         yield
 
