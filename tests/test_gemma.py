@@ -22,6 +22,9 @@ from dynheads_tl.tasks import make_niah_samples
 from conftest import build_tiny_model
 from test_grouped import assert_same_traces
 
+# Engine exactness: .ci/run runs these again under every CPU kernel set torch has here (ATEN_CPU_CAPABILITY).
+pytestmark = pytest.mark.exactness
+
 WINDOW = 16  # the tiny model's sliding window (conftest.TINY_CONFIGS["gemma3"]), shorter than every prompt here
 
 

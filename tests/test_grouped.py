@@ -19,6 +19,9 @@ from dynheads_tl.engine.tracing import trace_batch, trace_generation
 from dynheads_tl.tasks import make_niah_samples
 from conftest import build_tiny_model
 
+# Engine exactness: .ci/run runs these again under every CPU kernel set torch has here (ATEN_CPU_CAPABILITY).
+pytestmark = pytest.mark.exactness
+
 
 @pytest.fixture(autouse=True)
 def grouped_by_default():
