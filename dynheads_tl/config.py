@@ -207,10 +207,12 @@ def check_model_sizes(model: str, *, heads: dict[str, Any] | None = None, max_ne
         check_head_counts(model, heads)
     for name, value in (contexts or {}).items():
         values = value if isinstance(value, list) else [value]
-        lengths = [_setting_tokens(v) if isinstance(v, str) else v for v in values]
-        lengths = [v for v in lengths if v is not None]
-        if lengths:
-            check_niah_lengths(model, contexts=(name, lengths))
+        pairs = [(_setting_tokens(v) if isinstance(v, str) else v, v) for v in values]
+        pairs = [(length, v) for length, v in pairs if length is not None]
+        if pairs:
+            settings = all(isinstance(v, str) for _, v in pairs)  # quoted as written: 'prose:20', not 20
+            check_niah_lengths(model, contexts=(name, [length for length, _ in pairs]),
+                               written=[v for _, v in pairs] if settings else None)
     if max_new_tokens is not None:
         check_niah_lengths(model, max_new_tokens=("max_new_tokens", max_new_tokens))
 

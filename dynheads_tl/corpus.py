@@ -62,9 +62,9 @@ def check_settings(specs, name: str, model: str, max_new_tokens: int) -> list[tu
     if len(set(parsed)) != len(parsed):
         raise ValueError(f"Parameter '{name}' names a setting twice: {specs!r}.")
     window = model_context_window(model)
-    for haystack, tokens in parsed:
+    for spec, (haystack, tokens) in zip(specs, parsed):
         check_haystack(haystack)
-        check_context_fits(tokens, max_new_tokens, window, name=name)
+        check_context_fits(tokens, max_new_tokens, window, name=name, written=spec)  # quoted as written
     return parsed
 
 

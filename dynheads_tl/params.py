@@ -57,7 +57,20 @@ def _check_type(name: str, value: Any, default: Any) -> None:
     kind = type(default)
     if isinstance(default, bool) != isinstance(value, bool) or (
             not isinstance(value, kind) and not (kind is float and isinstance(value, int))):
-        raise ValueError(f"Parameter {name!r} should be a {kind.__name__} like {default!r}, got {value!r}.")
+        raise ValueError(f"Parameter {name!r} should be {_a_type(kind)} (like {default!r}), got {value!r}.")
+
+
+# Types as an error message names them, with their article ("an integer", not "a int").
+_TYPE_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string", list: "a list",
+               tuple: "a tuple", dict: "a dict"}
+
+
+def _a_type(kind: type) -> str:
+    """``kind`` in words with its article: "an integer", "a list"; another type by its name, "an" before a vowel."""
+    if kind in _TYPE_WORDS:
+        return _TYPE_WORDS[kind]
+    name = kind.__name__
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
 
 
 def check_value(f: dataclasses.Field, value: Any) -> None:

@@ -80,6 +80,21 @@ def progress(items: Iterable[T], *, desc: str, total: int | None = None) -> Iter
     return _plain(items, desc, total)
 
 
+def note(text: str) -> None:
+    """One line on what a long step without items to count is doing (converting a model), where progress goes: on
+    stderr in a terminal (``bar``), appended to ``DYNHEADS_PROGRESS_FILE`` under ``dynheads report`` (``file``, so
+    it reaches the terminal and not the executed notebook), on stdout in a kernel's plain form; nothing with
+    ``off``."""
+    mode = progress_mode()
+    if mode == "bar":
+        print(text, file=sys.stderr, flush=True)
+    elif mode == "plain":
+        print(text, flush=True)
+    elif mode == "file" and os.environ.get(FILE_ENV, ""):
+        with open(os.environ[FILE_ENV], "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+
+
 def _to_file(items: Iterable[T], desc: str, total: int, path: str) -> Iterator[T]:
     """Plain lines appended to ``path`` (nothing when none is set): a start line, one after an item when
     :data:`FILE_EVERY_S` have passed since the last line, and an end line."""

@@ -15,12 +15,14 @@ from a committed report without running a model. It holds:
   files;
 - ``findings``: per verdict the README quotes, its sentences and the notebook section that shows it;
 - ``outputs``: every figure and table the notebook wrote, with its files, caption and the notebook cell that wrote
-  it (recorded by :func:`record_output` as the notebook saves them).
+  it (recorded by :func:`record_output` as the notebook saves them: the cell's id where the front end sends one,
+  and the sha256 of the cell's source, which the executed notebook keeps beside the cell's id).
 
 The report layer (the README's findings, the index, the site) reads these files and parses no notebook source.
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from pathlib import Path
@@ -30,8 +32,8 @@ from dynheads_tl import preregistration
 from dynheads_tl.claim import Status, sidecar
 from dynheads_tl.store import atomic_write_text
 
-__all__ = ["FILE", "FORMAT", "build", "contexts",
-           "write", "read", "record_output", "outputs", "primary_problems", "synthetic"]
+__all__ = ["FILE", "FORMAT", "build", "contexts", "write", "read", "record_output", "outputs", "primary_problems",
+           "source_digest", "synthetic"]
 
 FILE = "verdicts.json"
 FORMAT = 1
@@ -67,25 +69,52 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _current_cell() -> int | None:
-    """The execution count of the notebook cell running now (IPython numbers a papermill run's cells 1, 2, ...),
-    or None outside a notebook."""
+def source_digest(source: str) -> str:
+    """The sha256 of a notebook cell's source (as the kernel ran it, and as the executed notebook keeps it)."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def _current_cell() -> dict[str, str]:
+    """The notebook cell running now, as IPython runs it: ``cell_source``, the :func:`source_digest` of its source,
+    and ``cell_id``, the cell's id where the front end sent one with the request (JupyterLab does; nbclient 0.11,
+    which papermill runs, does not); empty outside IPython. Read from the running cell's ``ExecutionInfo``, else
+    from the kernel's execute request. No execution count: the one IPython holds while a cell runs is not the one
+    the executed notebook shows."""
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython comes with the notebooks' kernel
-        return None
+        return {}
     shell = get_ipython()
-    return int(shell.execution_count) if shell is not None and hasattr(shell, "execution_count") else None
+    if shell is None:
+        return {}
+    info = getattr(getattr(getattr(shell, "displayhook", None), "exec_result", None), "info", None)
+    source, cell_id = getattr(info, "raw_cell", None), getattr(info, "cell_id", None)
+    if not isinstance(source, str):
+        kernel = getattr(shell, "kernel", None)
+        parent = kernel.get_parent() if hasattr(kernel, "get_parent") else {}
+        parent = parent if isinstance(parent, dict) else {}
+        source = (parent.get("content") or {}).get("code")
+        cell_id = cell_id or (parent.get("metadata") or {}).get("cellId")
+    if not isinstance(source, str):
+        return {}
+    found = {"cell_source": source_digest(source)}
+    if isinstance(cell_id, str) and cell_id:
+        found["cell_id"] = cell_id
+    return found
 
 
-def record_output(folder: Path, stem: str, kind: str, caption: str = "", cell: int | None = None) -> None:
+def record_output(folder: Path, stem: str, kind: str, caption: str = "", *, cell_id: str | None = None,
+                  cell_source: str | None = None) -> None:
     """Record in ``<folder>/verdicts.json`` that the notebook wrote figure or table ``stem`` (``kind``: "figure" or
-    "table"), with its caption and the cell writing it (``cell``: its execution count, by default the running
-    cell's), so the site can say which section makes which file."""
+    "table"), with its caption and the cell writing it, so the site can say which section makes which file: the
+    cell's id and the :func:`source_digest` of its source (``cell_id``, ``cell_source``; by default the running
+    cell's, :func:`_current_cell`)."""
     folder = Path(folder)
     data = read(folder) or {"format": FORMAT}
     outputs = dict(data.get("outputs_recorded") or {})
-    outputs[stem] = {"kind": kind, "caption": caption, "cell": _current_cell() if cell is None else int(cell)}
+    cell = _current_cell() if cell_id is None and cell_source is None else {"cell_id": cell_id,
+                                                                            "cell_source": cell_source}
+    outputs[stem] = {"kind": kind, "caption": caption, **{k: v for k, v in cell.items() if v}}
     data["outputs_recorded"] = outputs
     atomic_write_text(folder / FILE, _dump(_finite(data)))
 
@@ -164,7 +193,9 @@ def _finding(finding, folder: Path, notebook: str) -> dict[str, Any]:
 def outputs(folder: Path, recorded: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every figure and table in ``folder`` (a stem with a CSV, PNG or Markdown file), each with its files and what
     :func:`record_output` recorded of it (``recorded``; by default read from the folder's results file): its kind,
-    caption and the notebook cell (execution count) that wrote it, None where not recorded."""
+    caption and the notebook cell that wrote it (``cell_id``, ``cell_source``), None where not recorded. A results
+    file written before cells were recorded so holds an execution count (``cell``), which is left out: it was one
+    more than the writing cell's own, and no count names a cell reliably."""
     folder = Path(folder)
     if recorded is None:
         recorded = (read(folder) or {}).get("outputs_recorded") or {}
@@ -176,7 +207,7 @@ def outputs(folder: Path, recorded: dict[str, Any] | None = None) -> list[dict[s
         record = recorded.get(stem, {})
         kind = record.get("kind") or ("figure" if f"{stem}.png" in files else "table")
         out.append({"stem": stem, "kind": kind, "files": files, "caption": record.get("caption", ""),
-                    "cell": record.get("cell")})
+                    "cell_id": record.get("cell_id"), "cell_source": record.get("cell_source")})
     return out
 
 

@@ -242,8 +242,8 @@ def test_a_second_models_report_lands_beside_the_first_and_the_index_reads_both(
     from dynheads_tl.report.results import model_reports
     from dynheads_tl.report.runner import output_dir_for
 
-    assert output_dir_for("default", "gemma-3-270m", {}) == Path("papers_figures/models/gemma-3-270m")
-    assert output_dir_for("default", "gemma-3-270m", {"n_analysis": 4}) == Path("runs/default")
+    # by hand (not --committed) a second model's run lands beside the first under runs/ the same way
+    assert output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
     before = (clean_report / "README.md").read_text()
     assert "## Every model" not in before, "one model: no second table"
     second = clean_report / "models" / "gemma-3-270m"

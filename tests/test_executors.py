@@ -83,11 +83,16 @@ def test_every_unit_notebook_takes_the_backend_and_every_notebook_the_device():
 
 
 def test_choosing_the_backend_alone_still_writes_the_committed_report():
-    from dynheads_tl.report.runner import COMMITTED_REPORT, RUNS_DIR, output_dir_for
+    """--committed takes the backend (who computes) and keeps its folders; a single run writes runs/ either way."""
+    from dynheads_tl.report.runner import (COMMITTED_REPORT, RUNS_DIR, committed_plan, output_dir_for,
+                                           run_committed_report)
 
-    assert output_dir_for("default", None, {"backend": "ray", "ray_address": "auto"}) == COMMITTED_REPORT
+    assert output_dir_for("default", None, {"backend": "ray", "ray_address": "auto"}) == RUNS_DIR / "default"
     assert output_dir_for("default", None, {"device": "cuda"}) == RUNS_DIR / "default"
     assert output_dir_for("smoke", None, {}) == RUNS_DIR / "smoke"
+    assert committed_plan()[0].output_dir == COMMITTED_REPORT
+    with pytest.raises(ValueError, match="would change what it says"):
+        run_committed_report(overrides={"backend": "ray", "device": "cuda"})
 
 
 def test_the_command_line_refuses_an_address_without_ray(tmp_path, capsys):

@@ -512,7 +512,7 @@ def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_
     assert err.strip().splitlines()[-1] == ("Interrupted. Finished traces and ablation runs are cached; run the same "
                                             "command again to resume from where it stopped.")
     assert "Traceback" not in err and "Error" not in err, err
-    assert "The interrupted run is kept in papers_figures/executed/01_tiny.failed.ipynb" in out
+    assert "The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb" in out  # --only: runs/
 
 
 # --- the shell --------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_unknown_or_mistyped_parameters_fail_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"parameter\(s\) \['n_analyssis'\]; the parameters are \[.*'n_analysis'"):
         run_report(only="01_dynamism", overrides={"n_analyssis": 3}, output_dir=tmp_path)
-    with pytest.raises(ValueError, match="'n_analysis' should be a int"):
+    with pytest.raises(ValueError, match=r"'n_analysis' should be an integer \(like 20\), got 'many'"):
         run_report(only="01_dynamism", overrides={"n_analysis": "many"}, output_dir=tmp_path)
     with pytest.raises(ValueError, match="Unknown preset"):
         run_report(preset="huge", output_dir=tmp_path)

@@ -33,11 +33,24 @@ def test_every_claim_folder_is_found_without_a_list_and_ordered_by_notebook():
     assert [path.stem for path in list_notebooks()] == STEMS
 
 
-def test_default_preset_writes_the_committed_report_and_everything_else_runs():
-    assert default_output_dir("default", customised=False) == Path("papers_figures")
-    assert default_output_dir("smoke", customised=False) == Path("runs/smoke")
-    assert default_output_dir("default", customised=True) == Path("runs/default")
-    assert default_output_dir("paper", customised=True) == Path("runs/paper")
+def test_a_run_that_names_no_folder_writes_a_git_ignored_one_per_preset_and_model():
+    """Only `--committed` writes papers_figures/ (test_the_committed_plan_...); every other run writes runs/<preset>/,
+    nested by model where it runs another model than the preset's own, as the committed report nests models/."""
+    assert default_output_dir("default") == Path("runs/default")
+    assert default_output_dir("smoke") == Path("runs/smoke")
+    assert default_output_dir("smoke", "smollm2-135m-instruct") == Path("runs/smoke"), "the preset's own model"
+    assert default_output_dir("smoke", "gemma-3-270m") == Path("runs/smoke/models/gemma-3-270m")
+    assert default_output_dir("paper") == Path("runs/paper")
+    # the paper preset runs Llama-3.1-8B on every notebook but 00: a model named for all of them is another folder
+    assert default_output_dir("paper", "smollm2-135m-instruct") == Path("runs/paper/models/smollm2-135m-instruct")
+    assert report.output_dir_for("default", None, {}) == Path("runs/default")
+    assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
+    assert report.output_dir_for("default", None, {"model": "google/gemma-3-270m", "n_analysis": 4}) == \
+        Path("runs/default/models/google--gemma-3-270m"), "-p model= is --model"
+    assert report.output_dir_for("default", None, {"backend": "ray", "n_analysis": 4}) == Path("runs/default")
+    assert report.run_folder_name("/data/models/my-model") == "my-model", "a local folder: its own name"
+    with pytest.raises(ValueError, match="--output-dir"):
+        report.run_folder_name("my model")
     assert "/runs/" in (ROOT / ".gitignore").read_text().split()
 
 
@@ -220,7 +233,7 @@ def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
     assert (results["preset"], results["model"], results["run"]["date"]) == (run["preset"], run["model"], run["date"])
     assert results["primary"] is None, "a claim the pre-registration file does not declare states no primary"
     figure = next(entry for entry in results["outputs"] if entry["stem"] == "tiny_value")
-    assert figure["kind"] == "figure" and figure["caption"] == "The tiny value" and isinstance(figure["cell"], int)
+    assert figure["kind"] == "figure" and figure["caption"] == "The tiny value" and len(figure["cell_source"]) == 64
     index = (out / "README.md").read_text()
     row = next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
     assert "a tiny measurement" in row and "value 3" in row and "not supported" in row
@@ -272,14 +285,90 @@ def test_a_failed_run_keeps_the_finished_notebook_and_records_relative_paths(tin
     assert not list((out / "executed").glob(".*partial*"))
 
 
-def test_the_default_preset_as_it_is_writes_papers_figures_and_output_dir_sends_it_elsewhere(tiny_suite, tmp_path):
+def test_a_partial_default_run_writes_runs_and_output_dir_sends_it_elsewhere(tiny_suite, tmp_path):
+    """`dynheads report --only 02` with no preset writes runs/default/ (git-ignored), not the committed report."""
     work = tiny_suite
     run_report(only="01_tiny", cwd=work, show_cells=False)
-    assert (work / "papers_figures" / "executed" / "01_tiny.ipynb").exists()
+    assert (work / "runs" / "default" / "executed" / "01_tiny.ipynb").exists()
+    assert not (work / "papers_figures").exists()
     elsewhere = tmp_path / "elsewhere"
     run_report(only="01_tiny", preset="smoke", output_dir=elsewhere, cwd=work, show_cells=False)
     assert (elsewhere / "executed" / "01_tiny.ipynb").exists() and (elsewhere / "01_tiny" / "value.txt").exists()
-    assert not (work / "runs").exists()
+    assert not (work / "runs" / "smoke").exists()
+    # the committed report is written by naming it, as --committed's plan does
+    run_report(only="01_tiny", output_dir="papers_figures", cwd=work, show_cells=False)
+    assert (work / "papers_figures" / "executed" / "01_tiny.ipynb").exists()
+
+
+@pytest.fixture
+def model_suite(tiny_suite):
+    """The tiny claim with a model parameter, as every real notebook has (the tiny notebook loads none)."""
+    notebook = tiny_suite.parent / "notebooks" / "01_tiny.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells[0].source += "\nmodel = 'smollm2-135m-instruct'  # the model"
+    nbformat.write(nb, notebook)
+    claim = tiny_suite.parent / "claims" / "tinyclaim" / "__init__.py"
+    claim.write_text(claim.read_text().replace("    value: int = 1\n",
+                                               "    value: int = 1\n    model: str = 'smollm2-135m-instruct'\n"))
+    return tiny_suite
+
+
+def test_a_second_models_run_gets_its_own_folder_and_never_replaces_the_firsts(model_suite, capsys):
+    """`--preset smoke --model M` writes runs/smoke/models/M/ beside the preset's own run, which it leaves as it was;
+    a folder named with --output-dir that holds another model's runs is refused before anything runs (runs.json
+    records each notebook's model), and so is a folder an earlier version filled with two models."""
+    work = model_suite
+    run_report(only="01_tiny", preset="smoke", cwd=work, show_cells=False)
+    first = work / "runs" / "smoke"
+    before = {p: p.read_bytes() for p in first.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    other = str(work / "other-model")  # a local model folder (never loaded: the tiny notebook takes any name)
+    (work / "other-model").mkdir()
+    run_report(only="01_tiny", preset="smoke", model=other, cwd=work, show_cells=False)
+    second = first / "models" / "other-model"
+    assert json.loads((second / "runs.json").read_text())["01_tiny"]["model"] == other
+    assert (second / "executed" / "01_tiny.html").exists() and (second / "index.html").exists()
+    after = {p: p.read_bytes() for p in first.rglob("*") if p.is_file() and not p.name.endswith(".lock")
+             and second not in p.parents}
+    assert after.keys() == before.keys(), sorted(str(p) for p in after.keys() ^ before.keys())
+    changed = [p for p in before if before[p] != after[p] and p.name not in ("index.html", "README.md")]
+    assert changed == [], "the first model's run is left as it was (only its index may list the second)"
+    assert json.loads((first / "runs.json").read_text())["01_tiny"]["model"] == "smollm2-135m-instruct"
+    capsys.readouterr()
+    for asked in ({"output_dir": first, "model": other}, {"output_dir": second}):
+        with pytest.raises(ValueError, match=r"holds runs of another model \(01_tiny on .*\); this run is of .*"
+                                             r"Nothing was run; name another folder with --output-dir"):
+            run_report(only="01_tiny", preset="smoke", cwd=work, show_cells=False, **asked)
+    assert json.loads((second / "runs.json").read_text())["01_tiny"]["model"] == other
+    assert "[1/1]" not in capsys.readouterr().out, "refused before any notebook started"
+    # a runs/<preset>/ folder an earlier version filled with another model's run is refused too, with its remedy
+    runs = json.loads((first / "runs.json").read_text())
+    (first / "runs.json").write_text(json.dumps({k: {**v, "model": "gemma-3-270m"} for k, v in runs.items()}))
+    with pytest.raises(ValueError, match="move that folder away"):
+        run_report(only="01_tiny", preset="smoke", cwd=work, show_cells=False)
+
+
+def test_make_report_passes_model_and_out_on_and_alone_runs_committed():
+    """`make report PRESET=smoke MODEL=gemma-3-270m` runs Gemma (--model), not SmolLM2; MODEL and OUT are documented
+    beside PRESET in the Makefile and the README."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def command(*args: str) -> str:
+        # -o: the set-up target counts as done, so only the report's command line is printed (nothing runs)
+        out = subprocess.run(["make", "-s", "-n", "-o", ".venv/.installed", "report", *args], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip().splitlines()
+        return out[-1].split("dynheads ", 1)[1]
+
+    assert command() == "report --committed"
+    assert command("PRESET=smoke") == "report --preset smoke"
+    assert command("PRESET=smoke", "MODEL=gemma-3-270m") == "report --preset smoke --model gemma-3-270m"
+    assert command("MODEL=gemma-3-270m") == "report --preset default --model gemma-3-270m"
+    assert command("OUT=/tmp/x") == "report --preset default --output-dir /tmp/x"
+    makefile, readme = (ROOT / "Makefile").read_text(), (ROOT / "README.md").read_text()
+    assert "MODEL  ?=" in makefile and "MODEL=NAME" in makefile
+    assert "make report PRESET=smoke MODEL=gemma-3-270m" in readme and "`OUT=DIR`" in readme
 
 
 def test_notebooks_run_on_a_local_socket_without_the_plain_text_warning(tiny_suite, capfd, monkeypatch):
@@ -411,12 +500,14 @@ def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its
     from dynheads_tl.report.runner import PlannedRun, committed_plan
 
     plan = committed_plan(["smollm2-135m-instruct", "gemma-3-270m"])
-    assert plan[:2] == [PlannedRun("default"), PlannedRun("default", "gemma-3-270m")]
+    assert plan[:2] == [PlannedRun("default", None, None, Path("papers_figures")),
+                        PlannedRun("default", "gemma-3-270m", None, Path("papers_figures/models/gemma-3-270m"))]
     assert PlannedRun("long", None, "07_length_grid", Path("papers_figures/long")) in plan
     assert PlannedRun("long", "gemma-3-270m", "07_length_grid",
                       Path("papers_figures/long/models/gemma-3-270m")) in plan
-    # the default runs go where a plain run of the default preset goes: the committed report
-    assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("papers_figures/models/gemma-3-270m")
+    # every run of the plan names its folder: a run that names none never writes the committed report
+    assert all(planned.output_dir.parts[0] == "papers_figures" for planned in plan)
+    assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
     committed = {(claim.notebook, preset) for claim in claims.all_claims() for preset in claim.committed}
     assert len(plan) == 2 + 2 * len(committed) and ("07_length_grid", "long") in committed
 

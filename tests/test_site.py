@@ -212,7 +212,9 @@ def test_verdict_paragraphs_become_one_bullet_per_sentence():
 def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
     (tmp_path / "01_dynamism").mkdir()
     (tmp_path / "01_dynamism" / "table1_niah.csv").write_text("a\n1\n")
-    verdicts.record_output(tmp_path / "01_dynamism", "table1_niah", "table", cell=1)  # what save_table records
+    # what save_table records: the digest of the source of the cell that wrote it
+    verdicts.record_output(tmp_path / "01_dynamism", "table1_niah", "table",
+                           cell_source=verdicts.source_digest('save(t)\nprint("ok")'))
     rows = "".join(f"<tr><td>{i}</td></tr>" for i in range(30))
     notebook = new_notebook(cells=[
         new_markdown_cell("# Claim 1\nEq. 1 marks $h \\in D_t$."),
@@ -233,7 +235,7 @@ def test_a_prepared_notebook_folds_parameters_and_drops_logs(tmp_path):
     assert len(notebook.cells) == 4  # the executed notebook itself is untouched
     again = site.prepare_notebook(notebook, tmp_path, "01_dynamism")
     assert [c.id for c in again.cells] == [c.id for c in prepared.cells]  # the same page on every render
-    notebook.cells[3].execution_count = 2  # another cell wrote the table: this one links every output instead
+    notebook.cells[3].source = "other()"  # another cell wrote the table: this one links every output instead
     elsewhere = site.prepare_notebook(notebook, tmp_path, "01_dynamism").cells[2].outputs[1].data["text/html"]
     assert "table1_niah.csv" not in elsewhere and 'href="#all-outputs"' in elsewhere
 
@@ -242,7 +244,8 @@ def test_a_rendered_page_has_navigation_and_its_outputs(tmp_path):
     pytest.importorskip("nbconvert")
     (tmp_path / "01_dynamism").mkdir()
     (tmp_path / "01_dynamism" / "table1_niah.csv").write_text("a\n1\n")
-    verdicts.record_output(tmp_path / "01_dynamism", "table1_niah", "table", cell=1)
+    verdicts.record_output(tmp_path / "01_dynamism", "table1_niah", "table",
+                           cell_source=verdicts.source_digest("save(t)"))
     executed = tmp_path / "executed"
     executed.mkdir()
     for stem in ("00_inspect_attention", "01_dynamism", "02_irreplaceability"):
@@ -299,7 +302,8 @@ def test_the_templates_ship_as_package_data():
 
 def test_every_figure_on_a_page_has_alternative_text_naming_its_file_and_numbers(tmp_path):
     """Which image is which file is read from the data: the cell each figure was saved from (recorded in the
-    folder's verdicts.json) and the image's bytes, never the cell's source."""
+    folder's verdicts.json as the digest of the source the kernel ran) and the image's bytes; no cell's source is
+    parsed."""
     pytest.importorskip("nbconvert")
     import base64
 
@@ -310,9 +314,10 @@ def test_every_figure_on_a_page_has_alternative_text_naming_its_file_and_numbers
     for name, data in images.items():
         (folder / f"{name}.png").write_bytes(data)
     (folder / "fig2_niah_masking.csv").write_text("a\n1\n")
-    verdicts.record_output(folder, "fig2_niah_masking", "figure", "Fig 2 (NIAH): masking", cell=1)
+    verdicts.record_output(folder, "fig2_niah_masking", "figure", "Fig 2 (NIAH): masking",
+                           cell_source=verdicts.source_digest("a()"))
     for name in ("size_aware_niah", "size_aware_hotpot"):
-        verdicts.record_output(folder, name, "figure", cell=2)
+        verdicts.record_output(folder, name, "figure", cell_source=verdicts.source_digest("b()"))
     # niah_controls: recorded without its cell (an older run), found by its bytes
     shown = lambda name: new_output("display_data", data={"image/png": base64.b64encode(images[name]).decode(),
                                                            "text/plain": "<Image>"})

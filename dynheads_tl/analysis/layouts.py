@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.analysis.statistics import grouped_splits, resampled_t_interval, resampled_t_test
+from dynheads_tl.analysis.statistics import CORRELATION_RANGE, grouped_splits, resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.trace_data import Trace
 
 
@@ -125,10 +125,14 @@ def test_to_train_ratio(table: pd.DataFrame) -> float:
 
 
 def over_splits(table: pd.DataFrame, columns: Sequence[str] = ("first", "top10_mean", "top50_mean"),
-                by: Sequence[str] = ("k", "control")) -> pd.DataFrame:
+                by: Sequence[str] = ("k", "control"), *,
+                bounds: tuple[float, float] | None = CORRELATION_RANGE) -> pd.DataFrame:
     """Per (k, control): the mean of each of ``columns`` over the splits with its corrected resampled 95%
     t-interval (``<column>_low`` / ``_high``), ``splits``, and what each split held: ``test_samples`` /
-    ``test_clusters`` (mean per split) and ``n_samples`` / ``n_clusters`` (all of them)."""
+    ``test_clusters`` (mean per split) and ``n_samples`` / ``n_clusters`` (all of them). The columns are
+    correlations (canonical correlations of CCA), so each interval is held within ``bounds``, [−1, 1]
+    (:func:`~dynheads_tl.analysis.statistics.resampled_t_interval` says why that is the interval's own reading);
+    ``bounds=None`` for columns of another range."""
     rows = []
     for key, part in table.groupby(list(by), sort=True):
         ratio = test_to_train_ratio(part)
@@ -136,7 +140,7 @@ def over_splits(table: pd.DataFrame, columns: Sequence[str] = ("first", "top10_m
         for column in columns:
             if column not in part:
                 continue
-            interval = resampled_t_interval(part[column], ratio)
+            interval = resampled_t_interval(part[column], ratio, bounds=bounds)
             row.update({column: interval.estimate, f"{column}_low": interval.low, f"{column}_high": interval.high})
         row.update({"splits": int(part["split_seed"].nunique()), "test_samples": float(part["test_samples"].mean()),
                     "test_clusters": float(part["test_clusters"].mean()),

@@ -335,11 +335,16 @@ def lead_differences(table: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 PROBE_METRICS = {"classification": ("f1", "precision", "recall", "auprc"), "regression": ("mse", "mae", "r2")}
+# The values each probe metric can take; a metric's interval is held within them (R² has no lower end, errors no
+# upper one; :func:`~dynheads_tl.analysis.statistics.resampled_t_interval`).
+PROBE_METRIC_RANGES = {"f1": (0.0, 1.0), "precision": (0.0, 1.0), "recall": (0.0, 1.0), "auprc": (0.0, 1.0),
+                       "mse": (0.0, float("inf")), "mae": (0.0, float("inf")), "r2": (float("-inf"), 1.0)}
 
 
 def probe_summary(raw: pd.DataFrame, task: Literal["classification", "regression"], k: int = 0) -> pd.DataFrame:
     """Table 2 / Table 3: per predictor at lag ``k``, each metric's mean over the splits by layout with its
-    corrected resampled 95% t-interval (``<metric>_low`` / ``_high``), the number of splits and what each
+    corrected resampled 95% t-interval (``<metric>_low`` / ``_high``, held within the metric's range,
+    :data:`PROBE_METRIC_RANGES`: a recall's interval never passes 1), the number of splits and what each
     split's test part held (``test_samples``, ``test_clusters``: means per split; ``n_samples``, ``n_clusters``:
     the whole set)."""
     part = raw[raw["k"] == k]
@@ -351,7 +356,7 @@ def probe_summary(raw: pd.DataFrame, task: Literal["classification", "regression
         rows_of = part[part["predictor"] == predictor]
         row = {"predictor": predictor}
         for metric in PROBE_METRICS[task]:
-            interval = resampled_t_interval(rows_of[metric], ratio)
+            interval = resampled_t_interval(rows_of[metric], ratio, bounds=PROBE_METRIC_RANGES.get(metric))
             row.update({metric: interval.estimate, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
         row.update({"splits": int(rows_of["split_seed"].nunique()), "test_samples": float(rows_of["test_samples"].mean()),
                     "test_clusters": float(rows_of["test_clusters"].mean()), "n_samples": int(rows_of["n_samples"].iloc[0]),

@@ -13,6 +13,8 @@
   reach significance only.
 - ``bootstrap_interval(..., clusters=...)``: resample clusters (layouts), not samples; :func:`grouped_splits`
   splits by cluster; :func:`n_to_resolve` says how many units an interval's design would need.
+- :func:`resampled_t_interval`: a mean over overlapping train/test splits (Nadeau and Bengio), held within the range
+  its statistic can take where one is given (:func:`within`, :data:`CORRELATION_RANGE`).
 - :func:`format_interval`: an estimate and its interval as the claims' verdict sentences write them
   ("0.75 [0.47, 0.91]"); some tables and the report index still format theirs inline.
 - :func:`detectable_effect` and :func:`n_to_resolve`: what a design could see at 80% power (about 2.8 standard
@@ -309,13 +311,37 @@ def grouped_splits(groups: Sequence | np.ndarray, n_splits: int = 5, *, test_fra
     return splits
 
 
-def resampled_t_interval(values: Sequence[float], test_to_train: float, confidence: float = 0.95) -> Interval:
+# The values a correlation can take (a canonical correlation, held out or in-sample; Pearson's r).
+CORRELATION_RANGE = (-1.0, 1.0)
+
+
+def resampled_t_interval(values: Sequence[float], test_to_train: float, confidence: float = 0.95, *,
+                         bounds: tuple[float, float] | None = None) -> Interval:
     """Mean of one statistic over repeated random train/test splits of the same units, with the corrected
     resampled t-interval of Nadeau and Bengio (2003): the splits share most of their units, so the variance of
     the mean is (1/J + n_test/n_train) s², not s²/J (J splits, ``test_to_train`` = n_test / n_train in
-    independent units). Student t with J - 1 degrees of freedom; NaNs dropped; fewer than two values: NaN bounds."""
-    return _student_t(values, confidence,
-                      lambda data: np.sqrt((1 / len(data) + test_to_train) * data.var(ddof=1)))
+    independent units). Student t with J - 1 degrees of freedom; NaNs dropped; fewer than two values: NaN bounds.
+
+    ``bounds`` (lowest, highest): the values the statistic can take (:data:`CORRELATION_RANGE` for a correlation,
+    (0, 1) for an F1 or a recall). The t-interval is symmetric about the mean and knows nothing of that range, so
+    near an end it runs past it (a smoke run's canonical correlation read 0.969 [0.900, 1.039]). What it covers, the
+    statistic's mean over random splits, lies in the range, so the interval is intersected with it: the part beyond
+    an end holds no possible value, and the intersection covers the true mean exactly when the interval does (the
+    same 95% coverage), so it states the same thing without impossible values. A bound at the range's end
+    (1.000) reads as that. Fisher's z is no alternative here: it makes a single Pearson r over independent pairs
+    near normal, not a mean over overlapping splits, and an in-sample canonical correlation of 1 has z = ∞; nor is a
+    bootstrap over the splits, which share their units."""
+    interval = _student_t(values, confidence,
+                          lambda data: np.sqrt((1 / len(data) + test_to_train) * data.var(ddof=1)))
+    return interval if bounds is None else within(interval, *bounds)
+
+
+def within(interval: Interval, lowest: float, highest: float) -> Interval:
+    """``interval`` intersected with [``lowest``, ``highest``], the values its quantity can take (see
+    :func:`resampled_t_interval`): its bounds, never its estimate, are moved; NaN bounds stay NaN."""
+    clip = lambda bound: bound if bound != bound else float(min(max(bound, lowest), highest))
+    return Interval(interval.estimate, clip(interval.low), clip(interval.high), interval.n, interval.clusters,
+                    interval.method)
 
 
 def resampled_t_test(values: Sequence[float], test_to_train: float) -> float:

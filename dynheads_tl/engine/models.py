@@ -24,6 +24,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
@@ -33,6 +34,7 @@ import torch
 
 from dynheads_tl.engine.checksums import MANIFEST_NAME, ManifestCheck, manifest_problem, write_manifest  # noqa: F401
 from dynheads_tl.engine.fingerprint import model_fingerprint  # noqa: F401
+from dynheads_tl.progress import note
 from dynheads_tl.store import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -160,6 +162,7 @@ def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, chec
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        started = time.monotonic()
         try:
             _convert_embedded(name, tmp)
             write_manifest(tmp)
@@ -170,6 +173,7 @@ def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, chec
             shutil.rmtree(old, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        note(f"Saved the converted {name} in {target} ({time.monotonic() - started:.0f} s).")
     return target
 
 
@@ -218,16 +222,27 @@ def embedded_gguf(name: str) -> Iterator[Path]:
         yield Path(import_module(spec.module).assemble(Path(scratch) / spec.gguf))
 
 
+def _megabytes(path: Path) -> str:
+    return f"{path.stat().st_size / 1e6:,.0f} MB"
+
+
 def _convert_embedded(name: str, folder: Path) -> None:
-    """Write the converted Hugging Face files of embedded model ``name`` into the empty ``folder``."""
+    """Write the converted Hugging Face files of embedded model ``name`` into the empty ``folder``, saying what it is
+    doing as it goes (:func:`~dynheads_tl.progress.note`: on stderr in a terminal), since reading the GGUF alone
+    takes minutes on a CPU."""
     spec = EMBEDDED_MODELS[name]
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if spec.assembled:
+        note(f"Joining the GGUF parts of {name} from their packages into one file…")
     with embedded_gguf(name) as gguf:
-        logger.info("Converting %s from GGUF into %s", name, folder)
+        logger.debug("Converting %s from GGUF into %s", name, folder)
+        note(f"Converting {name} from its {_megabytes(gguf)} {spec.quantisation.split(' (')[0]} GGUF into float32 "
+             "Hugging Face files, once per cache: reading and de-quantising the weights can take minutes on a CPU…")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    note(f"Writing the converted weights, config and tokenizer of {name}…")
     state = {
         k: v.detach().contiguous().clone()
         for k, v in model.state_dict().items()

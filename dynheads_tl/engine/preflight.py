@@ -170,10 +170,11 @@ def niah_needs(model: str) -> tuple[int, int]:
 
 
 def check_niah_lengths(model: str, *, max_new_tokens: tuple[str, int] | None = None,
-                       contexts: tuple[str, object] | None = None) -> None:
+                       contexts: tuple[str, object] | None = None, written: list[str] | None = None) -> None:
     """NIAH lengths against what a sample needs with ``model``'s tokenizer: ``max_new_tokens`` (name, value) must give
     an answer room to pass the calibration filter, each of ``contexts`` (name, an int or a list) must hold more than
-    the needle sentence. Checked last (the tokenizer is read once per model; for an embedded model not converted yet,
+    the needle sentence; ``written``, beside a list of lengths, is each as the user wrote it (``"prose:20"``), which
+    the message quotes. Checked last (the tokenizer is read once per model; for an embedded model not converted yet,
     from its GGUF file), so cheaper checks refuse first."""
     answer_tokens, needle_tokens = niah_needs(model)
     if max_new_tokens is not None:
@@ -188,8 +189,11 @@ def check_niah_lengths(model: str, *, max_new_tokens: tuple[str, int] | None = N
         values = values if isinstance(values, (list, tuple)) else [values]
         short = [v for v in values if v <= needle_tokens]
         if short:
+            shortest = values.index(min(short))
+            asks = (f"holds {written[shortest]!r}, a NIAH context of {min(short)} tokens" if written is not None
+                    else f"asks for a NIAH context of {min(short)} tokens")
             raise ValueError(
-                f"Parameter '{name}' asks for a NIAH context of {min(short)} tokens, but the needle sentence alone "
+                f"Parameter '{name}' {asks}, but the needle sentence alone "
                 f"takes {needle_tokens} tokens with the tokenizer of {model!r}, which leaves no haystack to hide it in; use a "
                 f"length above {needle_tokens} tokens (a few hundred or more for a meaningful search).")
 

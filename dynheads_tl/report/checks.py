@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
-from dynheads_tl.report.index import _rel, index_items, ours_text
+from dynheads_tl.report.index import _rel, enclosing_reports, index_items, ours_text
 from dynheads_tl.report.results import read_runs
 from dynheads_tl.report.site import remote_resources
 
@@ -99,7 +99,10 @@ _MARKDOWN_LINK = re.compile(r"""!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+["'][^)]*["
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
-def _link_problem(target: str, source: str, output_dir: Path) -> str | None:
+def _link_problem(target: str, source: str, output_dir: Path, up: frozenset[Path] = frozenset()) -> str | None:
+    """What is wrong with one link of ``source``, or None. A link may leave the folder only to ``up``: the index
+    (index.html, README.md) of a report that holds this one (:func:`~dynheads_tl.report.index.enclosing_reports`),
+    published with it."""
     if target.startswith("#"):
         return None
     if target.lower().startswith("file:") or target.startswith("/") or _WINDOWS_PATH.match(target):
@@ -108,7 +111,7 @@ def _link_problem(target: str, source: str, output_dir: Path) -> str | None:
         return None
     relative = unquote(target.split("#", 1)[0].split("?", 1)[0])
     resolved = (output_dir / relative).resolve()
-    if not resolved.is_relative_to(output_dir.resolve()):
+    if not resolved.is_relative_to(output_dir.resolve()) and resolved not in up:
         return f"{source} links to {target}, outside the folder"
     if not resolved.is_file():
         return f"{source} links to {target}, which does not exist"
@@ -117,7 +120,8 @@ def _link_problem(target: str, source: str, output_dir: Path) -> str | None:
 
 def link_problems(output_dir: Path) -> list[str]:
     """Links in ``index.html`` (href, src) and ``README.md`` (Markdown links) that are absolute, leave
-    the folder, or point to a file that does not exist."""
+    the folder (other than back up to the index of a report that holds it), or point to a file that does not
+    exist."""
     output_dir = Path(output_dir)
     targets: list[tuple[str, str]] = []
     page = output_dir / "index.html"
@@ -128,7 +132,8 @@ def link_problems(output_dir: Path) -> list[str]:
     readme = output_dir / "README.md"
     if readme.exists():
         targets += [("README.md", m.group(1)) for m in _MARKDOWN_LINK.finditer(readme.read_text(encoding="utf-8"))]
-    problems = [_link_problem(target, source, output_dir) for source, target in targets]
+    up = frozenset(folder / name for _, folder in enclosing_reports(output_dir) for name in ("index.html", "README.md"))
+    problems = [_link_problem(target, source, output_dir, up) for source, target in targets]
     return [problem for problem in dict.fromkeys(problems) if problem]
 
 

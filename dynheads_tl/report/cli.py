@@ -98,24 +98,29 @@ def _report_epilog(argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _Parser(prog="dynheads", description=__doc__)
+    parser = _Parser(prog="dynheads", description="The dynheads command line: install-model (install and convert an "
+                                                  "embedded model), report (run the notebooks) and parameters.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p_install = sub.add_parser("install-model", help="install and convert the embedded model")
-    p_install.add_argument("--name", default=DEFAULT_MODEL, choices=sorted(EMBEDDED_MODELS))
+    p_install = sub.add_parser("install-model", help="install and convert an embedded model")
+    p_install.add_argument("--name", default=DEFAULT_MODEL, choices=sorted(EMBEDDED_MODELS),
+                           help="which embedded model (default: %(default)s)")
     p_install.add_argument("--rebuild", action="store_true",
                            help="convert again even if the converted folder matches its checksums")
     p_report = sub.add_parser(
         "report", help="run every notebook through papermill and rebuild the report's index", allow_abbrev=False,
-        description="Run the notebooks in order through papermill. Outputs: the default preset, run as it is, "
-                    "writes the committed report papers_figures/ (relative to the working directory); any other "
-                    "preset or any override (--model, -p) writes runs/<preset>/ (git-ignored); --output-dir "
-                    "sends a run anywhere. Each output folder gets <notebook>/ figures and tables, executed/ "
+        description="Run the notebooks in order through papermill. Outputs (relative to the working directory): "
+                    "only --committed writes the committed report papers_figures/; every other run writes "
+                    "runs/<preset>/ (git-ignored), or runs/<preset>/models/<model>/ for a model other than the "
+                    "preset's own, so no model's run replaces another's; --output-dir sends a run anywhere except "
+                    "into a folder that holds another model's runs. Each output folder gets <notebook>/ figures and "
+                    "tables, executed/ "
                     "notebooks (.ipynb and .html), runs.json and index.html. Every parameter is checked before "
                     "the first notebook starts; traces and ablation runs are cached under $DYNHEADS_CACHE, so "
                     "an interrupted run resumes where it stopped.",
         epilog=_report_epilog(argv), formatter_class=_Help)
     p_report.add_argument("--preset", default="default", choices=preset_names(),
-                          help="parameter set: 'default' (the committed report's), 'smoke' (tiny, a few minutes), "
+                          help="parameter set: 'default' (the committed report's), 'smoke' (tiny sizes, a check of "
+                               "the set-up, not a result; 65-106 min were seen on a busy 2-core machine), "
                                "'thorough' (the default with the larger sizes that do not fit its hour; "
                                "docs/notebooks.md says which), 'long' (notebook 07's pre-registered 1k-8k grid on "
                                "prose, and 01, 03, 05 and 06 at 4,000 tokens of prose), 'paper' (the paper's grids "
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                           help="regenerate the whole committed report: every embedded model's default report, then "
                                "each claim's committed presets (the long preset: notebook 07's 1k-8k grid, 01, 03, "
                                "05 and 06 at 4,000 tokens) on every model, then the top index and README.md's "
-                               "findings (what `make report` runs; hours on a 2-core CPU); "
+                               "findings (what make report runs; hours on a 2-core CPU); "
                                "takes only --backend and --address (who computes), no --preset, --model, --only, "
                                "--output-dir, --device, --dtype or -p other than -p backend=/ray_address=")
     p_report.add_argument("--model", default=None,
@@ -134,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                           help="run one notebook: its exact name (01_dynamism) or a prefix that matches only it (01); the "
                                "notebooks are listed below")
     p_report.add_argument("--output-dir", default=None,
-                          help="where outputs go (default: papers_figures/ for the default preset as it is, "
-                               "else runs/<preset>/, both relative to the working directory)")
+                          help="where outputs go (default: runs/<preset>/, or runs/<preset>/models/<model>/ for a "
+                               "--model other than the preset's own, relative to the working directory; "
+                               "papers_figures/ is --committed's); refused when the folder holds another model's runs")
     p_report.add_argument("--device", default=None,
                           help="where every notebook's model runs: auto (CUDA when a GPU is present, else the CPU), "
                                "cpu, cuda or cuda:N (default: each notebook's own, auto)")

@@ -1,9 +1,11 @@
 """The batch runner: every notebook in order through papermill, with presets and overrides.
 
-Where outputs go. The ``default`` preset, run as it is, writes the committed report, ``papers_figures/``
-(relative to the working directory). Any other preset, or any override (``--model``, ``-p``), writes to
-``runs/<preset>/`` (git-ignored) instead, so a quick look never overwrites the committed report.
-``output_dir`` (``--output-dir`` on the command line) sends a run anywhere.
+Where outputs go (relative to the working directory). Only ``dynheads report --committed`` writes the committed
+report, ``papers_figures/`` (:func:`run_committed_report`, naming each of its folders). Every other run writes
+``runs/<preset>/`` (git-ignored), or ``runs/<preset>/models/<model>/`` for a model other than the preset's own, so a
+quick look (a preset, ``--only``, ``-p``) never overwrites the committed report and no model's run replaces
+another's. ``output_dir`` (``--output-dir`` on the command line) sends a run anywhere, except into a folder that
+holds another model's runs (``runs.json`` records each notebook's model).
 
 What a run leaves. ``<out>/<notebook>/`` holds figures and tables, ``<out>/executed/<notebook>.ipynb`` the
 executed notebook and ``.html`` its rendering, ``<out>/runs.json`` what ran with which parameters, and
@@ -23,6 +25,8 @@ import datetime
 import json as _json
 import logging
 import os
+import shutil
+import sys
 import tempfile
 import textwrap
 import time
@@ -34,7 +38,7 @@ import nbformat
 
 from dynheads_tl.claims import all_claims, claim_for
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS
-from dynheads_tl.params import check_parameters
+from dynheads_tl.params import check_parameters, field_default
 from dynheads_tl.report.findings import readme_has_findings_block, update_readme
 from dynheads_tl.report.index import build_index, render_notebook_html
 from dynheads_tl.report.rerender import render_site
@@ -44,8 +48,8 @@ from dynheads_tl.report.terminal import ProgressRelay, repeat_heal_warnings, rep
 
 logger = logging.getLogger(__name__)
 
-COMMITTED_REPORT = Path("papers_figures")  # the default preset's output, relative to the working directory
-RUNS_DIR = Path("runs")  # every other run: runs/<preset>/ (git-ignored)
+COMMITTED_REPORT = Path("papers_figures")  # `dynheads report --committed`'s output, relative to the working directory
+RUNS_DIR = Path("runs")  # every other run: runs/<preset>/[models/<model>/] (git-ignored)
 # Parameters that choose who computes, not what (results equal to float rounding: a Ray actor's torch thread count
 # may differ from the local process's): a run that sets only these is still the preset's own run.
 EXECUTION_ONLY = {"backend", "ray_address"}
@@ -173,20 +177,85 @@ def check_notebook(notebook: Path, parameters: dict[str, Any], declared: dict[st
         raise type(error)(f"{notebook.stem}: {error}") from error
 
 
+def preset_models(preset: str) -> dict[str, str]:
+    """Notebook stem -> the model a run of ``preset`` gives it when the run names none: the preset's own (``paper``:
+    Llama-3.1-8B-Instruct, for every notebook but 00) or the notebook's default (the embedded SmolLM2-135M)."""
+    found = {}
+    for claim in all_claims():
+        own = {f.name: field_default(f) for f in dataclasses.fields(claim.config)}.get("model", DEFAULT_MODEL)
+        found[claim.notebook] = str(claim.preset(preset).get("model") or own or DEFAULT_MODEL)
+    return found
+
+
+def run_models(preset: str, model: str | None) -> dict[str, str]:
+    """Notebook stem -> the model a run of ``preset`` gives it, with ``model`` (``--model`` or ``-p model=``) when
+    one is named."""
+    return {stem: str(model) if model else own for stem, own in preset_models(preset).items()}
+
+
+def run_folder_name(model: str) -> str:
+    """A model as the name of its runs' folder under ``models/``: :func:`~dynheads_tl.report.results.model_folder_name`
+    of a model name or hub id (``google/gemma-3-270m`` -> ``google--gemma-3-270m``), the folder's own name for a
+    local model folder."""
+    text = str(model).strip()
+    path = Path(text).expanduser()
+    if text.startswith(("/", "./", "../", "~")) or (os.sep in text and path.is_dir()):
+        text = path.resolve().name
+    try:
+        return model_folder_name(text)
+    except ValueError as error:
+        raise ValueError(f"{error} Or name the output folder with --output-dir.") from None
+
+
 def output_dir_for(preset: str, model: str | None, overrides: dict[str, Any]) -> Path:
-    """Where a run goes when no ``output_dir`` is given: :func:`default_output_dir`, customised by a model or any
-    override except those that only choose who computes (:data:`EXECUTION_ONLY`: the results are the same). The
-    default preset on another model, with nothing else changed, is that model's part of the committed report:
-    ``papers_figures/models/<model>/``, beside the default model's, and the top index lists both."""
-    others = set(overrides) - EXECUTION_ONLY
-    if preset == "default" and model and model != DEFAULT_MODEL and not others:
-        return COMMITTED_REPORT / MODELS_DIR / model_folder_name(model)
-    return default_output_dir(preset, customised=bool(model or others))
+    """Where a run goes when no ``output_dir`` is given: always a git-ignored folder under ``runs/``
+    (:func:`default_output_dir`), one per preset and model, so that no model's run replaces another's. ``model`` is
+    ``--model``, else ``-p model=`` in ``overrides``; other overrides (``-p``, ``--device``) and ``--only`` keep
+    the folder. The committed report, ``papers_figures/``, is written only by ``dynheads report --committed``
+    (:func:`run_committed_report`, which names each of its folders: :func:`committed_plan`) or by a run that names it
+    with ``--output-dir``."""
+    named = model if model is not None else overrides.get("model")
+    return default_output_dir(preset, str(named) if named else None)
 
 
-def default_output_dir(preset: str, customised: bool) -> Path:
-    """``papers_figures`` for the default preset as it is; ``runs/<preset>`` for anything else."""
-    return COMMITTED_REPORT if preset == "default" and not customised else RUNS_DIR / preset
+def default_output_dir(preset: str, model: str | None = None) -> Path:
+    """``runs/<preset>/`` for a run of the preset's own models (``model`` None, or the one model every notebook of the
+    preset runs anyway); ``runs/<preset>/models/<model>/`` for another model, a report of its own, as the committed
+    report nests ``models/<model>/``."""
+    folder = RUNS_DIR / preset
+    if model is None or set(preset_models(preset).values()) == {str(model)}:
+        return folder
+    return folder / MODELS_DIR / run_folder_name(model)
+
+
+def other_model_runs(output_dir: Path, preset: str, model: str | None) -> dict[str, str]:
+    """Notebook stem -> the model recorded in ``<output_dir>/runs.json`` for it, for each run there of another model
+    than a run of ``preset`` with ``model`` (:func:`run_models`) gives that notebook: what such a run would replace,
+    or mix with in one index."""
+    expected = run_models(preset, model)
+    found = {}
+    for stem, record in read_runs(output_dir).items():
+        recorded = record.get("model") if isinstance(record, dict) else None
+        if recorded and str(recorded) != expected.get(stem, str(model or DEFAULT_MODEL)):
+            found[stem] = str(recorded)
+    return found
+
+
+def refuse_other_models(output_dir: Path, preset: str, model: str | None, shown: str, named: bool) -> None:
+    """A ValueError when ``output_dir`` holds runs of another model (:func:`other_model_runs`); ``named``: whether the
+    user named the folder (``--output-dir``), which the sentence's advice follows."""
+    others = other_model_runs(output_dir, preset, model)
+    if not others:
+        return
+    models = sorted(set(run_models(preset, model).values()))
+    held = ", ".join(f"{stem} on {recorded}" for stem, recorded in sorted(others.items()))
+    advice = (f"name another folder with --output-dir, or leave it out: this run's own folder is "
+              f"{default_output_dir(preset, model).as_posix()}/" if named else
+              "move that folder away (an earlier version put every model's runs of a preset in one folder), or name "
+              "another with --output-dir")
+    raise ValueError(f"The output folder {shown} holds runs of another model ({held}); this run is of "
+                     f"{', '.join(models)}, and would replace them or mix two models in one index. Nothing was run; "
+                     f"{advice}.")
 
 
 def _shown_path(path: Path, cwd: Path) -> str:
@@ -286,10 +355,80 @@ def notebook_lock(path: Path, what: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# Each kernel's sockets and connection file live in a folder of its own, made when the kernel starts and removed when
+# it is shut down: ``<temp>/dynheads-kernel-<pid>-<random>/`` (the pid of the run that made it, so that a later run
+# can remove what a killed one left). jupyter_client's default names the sockets ``kernel-ipc-1`` … in the working
+# folder, where two runs that start a kernel within the same second take the same names (issue #65).
+KERNEL_FOLDER_PREFIX = "dynheads-kernel-"
+_SOCKET_PATH_LIMIT = 100  # a Unix socket's path holds at most 107 bytes (104 on macOS); sockets are <folder>/kernel-N
+
+
+def _kernel_folder_base() -> str:
+    """The system's temporary folder, or ``/tmp`` where that is too long a path for a socket in it."""
+    base = tempfile.gettempdir()
+    longest = len(os.path.join(base, f"{KERNEL_FOLDER_PREFIX}{2**22}-{'x' * 8}", "kernel-99"))
+    if longest > _SOCKET_PATH_LIMIT and os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK):
+        return "/tmp"
+    return base
+
+
+def _uid() -> int | None:
+    return os.getuid() if hasattr(os, "getuid") else None
+
+
+def _process_is_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: another user's process, alive
+        return False
+    return False
+
+
+def remove_stale_kernel_folders(base: str | None = None) -> list[str]:
+    """Remove the kernel folders that runs which are no longer running left (a run killed with SIGKILL cannot remove
+    its own): this user's ``dynheads-kernel-<pid>-*`` folders whose pid is gone. Returns their paths."""
+    base = base or _kernel_folder_base()
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = entry.name[len(KERNEL_FOLDER_PREFIX):].partition("-")[0]
+        if not (entry.name.startswith(KERNEL_FOLDER_PREFIX) and pid.isdigit()):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != _uid():
+                continue
+        except OSError:
+            continue
+        if int(pid) != os.getpid() and _process_is_gone(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def make_kernel_folder() -> str:
+    """A new private folder (mode 0700) for one kernel's sockets and connection file; earlier runs' leftovers are
+    removed first (:func:`remove_stale_kernel_folders`)."""
+    base = _kernel_folder_base()
+    remove_stale_kernel_folders(base)
+    return tempfile.mkdtemp(prefix=f"{KERNEL_FOLDER_PREFIX}{os.getpid()}-", dir=base)
+
+
 def ipc_kernel_manager(stderr=None):
-    """The kernel manager the notebooks run under: jupyter_client's, on IPC (Unix domain sockets in Jupyter's
-    runtime folder) instead of TCP on localhost. The kernel is local either way; over TCP without encryption
-    ipykernel 7 prints a warning about plain-text traffic into every run's log, and a local socket needs no port.
+    """The kernel manager the notebooks run under: jupyter_client's, on IPC (Unix domain sockets) instead of TCP on
+    localhost. The kernel is local either way; over TCP without encryption ipykernel 7 prints a warning about
+    plain-text traffic into every run's log, and a local socket needs no port.
+
+    Each kernel's sockets (``kernel-1`` … ``kernel-5``) and connection file (``kernel.json``, with the key that signs
+    its messages) are in a private folder of its own (:func:`make_kernel_folder`), made when the kernel starts, kept
+    across an automatic restart and removed when it is shut down; the class's ``remove_kernel_folders()`` removes
+    those of every kernel it started (the runner calls it after each notebook, also after a failure or Ctrl-C). Two
+    runs started together from one checkout therefore never share a socket, and nothing is written into the working
+    folder (jupyter_client's default for IPC is ``kernel-ipc-N`` there).
 
     ``stderr``: a file the kernel process's own stderr goes to instead of the terminal (what the kernel application
     logs itself; a cell's output goes to the notebook either way). The runner passes one per notebook and repeats it
@@ -297,17 +436,82 @@ def ipc_kernel_manager(stderr=None):
     sockets, which is not the user's business."""
     from jupyter_client.manager import AsyncKernelManager
 
+    folders: list[str] = []
+
     class IPCKernelManager(AsyncKernelManager):
+        kernel_folder: str | None = None
+
         def __init__(self, **kwargs):
             kwargs.setdefault("transport", "ipc")
             super().__init__(**kwargs)
+
+        async def _async_pre_start_kernel(self, **kw):
+            if self.transport == "ipc" and self.kernel_folder is None:  # a restart keeps its folder
+                self.kernel_folder = make_kernel_folder()
+                folders.append(self.kernel_folder)
+                self.ip = os.path.join(self.kernel_folder, "kernel")
+                self.connection_file = os.path.join(self.kernel_folder, "kernel.json")
+            return await super()._async_pre_start_kernel(**kw)
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             if stderr is not None:
                 kw.setdefault("stderr", stderr)
             return await super()._async_launch_kernel(kernel_cmd, **kw)
 
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            try:
+                await super()._async_cleanup_resources(restart=restart)
+            finally:
+                if not restart and self.kernel_folder is not None:
+                    shutil.rmtree(self.kernel_folder, ignore_errors=True)
+                    self.kernel_folder = None
+
+        cleanup_resources = _async_cleanup_resources
+
+        @staticmethod
+        def remove_kernel_folders() -> None:
+            while folders:
+                shutil.rmtree(folders.pop(), ignore_errors=True)
+
     return IPCKernelManager
+
+
+class KernelError(RuntimeError):
+    """A notebook's kernel did not start, did not answer or died: what happened and what to do, in one paragraph."""
+
+
+def _kernel_failure(error: BaseException, stem: str, logged: bool) -> KernelError | None:
+    """The :class:`KernelError` that explains ``error``, when it is a kernel's failure to start, to answer or to
+    stay alive (not a cell's error, which papermill reports as :class:`papermill.PapermillExecutionError`)."""
+    from nbclient.exceptions import DeadKernelError
+
+    text = str(error)
+    log = (f"its own log is above (the lines \"{stem} kernel: …\")" if logged
+           else "it wrote nothing on its own stderr")
+    retry = ("Run the same command again: finished traces and ablation runs are cached, so it resumes from where it "
+             "stopped.")
+    check = (f"check that the kernel can start in this environment: `{sys.executable} -m ipykernel_launcher "
+             "--version` prints a version, and `jupyter kernelspec list` shows no python3 kernel of another "
+             "environment")
+    if isinstance(error, DeadKernelError) or (text.startswith("Kernel died") and "before replying" not in text):
+        return KernelError(
+            f"{stem}: the notebook's kernel died while it ran ({type(error).__name__}: {text}); {log}. A kernel dies "
+            "without a Python error when the system stops it, most often for lack of memory (look for the out-of-"
+            f"memory killer in `dmesg` or the system log); close other programs or use smaller parameters. {retry}")
+    if isinstance(error, RuntimeError) and text.startswith("Kernel didn't respond"):
+        return KernelError(
+            f"{stem}: the notebook's kernel did not answer in time after it was started ({type(error).__name__}: "
+            f"{text}); {log}. Most likely the machine is overloaded: other runs or programs hold its cores or memory, "
+            f"so a new Python process takes longer than that to import its libraries. {retry} If it fails again on "
+            f"an idle machine, {check}.")
+    if isinstance(error, RuntimeError) and "before replying" in text:
+        which = "; its log says which" if logged else ""
+        return KernelError(
+            f"{stem}: the notebook's kernel exited before it answered ({type(error).__name__}: {text}); {log}. "
+            f"Most likely it cannot start in this environment (a missing or broken package{which}), or the system "
+            f"stopped it for lack of memory. {check[0].upper()}{check[1:]}, then run the same command "
+            "again: finished traces and ablation runs are cached, so it resumes from where it stopped.")
+    return None
 
 
 def run_report(*, preset: str = "default", model: str | None = None, only: str | None = None,
@@ -315,8 +519,8 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                cwd: str | Path | None = None, show_cells: bool = True) -> list[Path]:
     """Execute the notebooks in order; stop at the first failure (papermill's error names the cell).
 
-    ``output_dir`` defaults to :func:`default_output_dir`; a relative one is taken from ``cwd`` (the
-    working directory by default), where the notebooks also run. ``overrides`` may carry ``output_dir``
+    ``output_dir`` defaults to :func:`output_dir_for` (a folder under ``runs/``); a relative one is taken from
+    ``cwd`` (the working directory by default), where the notebooks also run. ``overrides`` may carry ``output_dir``
     too, which means the same as the argument. Every notebook's parameters are checked (see
     :func:`check_notebook`) before the first one starts. Each finished run is recorded in ``runs.json``
     and the index is rebuilt at the end, also after a failure.
@@ -340,15 +544,18 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             raise ValueError(f"model is given twice with different values (--model {model!r} and -p "
                              f"model={overrides['model']!r}); give it once.")
     cwd = Path(cwd or os.getcwd()).resolve()
+    named = output_dir is not None
     if output_dir is None:
         output_dir = output_dir_for(preset, model, overrides)
     output_dir = Path(output_dir)
     output_dir = output_dir if output_dir.is_absolute() else cwd / output_dir
     shown_output = _shown_path(output_dir, cwd)
 
-    # Folders first: a run that cannot write its results is refused before any notebook is checked or started.
+    # Folders first: a run that cannot write its results is refused before any notebook is checked or started, and so
+    # is a run into a folder that holds another model's runs (runs.json records each notebook's model).
     for folder in (output_dir, output_dir / "executed"):
         check_writable_folder(folder, "output folder", "choose another with --output-dir")
+    refuse_other_models(output_dir, preset, model if model is not None else overrides.get("model"), shown_output, named)
     check_cache_writable()
     notebooks = list_notebooks(only)
     if not notebooks:
@@ -393,6 +600,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                     print(f"Removed {_shown_path(partial, cwd)}, left by an earlier run that was stopped.", flush=True)
                 t0, entries_before = time.time(), cache_entries()
                 kernel_log = tempfile.TemporaryFile()
+                kernel_manager = ipc_kernel_manager(kernel_log)
                 try:
                     # No progress lines, and no library bars (transformers' "Loading weights"), in the notebooks:
                     # they are read as a report. Their progress goes to a file the runner prints on the terminal.
@@ -400,10 +608,13 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                             DYNHEADS_PROGRESS="file", DYNHEADS_PROGRESS_FILE=relay.path, HF_HUB_DISABLE_PROGRESS_BARS="1"):
                         papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
                                                    progress_bar=show_cells, kernel_name="python3",
-                                                   kernel_manager_class=ipc_kernel_manager(kernel_log))
+                                                   kernel_manager_class=kernel_manager)
                 except BaseException as error:
+                    failure = None
                     if not isinstance(error, KeyboardInterrupt):
                         repeat_kernel_log(kernel_log, notebook.stem)
+                        kernel_log.seek(0)
+                        failure = _kernel_failure(error, notebook.stem, logged=bool(kernel_log.read().strip()))
                     kernel_log.close()
                     if partial.exists():
                         _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
@@ -413,7 +624,11 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                         kept = (f"the finished {shown_final} of an earlier run was left as it was" if final.exists()
                                 else f"there is no finished {shown_final} yet")
                         print(f"The {what} run is kept in {_shown_path(failed, cwd)}; {kept}.", flush=True)
+                    if failure is not None:
+                        raise failure from error
                     raise
+                finally:  # the kernel's private folder, also when it was not shut down (Ctrl-C, a failed start)
+                    getattr(kernel_manager, "remove_kernel_folders", lambda: None)()
                 repeat_kernel_log(kernel_log, notebook.stem)
                 kernel_log.close()
                 _relocate(partial, notebook, shown_final, cwd)
@@ -442,7 +657,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
 @dataclasses.dataclass(frozen=True)
 class PlannedRun:
     """One :func:`run_report` call of :func:`committed_plan`: ``model`` None is each notebook's own (the default
-    model), ``only`` None every notebook, ``output_dir`` None where :func:`output_dir_for` sends it."""
+    model), ``only`` None every notebook, ``output_dir`` its folder of the committed report."""
 
     preset: str
     model: str | None = None
@@ -457,13 +672,16 @@ def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
     ``papers_figures/<preset>/`` and ``papers_figures/<preset>/models/<model>/``."""
     models = list(models) if models else [DEFAULT_MODEL] + sorted(set(EMBEDDED_MODELS) - {DEFAULT_MODEL})
     own = [None if model == DEFAULT_MODEL else model for model in models]
-    plan = [PlannedRun("default", model) for model in own]
+
+    def folder(report: Path, model: str | None) -> Path:
+        return report if model is None else report / MODELS_DIR / model_folder_name(model)
+
+    # Each folder named: a run that names none writes runs/ (output_dir_for), never the committed report.
+    plan = [PlannedRun("default", model, None, folder(COMMITTED_REPORT, model)) for model in own]
     for claim in all_claims():
         for preset in claim.committed:
             for model in own:
-                folder = COMMITTED_REPORT / preset
-                folder = folder if model is None else folder / MODELS_DIR / model_folder_name(model)
-                plan.append(PlannedRun(preset, model, claim.notebook, folder))
+                plan.append(PlannedRun(preset, model, claim.notebook, folder(COMMITTED_REPORT / preset, model)))
     return plan
 
 

@@ -70,23 +70,30 @@ def _png_digest(data: bytes) -> str:
 
 def cell_files(notebook, folder: Path) -> dict[str, list[str]]:
     """Cell id -> the figure and table stems of ``folder`` that the cell wrote, from the folder's results file
-    (:func:`dynheads_tl.verdicts.outputs`: the cell each figure and table was saved from). A figure recorded without
-    its cell (a run made before the results file recorded cells) is found by its image: the cell whose PNG output
-    is the figure's file, byte for byte. A table without a recorded cell is not placed."""
+    (:func:`dynheads_tl.verdicts.outputs`: the cell each figure and table was saved from, recorded as it was
+    written). A file's cell is the one with the id recorded for it (where the front end sent the kernel an id),
+    else the one code cell whose source has the recorded digest (a source two cells share names neither). A figure
+    recorded without either (a run made before the results file recorded them) is found by its image: the cell
+    whose PNG output is the figure's file, byte for byte. A table without either is not placed: its page links the
+    list of every output instead. No execution count or position is used: the counts older results files hold were
+    one past the writing cell's."""
     outputs = verdicts.outputs(folder)
-    by_count: dict[int, str] = {}
-    by_image: dict[str, str] = {}
     code = [cell for cell in notebook.cells if cell.cell_type == "code" and cell.get("id")]
+    ids = {cell["id"] for cell in code}
+    by_source: dict[str, list[str]] = {}
+    by_image: dict[str, str] = {}
     for cell in code:
-        if isinstance(cell.get("execution_count"), int):
-            by_count[cell["execution_count"]] = cell["id"]
+        by_source.setdefault(verdicts.source_digest(cell.source), []).append(cell["id"])
         for output in cell.get("outputs", []):
             png = output.get("data", {}).get("image/png")
             if png:
                 by_image.setdefault(_png_digest(base64.b64decode("".join(png))), cell["id"])
     found: dict[str, list[str]] = {}
     for entry in outputs:
-        cell = by_count.get(entry["cell"]) if isinstance(entry.get("cell"), int) else None
+        cell = entry.get("cell_id") if entry.get("cell_id") in ids else None
+        if cell is None and entry.get("cell_source"):
+            matches = by_source.get(entry["cell_source"], [])
+            cell = matches[0] if len(matches) == 1 else None
         if cell is None and f"{entry['stem']}.png" in entry["files"]:
             cell = by_image.get(_png_digest((folder / f"{entry['stem']}.png").read_bytes()))
         if cell is not None:
@@ -142,6 +149,12 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
     nb = copy.deepcopy(notebook)
     folder = output_dir / stem
     written = cell_files(nb, folder)
+    # A cut table links the CSVs its cell wrote only where every file's cell is known: a file written without its
+    # cell recorded (a results file of a run before cells were) may be any cell's, so no cell's list is complete,
+    # and each cut table links the page's list of every output instead.
+    placed = {name for names in written.values() for name in names}
+    complete = all(entry["stem"] in placed or entry.get("cell_id") or entry.get("cell_source")
+                   for entry in verdicts.outputs(folder))
     cells, parameters = [], []
     section = notebook_title(stem)
     for cell in nb.cells:
@@ -169,7 +182,7 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
                     data["text/markdown"] = verdict_bullets(data["text/markdown"])
                 if "text/html" in data and "<table" in data["text/html"]:
                     files = [(f"{name}.csv", f"../{stem}/{name}.csv") for name in written.get(cell.get("id"), [])
-                             if (folder / f"{name}.csv").exists()]
+                             if complete and (folder / f"{name}.csv").exists()]
                     data["text/html"] = shorten_table(data["text/html"], files)
                 outputs.append(output)
             cell.outputs = outputs

@@ -21,7 +21,8 @@ __all__ = ["BEYOND_STATUSES", "PAPER_STATUSES", "STATUS_CLASS", "Status", "item_
 STATUS_CLASS = {"reproduced": "good", "supported": "good", "weaker": "mixed", "partly supported": "mixed",
                 "not reproduced": "bad", "not supported": "bad", "absent in this setting": "absent",
                 "undetermined": "open", "no headroom": "open", "qualitative": "none", "descriptive": "none",
-                "not produced": "bad", "not run": "none", "see files": "none"}
+                "not produced": "bad", "missing": "bad", "not run in this preset": "none", "not run": "none",
+                "see files": "none"}
 
 
 def item_status(output_dir: Path, item: str) -> Status:

@@ -13,6 +13,7 @@ by design). Data goes in as structures; no Python here or in the callers assembl
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,11 +59,45 @@ def with_alt(html: str, alt: str) -> str:
     return str(soup)
 
 
+# Inline code as a docstring (reStructuredText, Sphinx) or a note (Markdown) writes it: a role such as
+# :func:`~pkg.module.name` or :data:`.config.PRIMARY`, a ``literal``, a Markdown `code span`.
+_INLINE_CODE = re.compile(r":(?:py:)?[a-z]+:`(?P<role>[^`]+)`|``(?P<literal>[^`]+?)``|`(?P<span>[^`]+)`")
+
+
+def _role_target(target: str) -> str:
+    """A Sphinx role's target as Sphinx shows it: ``~a.b.name`` as ``name``, ``.config.PRIMARY`` as
+    ``config.PRIMARY``, an explicit title (``title <target>``) as its title."""
+    title = re.fullmatch(r"(.+?)\s*<[^>]+>", target)
+    if title:
+        return title.group(1)
+    if target.startswith("~"):
+        return target[1:].rsplit(".", 1)[-1]
+    return target.lstrip(".")
+
+
+def inline_code(text: str) -> list[tuple[str, str]]:
+    """Plain text cut into ("text", …) and ("code", …) pieces: a Sphinx role (``:func:`~a.b.name```: ``name``), a
+    reST ``literal`` and a Markdown `code span` are code, without their markup. The macro ``code_text`` of
+    ``parts.html.j2`` draws them (code as ``<code>``, all escaped): a status rule (a docstring) and the index's notes
+    would otherwise show their backticks and roles raw."""
+    text, pieces, start = str(text), [], 0
+    for match in _INLINE_CODE.finditer(text):
+        if match.start() > start:
+            pieces.append(("text", text[start:match.start()]))
+        pieces.append(("code", _role_target(match.group("role")) if match.group("role") is not None
+                       else match.group("literal") if match.group("literal") is not None else match.group("span")))
+        start = match.end()
+    if start < len(text):
+        pieces.append(("text", text[start:]))
+    return pieces
+
+
 def _install(environment: Environment) -> Environment:
     environment.globals["stylesheet"] = stylesheet
     environment.filters["status_class"] = status_class
     environment.filters["with_alt"] = with_alt
     environment.filters["markdown"] = markdown_html
+    environment.filters["inline_code"] = inline_code
     return environment
 
 

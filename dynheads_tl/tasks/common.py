@@ -211,6 +211,7 @@ def check_context_fits(
     *,
     name: str = "context_tokens",
     template_tokens: int = PROMPT_TEMPLATE_TOKENS,
+    written: str | None = None,
 ) -> int:
     """Check, without a tokenizer or model, that ``context_tokens`` fits the model's window ``n_ctx``.
 
@@ -220,6 +221,9 @@ def check_context_fits(
     (:data:`PROMPT_TEMPLATE_TOKENS`, deliberately generous); ``make_niah_samples`` and
     ``make_hotpot_samples`` check the exact count again. A list is checked by its largest value;
     ``None`` (HotpotQA's "the record's own paragraphs") has no length to check.
+
+    ``written``: the value as the user wrote it, when that is not the number itself (a ``"haystack:tokens"``
+    setting such as ``'prose:9000'``); the message quotes it, and its advice is a setting of the same haystack.
 
     Returns the largest ``context_tokens`` that fits.
     """
@@ -241,6 +245,14 @@ def check_context_fits(
         shown = f"{name}={longest}" if len(values) == 1 else f"{name} (largest {longest})"
         advice = (f"use at most {largest:,}." if largest > 0 else
                   f"max_new_tokens={max_new_tokens} alone leaves no room; lower it.")
+        if written is not None:
+            haystack = str(written).rpartition(":")[0]
+            if largest > 0 and haystack:
+                advice = f"use at most {largest:,} tokens of context ({f'{haystack}:{largest}'!r})."
+            raise ValueError(
+                f"Parameter '{name}' holds {written!r}: {longest:,} tokens of context plus about {template_tokens} "
+                f"prompt-template tokens and max_new_tokens={max_new_tokens} exceed the model's context window of "
+                f"{n_ctx:,} tokens; " + advice)
         raise ValueError(
             f"{shown} plus about {template_tokens} prompt-template tokens and "
             f"max_new_tokens={max_new_tokens} exceeds the model's context window of {n_ctx:,} tokens; "
