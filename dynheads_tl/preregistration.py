@@ -46,6 +46,7 @@ def _read(where: str) -> tuple[dict[str, Any], str]:
         raise PreregistrationError(f"The pre-registration file {where} is not valid YAML: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("claims"), dict):
         raise PreregistrationError(f"The pre-registration file {where} has no 'claims' mapping.")
+    data = _amended(data, where)
     for name, entry in data["claims"].items():
         declared = (entry or {}).get("primary")
         if declared is None:
@@ -56,8 +57,32 @@ def _read(where: str) -> tuple[dict[str, Any], str]:
     return data, hashlib.sha256(raw).hexdigest()
 
 
+def _amended(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """The file as its deviations leave it: a deviation may carry ``amends``, a mapping from a dotted path of the
+    file (``claims.dynamic_rag.primary.sesoi``) to the value that replaces the frozen one from that date on. The
+    frozen text above stays as it was written (a reader sees both); the claims read the amended value. A path that
+    names nothing in the file is refused, so an amendment cannot silently miss."""
+    import copy
+
+    amended = copy.deepcopy(data)
+    for index, deviation in enumerate(amended.get("deviations") or []):
+        for dotted, value in ((deviation or {}).get("amends") or {}).items():
+            keys = str(dotted).split(".")
+            node = amended
+            for key in keys[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+                if node is None:
+                    break
+            if not isinstance(node, dict) or keys[-1] not in node:
+                raise PreregistrationError(f"The pre-registration file {where}: deviation {index + 1} "
+                                           f"({deviation.get('date', 'undated')}) amends {dotted!r}, which the file "
+                                           "does not declare.")
+            node[keys[-1]] = value
+    return amended
+
+
 def load() -> dict[str, Any]:
-    """The parsed file (read once per process)."""
+    """The parsed file with its deviations' amendments applied (read once per process)."""
     return _read(str(path()))[0]
 
 

@@ -673,7 +673,9 @@ def test_residualised_rule_reads_k1_and_needs_the_generated_token():
 
     generated = "held-out, residualised with the generated token"
     assert residualised_rule(frame(0.5, 0.0, generated))[0] == "supported"
-    assert residualised_rule(frame(0.15, 0.0, generated))[0] == "not supported"  # the intervals overlap
+    # overlapping intervals cannot be told apart: undetermined (deviation of 2026-12-05), not "not supported"
+    assert residualised_rule(frame(0.15, 0.0, generated))[0] == "undetermined"
+    assert residualised_rule(frame(0.0, 0.0, generated), sesoi=0.2)[0] == "not supported"  # upper bound < chance + sesoi
     assert residualised_rule(frame(0.5, 0.0))[0] == "partly supported"  # generated token not regressed out
     assert residualised_rule(frame(0.5, 0.0))[1]["k"] == 1
     # a run that also writes the tokens-read-only control regressed the generated token out of the main one

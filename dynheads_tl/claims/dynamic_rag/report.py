@@ -277,7 +277,8 @@ def table4_rule(bounds, primary, rule_sesoi: float, alpha: float) -> str:
     """The declared Table 4 rule (preregistration.yaml): no headroom unless full context separates above w/o RAG
     (the bounds, tested alone); reproduced when the primary (Dynamic − Static F1, tested alone at ``alpha``) is
     separated positive and its estimate reaches ``rule_sesoi``; not reproduced when separated negative, or when TOST
-    (the 95% interval within ±sesoi) says the difference is negligible; undetermined otherwise."""
+    (the 95% interval, stricter than the declared 90%, which this results file does not hold: deviation of
+    2026-12-05; within ±sesoi) says the difference is negligible; undetermined otherwise."""
     if bounds is None or _alone(bounds, alpha) != "positive":
         return "no headroom"
     direction = _alone(primary, alpha)

@@ -159,8 +159,9 @@ def error_rule(row, *, sesoi: float, alpha: float, min_per_class: int) -> str:
     """The declared Beyond 5 rule (preregistration.yaml) on the primary's row of ``auroc_comparisons.csv`` (pooled,
     the declared a − b): no headroom with fewer than ``min_per_class`` wrong or right answers; supported when the
     primary, tested alone at ``alpha`` (its own sign-test p over layouts, the interval away from 0), is separated
-    positive and reaches ``sesoi``; not supported when separated negative or when TOST (the 95% interval within
-    ±sesoi) says it is negligible; undetermined otherwise."""
+    positive and reaches ``sesoi``; not supported when separated negative or when TOST (the 95% interval, stricter
+    than the declared 90%, which this results file does not hold: deviation of 2026-12-05; within ±sesoi) says it is
+    negligible; undetermined otherwise."""
     if row["wrong"] < min_per_class or row["right"] < min_per_class:
         return "no headroom"
     separated = row["sign_p"] < alpha and (row["low"] > 0 or row["high"] < 0)

@@ -204,8 +204,9 @@ def retention_rule(full, stream, primary, *, sesoi: float, alpha: float) -> str:
     """The declared Beyond 6 rule (preregistration.yaml): no headroom unless the full cache's accuracy interval lies
     above streaming's; then the primary (``primary_comparison.csv``: predicted − static gold log-probability over the
     KV-head budgets, tested alone at ``alpha`` by its sign test, the interval away from 0): supported when separated
-    positive and reaching ``sesoi``; not supported when separated negative or when TOST (the 95% interval within
-    ±sesoi) says it is negligible; undetermined otherwise, and undetermined when the primary is missing."""
+    positive and reaching ``sesoi``; not supported when separated negative or when TOST (the 95% interval, stricter
+    than the declared 90%, which this results file does not hold: deviation of 2026-12-05; within ±sesoi) says it is
+    negligible; undetermined otherwise, and undetermined when the primary is missing."""
     if full.accuracy_low <= stream.accuracy_high:
         return "no headroom"
     if primary is None:
