@@ -1,7 +1,9 @@
-"""Figure helpers more than one claim draws with: the heads x generated tokens heatmap (notebooks 00 and 01) and
-error bars from an interval's bounds."""
+"""Figure helpers more than one claim draws with: the heads x generated tokens heatmap (notebooks 00 and 01), error
+bars from an interval's bounds, and what a figure needs to be read on a notebook page: the scale at which the page
+shows it, the text widths it is laid out with, and long titles and notes wrapped to the width they have."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import matplotlib.pyplot as plt
@@ -9,7 +11,56 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-__all__ = ["error_bars", "step_heatmap"]
+__all__ = ["FIGURE_DPI", "INLINE_WIDTH_PX", "MIN_TEXT_PX", "error_bars", "shown_scale", "step_heatmap",
+           "text_width", "wrap_to_width"]
+
+# A figure is saved at FIGURE_DPI (report.figures.save_figure) and a notebook page shows it at its natural size, or,
+# when it is wider, at the page's column width: INLINE_WIDTH_PX at a 1280 px wide window (the contents sidebar and
+# the cell's prompt take the rest; measured in Chromium, and checked by tests/test_browser.py). Text drawn at s points
+# reads s * FIGURE_DPI / 72 * shown_scale(width) px there; MIN_TEXT_PX is the least a figure's text may read.
+FIGURE_DPI = 130
+INLINE_WIDTH_PX = 921
+MIN_TEXT_PX = 9.0
+
+
+def shown_scale(width_px: float) -> float:
+    """The scale at which a notebook page at 1280 px shows a PNG ``width_px`` wide (1 when it fits)."""
+    return min(1.0, INLINE_WIDTH_PX / float(width_px))
+
+
+@lru_cache(maxsize=4096)
+def text_width(text: str, fontsize: float) -> float:
+    """How wide ``text`` is drawn at ``fontsize`` points, in inches (the Agg renderer's measure, default font)."""
+    from matplotlib.font_manager import FontProperties
+
+    renderer = _renderer()
+    width = max((renderer.get_text_width_height_descent(line, FontProperties(size=fontsize), ismath=False)[0]
+                 for line in text.split("\n")), default=0.0)
+    return width / renderer.dpi
+
+
+@lru_cache(maxsize=1)
+def _renderer():
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    return RendererAgg(100, 100, 72)
+
+
+def wrap_to_width(text: str, width: float, fontsize: float) -> str:
+    """``text`` with its lines broken between words so that none is wider than ``width`` inches at ``fontsize``
+    points (a word longer than the width keeps a line of its own); the line breaks it has are kept."""
+    lines = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            candidate = f"{line} {word}" if line else word
+            if line and text_width(candidate, fontsize) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = candidate
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def error_bars(table: pd.DataFrame, column: str) -> list[np.ndarray]:

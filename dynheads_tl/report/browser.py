@@ -2,9 +2,12 @@
 
 For the index and every notebook page: a JavaScript error, a link to a file or anchor that does not exist, an
 image that does not load, raw TeX left in the text, and (at 420 px wide) a page that scrolls sideways outside
-its table boxes. The browser is driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: no
-WebSocket library, no port), and the pages are served by a localhost HTTP server started here, so links can
-be fetched the way a browser follows them. Nothing is written into the report folder.
+its table boxes. On a notebook page, every figure (a PNG output) must be a link that shows it at full size, and at
+1280 px the page must show it at least as wide as the figures' text is sized for
+(:data:`dynheads_tl.analysis.plots.INLINE_WIDTH_PX`, or its own width when narrower). The browser is driven over
+the DevTools protocol on a pipe (``--remote-debugging-pipe``: no WebSocket library, no port), and the pages are
+served by a localhost HTTP server started here, so links can be fetched the way a browser follows
+them. Nothing is written into the report folder.
 
     python -m dynheads_tl.report.browser papers_figures [--screenshots DIR]
 """
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dynheads_tl.analysis.plots import INLINE_WIDTH_PX
 from dynheads_tl.report.text import raw_tex
 
 NARROW = 420  # px: the page must not scroll sideways at this width, except inside its table boxes
@@ -212,6 +216,48 @@ _IMAGE_CHECK = r"""
 })()
 """
 
+# Every figure of a notebook page (a PNG output): a link that shows it at full size (its PNG file, the same image; or
+# its own id, which opens it over the page at its natural width), and shown at least `inline` px wide (or at its own
+# width) at 1280 px.
+_ENLARGE_CHECK = r"""
+(async (inline) => {
+  const problems = [];
+  const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const images = [...document.querySelectorAll('main.page .jp-RenderedImage img')];
+  for (const [i, img] of images.entries()) {
+    img.loading = 'eager';
+    await img.decode().catch(() => null);
+    const name = 'figure ' + (i + 1) + ' (' + (img.alt || '').slice(0, 50) + (img.alt.length > 50 ? '…' : '') + ')';
+    const shown = img.getBoundingClientRect().width;
+    if (shown + 1 < Math.min(img.naturalWidth, inline))
+      problems.push(name + ' is shown ' + Math.round(shown) + ' px wide at ' + window.innerWidth + ' px, less than the '
+                    + inline + ' px its text is sized for');
+    const link = img.closest('a.enlarge');
+    if (!link) { problems.push(name + ' is not a link to itself at full size'); continue; }
+    const target = new URL(link.href, location.href);
+    if (target.href.split('#')[0] === location.href.split('#')[0] && target.hash) {
+      location.hash = target.hash;
+      await frame();
+      const box = img.getBoundingClientRect(), over = getComputedStyle(img.closest('.zoom') || img).position;
+      const full = Math.abs(box.width - img.naturalWidth) <= 1 && over === 'fixed';
+      location.hash = '';
+      await frame();
+      if (!full) problems.push(name + ': its link ' + link.getAttribute('href') + ' does not show it at full size ('
+                               + Math.round(box.width) + ' of ' + img.naturalWidth + ' px)');
+      continue;
+    }
+    const opened = new Image();
+    opened.src = target.href;
+    const loads = await opened.decode().then(() => true, () => false);
+    if (!loads) problems.push(name + ': its link ' + link.getAttribute('href') + ' does not open an image');
+    else if (opened.naturalWidth !== img.naturalWidth || opened.naturalHeight !== img.naturalHeight)
+      problems.push(name + ': its link ' + link.getAttribute('href') + ' opens a ' + opened.naturalWidth + ' x '
+                    + opened.naturalHeight + ' px image, not this ' + img.naturalWidth + ' x ' + img.naturalHeight
+                    + ' one');
+  }
+  return problems;
+})"""
+
 # Elements whose right edge passes the viewport and that are not inside a box that scrolls on its own.
 _OVERFLOW_CHECK = r"""
 (() => {
@@ -233,7 +279,8 @@ _OVERFLOW_CHECK = r"""
 
 
 def page_problems(browser: Browser, url: str, name: str, screenshot: Path | None = None) -> list[str]:
-    """What is broken on one page: JavaScript errors, broken links, anchors and images, raw TeX, and sideways
+    """What is broken on one page: JavaScript errors, broken links, anchors and images, raw TeX, a figure that is no
+    link to itself at full size or is shown narrower than its text is sized for (at :data:`WIDE` px), and sideways
     scrolling at :data:`NARROW` px (a screenshot at that width is written to ``screenshot`` when given)."""
     problems = []
     browser.open(url, WIDE)
@@ -254,6 +301,7 @@ def page_problems(browser: Browser, url: str, name: str, screenshot: Path | None
     problems += [f"{name}: image does not load: {p}" for p in browser.evaluate(_IMAGE_CHECK)]
     text = browser.evaluate("document.body.innerText")
     problems += [f"{name}: raw TeX in the text: {t}" for t in raw_tex(text)[:5]]
+    problems += [f"{name}: {p}" for p in browser.evaluate(f"{_ENLARGE_CHECK}({INLINE_WIDTH_PX})")]
     browser.open(url, NARROW)
     time.sleep(0.3)
     overflow = browser.evaluate(_OVERFLOW_CHECK)

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from dynheads_tl.analysis.plots import FIGURE_DPI
 from dynheads_tl.store import atomic_write_text
 from dynheads_tl.verdicts import record_output
 
@@ -72,7 +73,7 @@ def save_figure(fig, name: str, out_dir: str | Path, data: pd.DataFrame, config:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     caption = caption or figure_caption(fig)
-    fig.savefig(out / f"{name}.png", dpi=130, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(out / f"{name}.png", dpi=FIGURE_DPI, bbox_inches="tight", metadata={"Software": None})
     fig.savefig(out / f"{name}.pdf", bbox_inches="tight", metadata=PDF_METADATA)
     # Closed once saved: the notebooks display the PNG that was written, and an open figure would be
     # drawn a second time by the inline backend at the end of the cell.

@@ -18,6 +18,8 @@ the page's data passed in as a :class:`Page`. What it gets that nbconvert alone 
   sentence each (the sentences themselves are untouched).
 - **Figures described.** Each figure gets alternative text naming its file, its section and the CSV of the numbers
   it plots (nbconvert alone writes a placeholder).
+- **Figures enlarged.** A click on a figure shows it at full size (the page scales a wide one down to its column):
+  it links to its PNG file beside the page; an image with no file opens over the page (CSS ``:target``, no script).
 
 The rendered HTML is read with BeautifulSoup (headings, the section above each cell, network loads), never with
 regular expressions.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,20 +104,27 @@ def cell_files(notebook, folder: Path) -> dict[str, list[str]]:
     return found
 
 
-def _describe_images(outputs: list, stems: list[str], folder: Path, section: str) -> None:
+def _describe_images(outputs: list, stems: list[str], folder: Path, section: str, zoom_ids=None) -> None:
     """Alternative text for each PNG output that has none (nbconvert would write a placeholder): the figure file
     it shows (found by its bytes), its caption where the notebook recorded one, and the table of the numbers it
-    plots, under its section."""
+    plots, under its section. And how a click shows it at full size (notebook.html.j2): ``enlarge``, the link to its
+    figure file beside the page; an image with no file gets ``zoom``, an id unique on the page (the next of
+    ``zoom_ids``), and opens over the page."""
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     files = {_png_digest((folder / f"{stem}.png").read_bytes()): stem for stem in stems
              if (folder / f"{stem}.png").exists()}
     captions = {entry["stem"]: entry.get("caption", "") for entry in verdicts.outputs(folder)} if files else {}
+    zoom_ids = zoom_ids if zoom_ids is not None else itertools.count(1)
     for i, output in enumerate(images):
         metadata = output.setdefault("metadata", {}).setdefault("image/png", {})
+        stem = files.get(_png_digest(base64.b64decode("".join(output["data"]["image/png"]))))
+        if stem:
+            metadata["enlarge"] = f"../{folder.name}/{stem}.png"
+        else:
+            metadata["zoom"] = f"figure-{next(zoom_ids)}"
         if metadata.get("alt"):
             continue
         where = f"under “{re.sub(r'[*`$]', '', section)}”"
-        stem = files.get(_png_digest(base64.b64decode("".join(output["data"]["image/png"]))))
         if stem:
             data = folder / f"{stem}.csv"
             numbers = f"; the numbers it plots are in {data.name}" if data.exists() else ""
@@ -156,6 +166,7 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
     complete = all(entry["stem"] in placed or entry.get("cell_id") or entry.get("cell_source")
                    for entry in verdicts.outputs(folder))
     cells, parameters = [], []
+    zoom_ids = itertools.count(1)  # the ids of the images with no file of their own, unique on the page
     section = notebook_title(stem)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -186,7 +197,7 @@ def prepare_notebook(notebook, output_dir: Path, stem: str):
                     data["text/html"] = shorten_table(data["text/html"], files)
                 outputs.append(output)
             cell.outputs = outputs
-            _describe_images(outputs, written.get(cell.get("id"), []), folder, section)
+            _describe_images(outputs, written.get(cell.get("id"), []), folder, section, zoom_ids)
         cells.append(cell)
     if parameters:
         # A fixed id (nbformat would draw a random one), so rendering the same run twice gives the same page.

@@ -6,6 +6,8 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from dynheads_tl.analysis.plots import wrap_to_width
+
 __all__ = ["cca_splits_figure", "lead_figure"]
 
 
@@ -15,7 +17,7 @@ def cca_splits_figure(summary: pd.DataFrame, title: str, paper: Sequence[float] 
     correlation vs lag k for the in-sample fit and the held-out fit and both shuffled controls (all fitted on the
     training layouts and scored on the held-out ones), each with its 95% interval; with ``residualised``, the
     held-out curve with step, tokens and depth regressed out and its chance pairing."""
-    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    fig, ax = plt.subplots(figsize=(6.8, 5.4), layout="constrained")
     styles = {"in-sample": ("tab:blue", "-"), "held-out": ("tab:green", "-"), "shuffled": ("tab:grey", "--"),
               "shuffled, same step": ("tab:purple", "--")}
     n = int(summary["splits"].min()) if len(summary) else 0
@@ -43,9 +45,19 @@ def cca_splits_figure(summary: pd.DataFrame, title: str, paper: Sequence[float] 
     ax.set_ylabel("first canonical correlation")
     ax.set_ylim(min(-0.05, float(summary["first_low"].min()) - 0.02) if len(summary) else -0.05, 1.02)
     ax.set_title(f"{title}\nmeans of {n} splits by layout, 95% corrected resampled CI; {sizes}", fontsize=9)
-    ax.legend(fontsize=6.5, loc="lower left")
-    fig.tight_layout()
+    _legend_below(fig, ax)
     return fig
+
+
+def _legend_below(fig, ax, columns: int = 2, fontsize: float = 8) -> None:
+    """The axes' legend under the figure, outside every axes (it covers no curve), in ``columns`` columns whose labels
+    are wrapped to the width each column has."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    column_width = (fig.get_size_inches()[0] - 0.6) / columns - 0.6  # the handle and the gaps take the rest
+    fig.legend(handles, [wrap_to_width(label, column_width, fontsize) for label in labels], loc="outside lower center",
+               ncol=columns, fontsize=fontsize, frameon=False)
 
 
 def lead_figure(panels: Sequence[tuple[pd.DataFrame, str, str]], title: str, split_label: str = "by-sample"):

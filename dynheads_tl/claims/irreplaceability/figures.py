@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from dynheads_tl.analysis.plots import error_bars
+from dynheads_tl.analysis.plots import error_bars, text_width, wrap_to_width
 from dynheads_tl.protocols.conditions import CONDITIONS, condition_titles
 from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
 
@@ -36,47 +36,87 @@ def _runs_per_cell(grid: pd.DataFrame) -> str:
     return f"n = {low}" if low == high else f"n = {low}–{high}"
 
 
+# The grids' text, in points: every cell's mean and interval, the panel titles, ticks and the note below the panels.
+# With the figure at most GRID_MAX_WIDTH inches wide, 9 points read at least 9 px on a notebook page at 1280 px
+# (analysis.plots.shown_scale).
+GRID_TEXT_PT = 9
+GRID_MAX_WIDTH = 12.0
+
+
+def _is_drop(metric: str) -> bool:
+    """Whether ``metric`` is a teacher-forced drop (nats per step, larger = more damage), not a score in [0, 1]."""
+    return "drop" in metric
+
+
+def _drop_colours(means: np.ndarray):
+    """The colour map and its range for drops: blue-white-red centred at 0 with the same scale on both sides (a drop
+    of d nats is as red as a gain of d nats is blue), cut to the range the cells take, so that the colour bar shows
+    only that range; 0 (no drop) is white."""
+    from matplotlib.colors import ListedColormap
+
+    finite = means[np.isfinite(means)]
+    low = min(0.0, float(finite.min())) if finite.size else 0.0
+    high = max(0.0, float(finite.max())) if finite.size else 0.0
+    reach = max(abs(low), abs(high)) or 1.0
+    full = plt.get_cmap("RdBu_r")
+    cut = ListedColormap(full(np.linspace(0.5 + low / (2 * reach), 0.5 + high / (2 * reach), 256)), name="drop")
+    return cut, low, (high if high > low else low + 1.0)
+
+
+def _panel_title(title: str, heads: str, width: float, fontsize: float) -> str:
+    """A panel's title wrapped to ``width`` inches, its "(n heads/step)" kept whole: after the title where it fits on
+    the last line, else on a line of its own."""
+    wrapped = wrap_to_width(title, width, fontsize)
+    last = wrapped.rsplit("\n", 1)[-1]
+    return wrapped + heads if text_width(last + heads, fontsize) <= width else wrapped + "\n" + heads.strip()
+
+
 def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | None = None):
-    """Fig 2 / Fig 6: one context x depth heatmap of ``metric`` per masking condition (4 panels a row).
+    """Fig 2 / Fig 6: one context x depth heatmap of ``metric`` per masking condition (up to 4 panels a row, as many
+    as fit in :data:`GRID_MAX_WIDTH` inches with every cell's interval legible).
 
     Each panel's title gives the mean number of heads masked per step; the figure title gives n (runs per
-    cell and per panel) and, with ``k``, which panels mask the fixed k and which a number set by D_t."""
+    cell and per panel) and, with ``k``, which panels mask the fixed k and which a number set by D_t. A score
+    (accuracy, F1) is coloured red (0) to green (1); a drop (``tf_drop``: the gold token's log-probability lost per
+    step, nats) on its own scale, white at 0 and redder the more is lost (blue: a gain), with its own colour bar."""
 
     titles = condition_titles()
     conditions = _ordered_conditions(grid["condition"])
-    columns = min(4, len(conditions))
-    rows = -(-len(conditions) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.2, 2.5 * rows + 1.3), sharey=True,
-                             squeeze=False, layout="constrained")
-    flat = axes.flatten()
+    text = GRID_TEXT_PT
+    drop = _is_drop(metric)
 
     def cell(values: pd.Series) -> str:  # the cell's mean and 95% interval (Wilson for 0/1, bootstrap otherwise)
         data = pd.to_numeric(values, errors="coerce").dropna().to_numpy(float)
-        binary = len(data) and set(np.unique(data)) <= {0.0, 1.0}
+        binary = not drop and len(data) and set(np.unique(data)) <= {0.0, 1.0}  # a drop of 0 is no proportion
         ci = wilson_interval(int(data.sum()), len(data)) if binary else bootstrap_interval(data)
         return f"{ci.estimate:.2f}\n[{ci.low:.2f}, {ci.high:.2f}]"
 
-    image = None
-    for ax, condition in zip(flat, conditions):
+    tables, labels = {}, {}
+    for condition in conditions:
         part = grid[grid["condition"] == condition]
-        table = part.pivot_table(index="context", columns="depth", values=metric, aggfunc="mean")
-        labels = part.groupby(["context", "depth"])[metric].apply(cell).unstack("depth").reindex(
-            index=table.index, columns=table.columns)
-        sns.heatmap(table, ax=ax, vmin=0, vmax=1, cmap="RdYlGn", annot=labels.to_numpy(), fmt="", cbar=False,
-                    annot_kws={"fontsize": 9})
-        image = ax.collections[0]
-        heads = (f" ({part['heads_masked_per_step'].mean():.1f} heads/step)"
-                 if "heads_masked_per_step" in part and condition != "none" else "")
-        ax.set_title(titles[condition] + heads, fontsize=9)
-        ax.set_xlabel("depth" if condition in conditions[-columns:] else "")
-        ax.set_ylabel("context tokens" if ax in axes[:, 0] else "")
-    for ax in flat[len(conditions):]:
-        ax.set_visible(False)
-    if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.6, aspect=30, label=f"mean {metric}")
+        tables[condition] = part.pivot_table(index="context", columns="depth", values=metric, aggfunc="mean")
+        labels[condition] = part.groupby(["context", "depth"])[metric].apply(cell).unstack("depth").reindex(
+            index=tables[condition].index, columns=tables[condition].columns)
+    # Each panel is as wide as its cells' labels need (and no narrower than a two-line title needs); as many panels a
+    # row as fit in the width, so no text has to shrink when the page scales the figure down.
+    n_rows = max(len(t.index) for t in tables.values())
+    n_columns = max(len(t.columns) for t in tables.values())
+    widest = max((text_width(str(label), text) for frame in labels.values() for label in frame.to_numpy().ravel()
+                  if isinstance(label, str)), default=0.5)
+    panel_width = max(2.5, n_columns * (widest + 0.1))
+    gap, left, right = 0.35, 0.75, 1.0
+    columns = max([c for c in range(1, min(4, len(conditions)) + 1)
+                   if left + c * panel_width + (c - 1) * gap + right <= GRID_MAX_WIDTH] or [1])
+    rows = -(-len(conditions) // columns)
+    heads = {c: (f" ({grid.loc[grid['condition'] == c, 'heads_masked_per_step'].mean():.1f} heads/step)"
+                 if "heads_masked_per_step" in grid and c != "none" else "") for c in conditions}
+    panel_titles = {c: _panel_title(titles[c], heads[c], panel_width, text) for c in conditions}
+    title_lines = max(t.count("\n") + 1 for t in panel_titles.values())
+    width = left + columns * panel_width + (columns - 1) * gap + right
+    row_height = n_rows * 0.5 + title_lines * text * 1.3 / 72 + 0.55
     per_panel = grid.groupby("condition").size()
-    fig.suptitle(title, fontsize=12)
-    note = (f"Each cell: mean {metric} with its 95% interval ({'Wilson' if metric in ('accuracy', 'em') else 'bootstrap'}); "
+    note = (f"Each cell: mean {metric}{' (nats/step)' if drop else ''} with its 95% interval "
+            f"({'Wilson' if metric in ('accuracy', 'em') else 'bootstrap'}); "
             f"{_runs_per_cell(grid)} runs per cell, {int(per_panel.min())} per panel.")
     if k is not None:
         fixed = [titles[c] for c in conditions if CONDITIONS[c].sizing == "fixed_k"]
@@ -86,7 +126,38 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
             sized = [titles[c] for c in conditions if CONDITIONS[c].sizing in sizings]
             if sized:
                 note += f"; {label}: {', '.join(sized)}"
-    fig.supxlabel(note, fontsize=8)
+    note_lines = wrap_to_width(note, width - 0.3, text).count("\n") + 1
+    fig, axes = plt.subplots(rows, columns, figsize=(width, rows * row_height + 0.45 + note_lines * text * 1.35 / 72),
+                             sharey=True, squeeze=False, layout="constrained")
+    fig.get_layout_engine().set(w_pad=0.04, h_pad=0.06, wspace=gap / width, hspace=0.04)
+    flat = axes.flatten()
+    if drop:
+        means = np.concatenate([t.to_numpy(float).ravel() for t in tables.values()])
+        cmap, vmin, vmax = _drop_colours(means)
+        bar_label = "mean drop (nats/step)" if metric == "tf_drop" else f"mean {metric}: drop (nats/step)"
+    else:
+        cmap, vmin, vmax, bar_label = "RdYlGn", 0, 1, f"mean {metric}"
+
+    image = None
+    for ax, condition in zip(flat, conditions):
+        sns.heatmap(tables[condition], ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, annot=labels[condition].to_numpy(),
+                    fmt="", cbar=False, annot_kws={"fontsize": text})
+        image = ax.collections[0]
+        ax.set_title(panel_titles[condition], fontsize=text)
+        ax.tick_params(labelsize=text)
+        ax.tick_params(axis="y", labelrotation=0)
+        ax.set_xlabel("depth" if condition in conditions[-columns:] else "", fontsize=text)
+        ax.set_ylabel("context tokens" if ax in axes[:, 0] else "", fontsize=text)
+    for ax in flat[len(conditions):]:
+        ax.set_visible(False)
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes, shrink=min(1.0, max(0.6, 2.2 / (rows * row_height))), aspect=30)
+        bar.set_label(bar_label, fontsize=text)
+        bar.ax.tick_params(labelsize=text)
+    fig.suptitle(title, fontsize=12)
+    # The note is wrapped to the figure's width as it is drawn (its text stays one string per line given), so it never
+    # widens the saved image beyond the panels.
+    fig.supxlabel(note, fontsize=text, wrap=True)
     return fig
 
 
