@@ -467,6 +467,6 @@ def test_a_declared_finding_whose_files_are_missing_is_said_to_be_missing(tmp_pa
                    tmp_path / "executed" / "06_kv_retention.ipynb")
     (tmp_path / "06_kv_retention").mkdir()
     quoted = findings.findings(tmp_path)
-    assert [label for label, _, _ in quoted] == ["Beyond 2, per-step KV retention"] * 2
+    assert [label for label, _, _ in quoted] == ["Beyond 6, per-step KV retention"] * 2
     assert quoted[0][2] == ["Primary comparison (predicted against static retention over the KV-head budgets): not run."]
     assert quoted[1][2][0].startswith("not in this run: the files of 06_kv_retention lack what this verdict reads")

@@ -100,3 +100,34 @@ def test_every_committed_status_is_the_files_rule_applied_to_its_csvs(folder):
         if item.status is None or item.item not in by_item:
             continue
         assert item.status(folder).status == by_item[item.item], f"{folder.name}: {item.item}"
+
+
+def test_a_retention_budget_without_headroom_is_left_out_of_beyond_6s_primary():
+    """Gemma's long Beyond 6: at the 5% budget every strategy retrieves 0 of 30, as streaming does, and predicted
+    beats static there by a wide margin; at 10-50% static wins. Over every budget the primary reads 'supported';
+    over the budgets with headroom (SCIENCE 20, deviation of 2026-12-05) it reads 'not supported'."""
+    from dynheads_tl.claims.kv_retention.comparisons import budgets_with_headroom, primary_comparison
+    from dynheads_tl.claims.kv_retention.report import retention_rule
+
+    table = pd.DataFrame([
+        {"strategy": "full", "granularity": "query", "budget": 1.0, "accuracy": 0.6, "accuracy_low": 0.42, "accuracy_high": 0.75},
+        {"strategy": "streaming", "granularity": "query", "budget": 0.0, "accuracy": 0.0, "accuracy_low": 0.0, "accuracy_high": 0.11},
+        *[{"strategy": s, "granularity": "kv", "budget": 0.05, "accuracy": 0.0, "accuracy_low": 0.0, "accuracy_high": 0.11}
+          for s in ("static", "predicted")],
+        *[{"strategy": s, "granularity": "kv", "budget": b, "accuracy": 0.4, "accuracy_low": 0.25, "accuracy_high": 0.58}
+          for s in ("static", "predicted") for b in (0.25, 0.5)]])
+    assert budgets_with_headroom(table) == [0.25, 0.5]
+    rows = []
+    for sample in range(30):
+        for budget, predicted_minus_static in ((0.05, 1.2), (0.25, -0.04 - 0.001 * sample), (0.5, -0.05)):
+            rows += [{"strategy": "static", "granularity": "kv", "budget": budget, "sample": sample, "gold_logprob": -1.0},
+                     {"strategy": "predicted", "granularity": "kv", "budget": budget, "sample": sample,
+                      "gold_logprob": -1.0 + predicted_minus_static}]
+    rows = pd.DataFrame(rows)
+    full, stream = table.iloc[0], table.iloc[1]
+    every = primary_comparison(rows)
+    voting = primary_comparison(rows, budgets=budgets_with_headroom(table))
+    assert retention_rule(full, stream, every, sesoi=0.05, alpha=0.05) == "supported"
+    assert voting["budgets"] == [0.25, 0.5] and voting["static_better"] == 30
+    assert retention_rule(full, stream, voting, sesoi=0.05, alpha=0.05) == "not supported"
+    assert voting["tost_low"] > voting["low"] and voting["tost_high"] < voting["high"], "TOST reads the 90% interval"

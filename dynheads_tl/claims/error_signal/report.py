@@ -248,7 +248,7 @@ CLAIM = Claim(
                   "not in the paper; for scale, on other models and data: Lookback Lens AUROC .85–.91 in-domain, "
                   ".82–.85 across tasks; ReDeEP .75–.82", "auroc", 25, _auroc_headline, _auroc_status, hotpot=True),
     ),
-    findings=(Finding("Beyond 1, is the answer wrong?", _verdict_finding, "Verdict, computed from the tests"),),
+    findings=(Finding("Beyond 5, is the answer wrong?", _verdict_finding, "Verdict, computed from the tests"),),
     # The id of what PRIMARY computes (against the string match); the pre-registered primary is against the Lookback
     # ratio (tests/test_preregistration.py marks this claim as not yet computing it).
     primary=Primary("dynamic_ctx_vs_lookback", _primary),

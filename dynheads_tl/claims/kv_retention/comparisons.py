@@ -10,7 +10,7 @@ import pandas as pd
 from dynheads_tl.analysis.statistics import (bootstrap_interval, mark_separated, n_to_resolve, paired_sign_test,
                                              wilson_interval)
 
-__all__ = ["summary", "predicted_vs_static", "primary_comparison"]
+__all__ = ["summary", "predicted_vs_static", "primary_comparison", "budgets_with_headroom"]
 
 
 def summary(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
@@ -95,13 +95,32 @@ def predicted_vs_static(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05, 
     return table
 
 
-def primary_comparison(rows: pd.DataFrame, seed: int = 0, *, static: str = "static") -> dict | None:
+def budgets_with_headroom(table: pd.DataFrame) -> list[float]:
+    """The KV-head budgets of ``summary``'s table (``retention.csv``) at which some retained strategy has headroom:
+    its accuracy interval lies above streaming's (the bound with nothing but sinks and the local window). At a budget
+    where every strategy's interval reaches down to streaming's, no strategy retrieves better than keeping nothing,
+    so the budget says nothing about which heads to keep (SCIENCE 20; preregistration.yaml, deviation of
+    2026-12-05)."""
+    stream = table[table["strategy"] == "streaming"]
+    if stream.empty:
+        return sorted(table.loc[table["granularity"] == "kv", "budget"].unique().tolist())
+    floor = float(stream.iloc[0]["accuracy_high"])
+    kv = table[(table["granularity"] == "kv") & ~table["strategy"].isin(["full", "streaming"])]
+    return sorted(float(b) for b, part in kv.groupby("budget") if bool((part["accuracy_low"] > floor).any()))
+
+
+def primary_comparison(rows: pd.DataFrame, seed: int = 0, *, static: str = "static",
+                       budgets: list[float] | None = None, alpha: float = 0.05) -> dict | None:
     """Claim 6's declared primary comparison (SCIENCE 11), fixed before the data: does retaining the predicted heads
     keep the gold answer more likely than retaining the static heads, over the KV-head budgets (the ones that save
     memory)? Per sample, the mean over those budgets of predicted − static teacher-forced gold log-probability (nats
     per token); its bootstrap 95% interval over samples and the exact two-sided sign test over samples, tested alone
-    at 0.05. None when the KV-head budgets were not run."""
+    at ``alpha``; ``tost_low``/``tost_high``, the 1 - 2 ``alpha`` interval that TOST reads (both one-sided tests at
+    alpha). ``budgets``: only these KV-head budgets (:func:`budgets_with_headroom`; None: every one run). None when
+    the KV-head budgets were not run, or none is left."""
     part = rows[(rows["granularity"] == "kv") & rows["strategy"].isin(["predicted", static])]
+    if budgets is not None:
+        part = part[part["budget"].round(6).isin([round(float(b), 6) for b in budgets])]
     if part["strategy"].nunique() < 2:
         return None
     wide = part.pivot_table(index=["sample", "budget"], columns="strategy", values="gold_logprob").dropna()
@@ -110,7 +129,9 @@ def primary_comparison(rows: pd.DataFrame, seed: int = 0, *, static: str = "stat
     per_sample = (wide["predicted"] - wide[static]).groupby(level="sample").mean()
     test = paired_sign_test(per_sample.to_numpy(), np.zeros(len(per_sample)), seed=seed)
     d = test.difference
+    tost = bootstrap_interval(per_sample.to_numpy(), confidence=1 - 2 * alpha, seed=seed)
     return {"n": len(per_sample), "budgets": sorted(part["budget"].unique().tolist()), "difference": d.estimate,
             "low": d.low, "high": d.high, "predicted_better": test.a_better, "static_better": test.b_better,
             "sign_p": test.sign_p, "half_width": d.half_width, "n_to_resolve": n_to_resolve(d),
-            "separated": test.sign_p < 0.05 and (d.low > 0 or d.high < 0)}
+            "separated": test.sign_p < alpha and (d.low > 0 or d.high < 0), "tost_low": tost.low,
+            "tost_high": tost.high}

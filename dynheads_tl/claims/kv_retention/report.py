@@ -204,37 +204,70 @@ def retention_rule(full, stream, primary, *, sesoi: float, alpha: float) -> str:
     """The declared Beyond 6 rule (preregistration.yaml): no headroom unless the full cache's accuracy interval lies
     above streaming's; then the primary (``primary_comparison.csv``: predicted − static gold log-probability over the
     KV-head budgets, tested alone at ``alpha`` by its sign test, the interval away from 0): supported when separated
-    positive and reaching ``sesoi``; not supported when separated negative or when TOST (the 95% interval, stricter
-    than the declared 90%, which this results file does not hold: deviation of 2026-12-05; within ±sesoi) says it is
-    negligible; undetermined otherwise, and undetermined when the primary is missing."""
+    positive and reaching ``sesoi``; not supported when separated negative or when TOST (both one-sided tests at
+    ``alpha``: the primary's ``tost_low``–``tost_high`` interval within ±sesoi; a row without them, written before
+    they were, reads its 95% interval, which is stricter) says it is negligible; undetermined otherwise, and
+    undetermined when the primary is missing."""
     if full.accuracy_low <= stream.accuracy_high:
         return "no headroom"
     if primary is None:
         return "undetermined"
-    separated = primary.sign_p < alpha and (primary.low > 0 or primary.high < 0)
-    if separated and primary.difference >= sesoi:
+    separated = primary["sign_p"] < alpha and (primary["low"] > 0 or primary["high"] < 0)
+    if separated and primary["difference"] >= sesoi:
         return "supported"
-    if (separated and primary.difference < 0) or tost_interval(primary.low, primary.high, sesoi):
+    bounds = ((primary["tost_low"], primary["tost_high"]) if "tost_low" in primary and primary["tost_low"] == primary["tost_low"]
+              else (primary["low"], primary["high"]))
+    if (separated and primary["difference"] < 0) or tost_interval(*bounds, sesoi):
         return "not supported"
     return "undetermined"
 
 
+def voting_primary(folder: Path, frame: pd.DataFrame, alpha: float) -> tuple[dict | None, list[float], list[float]]:
+    """The primary as the status reads it: recomputed from the per-sample rows (``retention_runs.csv``) over the
+    KV-head budgets with headroom only (:func:`~.comparisons.budgets_with_headroom`; SCIENCE 20, deviation of
+    2026-12-05), with the interval TOST reads; the budgets kept and those left out. A run without the rows:
+    ``primary_comparison.csv`` as written (every budget)."""
+    from .comparisons import budgets_with_headroom, primary_comparison
+
+    runs = folder / "retention_runs.csv"
+    every = sorted(float(b) for b in frame.loc[frame["granularity"] == "kv", "budget"].unique())
+    if not runs.exists():
+        path = folder / "primary_comparison.csv"
+        return (pd.read_csv(path).iloc[0].to_dict() if path.exists() else None), every, []
+    kept = budgets_with_headroom(frame)
+    seed = int(sidecar(folder, "primary_comparison").get("seed", 0) or 0)
+    primary = primary_comparison(pd.read_csv(runs), seed=seed, budgets=kept, alpha=alpha) if kept else None
+    return primary, kept, [b for b in every if b not in kept]
+
+
+def _budgets(budgets: list[float]) -> str:
+    return ", ".join(f"{b:.0%}" for b in budgets)
+
+
 def _retention_status(folder: Path) -> Status:
-    """:func:`retention_rule` on ``retention.csv`` and ``primary_comparison.csv``, thresholds from
-    preregistration.yaml; the per-budget accuracy comparisons (secondary, Holm) are counted beside it."""
+    """:func:`retention_rule` on ``retention.csv`` and the primary over the budgets with headroom
+    (:func:`voting_primary`), thresholds from preregistration.yaml; the per-budget accuracy comparisons (secondary,
+    Holm) are counted beside it."""
     sesoi = float(preregistration.primary("kv_retention")["sesoi"])
+    alpha = preregistration.alpha()
     frame = pd.read_csv(folder / "retention.csv")
     comp = pd.read_csv(folder / "predicted_vs_static.csv")
     full = frame[frame["strategy"] == "full"].iloc[0]
     stream = frame[frame["strategy"] == "streaming"].iloc[0]
     separated = comp[comp["separated"].map(is_true)]
-    primary_path = folder / "primary_comparison.csv"
-    primary = pd.read_csv(primary_path).iloc[0] if primary_path.exists() else None
-    verdict = retention_rule(full, stream, primary, sesoi=sesoi, alpha=preregistration.alpha())
-    lead = (f"primary: predicted − static gold log-prob {ci_text(primary.difference, primary.low, primary.high, signed=True)} "
-            f"nats/token over the KV-head budgets (sign test alone, {int(primary.predicted_better)}:"
-            f"{int(primary.static_better)} samples, p = {primary.sign_p:.3g}, n = {int(primary.n)}); "
-            if primary is not None else "primary: missing (this run did not write primary_comparison.csv); ")
+    primary, kept, left_out = voting_primary(folder, frame, alpha)
+    verdict = retention_rule(full, stream, primary, sesoi=sesoi, alpha=alpha)
+    if primary is None and left_out and not kept and verdict == "undetermined":
+        verdict = "no headroom"  # the full cache separates, but no KV-head budget does
+    where = (f"over the KV-head budgets with headroom ({_budgets(kept)}; left out, no strategy above streaming: "
+             f"{_budgets(left_out)})" if left_out else "over the KV-head budgets")
+    lead = (f"primary: predicted − static gold log-prob "
+            f"{ci_text(primary['difference'], primary['low'], primary['high'], signed=True)} nats/token {where} (sign "
+            f"test alone, {int(primary['predicted_better'])}:{int(primary['static_better'])} samples, p = "
+            f"{primary['sign_p']:.3g}, n = {int(primary['n'])}); "
+            if primary is not None else
+            "primary: no KV-head budget has headroom (no strategy's accuracy lies above streaming's); " if left_out
+            else "primary: missing (this run did not write primary_comparison.csv); ")
     headline = (lead + f"full cache accuracy {ci_text(full.accuracy, full.accuracy_low, full.accuracy_high)}; "
                        f"n = {int(full.n)} samples; {len(separated)} of {len(comp)} per-budget accuracy comparisons "
                        "separated (Holm)")
@@ -248,7 +281,13 @@ def _retention_status(folder: Path) -> Status:
 
 
 def _primary_row(folder: Path) -> dict | None:
-    """``primary_comparison.csv`` read back as :func:`primary_comparison` returned it (None when not run)."""
+    """The primary as the status reads it (:func:`voting_primary`: over the KV-head budgets with headroom, from the
+    per-sample rows), else ``primary_comparison.csv`` read back as :func:`primary_comparison` returned it; None when
+    not run or when no budget has headroom."""
+    retention = folder / "retention.csv"
+    if retention.exists() and (folder / "retention_runs.csv").exists():
+        primary, _, _ = voting_primary(folder, pd.read_csv(retention), preregistration.alpha())
+        return primary
     path = folder / "primary_comparison.csv"
     if not path.exists():
         return None
@@ -261,7 +300,28 @@ def _primary_row(folder: Path) -> dict | None:
 
 
 def _primary_finding(folder: Path) -> list[str]:
-    return sentences_starting(primary_verdict(_primary_row(folder)), "Primary comparison", limit=1)
+    """The primary's sentence, or, where the status reads no headroom (the full cache not above streaming, or no
+    KV-head budget with a strategy above streaming), that sentence: a comparison without headroom ranks nothing."""
+    if not (folder / "retention.csv").exists():  # nothing to read the headroom from: the primary as written, if any
+        return sentences_starting(primary_verdict(_primary_row(folder)), "Primary comparison", limit=1)
+    frame = pd.read_csv(folder / "retention.csv")
+    full = frame[frame["strategy"] == "full"].iloc[0]
+    stream = frame[frame["strategy"] == "streaming"].iloc[0]
+    lead = "Primary comparison (predicted against static retention over the KV-head budgets): "
+    bounds = (f"full cache accuracy {ci_text(full.accuracy, full.accuracy_low, full.accuracy_high)}, streaming "
+              f"{ci_text(stream.accuracy, stream.accuracy_low, stream.accuracy_high)}; n = {int(full.n)} samples")
+    if full.accuracy_low <= stream.accuracy_high:
+        return [f"{lead}**no headroom**: the full cache's accuracy does not lie above streaming's ({bounds}), so the "
+                "comparison says nothing about which heads to keep."]
+    primary, kept, left_out = voting_primary(folder, frame, preregistration.alpha())
+    if primary is None and left_out and not kept:
+        return [f"{lead}**no headroom**: at no KV-head budget does any strategy's accuracy lie above streaming's "
+                f"({bounds}; budgets {_budgets(left_out)}), so the comparison says nothing about which heads to keep."]
+    sentence = sentences_starting(primary_verdict(primary), "Primary comparison", limit=1)
+    if left_out and sentence:
+        sentence[0] = sentence[0].rstrip(".") + (f" (budgets {_budgets(left_out)} left out: no strategy's accuracy "
+                                                 "lies above streaming's there).")
+    return sentence
 
 
 def _budget_finding(folder: Path) -> list[str]:
@@ -280,7 +340,8 @@ def _primary(folder: Path) -> dict | None:
     return {"estimate": float(row["difference"]), "low": float(row["low"]), "high": float(row["high"]),
             "n": row["n"], "units": "samples", "test": "exact two-sided sign test over samples; 95% bootstrap interval",
             "p": float(row["sign_p"]), "p_adjusted": None,
-            "computed": f"gold log-probability per token, predicted − static retention, averaged over budgets {budgets}"}
+            "computed": f"gold log-probability per token, predicted − static retention, averaged over the budgets with "
+                        f"headroom {budgets}"}
 
 
 CLAIM = Claim(
@@ -308,8 +369,8 @@ CLAIM = Claim(
                   "not in the paper; for scale, on other models: " + "; ".join(f"{k} {v}" for k, v in ANCHORS.items()),
                   "retention", 26, _retention_headline, _retention_status),
     ),
-    findings=(Finding("Beyond 2, per-step KV retention", _primary_finding, "Verdict, computed from the intervals"),
-              Finding("Beyond 2, per-step KV retention", _budget_finding, "Verdict, computed from the intervals")),
+    findings=(Finding("Beyond 6, per-step KV retention", _primary_finding, "Verdict, computed from the intervals"),
+              Finding("Beyond 6, per-step KV retention", _budget_finding, "Verdict, computed from the intervals")),
     primary=Primary("predicted_vs_static_retention", _primary),
     seeds=SEEDS,
 )
