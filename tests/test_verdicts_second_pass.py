@@ -131,3 +131,41 @@ def test_a_retention_budget_without_headroom_is_left_out_of_beyond_6s_primary():
     assert voting["budgets"] == [0.25, 0.5] and voting["static_better"] == 30
     assert retention_rule(full, stream, voting, sesoi=0.05, alpha=0.05) == "not supported"
     assert voting["tost_low"] > voting["low"] and voting["tost_high"] < voting["high"], "TOST reads the 90% interval"
+
+
+def test_fig_3_reads_no_headroom_when_nothing_answers_unmasked():
+    """A smoke run at n = 1: unmasked accuracy 0.00 [0.00, 0.79] clears the 0.5 floor by its upper bound, but with an
+    estimate of 0 'no drop' cannot fail: no headroom (deviation of 2026-12-05), as Fig 6/7 read it; was 'not
+    reproduced'."""
+    from dynheads_tl.claims.irreplaceability.rules import progressive_rule
+
+    table = pd.DataFrame([{"k": 0, "accuracy": 0.0, "accuracy_low": 0.0, "accuracy_high": 0.79},
+                          {"k": 20, "accuracy": 0.0, "accuracy_low": 0.0, "accuracy_high": 0.79}])
+    rule = preregistration.item_rule("irreplaceability", "Fig 3")
+    assert progressive_rule(table, "accuracy", {}, rule)[0] == "no headroom"
+    table.loc[0, ["accuracy", "accuracy_low", "accuracy_high"]] = [0.5, 0.3, 0.7]
+    table.loc[1, ["accuracy", "accuracy_low", "accuracy_high"]] = [0.9, 0.6, 0.97]
+    assert progressive_rule(table, "accuracy", {}, rule)[0] == "not reproduced"  # a drop could have shown, and did not
+
+
+def test_claim_4_and_beyond_5_read_tost_on_the_90_percent_interval():
+    """A primary whose 95% interval reaches past ±sesoi but whose 90% interval lies inside it is negligible by TOST
+    at alpha (both one-sided tests at 0.05), as declared; claim 4's comparison table writes that interval."""
+    from dynheads_tl.claims.dynamic_rag.pipeline import comparison_table
+    from dynheads_tl.claims.dynamic_rag.report import table4_rule
+    from dynheads_tl.claims.error_signal.report import error_rule
+
+    bounds = pd.Series({"f1_difference": 0.5, "low": 0.3, "high": 0.7, "sign_p": 1e-5, "p_adjusted": 1e-5})
+    primary = pd.Series({"f1_difference": -0.005, "low": -0.045, "high": 0.035, "tost_low": -0.035, "tost_high": 0.025,
+                         "sign_p": 0.7, "p_adjusted": 0.7})
+    assert table4_rule(bounds, primary, 0.04, 0.05) == "not reproduced"
+    assert table4_rule(bounds, primary.drop(["tost_low", "tost_high"]), 0.04, 0.05) == "undetermined"
+    row = pd.Series({"wrong": 20, "right": 40, "sign_p": 0.6, "difference": 0.002, "low": -0.021, "high": 0.025,
+                     "tost_low": -0.015, "tost_high": 0.018})
+    assert error_rule(row, sesoi=0.02, alpha=0.05, min_per_class=10) == "not supported"
+    assert error_rule(row.drop(["tost_low", "tost_high"]), sesoi=0.02, alpha=0.05, min_per_class=10) == "undetermined"
+    rows = pd.DataFrame([{"sample": i, "strategy": s, "f1": f} for i in range(30)
+                         for s, f in (("dynamic", 0.5 + 0.01 * (i % 7)), ("static", 0.5 + 0.01 * (i % 5)),
+                                      ("full", 0.9), ("none", 0.1))])
+    ds = comparison_table(rows).set_index(["a", "b"]).loc[("dynamic", "static")]
+    assert ds["low"] < ds["tost_low"] < ds["f1_difference"] < ds["tost_high"] < ds["high"]

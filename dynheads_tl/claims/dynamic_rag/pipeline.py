@@ -12,7 +12,7 @@ import torch
 from dynheads_tl.analysis.correlation import ProbeConfig, split_by_sample, train_probe
 from dynheads_tl.analysis.scoring import static_eq2_scores
 from dynheads_tl.analysis.head_probe import HeadProbe
-from dynheads_tl.analysis.statistics import mark_separated, n_to_resolve, paired_sign_test
+from dynheads_tl.analysis.statistics import bootstrap_interval, mark_separated, n_to_resolve, paired_sign_test
 from dynheads_tl.corpus import TraceSets, collect_traces, hotpot_traces
 from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.protocols.rag import STRATEGIES, calibrate_rind_threshold, run_units
@@ -57,6 +57,13 @@ COMPARISONS = (("dynamic", "static"), ("dynamic", "dynamic_random"), ("dynamic",
 PRIMARY = ("dynamic", "static")  # the case study's declared primary comparison (the paper's Table 4 headline)
 
 
+def tost_bounds(joined: pd.DataFrame, *, seed: int = 0, alpha: float = 0.05) -> tuple[float, float]:
+    """The 1 - 2 ``alpha`` bootstrap interval (90% at alpha 0.05) of the paired differences ``a - b`` of
+    :func:`_paired`'s table, which TOST reads (both one-sided tests at alpha, preregistration.yaml)."""
+    interval = bootstrap_interval((joined["a"] - joined["b"]).to_numpy(float), confidence=1 - 2 * alpha, seed=seed)
+    return interval.low, interval.high
+
+
 def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:
     """Paired F1 differences (a − b) for the two bounds (full − none) and :data:`COMPARISONS`: the mean difference
     with a bootstrap 95% interval, how many questions differ and which way, and an exact two-sided sign test on
@@ -75,7 +82,9 @@ def comparison_table(rows: pd.DataFrame, seed: int = 0, alpha: float = 0.05) -> 
             continue
         test = paired_sign_test(joined["a"].to_numpy(), joined["b"].to_numpy(), seed=seed)
         diff = test.difference
-        out.append({"a": a, "b": b, "f1_difference": diff.estimate, "low": diff.low, "high": diff.high, "n": diff.n,
+        tost = tost_bounds(joined, seed=seed, alpha=alpha)
+        out.append({"a": a, "b": b, "f1_difference": diff.estimate, "low": diff.low, "high": diff.high,
+                    "tost_low": tost[0], "tost_high": tost[1], "n": diff.n,
                     "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p,
                     "half_width": diff.half_width, "n_to_resolve": n_to_resolve(diff), "primary": (a, b) == PRIMARY})
     table = pd.DataFrame(out)

@@ -14,7 +14,7 @@ from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, detec
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import SEEDS, RagStudyConfig
-from .pipeline import _recall_per_visible
+from .pipeline import _paired, _recall_per_visible, tost_bounds
 
 __all__ = [
     "PAPER_TABLE4", "STRATEGY_NAMES", "TEACHER_FORCED_COMPARISONS", "table4", "teacher_forced_table", "rag_verdict",
@@ -277,14 +277,17 @@ def table4_rule(bounds, primary, rule_sesoi: float, alpha: float) -> str:
     """The declared Table 4 rule (preregistration.yaml): no headroom unless full context separates above w/o RAG
     (the bounds, tested alone); reproduced when the primary (Dynamic − Static F1, tested alone at ``alpha``) is
     separated positive and its estimate reaches ``rule_sesoi``; not reproduced when separated negative, or when TOST
-    (the 95% interval, stricter than the declared 90%, which this results file does not hold: deviation of
-    2026-12-05; within ±sesoi) says the difference is negligible; undetermined otherwise."""
+    (both one-sided tests at ``alpha``: the primary's ``tost_low``–``tost_high`` interval within ±sesoi; a row
+    without them reads its 95% interval, which is stricter) says the difference is negligible; undetermined
+    otherwise."""
     if bounds is None or _alone(bounds, alpha) != "positive":
         return "no headroom"
     direction = _alone(primary, alpha)
     if direction == "positive" and primary["f1_difference"] >= rule_sesoi:
         return "reproduced"
-    if direction == "negative" or tost_interval(primary["low"], primary["high"], rule_sesoi):
+    has_tost = "tost_low" in primary and primary["tost_low"] == primary["tost_low"]
+    bounds = (primary["tost_low"], primary["tost_high"]) if has_tost else (primary["low"], primary["high"])
+    if direction == "negative" or tost_interval(*bounds, rule_sesoi):
         return "not reproduced"
     return "undetermined"
 
@@ -298,6 +301,13 @@ def _table4_status(folder: Path) -> Status:
     comp = pd.read_csv(folder / "table4_comparisons.csv")
     pair = lambda a, b: (lambda hit: None if hit.empty else hit.iloc[0])(comp[(comp["a"] == a) & (comp["b"] == b)])
     bounds, ds = pair("full", "none"), pair("dynamic", "static")
+    if ds is not None and "tost_low" not in ds and (folder / "rag_runs.csv").exists():
+        # a file written before the TOST interval was: recompute it from the per-question rows (deviation of 2026-12-05)
+        joined = _paired(pd.read_csv(folder / "rag_runs.csv"), "dynamic", "static")
+        if joined is not None:
+            seed = int(sidecar(folder, "table4_comparisons").get("seed", 0) or 0)
+            ds = ds.copy()
+            ds["tost_low"], ds["tost_high"] = tost_bounds(joined, seed=seed, alpha=alpha)
     verdict = table4_rule(bounds, ds, sesoi, alpha)
     run = sidecar(folder, "table4_rag")
     synthetic = str(run.get("hotpot_source", "synthetic")) == "synthetic"

@@ -132,7 +132,8 @@ def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: in
 def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: np.ndarray,
                      settings: list[str] | None = None, *, seed: int = 0, n_resamples: int = 2000) -> pd.DataFrame:
     """Every comparison of :data:`COMPARISONS` pooled and within each setting (``settings``: one name per answer),
-    one row each: the AUROC difference (a − b) with its cluster-bootstrap 95% interval (layouts resampled), the
+    one row each: the AUROC difference (a − b) with its cluster-bootstrap 95% interval (layouts resampled; 90%,
+    ``tost_low``/``tost_high``, for TOST), the
     layouts whose AUROC share favours each side and the exact two-sided sign test over them
     (:func:`placement_contributions`, :func:`~dynheads_tl.analysis.statistics.paired_sign_test`); :data:`PRIMARY`
     is tested alone at :data:`ALPHA` (its ``p_adjusted`` is its own ``sign_p``), then Holm over the secondary
@@ -163,6 +164,8 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
             interval = Interval(diff, low, high, int(len(y)), len(share_a))
             rows.append({"scope": scope, "a": a, "b": b, "n": int(len(y)), "wrong": wrong, "right": right,
                          "clusters": len(share_a), "difference": diff, "low": low, "high": high,
+                         # the 90% interval TOST reads (both one-sided tests at 0.05; preregistration.yaml)
+                         "tost_low": quantile(draws[(a, b)], 0.05), "tost_high": quantile(draws[(a, b)], 0.95),
                          "a_better": test.a_better, "b_better": test.b_better, "sign_p": test.sign_p,
                          "evaluable": wrong >= MIN_PER_CLASS and right >= MIN_PER_CLASS,
                          "half_width": interval.half_width, "n_to_resolve": n_to_resolve(interval)})

@@ -159,15 +159,18 @@ def error_rule(row, *, sesoi: float, alpha: float, min_per_class: int) -> str:
     """The declared Beyond 5 rule (preregistration.yaml) on the primary's row of ``auroc_comparisons.csv`` (pooled,
     the declared a − b): no headroom with fewer than ``min_per_class`` wrong or right answers; supported when the
     primary, tested alone at ``alpha`` (its own sign-test p over layouts, the interval away from 0), is separated
-    positive and reaches ``sesoi``; not supported when separated negative or when TOST (the 95% interval, stricter
-    than the declared 90%, which this results file does not hold: deviation of 2026-12-05; within ±sesoi) says it is
-    negligible; undetermined otherwise."""
+    positive and reaches ``sesoi``; not supported when separated negative or when TOST (both one-sided tests at
+    ``alpha``: the row's 90% ``tost_low``–``tost_high`` within ±sesoi; a row written before those were, whose
+    per-answer scores the results files do not hold, reads its 95% interval, which is stricter: deviation of
+    2026-12-05) says it is negligible; undetermined otherwise."""
     if row["wrong"] < min_per_class or row["right"] < min_per_class:
         return "no headroom"
     separated = row["sign_p"] < alpha and (row["low"] > 0 or row["high"] < 0)
     if separated and row["difference"] >= sesoi:
         return "supported"
-    if (separated and row["difference"] < 0) or tost_interval(row["low"], row["high"], sesoi):
+    has_tost = "tost_low" in row and row["tost_low"] == row["tost_low"]
+    bounds = (row["tost_low"], row["tost_high"]) if has_tost else (row["low"], row["high"])
+    if (separated and row["difference"] < 0) or tost_interval(*bounds, sesoi):
         return "not supported"
     return "undetermined"
 

@@ -207,7 +207,8 @@ def progressive_rule(table: pd.DataFrame, metric: str, comp: dict, rule: dict) -
       above random masking's (paired ranked − random interval above 0); "absent" when its upper bound <
       ``compensation_sesoi``; "missing" without per-sample m_s; "undetermined" otherwise.
 
-    Status, in order: no headroom (k = 0 upper bound < ``headroom_floor``); not reproduced (no drop: the largest k's
+    Status, in order: no headroom (k = 0 upper bound < ``headroom_floor``, or the k = 0 estimate 0: a "no drop"
+    reading there cannot fail, deviation of 2026-12-05); not reproduced (no drop: the largest k's
     interval at or above the k = 0 estimate; or random heads hurt significantly more and the ranked ones nowhere);
     reproduced (curve present and compensation present); weaker (a drop with compensation absent, undetermined or
     missing, or a drop whose specificity half is missing); undetermined."""
@@ -227,8 +228,8 @@ def progressive_rule(table: pd.DataFrame, metric: str, comp: dict, rule: dict) -
         compensated = "absent"
     else:
         compensated = "undetermined"
-    if a[f"{metric}_high"] < float(rule["headroom_floor"]):
-        verdict = "no headroom"
+    if a[f"{metric}_high"] < float(rule["headroom_floor"]) or not a[metric] > 0:
+        verdict = "no headroom"  # below the floor, or nothing to drop from (deviation of 2026-12-05)
     elif b[f"{metric}_low"] >= a[metric] or reverse:
         verdict = "not reproduced"
     elif curve == "present" and compensated == "present":

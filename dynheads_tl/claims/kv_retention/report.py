@@ -10,6 +10,7 @@ from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import detectable_words, format_interval, tost_interval
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
+from .comparisons import budgets_with_headroom, primary_comparison
 from .config import SEEDS, RetentionConfig
 
 __all__ = ["ANCHORS", "primary_verdict", "query_baseline_verdict", "verdict"]
@@ -227,8 +228,6 @@ def voting_primary(folder: Path, frame: pd.DataFrame, alpha: float) -> tuple[dic
     KV-head budgets with headroom only (:func:`~.comparisons.budgets_with_headroom`; SCIENCE 20, deviation of
     2026-12-05), with the interval TOST reads; the budgets kept and those left out. A run without the rows:
     ``primary_comparison.csv`` as written (every budget)."""
-    from .comparisons import budgets_with_headroom, primary_comparison
-
     runs = folder / "retention_runs.csv"
     every = sorted(float(b) for b in frame.loc[frame["granularity"] == "kv", "budget"].unique())
     if not runs.exists():
