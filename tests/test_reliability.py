@@ -515,6 +515,38 @@ def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_
     assert "The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb" in out  # --only: runs/
 
 
+def test_sigterm_takes_the_interrupted_path_and_says_so(tiny_suite, tmp_path):
+    """`kill` (or a scheduler's time limit) sends SIGTERM to the runner alone: it ends like Ctrl-C (the notebook kept
+    as .failed.ipynb, one closing line, no traceback) with exit 143, instead of dying silently."""
+    import signal
+    import subprocess
+    import sys
+
+    suite = tiny_suite.parent
+    started = tiny_suite / "started"
+    _write_notebook(suite / "notebooks" / "01_tiny.ipynb",
+                    f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('x')\ntime.sleep(120)")
+    env = {**os.environ, "DYNHEADS_CACHE": str(tmp_path / "cache")}
+    process = subprocess.Popen([sys.executable, "-c", _REPORT_ON_THE_TINY_SUITE, str(suite), "report", "--only",
+                                "01_tiny"], cwd=tiny_suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not started.exists() and process.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert started.exists(), "the notebook's cell never started"
+        process.send_signal(signal.SIGTERM)  # the runner only, as `kill PID` does
+        out, err = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, err
+    assert err.strip().splitlines()[-1] == ("Stopped by SIGTERM. Finished traces and ablation runs are cached; run the "
+                                            "same command again to resume from where it stopped.")
+    assert "Traceback" not in err, err
+    assert "The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb" in out
+
+
 # --- the shell --------------------------------------------------------------------------------------------
 def test_an_unquoted_list_value_gets_a_quoting_hint(no_model_work, capsys):
     with pytest.raises(SystemExit) as exit_:

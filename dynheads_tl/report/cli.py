@@ -5,8 +5,10 @@ import argparse
 import ast
 import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
@@ -202,20 +204,42 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--committed regenerates the committed report as declared; it takes no {', '.join(given)} "
                   "(run a single report without --committed for those).", file=sys.stderr)
             return 2
+    previous = _stop_on_sigterm()
     try:
         if args.committed:
             run_committed_report(overrides=overrides)
         else:
             run_report(preset=args.preset, model=args.model, only=args.only, overrides=overrides,
                        output_dir=args.output_dir)
-    except KeyboardInterrupt:
-        print("\nInterrupted. Finished traces and ablation runs are cached; run the same command again to resume "
+    except KeyboardInterrupt as stop:
+        what = "Stopped by SIGTERM." if isinstance(stop, Terminated) else "Interrupted."
+        print(f"\n{what} Finished traces and ablation runs are cached; run the same command again to resume "
               "from where it stopped.", file=sys.stderr)
-        return 130
+        return 143 if isinstance(stop, Terminated) else 130
     except Exception as error:
         print(f"\nReport failed: {_failure(error)}", file=sys.stderr)
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler's time limit) during a report: it takes Ctrl-C's path (the interrupted notebook
+    kept as ``<stem>.failed.ipynb``, its kernel shut down, one closing line), not a silent exit."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def _stop_on_sigterm():
+    """Turn SIGTERM into :class:`Terminated` while a report runs (main thread only; returns the previous handler to
+    restore, or None where none was installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _terminate)
 
 if __name__ == "__main__":
     sys.exit(main())
