@@ -13,7 +13,7 @@ from dynheads_tl.analysis.cca import READ_TOKENS_ONLY
 from dynheads_tl.claim import Status, ci_text, is_true, sidecar
 
 from .config import METRIC_LABELS
-from dynheads_tl.analysis.statistics import holm_adjust, tost_interval
+from dynheads_tl.analysis.statistics import Interval, holm_adjust, n_to_resolve, tost_interval
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.correlation import over_splits
 
@@ -225,6 +225,18 @@ def _lag_readings(rows: pd.DataFrame, prefix: str, alpha: float,
     return first, beats
 
 
+def _resolving(row, prefix: str) -> str:
+    """What would resolve the k = 1 difference (SCIENCE 12): about how many layouts a design like this one needs to
+    detect it at 80% power, from its interval over splits; empty when the row has no interval or layouts."""
+    if row is None or "n_clusters" not in row or not row["n_clusters"] == row["n_clusters"]:
+        return ""
+    need = n_to_resolve(Interval(float(row[prefix]), float(row[f"{prefix}_low"]), float(row[f"{prefix}_high"]),
+                                 int(row["n_clusters"]), int(row["n_clusters"])))
+    if not need:
+        return ""
+    return f"; about {need:,} layouts (this run: {int(row['n_clusters'])}) would resolve the observed k = 1 difference"
+
+
 def tost_bounds(row, prefix: str, alpha: float) -> tuple[float, float]:
     """The 1 - 2 ``alpha`` interval (90% at alpha 0.05) of a lead-probe difference, which TOST reads as declared ("both
     one-sided tests at alpha", preregistration.yaml): the row's corrected resampled t-interval (95%, symmetric about
@@ -311,7 +323,9 @@ def _probe_status(stem: str, task: str) -> Callable[[Path], Status]:
                     if metric == "r2" and ours <= 0 else
                     "the step-and-token prior (this run has only the step-aware one) and the confirmatory model"
                     if not read["declared"] else "the confirmatory model and longer contexts")
-            why += f". What would settle it: {what} ({run.get('model', 'this model')}, {run.get('context_tokens', '?')} tokens here)."
+            why += (f". What would settle it: {what} ({run.get('model', 'this model')}, "
+                    f"{run.get('context_tokens', '?')} tokens here)")
+            why += _resolving(row, prefix) + "."
         return Status(verdict, headline, why)
     return status
 
@@ -404,5 +418,6 @@ def _lead_status(folder: Path) -> Status:
                                        "part of the gain can be the next token, so at most partly supported")
     if verdict != "supported":
         why += ("; " if why else "") + ("What would settle it: the step-and-token prior (the token generated at n + k "
-                                        "known to it) on the same splits, and the confirmatory model.")
+                                        "known to it) on the same splits, and the confirmatory model"
+                                        + _resolving(best, prefix) + ".")
     return Status(verdict, headline, why)

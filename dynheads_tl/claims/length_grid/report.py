@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynheads_tl import preregistration
+from dynheads_tl.analysis.statistics import Interval, n_to_resolve
 from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import EASY_CONTROL, SEEDS, LengthGridConfig
@@ -72,6 +73,14 @@ def _setting(model: str, haystack: str, lengths, units: str) -> str:
     return f"{model}, NIAH on the {label} haystack at {', '.join(f'{int(x):,}' for x in lengths)} tokens, {units}"
 
 
+def _resolving(row) -> str:
+    """What would resolve an undetermined slope (SCIENCE 12): about how many layouts a design like this one needs to
+    detect the observed slope at 80% power, from its interval."""
+    need = n_to_resolve(Interval(float(row.slope_per_doubling), float(row.low), float(row.high), int(row.n_layouts),
+                                 int(row.n_layouts)))
+    return f"; about {need:,} layouts would resolve the observed slope" if need else ""
+
+
 def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
     """One computed sentence per length primary: what the slope per doubling is, on which model, lengths and data,
     and whether it changes with length (Holm over the primaries computed, BCa interval), is flat within its sesoi
@@ -98,7 +107,7 @@ def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
                    "decreases": f"**decreases with length** ({numbers})",
                    "flat within the sesoi": (f"**flat with length within ±{r.sesoi:g}** (TOST: the 90% interval "
                                              f"[{r.tost_low:+.3f}, {r.tost_high:+.3f}] lies inside; {numbers})"),
-                   "undetermined": f"**cannot be told** to change or stay flat ({numbers})"}[r.reading]
+                   "undetermined": f"**cannot be told** to change or stay flat ({numbers}{_resolving(r)})"}[r.reading]
         sentences.append(f"On {where}, {what} {reading}.")
     return " ".join(sentences)
 
