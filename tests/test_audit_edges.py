@@ -135,3 +135,23 @@ def test_converting_an_embedded_model_says_what_it_is_doing_on_stderr(tmp_path, 
     assert lines[2] == "Writing the converted weights, config and tokenizer of gemma-3-270m…"
     assert re.fullmatch(rf"Saved the converted gemma-3-270m in {re.escape(str(folder))} \(\d+ s\)\.", lines[3])
     assert (folder / "model.safetensors").exists()
+
+
+# --- papermill's cell bar -----------------------------------------------------------------------------------------
+
+def test_the_cell_bar_shows_cells_and_time_spent_but_no_rate_or_eta():
+    """A report's cells take seconds to an hour each, so tqdm's rate and ETA over cells mean nothing: the runner gives
+    papermill a bar of the cell count and the time spent (the runner's own line estimates what is left)."""
+    import io
+
+    from tqdm import tqdm
+
+    from dynheads_tl.report.runner import CELL_BAR
+
+    out = io.StringIO()
+    bar = tqdm(total=12, unit="cell", file=out, **CELL_BAR)
+    bar.update(3)
+    bar.close()
+    shown = out.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    assert re.fullmatch(r"cells: 3/12 \[\d\d:\d\d so far\]", shown), shown
+    assert not re.search(r"\{(remaining|rate|rate_fmt|rate_inv)[^}]*\}", CELL_BAR["bar_format"])

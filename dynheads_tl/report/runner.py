@@ -55,6 +55,10 @@ COMMITTED_REPORT = Path("papers_figures")  # `dynheads report --committed`'s out
 # Parameters that choose who computes, not what (results equal to float rounding: a Ray actor's torch thread count
 # may differ from the local process's): a run that sets only these is still the preset's own run.
 EXECUTION_ONLY = {"backend", "ray_address"}
+# papermill's bar counts cells: cells take seconds to an hour each, so a rate and an ETA from them mean nothing (the
+# runner's own "[i/n] … min so far, about … left" line and the progress relay say how far the work is). The bar keeps
+# the cell count and the time spent.
+CELL_BAR = {"desc": "cells", "bar_format": "{desc}: {n_fmt}/{total_fmt} [{elapsed} so far]"}
 
 # Presets every claim may fill in: ``default`` is each config's own defaults, ``smoke`` the smallest run that takes
 # every code path (the tests' notebook runs), ``paper`` the paper's grid on its model. Each claim declares its own
@@ -369,7 +373,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                     with ProgressRelay(notebook.stem) as relay, _environment(
                             DYNHEADS_PROGRESS="file", DYNHEADS_PROGRESS_FILE=relay.path, HF_HUB_DISABLE_PROGRESS_BARS="1"):
                         papermill.execute_notebook(str(notebook), str(partial), parameters=parameters, cwd=str(cwd),
-                                                   progress_bar=show_cells, kernel_name="python3",
+                                                   progress_bar=CELL_BAR if show_cells else False, kernel_name="python3",
                                                    kernel_manager_class=kernel_manager)
                 except BaseException as error:
                     failure = None
