@@ -329,8 +329,11 @@ def test_primary_verdict_reads_the_fair_comparison_and_gives_d_t_beside_it():
     grid.loc[previous, "tf_drop_t1"] = grid.loc[previous, "tf_drop_t1"] + 0.5  # D_{t-1} hurts more on every sample
     text = primary_verdict(comparison_table({"niah": _result(grid)}))
     primary, secondary = text.split(" Beside it, ")
+    from dynheads_tl.claims.irreplaceability.report import PERSISTENCE_NOTE
+
     assert primary.startswith("Primary comparison (NIAH, masking D_{t-1} against masking the top-|D_{t-1}| static "
-                              "heads, teacher-forced, steps t ≥ 1): **reproduced**")
+                              f"heads, teacher-forced, steps t ≥ 1; {PERSISTENCE_NOTE}): **reproduced**")
+    assert "favours persistence" in PERSISTENCE_NOTE and "probe-predicted set" in PERSISTENCE_NOTE
     assert "D_{t-1} hurt more on 10, the top-|D_{t-1}| static heads on 0" in primary and "sign test p = 0.00195" in primary
     # D_t and static tie on every sample; a secondary states its reading without a status word
     assert "(secondary, partly expected from selection alone)" in secondary and "the two cannot be told apart" in secondary

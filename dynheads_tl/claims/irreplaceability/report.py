@@ -150,9 +150,20 @@ def primary_verdict(comparisons: pd.DataFrame) -> str:
     """Claim 2's declared primary (:data:`PRIMARY`: D_{t-1} against as many top static heads, steps t ≥ 1), then D_t
     against as many (:data:`SELECTED_ON_OUTCOME`, secondary: chosen on the step's own outcome), each in one computed
     sentence (:func:`_declared_verdict`)."""
-    return (_declared_verdict(comparisons, PRIMARY, "Primary comparison") + " "
+    primary = _declared_verdict(comparisons, PRIMARY, "Primary comparison")
+    # What the declared primary cannot tell (issue 60): it favours sets that persist from step to step.
+    primary = primary.replace("steps t ≥ 1): ", f"steps t ≥ 1; {PERSISTENCE_NOTE}): ", 1)
+    return (primary + " "
             + _declared_verdict(comparisons, SELECTED_ON_OUTCOME, "Beside it, the set chosen on the step's own "
                                 "outcome (secondary, partly expected from selection alone)", judge=False))
+
+
+# Beside claim 2's primary: masking D_{t-1} can only remove step t's retrieving heads that were already retrieving at
+# t - 1, so the more D_t rotates (claim 1), the less it can hurt; the probe-predicted set, known before the step too,
+# has no such bias.
+PERSISTENCE_NOTE = ("a comparison that favours persistence: the more D_t rotates, the fewer of step t's retrieving "
+                    "heads D_{t-1} holds, so rotation itself shrinks its effect; the probe-predicted set, also known "
+                    "before the step, is the comparison without that bias")
 
 
 # The sentences of the probe's condition start with this (the finding picks them by it).
