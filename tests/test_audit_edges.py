@@ -155,3 +155,22 @@ def test_the_cell_bar_shows_cells_and_time_spent_but_no_rate_or_eta():
     shown = out.getvalue().replace("\r", "\n").strip().splitlines()[-1]
     assert re.fullmatch(r"cells: 3/12 \[\d\d:\d\d so far\]", shown), shown
     assert not re.search(r"\{(remaining|rate|rate_fmt|rate_inv)[^}]*\}", CELL_BAR["bar_format"])
+
+
+def test_the_smoke_reports_time_is_the_measured_one():
+    """The README and `--preset`'s help give the smoke report's measured time (docs/benchmarks.md), not "a few
+    minutes", which a user on a busy machine found to be over an hour."""
+    from pathlib import Path
+
+    from dynheads_tl.report import cli
+
+    root = Path(__file__).resolve().parent.parent
+    readme, benchmarks = (root / "README.md").read_text(), (root / "docs" / "benchmarks.md").read_text()
+    measured = re.search(r"`dynheads report --preset smoke` \(SmolLM2, every notebook\) \| (\d+)\.\d min", benchmarks)
+    assert measured, "docs/benchmarks.md records the smoke report's time"
+    minutes = measured.group(1)
+    assert f"{minutes} min idle for SmolLM2" in readme and "a few minutes" not in readme
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(__import__("io").StringIO()) as out:
+        cli.main(["report", "--help"])
+    text = " ".join(out.getvalue().split())
+    assert f"{minutes} min on an idle 2-core machine" in text and "a few minutes" not in text

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         epilog=_report_epilog(argv), formatter_class=_Help)
     p_report.add_argument("--preset", default="default", choices=preset_names(),
                           help="parameter set: 'default' (the committed report's), 'smoke' (tiny sizes, a check of "
-                               "the set-up, not a result; 65-106 min were seen on a busy 2-core machine), "
+                               "the set-up, not a result: 7 min on an idle 2-core machine, over an hour on a busy "
+                               "one), "
                                "'thorough' (the default with the larger sizes that do not fit its hour; "
                                "docs/notebooks.md says which), 'long' (notebook 07's pre-registered 1k-8k grid on "
                                "prose, and 01, 03, 05 and 06 at 4,000 tokens of prose), 'paper' (the paper's grids "
