@@ -19,7 +19,7 @@
   ("0.75 [0.47, 0.91]"); some tables and the report index still format theirs inline.
 - :func:`detectable_effect` and :func:`n_to_resolve`: what a design could see at 80% power (about 2.8 standard
   errors, SCIENCE 17), and how many units would resolve an observed effect at that power.
-- :func:`tost` and :func:`tost_interval`: two one-sided tests against a smallest effect of interest, the only
+- :func:`tost`, :func:`tost_interval` and :func:`tost_row`: two one-sided tests against a smallest effect of interest, the only
   way a difference is said to be negligible ("cannot be told apart" is not "equal").
 - :func:`primary_and_holm`: the one convention (pre-registration): the primary tested alone at alpha, the
   secondaries Holm-corrected within their family.
@@ -226,6 +226,16 @@ def tost_interval(low: float, high: float, sesoi: float) -> bool:
     if not sesoi > 0:
         raise ValueError(f"The smallest effect of interest must be positive, got {sesoi!r}.")
     return bool(low == low and high == high and -sesoi < low and high < sesoi)
+
+
+def tost_row(row, sesoi: float) -> bool:
+    """TOST read from a results row (a dict or a table row): on its 1 - 2 alpha interval (``tost_low``,
+    ``tost_high``: both one-sided tests at alpha, as preregistration.yaml declares) where the row holds one, else on
+    its 95% ``low``/``high`` (:func:`tost_interval`: stricter; rows written before the narrower interval was)."""
+    low, high = row.get("tost_low", float("nan")), row.get("tost_high", float("nan"))
+    if not (low == low and high == high):
+        low, high = row["low"], row["high"]
+    return tost_interval(low, high, sesoi)
 
 
 def interval_words(interval: Interval, *, unit: str = "sample", digits: int = 2, signed: bool = False) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 import pandas as pd
+from scipy import stats
 
 from dynheads_tl.analysis.cca import READ_TOKENS_ONLY
 from dynheads_tl.claim import Status, ci_text, is_true, sidecar
@@ -214,13 +215,12 @@ def _lag_readings(rows: pd.DataFrame, prefix: str, alpha: float,
     others = rows[rows["k"] != (first.k if first is not None else -1)]
     if family is not None:
         holm = pd.Series([family.get(int(k), float("nan")) for k in others["k"]], index=others.index, dtype=float)
-        beats = [int(k) for k, h, low in zip(others["k"], holm, others[f"{prefix}_low"]) if h < alpha and low > 0]
-        return first, beats
-    p = others[f"{prefix}_p"].astype(float) if f"{prefix}_p" in others else pd.Series(float("nan"), index=others.index)
-    tested = p.notna()
-    holm = pd.Series(float("nan"), index=others.index)
-    if tested.any():
-        holm[tested] = holm_adjust(p[tested].tolist())
+    else:
+        p = others[f"{prefix}_p"].astype(float) if f"{prefix}_p" in others else pd.Series(float("nan"), index=others.index)
+        tested = p.notna()
+        holm = pd.Series(float("nan"), index=others.index)
+        if tested.any():
+            holm[tested] = holm_adjust(p[tested].tolist())
     beats = [int(k) for k, h, low in zip(others["k"], holm, others[f"{prefix}_low"]) if h < alpha and low > 0]
     return first, beats
 
@@ -241,8 +241,6 @@ def tost_bounds(row, prefix: str, alpha: float) -> tuple[float, float]:
     """The 1 - 2 ``alpha`` interval (90% at alpha 0.05) of a lead-probe difference, which TOST reads as declared ("both
     one-sided tests at alpha", preregistration.yaml): the row's corrected resampled t-interval (95%, symmetric about
     the mean, Student t with splits - 1 degrees of freedom) narrowed by the ratio of the two t quantiles."""
-    from scipy import stats
-
     estimate, low, high, splits = float(row[prefix]), float(row[f"{prefix}_low"]), float(row[f"{prefix}_high"]), row["splits"]
     if not (splits == splits and int(splits) >= 2):
         return float("nan"), float("nan")

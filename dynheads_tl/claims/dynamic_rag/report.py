@@ -10,7 +10,7 @@ import pandas as pd
 
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, detectable_words, format_interval,
-                                             n_to_resolve, tost_interval, wilson_interval)
+                                             n_to_resolve, tost_row, wilson_interval)
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import SEEDS, RagStudyConfig
@@ -285,9 +285,7 @@ def table4_rule(bounds, primary, rule_sesoi: float, alpha: float) -> str:
     direction = _alone(primary, alpha)
     if direction == "positive" and primary["f1_difference"] >= rule_sesoi:
         return "reproduced"
-    has_tost = "tost_low" in primary and primary["tost_low"] == primary["tost_low"]
-    bounds = (primary["tost_low"], primary["tost_high"]) if has_tost else (primary["low"], primary["high"])
-    if direction == "negative" or tost_interval(*bounds, rule_sesoi):
+    if direction == "negative" or tost_row(primary, rule_sesoi):
         return "not reproduced"
     return "undetermined"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynheads_tl import preregistration
-from dynheads_tl.analysis.statistics import Interval, format_interval, n_to_resolve, sensitivity_words, tost_interval
+from dynheads_tl.analysis.statistics import Interval, format_interval, n_to_resolve, sensitivity_words, tost_row
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, PRIMARY, SEEDS, ErrorSignalConfig
@@ -47,7 +47,7 @@ def _compared(row) -> str:
     interval = Interval(row["difference"], row["low"], row["high"], int(row["n"]),
                         int(row["clusters"]) if "clusters" in row else None)
     sesoi = _sesoi()
-    negligible = (f"; TOST at ±{sesoi:g}: negligible" if tost_interval(row["low"], row["high"], sesoi) else
+    negligible = (f"; TOST at ±{sesoi:g}: negligible" if tost_row(row, sesoi) else
                   f"; not shown negligible (TOST at ±{sesoi:g})")
     return (f"cannot be told apart from the {name} ({numbers}, {tested}; "
             f"{sensitivity_words(interval, unit='layouts')}{negligible})")
@@ -168,9 +168,7 @@ def error_rule(row, *, sesoi: float, alpha: float, min_per_class: int) -> str:
     separated = row["sign_p"] < alpha and (row["low"] > 0 or row["high"] < 0)
     if separated and row["difference"] >= sesoi:
         return "supported"
-    has_tost = "tost_low" in row and row["tost_low"] == row["tost_low"]
-    bounds = (row["tost_low"], row["tost_high"]) if has_tost else (row["low"], row["high"])
-    if (separated and row["difference"] < 0) or tost_interval(*bounds, sesoi):
+    if (separated and row["difference"] < 0) or tost_row(row, sesoi):
         return "not supported"
     return "undetermined"
 

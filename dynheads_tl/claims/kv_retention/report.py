@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynheads_tl import preregistration
-from dynheads_tl.analysis.statistics import detectable_words, format_interval, tost_interval
+from dynheads_tl.analysis.statistics import detectable_words, format_interval, tost_row
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
 
 from .comparisons import budgets_with_headroom, primary_comparison
@@ -216,9 +216,7 @@ def retention_rule(full, stream, primary, *, sesoi: float, alpha: float) -> str:
     separated = primary["sign_p"] < alpha and (primary["low"] > 0 or primary["high"] < 0)
     if separated and primary["difference"] >= sesoi:
         return "supported"
-    bounds = ((primary["tost_low"], primary["tost_high"]) if "tost_low" in primary and primary["tost_low"] == primary["tost_low"]
-              else (primary["low"], primary["high"]))
-    if (separated and primary["difference"] < 0) or tost_interval(*bounds, sesoi):
+    if (separated and primary["difference"] < 0) or tost_row(primary, sesoi):
         return "not supported"
     return "undetermined"
 
