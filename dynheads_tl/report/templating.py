@@ -48,14 +48,31 @@ def status_class(status: str) -> str:
     return STATUS_CLASS.get(status, "none")
 
 
-def with_alt(html: str, alt: str) -> str:
-    """nbconvert's rendering of an image output with ``alt`` as its alternative text (nbconvert writes none and
-    then a placeholder); unchanged when ``alt`` is empty."""
-    if not alt:
+def figure_output(html: str, alt: str = "", enlarge: str = "", zoom: str = "") -> str:
+    """nbconvert's rendering of an image output with what it lacks: ``alt`` as the image's alternative text
+    (nbconvert writes none and then a placeholder), and a click that shows it at full size: the image becomes a link
+    to its figure file ``enlarge``, or, for an image with no file of its own, to ``#<zoom>``, a span around it that
+    opens over the page by CSS alone (``:target``, notebook.css), with a "Close" link back to the output
+    (``<zoom>-inline``). Unchanged where none is given."""
+    if not (alt or enlarge or zoom):
         return str(html)
     soup = BeautifulSoup(str(html), "html.parser")
     for image in soup.find_all("img"):
-        image["alt"] = alt
+        if alt:
+            image["alt"] = alt
+        if not (enlarge or zoom):
+            continue
+        link = soup.new_tag("a", attrs={"class": "enlarge", "href": enlarge or f"#{zoom}",
+                                        "title": "Show this figure at full size"})
+        image.wrap(link)
+        if zoom:
+            link.wrap(soup.new_tag("span", attrs={"class": "zoom", "id": zoom}))
+            close = soup.new_tag("a", attrs={"class": "zoom-close", "href": f"#{zoom}-inline"})
+            close.string = "Close"
+            link.insert_after(close)
+            output = image.find_parent("div")
+            if output is not None:
+                output["id"] = f"{zoom}-inline"
     return str(soup)
 
 
@@ -95,7 +112,7 @@ def inline_code(text: str) -> list[tuple[str, str]]:
 def _install(environment: Environment) -> Environment:
     environment.globals["stylesheet"] = stylesheet
     environment.filters["status_class"] = status_class
-    environment.filters["with_alt"] = with_alt
+    environment.filters["figure_output"] = figure_output
     environment.filters["markdown"] = markdown_html
     environment.filters["inline_code"] = inline_code
     return environment
