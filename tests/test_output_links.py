@@ -62,20 +62,11 @@ def linked_run(tmp_path, monkeypatch):
     runner into a temporary folder; yields that folder."""
     import sys
 
-    from test_runner import TINY_CLAIM
+    from test_runner import install_tiny_suite
 
-    from dynheads_tl import claims
     from dynheads_tl.report import runner
 
-    notebooks = tmp_path / "notebooks"
-    _linked_notebook(notebooks)
-    claims_path = tmp_path / "claims"
-    (claims_path / "tinyclaim").mkdir(parents=True)
-    (claims_path / "tinyclaim" / "__init__.py").write_text(TINY_CLAIM)
-    monkeypatch.setattr(claims, "__path__", [str(claims_path)])
-    monkeypatch.setattr(runner, "notebook_dir", lambda: notebooks)
-    work = tmp_path / "work"
-    work.mkdir()
+    work = install_tiny_suite(tmp_path, monkeypatch, _linked_notebook)
     out = work / "out"
     runner.run_report(only="01_tiny", output_dir=out, cwd=work, show_cells=False)
     yield out

@@ -182,10 +182,12 @@ CLAIM = Claim(notebook="01_tiny", config=TinyConfig, title="Tiny claim", presets
 '''
 
 
-@pytest.fixture
-def tiny_suite(tmp_path, monkeypatch):
+def install_tiny_suite(tmp_path, monkeypatch, write_notebook=None) -> Path:
+    """The tiny claim and its notebook (``write_notebook(folder)``; default :func:`_tiny_notebook`) in place of the
+    suite's, under ``tmp_path``; returns the working folder a run starts in. The caller pops the claim's module
+    from ``sys.modules`` afterwards (the next test imports its own folder's copy)."""
     notebooks = tmp_path / "notebooks"
-    _tiny_notebook(notebooks)
+    (write_notebook or _tiny_notebook)(notebooks)
     # The claim's folder is found the way claims/<name>/ folders are (claims.claim_packages walks the package's
     # path), here with the path pointed at a temporary folder that holds only it: nothing registers it.
     claims_path = tmp_path / "claims"
@@ -195,7 +197,12 @@ def tiny_suite(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "notebook_dir", lambda: notebooks)
     work = tmp_path / "work"
     work.mkdir()
-    yield work
+    return work
+
+
+@pytest.fixture
+def tiny_suite(tmp_path, monkeypatch):
+    yield install_tiny_suite(tmp_path, monkeypatch)
     sys.modules.pop("dynheads_tl.claims.tinyclaim", None)  # the next test imports its own folder's copy
 
 
