@@ -479,10 +479,9 @@ sys.exit(cli.main(sys.argv[2:]))
 """
 
 
-def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_path):
-    """Ctrl-C in a terminal signals the whole foreground process group: a real `dynheads report` in a process group
-    of its own gets SIGINT while its notebook runs a cell. Its stderr ends with the resume line, with no traceback
-    before it (the kernel, stopped mid-cell, logs one about its closed sockets)."""
+def _stopped_mid_cell(tiny_suite, tmp_path, stop) -> tuple[int, str, str]:
+    """A real `dynheads report`, in a process group of its own, stopped by ``stop(process)`` while its notebook runs
+    a cell; its exit status, stdout and stderr."""
     import signal
     import subprocess
     import sys
@@ -503,12 +502,23 @@ def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_
         while not started.exists() and process.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         assert started.exists(), "the notebook's cell never started"
-        os.killpg(process.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        stop(process)
         out, err = process.communicate(timeout=180)  # a hang detector: the run ends in seconds on an idle machine
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, err
+    return process.returncode, out, err
+
+
+def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_path):
+    """Ctrl-C in a terminal signals the whole foreground process group: a real `dynheads report` in a process group
+    of its own gets SIGINT while its notebook runs a cell. Its stderr ends with the resume line, with no traceback
+    before it (the kernel, stopped mid-cell, logs one about its closed sockets)."""
+    import signal
+
+    code, out, err = _stopped_mid_cell(tiny_suite, tmp_path,
+                                       lambda process: os.killpg(process.pid, signal.SIGINT))  # what Ctrl-C does
+    assert code == 130, err
     assert err.strip().splitlines()[-1] == ("Interrupted. Finished traces and ablation runs are cached; run the same "
                                             "command again to resume from where it stopped.")
     assert "Traceback" not in err and "Error" not in err, err
@@ -519,28 +529,10 @@ def test_sigterm_takes_the_interrupted_path_and_says_so(tiny_suite, tmp_path):
     """`kill` (or a scheduler's time limit) sends SIGTERM to the runner alone: it ends like Ctrl-C (the notebook kept
     as .failed.ipynb, one closing line, no traceback) with exit 143, instead of dying silently."""
     import signal
-    import subprocess
-    import sys
 
-    suite = tiny_suite.parent
-    started = tiny_suite / "started"
-    _write_notebook(suite / "notebooks" / "01_tiny.ipynb",
-                    f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('x')\ntime.sleep(120)")
-    env = {**os.environ, "DYNHEADS_CACHE": str(tmp_path / "cache")}
-    process = subprocess.Popen([sys.executable, "-c", _REPORT_ON_THE_TINY_SUITE, str(suite), "report", "--only",
-                                "01_tiny"], cwd=tiny_suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while not started.exists() and process.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        assert started.exists(), "the notebook's cell never started"
-        process.send_signal(signal.SIGTERM)  # the runner only, as `kill PID` does
-        out, err = process.communicate(timeout=180)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 143, err
+    code, out, err = _stopped_mid_cell(tiny_suite, tmp_path,
+                                       lambda process: process.send_signal(signal.SIGTERM))  # the runner only
+    assert code == 143, err
     assert err.strip().splitlines()[-1] == ("Stopped by SIGTERM. Finished traces and ablation runs are cached; run the "
                                             "same command again to resume from where it stopped.")
     assert "Traceback" not in err, err
