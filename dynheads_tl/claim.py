@@ -82,11 +82,13 @@ class Primary:
     """A claim's primary comparison as its code computes it. ``id`` names the declaration in the pre-registration
     file (``preregistration.yaml``: ``claims.<name>.primary.id``) that this computation implements; ``observed``
     reads its numbers from the output folder: a dict with ``estimate``, ``low``, ``high``, ``n``, ``units``,
-    ``test``, ``p``, ``p_adjusted`` and ``computed`` (what exactly the files hold), or None when this run's files
-    hold no such comparison."""
+    ``test``, ``p``, ``p_adjusted`` and ``computed`` (what exactly the files hold; ``level``, the interval's, where
+    it is not 0.95), or None when this run's files hold no such comparison. ``item`` names the index row whose
+    status reads this primary (the README's answer table shows the two together)."""
 
     id: str
     observed: Callable[[Path], dict[str, Any] | None]
+    item: str | None = None
 
 
 @dataclass(frozen=True)

@@ -4,52 +4,86 @@ One file per notebook output folder (``papers_figures/02_irreplaceability/verdic
 the notebook wrote by its claim's own functions (:class:`~dynheads_tl.claim.Claim`), so that it can be recomputed
 from a committed report without running a model. It holds:
 
+- ``schema_version``: the version of the declared schema (:mod:`dynheads_tl.results_schema`) the file follows;
 - ``model``, ``preset`` and ``run`` (date, minutes, parameters: the runner's record of the run);
 - ``contexts``: the context lengths the run read, per task (NIAH tokens; HotpotQA-format);
 - ``preregistration``: the sha256 of ``preregistration.yaml`` the verdicts were computed under;
 - ``primary``: the claim's primary comparison, as declared there (measure, comparison, test, direction, smallest
   effect of interest, units) and as observed (estimate, interval, n and units, test, p, adjusted p, and what exactly
   the files hold);
-- ``items``: per index row (paper item), its status, the rule that gave it (the status function's docstring, and
-  the rule declared in the pre-registration file where there is one), its headline, every number ("ours") and its
-  files;
+- ``items``: per index row (paper item), its status, the id and text of the rule declared for it in the
+  pre-registration file, its headline, every number ("ours"), its files, its data (real or synthetic) and, on the
+  row the claim's primary decides, the primary as keyed fields;
 - ``findings``: per verdict the README quotes, its sentences and the notebook section that shows it;
 - ``outputs``: every figure and table the notebook wrote, with its files, caption and the notebook cell that wrote
-  it (recorded by :func:`record_output` as the notebook saves them: the cell's id where the front end sends one,
-  and the sha256 of the cell's source, which the executed notebook keeps beside the cell's id).
+  it (recorded by :func:`record_output` as the notebook saves them, in ``recorded_outputs.json``: the cell's id
+  where the front end sends one, and the sha256 of the cell's source, which the executed notebook keeps beside the
+  cell's id).
 
-The report layer (the README's findings, the index, the site) reads these files and parses no notebook source.
+:func:`write` is the file's one writer, and it validates what it writes against the schema; :func:`read` and
+:func:`load` validate what they read. The report layer (the README's findings, the index, the site) reads these files and parses no notebook source.
 """
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from dynheads_tl import preregistration
 from dynheads_tl.claim import Status, sidecar
+from dynheads_tl.results_schema import SCHEMA_VERSION, Results
 from dynheads_tl.store import atomic_write_text
 
-__all__ = ["FILE", "FORMAT", "build", "contexts", "write", "read", "record_output", "outputs", "primary_problems",
-           "source_digest", "synthetic"]
+__all__ = ["FILE", "RECORDED", "SCHEMA_VERSION", "ResultsError", "build", "contexts", "write", "read", "load",
+           "record_output", "outputs", "primary_problems", "source_digest", "synthetic", "validate"]
 
 FILE = "verdicts.json"
-FORMAT = 1
+RECORDED = "recorded_outputs.json"  # the notebook's own record of the outputs it saved (record_output)
+
+
+class ResultsError(ValueError):
+    """A results file or dict that does not follow the declared schema."""
+
+
+def validate(data: dict[str, Any], where: str = FILE) -> Results:
+    """``data`` as a :class:`~dynheads_tl.results_schema.Results`; :class:`ResultsError` naming every field that
+    breaks the schema otherwise."""
+    try:
+        return Results.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors())
+        raise ResultsError(f"{where} does not follow the results schema (version {SCHEMA_VERSION}): "
+                           f"{problems}") from None
 # What a status or headline function may raise on files of another shape (an older run): the row then says
 # "see files" rather than stopping the report.
 _READ_ERRORS = (OSError, KeyError, IndexError, ValueError, AttributeError, TypeError)
 
 
-def read(folder: Path) -> dict[str, Any] | None:
-    """``<folder>/verdicts.json``, or None when it is missing or unreadable (the report then computes it)."""
-    path = Path(folder) / FILE
+def _raw(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    return data if isinstance(data, dict) else None
+
+
+def load(folder: Path) -> Results | None:
+    """``<folder>/verdicts.json`` as typed results, or None when it is missing, unreadable or of another schema
+    version (the report then computes it from the notebook's files). A file of this version that breaks the schema
+    raises :class:`ResultsError`: it was damaged or written by hand."""
+    data = _raw(Path(folder) / FILE)
+    if data is None or data.get("schema_version") != SCHEMA_VERSION:
+        return None
+    return validate(data, str(Path(folder) / FILE))
+
+
+def read(folder: Path) -> dict[str, Any] | None:
+    """:func:`load` as a plain dict (the JSON's own shape), or None."""
+    found = load(folder)
+    return None if found is None else found.model_dump(mode="json")
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -110,13 +144,22 @@ def record_output(folder: Path, stem: str, kind: str, caption: str = "", *, cell
     cell's id and the :func:`source_digest` of its source (``cell_id``, ``cell_source``; by default the running
     cell's, :func:`_current_cell`)."""
     folder = Path(folder)
-    data = read(folder) or {"format": FORMAT}
-    outputs = dict(data.get("outputs_recorded") or {})
+    folder.mkdir(parents=True, exist_ok=True)
+    outputs = recorded_outputs(folder)
     cell = _current_cell() if cell_id is None and cell_source is None else {"cell_id": cell_id,
                                                                             "cell_source": cell_source}
     outputs[stem] = {"kind": kind, "caption": caption, **{k: v for k, v in cell.items() if v}}
-    data["outputs_recorded"] = outputs
-    atomic_write_text(folder / FILE, _dump(_finite(data)))
+    atomic_write_text(folder / RECORDED, _dump(_finite(outputs)))
+
+
+def recorded_outputs(folder: Path) -> dict[str, Any]:
+    """What :func:`record_output` recorded in ``folder``: its ``recorded_outputs.json``, else (a folder written
+    before that file existed) the record a results file of any version kept; empty when neither says."""
+    folder = Path(folder)
+    own = _raw(folder / RECORDED)
+    if own is not None:
+        return own
+    return dict((_raw(folder / FILE) or {}).get("outputs_recorded") or {})
 
 
 def _files(folder: Path, stem: str) -> list[str]:
@@ -124,9 +167,10 @@ def _files(folder: Path, stem: str) -> list[str]:
                   and p.name.split(".")[0] == stem)
 
 
-def _item(claim, item, folder: Path) -> dict[str, Any]:
+def _item(claim, item, folder: Path, primary: dict[str, Any] | None = None) -> dict[str, Any]:
     """An index row's results. Its status is computed even when the row's own files are missing (a rule may read
-    other tables); ``produced`` says whether they are there, and the index shows "not produced" when not."""
+    other tables); ``produced`` says whether they are there, and the index shows "not produced" when not. The row
+    the claim's primary decides (``Primary.item``) carries ``primary``."""
     files = _files(folder, item.output)
     found = Status("see files", "see the files")
     if item.status is not None:
@@ -144,10 +188,11 @@ def _item(claim, item, folder: Path) -> dict[str, Any]:
         declared = preregistration.item_rule(claim.name, item.item).get("rule")
     except preregistration.PreregistrationError:
         declared = None
-    rule = (inspect.getdoc(item.status) or "") if item.status is not None else ""
-    return {"item": item.item, "produced": bool(files), "status": found.status, "headline": found.headline,
-            "ours": ours if files else "not produced", "why": found.why, "rule": rule, "declared_rule": declared,
-            "files": files, "synthetic": synthetic(item, folder)}
+    decides = primary is not None and primary.get("item") == item.item
+    return {"item": item.item, "rule_id": f"claims.{claim.name}.items.{item.item}", "produced": bool(files),
+            "status": found.status, "headline": found.headline, "ours": ours if files else "not produced",
+            "why": found.why, "declared_rule": declared, "files": files,
+            "data": "synthetic" if synthetic(item, folder) else "real", "primary": primary if decides else None}
 
 
 def synthetic(item, folder: Path) -> bool:
@@ -168,16 +213,26 @@ def _primary(claim, folder: Path) -> dict[str, Any] | None:
     declared = _declared_primary(claim)
     if claim.primary is None and declared is None:
         return None
-    entry: dict[str, Any] = {"id": claim.primary.id if claim.primary else None, "declared": declared,
+    entry: dict[str, Any] = {"id": claim.primary.id if claim.primary else None,
+                             "item": claim.primary.item if claim.primary else None, "declared": declared,
                              "observed": None}
     if claim.primary is not None:
         try:
-            entry["observed"] = claim.primary.observed(folder)
+            entry["observed"] = _observed(claim.primary.observed(folder))
         except _READ_ERRORS as error:
             entry["missing"] = f"this run's files hold no such comparison ({type(error).__name__}: {error})"
         if entry["observed"] is None and "missing" not in entry:
             entry["missing"] = "this run's files hold no such comparison"
     return entry
+
+
+def _observed(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A claim's ``Primary.observed`` dict (flat ``low``/``high``, optional ``level``) in the schema's shape."""
+    if found is None:
+        return None
+    found = dict(found)
+    interval = {"low": found.pop("low", None), "high": found.pop("high", None), "level": found.pop("level", 0.95)}
+    return {**found, "interval": interval}
 
 
 def _finding(finding, folder: Path, notebook: str) -> dict[str, Any]:
@@ -198,7 +253,7 @@ def outputs(folder: Path, recorded: dict[str, Any] | None = None) -> list[dict[s
     more than the writing cell's own, and no count names a cell reliably."""
     folder = Path(folder)
     if recorded is None:
-        recorded = (read(folder) or {}).get("outputs_recorded") or {}
+        recorded = recorded_outputs(folder)
     stems = sorted({p.name.split(".")[0] for p in folder.iterdir() if p.is_file() and p.suffix in (".csv", ".png", ".md")
                     and p.name != FILE}) if folder.is_dir() else []
     out = []
@@ -230,28 +285,30 @@ def build(claim, folder: Path, run: dict[str, Any] | None = None) -> dict[str, A
     runner's record of the run (``runs.json``: model, preset, parameters, date, minutes)."""
     folder = Path(folder)
     run = dict(run or {})
-    recorded = (read(folder) or {}).get("outputs_recorded") or {}
+    recorded = recorded_outputs(folder)
     model = run.get("model")
     if model is None:
         configs = sorted(folder.glob("*.config.json")) if folder.is_dir() else []
         model = next((sidecar(folder, p.name[:-len(".config.json")]).get("model") for p in configs), None)
+    primary = _primary(claim, folder)
     data = {
-        "format": FORMAT, "notebook": claim.notebook, "claim": claim.name, "title": claim.title,
+        "schema_version": SCHEMA_VERSION, "notebook": claim.notebook, "claim": claim.name, "title": claim.title,
         "model": model, "preset": run.get("preset"),
-        "run": {key: run.get(key) for key in ("date", "minutes", "parameters")},
+        "run": {"date": run.get("date"), "minutes": run.get("minutes"), "parameters": run.get("parameters") or {}},
         "contexts": contexts(claim, folder) if folder.is_dir() else None,
         "preregistration": {"file": "preregistration.yaml", "sha256": preregistration.sha256()},
-        "primary": _primary(claim, folder),
-        "items": [_item(claim, item, folder) for item in claim.items],
+        "primary": primary,
+        "items": [_item(claim, item, folder, primary) for item in claim.items],
         "findings": [_finding(finding, folder, claim.notebook) for finding in claim.findings],
         "outputs": outputs(folder, recorded),
         "outputs_recorded": recorded,
     }
-    return _finite(data)
+    return validate(_finite(data), f"{claim.notebook}/{FILE}").model_dump(mode="json")
 
 
 def write(claim, folder: Path, run: dict[str, Any] | None = None) -> Path:
-    """Compute :func:`build` and write it to ``<folder>/verdicts.json`` (atomically); returns its path."""
+    """Compute :func:`build` and write it to ``<folder>/verdicts.json`` (atomically; the file's one writer, after
+    validating it against the schema); returns its path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / FILE, _dump(build(claim, folder, run)))

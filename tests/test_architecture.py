@@ -15,7 +15,7 @@ PACKAGE = ROOT / "dynheads_tl"
 LAYERS = {
     "store": 0, "tasks": 0, "progress": 0, "preregistration": 0, "params": 0,
     "engine": 1,
-    "config": 2, "claim": 2, "analysis": 2, "executors": 2, "verdicts": 2,
+    "config": 2, "claim": 2, "analysis": 2, "executors": 2, "verdicts": 2, "results_schema": 2,
     "protocols": 3,
     "corpus": 4,
     "claims": 5,

@@ -189,7 +189,7 @@ def test_an_earlier_runs_execution_counts_are_never_used(tmp_path):
     (folder / "old_figure.png").write_bytes(png)
     for stem in ("old_figure", "old_table"):
         (folder / f"{stem}.csv").write_text("a\n1\n")
-    (folder / verdicts.FILE).write_text(json.dumps({"format": verdicts.FORMAT, "outputs_recorded": {
+    (folder / verdicts.FILE).write_text(json.dumps({"format": 1, "outputs_recorded": {
         "old_table": {"kind": "table", "caption": "", "cell": 2},
         "old_figure": {"kind": "figure", "caption": "", "cell": 2}}}))
     notebook = new_notebook(cells=[

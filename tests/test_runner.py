@@ -234,8 +234,9 @@ def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
     sentence = "The tiny value is 3, so the tiny hypothesis is not supported."
     results = json.loads((out / "01_tiny" / "verdicts.json").read_text())
     assert results["findings"] == [{"label": "Tiny finding", "section": "The tiny figure", "sentences": [sentence]}]
-    assert results["items"][0]["status"] == "not supported" and results["items"][0]["rule"] == \
-        "Supported when the value written is above 5."
+    assert results["items"][0]["status"] == "not supported"
+    assert results["items"][0]["rule_id"] == "claims.tiny.items.Beyond 9"
+    assert results["items"][0]["declared_rule"] is None, "the pre-registration file declares no rule for it"
     run = json.loads((out / "runs.json").read_text())["01_tiny"]
     assert (results["preset"], results["model"], results["run"]["date"]) == (run["preset"], run["model"], run["date"])
     assert results["primary"] is None, "a claim the pre-registration file does not declare states no primary"

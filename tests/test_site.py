@@ -107,7 +107,7 @@ def test_the_readme_quotes_every_declared_primary_comparison_first():
     assert first_quote["02_irreplaceability"][0].startswith("Primary comparison")
     claim3 = first_quote["03_correlation"][0]
     primary = results["03_correlation"]["primary"]["observed"]
-    assert f"{primary['estimate']:+.3f} [{primary['low']:+.3f}, {primary['high']:+.3f}]" in claim3
+    assert f"{primary['estimate']:+.3f} [{primary['interval']['low']:+.3f}, {primary['interval']['high']:+.3f}]" in claim3
     tested = "p < 0.001" if primary["p"] < 0.001 else f"p = {primary['p']:.3f}"
     assert tested in claim3 and primary["p_adjusted"] == primary["p"], "the primary is tested alone"
 

@@ -48,7 +48,7 @@ def statuses(output_dir: Path) -> list[tuple[str, str, bool]]:
         rows = results.get(claim.notebook, {}).get("items", [])
         row = next((r for r in rows if r.get("item") == item.item), None)
         if row is not None and row.get("produced"):
-            out.append((item.item, row["status"], bool(row.get("synthetic"))))
+            out.append((item.item, row["status"], row.get("data") == "synthetic"))
     return out
 
 

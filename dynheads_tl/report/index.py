@@ -146,7 +146,7 @@ def _rows(output_dir: Path, runs: dict[str, Any]) -> list[_Row]:
         if produced:
             status, headline, ours = found["status"], found["headline"], found["ours"]
             context = longest_context(results[notebook].get("contexts"), item_task(declared))
-            if found.get("synthetic"):
+            if found.get("data") == "synthetic":
                 ours += " " + SYNTHETIC_NOTE
                 if status != "qualitative":
                     headline += " " + SYNTHETIC_NOTE
@@ -247,7 +247,7 @@ def _cells(folders: list[Path]) -> list[tuple[Any, Any, list[ModelCell]]]:
         cells = []
         for found in results:
             row = _result_row(found, claim, item)
-            cells.append(ModelCell(row["status"], row["headline"], bool(row.get("synthetic")),
+            cells.append(ModelCell(row["status"], row["headline"], row.get("data") == "synthetic",
                                    longest_context(found[claim.notebook].get("contexts"), item_task(item)))
                          if row and row.get("produced") else ModelCell("not produced"))
         rows.append((claim, item, cells))

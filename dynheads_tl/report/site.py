@@ -362,8 +362,9 @@ def page_results(output_dir: Path, stem: str) -> PageResults | None:
     stated = None
     if primary and primary.get("declared"):
         declared, observed = primary["declared"], primary.get("observed")
-        numbers = (f"{_number(observed.get('estimate'), True)} [{_number(observed.get('low'), True)}, "
-                   f"{_number(observed.get('high'), True)}], n = {observed.get('n')} {observed.get('units', '')}, "
+        interval = (observed or {}).get("interval") or {}
+        numbers = (f"{_number(observed.get('estimate'), True)} [{_number(interval.get('low'), True)}, "
+                   f"{_number(interval.get('high'), True)}], n = {observed.get('n')} {observed.get('units', '')}, "
                    f"p {_number(observed.get('p'))}, adjusted p {_number(observed.get('p_adjusted'))}; computed as "
                    f"{observed.get('computed', '')}" if observed else primary.get("missing", "not in this run"))
         stated = Primary(declared["id"], declared["comparison"], declared["test"], numbers)
@@ -371,7 +372,7 @@ def page_results(output_dir: Path, stem: str) -> PageResults | None:
     return PageResults(
         verdicts.FILE, f"../{stem}/{verdicts.FILE}" if present else None,
         str(data.get("preregistration", {}).get("sha256", ""))[:12], stated,
-        [ResultRow(row["item"], row["status"], row["headline"], row.get("rule") or "")
+        [ResultRow(row["item"], row["status"], row["headline"], "; ".join(row.get("declared_rule") or []))
          for row in data.get("items", []) if row.get("produced")],
         [(finding["label"], " ".join(finding["sentences"])) for finding in data.get("findings", [])])
 

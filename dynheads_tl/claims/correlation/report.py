@@ -375,5 +375,5 @@ CLAIM = Claim(
                       "Verdict: is the hidden state predictive beyond position?"),),
     # The id of what PRIMARY computes: the step-aware prior knows the step only; the pre-registered one also knows
     # the tokens (tests/test_preregistration.py marks this claim as not yet computing it).
-    primary=Primary("probe_k1_vs_step_token_prior", _primary),
+    primary=Primary("probe_k1_vs_step_token_prior", _primary, item="Table 2"),
 )

@@ -465,5 +465,5 @@ CLAIM = Claim(
                       "Beyond the paper: the overlap with the static set, against what set sizes allow"),
               Finding("Claim 1, soft dynamism", _soft_finding, "Beyond the paper: soft dynamism — does the set of "
                       "heads that read the needle change, or only the argmax?")),
-    primary=Primary("outside_static_query_focused", _primary),
+    primary=Primary("outside_static_query_focused", _primary, item="Table 1"),
 )

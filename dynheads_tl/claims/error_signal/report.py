@@ -252,6 +252,6 @@ CLAIM = Claim(
     findings=(Finding("Beyond 5, is the answer wrong?", _verdict_finding, "Verdict, computed from the tests"),),
     # The id of what PRIMARY computes (against the string match); the pre-registered primary is against the Lookback
     # ratio (tests/test_preregistration.py marks this claim as not yet computing it).
-    primary=Primary("dynamic_ctx_vs_lookback", _primary),
+    primary=Primary("dynamic_ctx_vs_lookback", _primary, item="Beyond 5"),
     seeds=SEEDS,
 )

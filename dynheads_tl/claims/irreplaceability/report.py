@@ -449,6 +449,6 @@ CLAIM = Claim(
     findings=(Finding("Claim 2, irreplaceability", _finding_sentences, "Every comparison, tested"),),
     # The id of what PRIMARY computes (D_t against as many top static heads); the pre-registered primary is the fair
     # D_{t-1} comparison, so tests/test_preregistration.py marks this claim as not yet computing it.
-    primary=Primary("fair_previous_step_vs_static", _primary),
+    primary=Primary("fair_previous_step_vs_static", _primary, item="Fig 2"),
     seeds=SEEDS,
 )

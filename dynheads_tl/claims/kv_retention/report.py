@@ -368,6 +368,6 @@ CLAIM = Claim(
     ),
     findings=(Finding("Beyond 6, per-step KV retention", _primary_finding, "Verdict, computed from the intervals"),
               Finding("Beyond 6, per-step KV retention", _budget_finding, "Verdict, computed from the intervals")),
-    primary=Primary("predicted_vs_static_retention", _primary),
+    primary=Primary("predicted_vs_static_retention", _primary, item="Beyond 6"),
     seeds=SEEDS,
 )
