@@ -5,4 +5,5 @@ directory, a folder of data files that setuptools ships as a package of its own 
 from setuptools import find_packages, setup
 
 setup(packages=find_packages(include=["dynheads_tl", "dynheads_tl.*"])
-      + ["dynheads_tl.notebooks", "dynheads_tl.report.templates.dynheads_site"])
+      + ["dynheads_tl.notebooks", "dynheads_tl.report.templates.dynheads_site",
+         "dynheads_tl.report.templates.markdown"])

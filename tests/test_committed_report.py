@@ -29,7 +29,7 @@ TABLE1_HEADER = "model,task,jaccard_static,jaccard_adjacent,entropy,heads_per_st
 
 def test_the_committed_report_has_no_problems():
     """The report as committed, every model's and every kept preset's part: notebooks finished with the recorded
-    parameters, no machine paths, live links, and numbers that match their CSVs. Regenerate it with `make report`
+    parameters, no machine paths, live links, and numbers that match their CSVs. Regenerate it with `make report-all`
     when this fails."""
     from dynheads_tl.report.results import model_reports, preset_reports
 

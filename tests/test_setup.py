@@ -80,18 +80,19 @@ def test_makefile_installs_and_converts_every_embedded_model():
         assert converts, f"make setup does not convert {name}"
 
 
-def test_make_report_regenerates_the_whole_committed_report_and_other_presets_write_their_own_folder():
+def test_make_report_runs_the_default_report_report_all_the_committed_one_and_other_presets_their_own_folder():
     import subprocess
 
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in ("PRESET", "OUT", "MAKEFLAGS", "MFLAGS")}
 
-    def dry(*args: str) -> str:
-        return subprocess.run(["make", "-n", "report", *args], capture_output=True, text=True, cwd=ROOT, env=env,
+    def dry(*args: str, target: str = "report") -> str:
+        return subprocess.run(["make", "-n", target, *args], capture_output=True, text=True, cwd=ROOT, env=env,
                               check=True).stdout
 
-    assert "dynheads report --committed" in dry()
+    assert "dynheads report --committed" in dry(target="report-all")
+    assert "dynheads report --preset default\n" in dry() and "--committed" not in dry()
     smoke = dry("PRESET=smoke")
     assert "dynheads report --preset smoke" in smoke and "--committed" not in smoke
     assert "--preset default --output-dir elsewhere" in dry("OUT=elsewhere")

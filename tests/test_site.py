@@ -27,7 +27,7 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     (refresh it with `python -m dynheads_tl.report.rerender papers_figures --readme README.md`)."""
     from dynheads_tl.report.results import model_reports
 
-    expected = findings.findings_markdown(COMMITTED)
+    expected = findings.findings_markdown(COMMITTED, link_prefix="")
     reports = model_reports(COMMITTED)
     ran = sum(len([f for f in findings.declared_findings() if (report.folder / "executed" / f"{f[1]}.ipynb").exists()])
               + 2 for report in reports)
@@ -37,7 +37,9 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     if len(reports) > 1:  # each model's block is headed by its name
         assert [line.split("**")[1] for line in per_model.splitlines() if line.startswith("**")] == \
             [report.model for report in reports]
-    assert findings.readme_findings(README.read_text()) == expected
+    page = (COMMITTED / findings.FINDINGS_FILE).read_text()
+    assert findings.readme_findings(page) == findings.findings_markdown(COMMITTED, link_prefix="")
+    assert page == findings.findings_page(COMMITTED), "refresh it: rerender papers_figures --readme README.md"
     empty = [label for label, _, chosen in findings.findings(COMMITTED) if not chosen]
     assert not empty, f"declared findings whose pattern matched no sentence of their verdict: {empty}"
 
@@ -68,7 +70,7 @@ def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
 
     committed = findings.agreement_lines(COMMITTED, [report.model for report in model_reports(COMMITTED)])
     assert committed and committed[0].startswith("**Do the models agree?**")
-    assert "\n".join(committed) in README.read_text(), "the README carries the computed lines"
+    assert "\n".join(committed) in (COMMITTED / findings.FINDINGS_FILE).read_text(), "the findings carry the lines"
 
 
 def test_the_readme_quotes_every_deviation_of_the_preregistration(monkeypatch):
@@ -83,7 +85,7 @@ def test_the_readme_quotes_every_deviation_of_the_preregistration(monkeypatch):
     monkeypatch.setattr(preregistration, "deviations", lambda: [])
     assert findings.deviation_lines() == []
     monkeypatch.undo()
-    assert "\n".join(findings.deviation_lines()) in README.read_text()
+    assert "\n".join(findings.deviation_lines()) in (COMMITTED / findings.FINDINGS_FILE).read_text()
 
 
 def test_the_readme_quotes_every_declared_primary_comparison_first():
@@ -131,14 +133,33 @@ def test_the_runs_line_is_read_from_runs_json(tmp_path):
 
 
 def test_readme_is_a_front_door():
+    """The README answers in a minute: at most 12,000 bytes, the answer table and its figure, the two commands, a
+    claim on your own model; prose lines wrap (only table rows run long); no hand-typed result outside the
+    computed answer."""
+    from dynheads_tl.report import answer
+
     text = README.read_text()
-    assert len(text.splitlines()) <= 200
+    assert len(text.encode()) <= 12_000
     for command in ("make report", "make test", "dynheads report --only", "from dynheads_tl.claims import"):
         assert command in text
     assert "https://arxiv.org/abs/2602.11162" in text
-    # No hand-typed result numbers: outside the findings block (quoted by code) no interval and no 0.xx value.
-    outside = text.replace(findings.readme_findings(text), "")
+    assert text.index("## The answer") < text.index("## Two commands") < 5_000, "the answer and commands come first"
+    long_prose = [line for line in text.splitlines() if len(line) > 125 and not line.startswith("|")]
+    assert not long_prose, long_prose
+    block = answer.readme_answer(text)
+    assert block.count("\n| ") >= 6 and f"]({'papers_figures/'}{answer.FIGURE})" in block
+    # No hand-typed result numbers: outside the answer block (rendered by code) no interval and no 0.xx value.
+    outside = text.replace(block, "")
     assert not re.findall(r"\b0\.\d\d|\[[-−+]?\d+\.\d+, [-−+]?\d+\.\d+\]", outside)
+
+
+def test_the_readme_answer_is_rendered_from_the_committed_results():
+    """The table between the README's answer markers is exactly what the committed results files give, and the
+    figure it shows exists (refresh both: rerender papers_figures --readme README.md)."""
+    from dynheads_tl.report import answer
+
+    assert answer.readme_answer(README.read_text()) == answer.answer_markdown(COMMITTED)
+    assert (COMMITTED / answer.FIGURE).stat().st_size > 10_000
 
 
 def test_readme_and_docs_links_resolve():
@@ -290,10 +311,14 @@ def test_the_templates_ship_as_package_data():
     """An installed package finds its templates: pyproject.toml's package data covers every file of the folder."""
     import tomllib
 
-    package = templating.SITE_TEMPLATES.relative_to(ROOT).as_posix().replace("/", ".")
-    assert f'"{package}"' in (ROOT / "setup.py").read_text(), "setup.py lists the template folder as a package"
-    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][package]
-    shipped = {path for pattern in patterns for path in templating.SITE_TEMPLATES.glob(pattern)}
+    from dynheads_tl.report import answer
+
+    shipped = set()
+    for folder in (templating.SITE_TEMPLATES, answer.TEMPLATES):  # the site's, and the Markdown answer's
+        package = folder.relative_to(ROOT).as_posix().replace("/", ".")
+        assert f'"{package}"' in (ROOT / "setup.py").read_text(), "setup.py lists each template folder as a package"
+        patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][package]
+        shipped |= {path for pattern in patterns for path in folder.glob(pattern)}
     files = {path for path in templating.TEMPLATES.rglob("*") if path.is_file()}
     assert {"notebook.html.j2", "report.html.j2", "parts.html.j2", "conf.json", "notebook.css", "report.css"} <= {
         path.name for path in files}

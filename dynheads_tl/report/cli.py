@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                           help="regenerate the whole committed report: every embedded model's default report, then "
                                "each claim's committed presets (the long preset: notebook 07's 1k-8k grid, 01, 03, "
                                "05 and 06 at 4,000 tokens) on every model, then the top index and README.md's "
-                               "findings (what make report runs; hours on a 2-core CPU); "
+                               "findings (what make report-all runs; hours on a 2-core CPU); "
                                "takes only --backend and --address (who computes), no --preset, --model, --only, "
                                "--output-dir, --device, --dtype or -p other than -p backend=/ray_address=")
     p_report.add_argument("--model", default=None,

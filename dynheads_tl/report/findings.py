@@ -1,18 +1,31 @@
-"""The README's findings: the verdict sentences the claims declare (``Claim.findings``), with each index row's
-status, read from each notebook folder's results (``verdicts.json``, :mod:`dynheads_tl.verdicts`) and written
-between the README's markers."""
+"""The report's findings page, ``<report>/findings.md``: the verdict sentences the claims declare
+(``Claim.findings``), each index row's status, whether the models agree, each preset's runs and the dated
+deviations of the pre-registration, read from each notebook folder's results (``verdicts.json``,
+:mod:`dynheads_tl.verdicts`). The README carries the short answer instead (:mod:`dynheads_tl.report.answer`)
+and links here; :func:`update_readme` writes both."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
+from dynheads_tl.report.answer import ANSWER_END, ANSWER_START, update_answer
 from dynheads_tl.report.index import agreement, model_agreement
 from dynheads_tl.report.results import all_results, contexts_phrase, model_reports, preset_reports, read_runs
 from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
 
-FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
+FINDINGS_FILE = "findings.md"  # in the report's root folder
+FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"  # around the page's computed part
+PAGE_HEAD = """# What the committed report finds
+
+Every line below is computed from the notebook folders' results files (`verdicts.json`) by
+`python -m dynheads_tl.report.rerender papers_figures --results --readme README.md`, which also renders the README's
+answer table; a test fails when this page differs from the files. The linked notebook sections give every interval,
+n and threshold; [the index](index.html) has every item's numbers, and [preregistration.yaml](../preregistration.yaml)
+the primaries and status rules (why each setting is confirmatory or exploratory:
+[the report docs](../docs/report.md#pre-registration-and-what-the-statuses-read)).
+"""
 
 
 def declared_findings() -> list[tuple[str, str, str]]:
@@ -186,26 +199,29 @@ def runs_sentence(output_dir: Path, link_prefix: str = "papers_figures/") -> str
             + "; ".join(parts) + ".")
 
 
+def findings_page(output_dir: Path) -> str:
+    """The whole findings page (``<report>/findings.md``): its head, then :func:`findings_markdown` between the
+    markers, links relative to the report's root."""
+    return f"{PAGE_HEAD}\n{FINDINGS_START}\n{findings_markdown(output_dir, link_prefix='')}\n{FINDINGS_END}\n"
+
+
 def update_readme(readme: Path, output_dir: Path, link_prefix: str = "papers_figures/") -> bool:
-    """Write :func:`findings_markdown` between the README's markers; True when the README changed."""
-    readme = Path(readme)
-    text = readme.read_text(encoding="utf-8")
-    if FINDINGS_START not in text or FINDINGS_END not in text:
-        raise ValueError(f"{readme} has no {FINDINGS_START} … {FINDINGS_END} block to fill.")
-    head, rest = text.split(FINDINGS_START, 1)
-    _, tail = rest.split(FINDINGS_END, 1)
-    new = f"{head}{FINDINGS_START}\n{findings_markdown(output_dir, link_prefix)}\n{FINDINGS_END}{tail}"
-    if new != text:
-        atomic_write_text(readme, new)
-    return new != text
+    """Write the findings page (:func:`findings_page`) into ``output_dir`` and the answer table and figure
+    (:func:`~dynheads_tl.report.answer.update_answer`) into ``readme``; True when either changed."""
+    page = Path(output_dir) / FINDINGS_FILE
+    text = findings_page(output_dir)
+    changed = not page.exists() or page.read_text(encoding="utf-8") != text
+    if changed:
+        atomic_write_text(page, text)
+    return update_answer(readme, output_dir, link_prefix) or changed
 
 
 def readme_has_findings_block(readme_text: str) -> bool:
-    """Whether a README has both findings markers, start before end (:func:`update_readme` fills between them)."""
-    start, end = readme_text.find(FINDINGS_START), readme_text.find(FINDINGS_END)
+    """Whether a README has both answer markers, start before end (:func:`update_readme` fills between them)."""
+    start, end = readme_text.find(ANSWER_START), readme_text.find(ANSWER_END)
     return 0 <= start < end
 
 
-def readme_findings(readme_text: str) -> str:
-    """The block between the README's findings markers, stripped."""
-    return readme_text.split(FINDINGS_START, 1)[1].split(FINDINGS_END, 1)[0].strip()
+def readme_findings(page_text: str) -> str:
+    """The block between a findings page's markers, stripped."""
+    return page_text.split(FINDINGS_START, 1)[1].split(FINDINGS_END, 1)[0].strip()

@@ -16,6 +16,7 @@ from typing import Any
 
 from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
+from dynheads_tl.report.answer import ANSWER_ALT, FIGURE as ANSWER_FIGURE
 from dynheads_tl.report.results import (ModelReport, PresetReport, all_results, longest_context, model_reports, preset_reports, read_runs)
 from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, Link, notebook_order, notebook_title, output_groups,
                                      page_sections, render_page, run_meta)
@@ -329,11 +330,13 @@ class _Tables:
     reports: list[ModelReport]  # model_table's models
     by_model: list[tuple[str, str, list[tuple[str, str]]]]  # model_table's rows (empty with one model)
     presets: list[PresetTable]
+    answer: bool  # the report's root holds the answer's figure (report/answer.py), shown first
 
     @classmethod
     def read(cls, output_dir: Path) -> "_Tables":
         reports, by_model = model_table(output_dir)
-        return cls(head_score_files(output_dir), reports, by_model, preset_tables(output_dir))
+        return cls(head_score_files(output_dir), reports, by_model, preset_tables(output_dir),
+                   (Path(output_dir) / ANSWER_FIGURE).is_file())
 
 
 def _markdown(rows: list[_Row], runs: dict[str, Any], tables: _Tables, up: list[UpLink]) -> str:
@@ -342,6 +345,7 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], tables: _Tables, up: list[
         md += [" · ".join(f"↑ [{link.title}]({link.markdown})" for link in up), ""]
     if smoke_banner(runs):
         md += [f"> **{smoke_banner(runs)}**", ""]
+    md += [f"![{ANSWER_ALT}]({ANSWER_FIGURE})", ""] if tables.answer else []
     md += [INTRO, "", STATUS_NOTE, ""]
     md += [f"- **{status}**: {meaning}" for status, meaning in status_legend()] + [""]
     if runs:
@@ -446,6 +450,7 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path, tables:
         models=[Link(f"{r.prefix}index.html", r.model) for r in reports] if by_model else [], by_model=by_model,
         models_note=MODELS_NOTE, presets=tables.presets, presets_note=PRESETS_NOTE,
         figures=[row for row in shown if row.image], outputs=outputs, heads=tables.heads, heads_note=HEAD_FILES_NOTE, run_time_note=RUN_TIME_NOTE,
+        answer=ANSWER_FIGURE if tables.answer else "", answer_alt=ANSWER_ALT,
         runs=[{"notebook": notebook, "link": _notebook_links(output_dir, notebook)[0], "model": str(run.get("model")),
                "preset": str(run.get("preset")), "parameters": _json.dumps(run.get("parameters", {})),
                "date": str(run.get("date")), "minutes": str(run.get("minutes"))}

@@ -2,7 +2,7 @@
 
     python -m dynheads_tl.report.rerender papers_figures                      # pages + index
     python -m dynheads_tl.report.rerender papers_figures --results            # + each folder's verdicts.json
-    python -m dynheads_tl.report.rerender papers_figures --results --readme README.md   # + the README's findings
+    python -m dynheads_tl.report.rerender papers_figures --results --readme README.md   # + the README's answer and findings.md
 
 ``--results`` recomputes every notebook folder's ``verdicts.json`` from the CSVs it holds, by the claims' own
 functions (the ones the notebooks call), under the current ``preregistration.yaml``; without it a missing file is
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output_dir", nargs="?", default="papers_figures", help="the report folder (default: papers_figures)")
     parser.add_argument("--results", action="store_true",
                         help="recompute each notebook folder's verdicts.json from its CSVs first")
-    parser.add_argument("--readme", default=None, help="also refresh the findings block of this README")
+    parser.add_argument("--readme", default=None, help="also refresh this README's answer table and figure, and the report's findings.md")
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir)
     pages = []
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.readme:
         prefix = Path(os.path.relpath(output_dir.resolve(), Path(args.readme).resolve().parent)).as_posix()
         changed = update_readme(Path(args.readme), output_dir, link_prefix=f"{prefix}/")
-        print(f"{args.readme}: findings {'updated' if changed else 'already current'}.")
+        print(f"{args.readme}: answer and findings {'updated' if changed else 'already current'}.")
     return 0
 
 
