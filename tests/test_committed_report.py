@@ -230,8 +230,21 @@ def test_rendered_notebooks_open_offline(tmp_path):
     page = page_path.read_text()
     assert not re.search(r"""<script[^>]*\bsrc\s*=\s*["']?(https?:)?//""", page, re.I)
     assert remote_resources(page) == [] and "mathjax" not in page.lower() and "require.min.js" not in page
-    assert f"data:image/png;base64,{png}" in page  # images stay embedded
+    # the image is a file beside the page, named by its bytes, never a base64 copy inside it
+    assert not re.search(r"<img[^>]*src=\"data:", page)
+    images = list((path.parent / "00_inspect_attention_files").glob("*.png"))
+    assert [p.read_bytes() for p in images] == [PNG] and f'src="00_inspect_attention_files/{images[0].name}"' in page
     assert 'document.getElementById("vis").textContent="ok";' in page  # inline scripts still run
+
+
+def test_no_committed_page_embeds_an_image():
+    """Figures are files the pages link (one regeneration adds only the images whose bytes changed), never base64
+    inside the HTML; nbconvert's stylesheet keeps its few icon data URLs, which are not figures."""
+    root = Path(__file__).resolve().parents[1] / "papers_figures"
+    pages = sorted(root.rglob("*.html"))
+    assert len(pages) > 26
+    embedded = [str(p.relative_to(root)) for p in pages if re.search(r"<img[^>]*src=\"data:", p.read_text())]
+    assert not embedded, embedded
 
 
 def test_a_second_models_report_lands_beside_the_first_and_the_index_reads_both(clean_report):

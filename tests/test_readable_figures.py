@@ -300,5 +300,15 @@ def test_each_figure_on_a_page_is_a_link_to_itself_at_full_size(tmp_path):
         zoom = link.find_parent(class_="zoom")
         assert zoom["id"] == f"figure-{number}" and soup.find(id=f"figure-{number}-inline") is not None
         assert zoom.select_one("a.zoom-close")["href"] == f"#figure-{number}-inline"
-    assert all(img["src"].startswith("data:image/png;base64,") and img.get("alt") for img in images)
+    # files, not base64: the figure's own file where it has one, else a copy beside the page named by its bytes
+    assert images[0]["src"] == "../02_irreplaceability/fig2_niah_masking.png"
+    extracted = tmp_path / "executed" / "02_irreplaceability_files"
+    assert sorted(p.read_bytes() for p in extracted.iterdir()) == sorted([png, png + b"other"])
+    assert all(img["src"].startswith("02_irreplaceability_files/") for img in images[1:])
+    assert all(img.get("alt") for img in images)
+    # a second rendering after an image changed keeps no stale copy
+    nbformat.write(new_notebook(cells=[new_code_cell("b()", execution_count=2, outputs=[shown(png)])]),
+                   tmp_path / "executed" / "02_irreplaceability.ipynb")
+    site.render_page(tmp_path / "executed" / "02_irreplaceability.ipynb", tmp_path)
+    assert [p.read_bytes() for p in extracted.iterdir()] == [png]
     assert re.search(r"\.zoom:target\{[^}]*position:fixed", page) and "a.enlarge{cursor:zoom-in}" in page

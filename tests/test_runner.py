@@ -528,13 +528,13 @@ def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its
 
 def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the_readme(tmp_path, monkeypatch, capsys):
     from dynheads_tl.report import runner
-    from dynheads_tl.report.findings import FINDINGS_END, FINDINGS_START
+    from dynheads_tl.report.answer import ANSWER_END, ANSWER_START
 
     calls, rendered, updated = [], [], []
     monkeypatch.setattr(runner, "run_report", lambda **kw: calls.append(kw) or [])
     monkeypatch.setattr(runner, "build_index", lambda folder: rendered.append(folder))
     monkeypatch.setattr(runner, "update_readme", lambda path, folder, link_prefix: updated.append((path, link_prefix)))
-    (tmp_path / "README.md").write_text(f"# x\n{FINDINGS_START}\n{FINDINGS_END}\n")
+    (tmp_path / "README.md").write_text(f"# x\n{ANSWER_START}\n{ANSWER_END}\n")
     runner.run_committed_report(models=["smollm2-135m-instruct", "gemma-3-270m"], overrides={"backend": "ray"},
                                 cwd=tmp_path)
     assert [(c["preset"], c["model"], c["only"], c["output_dir"]) for c in calls] == [
@@ -547,7 +547,7 @@ def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the
         runner.run_committed_report(overrides={"n_analysis": 4}, cwd=tmp_path)
     calls.clear()
     updated.clear()
-    (tmp_path / "README.md").write_text(f"# x\n{FINDINGS_START}\n")  # no end marker: the README is left alone
+    (tmp_path / "README.md").write_text(f"# x\n{ANSWER_START}\n")  # no end marker: the README is left alone
     runner.run_committed_report(models=["smollm2-135m-instruct"], cwd=tmp_path)
     assert calls and updated == []
 

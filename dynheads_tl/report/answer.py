@@ -32,8 +32,7 @@ __all__ = ["ANSWER_START", "ANSWER_END", "ANSWER_ALT", "FIGURE", "Setting", "Cel
 
 ANSWER_START, ANSWER_END = "<!-- answer:start -->", "<!-- answer:end -->"
 FIGURE = "answer.png"  # in the report's root folder
-ANSWER_ALT = ("Forest plot: each claim's pre-registered primary per model and setting, estimate and 95% interval, "
-              "coloured by status, the smallest effect of interest as a grey band")
+ANSWER_ALT = "Forest plot: each claim's primary per model and setting, estimate, interval and status"
 TEMPLATES = Path(__file__).parent / "templates" / "markdown"
 SILENT = {"descriptive", "qualitative"}  # statuses that answer nothing on their own
 

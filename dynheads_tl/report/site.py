@@ -42,7 +42,7 @@ from dynheads_tl.claims import claim_for
 from dynheads_tl.report.results import claim_results
 from dynheads_tl.report.templating import page_exporter, part
 from dynheads_tl.report.text import verdict_bullets
-from dynheads_tl.store import atomic_write_text
+from dynheads_tl.store import atomic_write, atomic_write_text
 
 PAPER_URL = "https://arxiv.org/abs/2602.11162"
 PAPER_TITLE = "Retrieval Heads are Dynamic (arXiv 2602.11162)"
@@ -120,6 +120,8 @@ def _describe_images(outputs: list, stems: list[str], folder: Path, section: str
         stem = files.get(_png_digest(base64.b64decode("".join(output["data"]["image/png"]))))
         if stem:
             metadata["enlarge"] = f"../{folder.name}/{stem}.png"
+            # the page shows the figure's own file (nbconvert reads metadata.filenames), not a base64 copy
+            output["metadata"]["filenames"] = {"image/png": metadata["enlarge"]}
         else:
             metadata["zoom"] = f"figure-{next(zoom_ids)}"
         if metadata.get("alt"):
@@ -421,6 +423,34 @@ def remote_resources(page: str) -> list[str]:
     return sorted(text[:200] for text in found)
 
 
+def extract_images(notebook, folder: Path, stem: str) -> list[Path]:
+    """Write every PNG output of ``notebook`` that has no figure file of its own (:func:`_describe_images` points
+    the others at theirs) to ``<folder>/<stem>_files/<sha256 prefix>.png`` and point the output at it, so the page
+    links image files instead of embedding them as base64 (a file whose bytes did not change keeps its name, and
+    git stores it once across regenerations). Files of an earlier rendering that no output shows are removed."""
+    files = Path(folder) / f"{stem}_files"
+    written = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            png = output.get("data", {}).get("image/png")
+            metadata = output.setdefault("metadata", {})
+            if not png or "image/png" in metadata.get("filenames", {}):
+                continue
+            data = base64.b64decode("".join(png))
+            path = files / f"{_png_digest(data)[:16]}.png"
+            files.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.read_bytes() != data:
+                atomic_write(path, lambda handle, data=data: handle.write(data))
+            metadata["filenames"] = {"image/png": f"{files.name}/{path.name}"}
+            written.append(path)
+    for old in (files.iterdir() if files.is_dir() else []):
+        if old not in written:
+            old.unlink()
+    if files.is_dir() and not any(files.iterdir()):
+        files.rmdir()
+    return written
+
+
 def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: str = "") -> Path:
     """Render one executed notebook to ``<same folder>/<stem>.html`` as a page of the site; returns its path.
 
@@ -432,6 +462,7 @@ def render_page(executed_ipynb: Path, output_dir: Path | None = None, *, meta: s
     stem = executed_ipynb.stem
     notebook = nbformat.read(executed_ipynb, as_version=4)
     prepared = prepare_notebook(notebook, output_dir, stem)
+    extract_images(prepared, executed_ipynb.parent, stem)
     exporter = page_exporter(page_outline=page_outline)
     page, _ = exporter.from_notebook_node(prepared, resources={"metadata": {"name": notebook_title(stem)},
                                                               "site": _page(output_dir, stem, prepared, meta)})
