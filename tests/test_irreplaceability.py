@@ -418,10 +418,9 @@ def test_the_probes_set_is_an_exploratory_secondary_with_its_prediction_quality(
     assert masking_rule(summary, table, "niah", rule)[0] == masking_rule(summary, old, "niah", rule)[0]
 
 
-def sentences_of(text: str) -> list[str]:
-    from dynheads_tl.claim import sentences_starting
-
-    return sentences_starting(text, "Primary comparison", "Beside it", limit=2)
+def sentences_of(text) -> list[str]:
+    """The primary's and D_t's parts of claim 2's verdict, as its finding quotes them (by key)."""
+    return text.quote("primary", "selected on outcome")
 
 
 def test_progressive_status_needs_the_drop_to_be_specific_when_the_run_has_the_control(tmp_path):

@@ -173,3 +173,50 @@ def test_declared_stop_tokens_end_a_generation(embedded_model):
     spec = models.EMBEDDED_MODELS[models.DEFAULT_MODEL]
     vocabulary = embedded_model.tokenizer.get_vocab()
     assert {vocabulary[token] for token in spec.stop_tokens} <= eos_token_ids(embedded_model)
+
+
+def test_a_model_joined_from_plain_parts_checks_every_part_before_joining(monkeypatch, tmp_path):
+    """Qwen2.5's parts ship with no assembler: each part is checked against its declared sha256 (a damaged one is
+    refused naming the part, its package and the hash expected, before anything is written), then they are joined
+    in order and the whole is checked too; the joined file lives only while the conversion reads it."""
+    import dataclasses
+    import hashlib
+
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    data = [b"GGUF-first-", b"second"]
+    folders = {}
+    for i, chunk in enumerate(data, 1):
+        folder = tmp_path / f"fake_part{i}"
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / f"part{i:02d}.bin").write_bytes(chunk)
+        folders[f"fake_part{i}"] = folder
+    digest = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    spec = dataclasses.replace(models.EMBEDDED_MODELS["qwen2.5-coder-0.5b-instruct"],
+                               requirements=("fake-part1==1.0", "fake-part2==1.0"),
+                               joined=tuple(digest(b) for b in data), sha256=digest(b"".join(data)))
+    monkeypatch.setitem(models.EMBEDDED_MODELS, "joined-test", spec)
+    monkeypatch.setattr(models, "_package_dir", lambda module: folders.get(module))
+    assert spec.modules == ("fake_part1", "fake_part2") and models.embedded_installed("joined-test")
+    with models.embedded_gguf("joined-test") as gguf:
+        assert gguf.read_bytes() == b"GGUF-first-second" and (tmp_path / "cache") in gguf.parents
+    assert not gguf.exists()
+    (folders["fake_part2"] / "data" / "part02.bin").write_bytes(b"secund")
+    with pytest.raises(models.CorruptPartError) as error:
+        with models.embedded_gguf("joined-test"):
+            pass
+    message = str(error.value)
+    assert "part02.bin" in message and "fake-part2==1.0" in message and digest(data[1]) in message
+    assert not any((tmp_path / "cache").glob("joined-test-gguf.*")), "nothing was written before the check"
+    (folders["fake_part2"] / "data" / "part02.bin").write_bytes(b"second")
+    monkeypatch.setitem(models.EMBEDDED_MODELS, "joined-test", dataclasses.replace(spec, sha256=digest(b"other")))
+    with pytest.raises(models.CorruptPartError, match="every part matched its own"):
+        with models.embedded_gguf("joined-test"):
+            pass
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
+def test_the_qwen_models_declare_one_hash_per_part_and_their_provenance(name):
+    spec = models.EMBEDDED_MODELS[name]
+    assert len(spec.joined) == len(spec.requirements) and len(spec.sha256) == 64
+    assert all(len(h) == 64 for h in spec.joined) and all("==" in r for r in spec.requirements)
+    assert "no licence" in spec.provenance and "Apache-2.0" in spec.licence

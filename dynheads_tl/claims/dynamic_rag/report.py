@@ -11,7 +11,7 @@ import pandas as pd
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import (Interval, bootstrap_interval, detectable_words, format_interval,
                                              n_to_resolve, tost_row, wilson_interval)
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, Verdict, ci_text, is_true, sidecar
 
 from .config import SEEDS, RagStudyConfig
 from .pipeline import _paired, _recall_per_visible, tost_bounds
@@ -100,7 +100,7 @@ def _p(p: float) -> str:
 
 
 def teacher_forced_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
-                           data: str = "synthetic HotpotQA-format questions") -> str:
+                           data: str = "synthetic HotpotQA-format questions") -> Verdict | str:
     """The teacher-forced secondary in computed sentences (empty when the run has none): the gold answer's mean
     log-probability (nats/token) under full context and without it, and whether the context raises it at all
     (full − none separated: exact sign test alone at 0.05 and the bootstrap interval above 0); then Dynamic (probe)
@@ -156,11 +156,11 @@ def teacher_forced_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
         lines.append(f"Teacher-forced, Dynamic (probe) minus each other strategy (secondary family, Holm over its "
                      f"{int(family['testable'].sum())} testable comparisons; paired over n = {int(family['n'].max())} "
                      f"{data}): " + "; ".join(parts) + ".")
-    return " ".join(lines)
+    return Verdict(*(("teacher-forced", line) for line in lines))
 
 
 def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
-                data: str = "synthetic HotpotQA-format questions") -> str:
+                data: str = "synthetic HotpotQA-format questions") -> Verdict:
     """The case study in computed sentences: the headroom between the bounds, what each strategy opens against
     chance, and which strategies differ on F1, the declared primary comparison (:data:`PRIMARY`) first. A
     difference is claimed only where ``comparison_table`` marks it separated (Holm-adjusted sign test and bootstrap
@@ -170,13 +170,14 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
     names its ``data`` (synthetic unless the run read a real file)."""
     t = table.set_index("strategy")
     lines, room = [], False
+    add = lambda key, text: lines.append((key, text))  # noqa: E731
     if {"full", "none"} <= set(t.index):
         full, none = t.loc["full"], t.loc["none"]
         bound = comparisons[(comparisons["a"] == "full") & (comparisons["b"] == "none")]
         gap = ("" if bound.empty else
                f"; full − none {_fmt(*bound.iloc[0][['f1_difference', 'low', 'high']])}")
         room = not bound.empty and bool(bound.iloc[0]["separated"]) and float(full["f1"]) >= 0.5
-        lines.append(f"Bounds: full context F1 {_fmt(full['f1'], full['f1_low'], full['f1_high'])}, w/o RAG "
+        add("bounds", f"Bounds: full context F1 {_fmt(full['f1'], full['f1_low'], full['f1_high'])}, w/o RAG "
                      f"{_fmt(none['f1'], none['f1_low'], none['f1_high'])} (n = {int(full['n'])}){gap}: this setting "
                      + ("leaves room for retrieval to help." if room else
                         "leaves little room for retrieval to help, so no strategy is ranked below."))
@@ -186,7 +187,7 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
         for s in opened:
             r = t.loc[s]
             parts.append(f"{r['method']} {_fmt(r['recall_per_visible'], r['recall_per_visible_low'], r['recall_per_visible_high'])}")
-        lines.append("Evidence recall per share of context opened (chance = 1): " + "; ".join(parts) + ".")
+        add("recall", "Evidence recall per share of context opened (chance = 1): " + "; ".join(parts) + ".")
     strategies = comparisons[comparisons["a"] != "full"] if len(comparisons) else comparisons
     if len(strategies) and "primary" in strategies:
         strategies = pd.concat([strategies[strategies["primary"]], strategies[~strategies["primary"]]])
@@ -198,20 +199,22 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
                     f"Holm-adjusted {row.p_adjusted:.3f}" if testable else "untestable, left out of the Holm family")
         numbers = (f"F1 difference {_fmt(row.f1_difference, row.low, row.high)}, paired over n = {row.n} {data}; "
                    f"{row.a_better} questions better, {row.b_better} worse, sign test p = {row.sign_p:.3f}, {adjusted}")
-        lead = "Primary comparison (declared): " if getattr(row, "primary", False) else ""
+        lead = "Primary comparison (declared): " if primary else ""
+        # the key a finding quotes: the primary, Dynamic (probe) against another strategy, or any other pair
+        key = "primary" if primary else "dynamic" if row.a == "dynamic" else "other"
         if not room:
-            lines.append(f"{lead}{name_a} against {name_b}, for the record ({numbers}).")
+            add(key, f"{lead}{name_a} against {name_b}, for the record ({numbers}).")
         elif row.separated:
-            lines.append(f"{lead}{name_a} {'beats' if row.f1_difference > 0 else 'falls below'} {name_b} ({numbers}).")
+            add(key, f"{lead}{name_a} {'beats' if row.f1_difference > 0 else 'falls below'} {name_b} ({numbers}).")
         elif not testable:
-            lines.append(f"{lead}{name_a} and {name_b} cannot be tested: only {row.a_better + row.b_better} questions "
-                         f"differ, too few for a sign test to reach 0.05 ({numbers}).")
+            add(key, f"{lead}{name_a} and {name_b} cannot be tested: only {row.a_better + row.b_better} questions "
+                     f"differ, too few for a sign test to reach 0.05 ({numbers}).")
         else:
             need = getattr(row, "n_to_resolve", None)
             need = f"; about {int(need)} questions would resolve the observed one" if need == need and need else ""
-            lines.append(f"{lead}{name_a} and {name_b} cannot be told apart ({numbers}); "
-                         f"{detectable_words(row.half_width, what='F1 differences', unit='questions', n=row.n)}{need}.")
-    return " ".join(lines)
+            add(key, f"{lead}{name_a} and {name_b} cannot be told apart ({numbers}); "
+                     f"{detectable_words(row.half_width, what='F1 differences', unit='questions', n=row.n)}{need}.")
+    return Verdict(*lines)
 
 
 SETTING_TEXT = {"multihop": "synthetic multi-hop HotpotQA-format questions (bridge and comparison, 10 paragraphs)",
@@ -332,16 +335,16 @@ def _table4_status(folder: Path) -> Status:
 
 _L = PAPER_TABLE4["Llama-3.1-8B-Instruct"]
 def _rag_finding(folder: Path) -> list[str]:
-    """The sentences of :func:`rag_verdict` that compare Dynamic (probe) with another strategy, the primary first;
+    """The parts of :func:`rag_verdict` that compare Dynamic (probe) with another strategy, the primary first;
     then, where the run wrote it, the teacher-forced secondary (:func:`teacher_forced_verdict`, both sentences)."""
     table = pd.read_csv(folder / "table4_rag.csv")
     data = questions_label(str(sidecar(folder, "table4_rag").get("hotpot_source", "synthetic")))
     verdict = rag_verdict(table, pd.read_csv(folder / "table4_comparisons.csv"), data=data)
-    chosen = sentences_starting(verdict, "Primary comparison (declared): Dynamic (probe)", "Dynamic (probe) beats",
-                                "Dynamic (probe) and", limit=3)
+    chosen = verdict.quote("primary", "dynamic", limit=3)
     forced = folder / f"{TEACHER_FORCED_COMPARISONS}.csv"
     if forced.exists():
-        chosen += sentences_starting(teacher_forced_verdict(table, pd.read_csv(forced), data=data), "Teacher-forced")
+        secondary = teacher_forced_verdict(table, pd.read_csv(forced), data=data)
+        chosen += secondary.quote("teacher-forced") if isinstance(secondary, Verdict) else []
     return chosen
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from dynheads_tl import preregistration
 
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, Verdict, ci_text, is_true, sidecar
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.tasks.hotpot import hotpot_label
 
@@ -114,7 +114,7 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
     gives both readings."""
     part = table[table["static_k"] == k].set_index("metric")
     if part.empty:
-        return f"No size-aware metrics for the static top-{k}."
+        return Verdict(("numbers", f"No size-aware metrics for the static top-{k}."))
     label = task_label or task_name(table)
     get = lambda m: part.loc[m]
     fmt = lambda m: f"{get(m)['value']:.3f} [{get(m)['low']:.3f}, {get(m)['high']:.3f}]"
@@ -133,17 +133,21 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
                    f"over calibration, so close to built in; per-step coverage |D_t ∩ S_{k}| / |D_t| "
                    f"{fmt('static_coverage')}, Jaccard {fmt('jaccard_static')}, {fmt('jaccard_over_bound')} of the "
                    f"largest value the set sizes allow)") if wu_reading else f"an undefined share outside Wu et al.'s"
-        return (f"{label}: {interval(query)} of all {equation} activations fall outside the query-focused static "
-                f"top-{k} (QRHead-style, from calibration prompts; the primary) and {wu_part}. So {q_reading}, and "
-                + (f"{wu_reading}" if wu_reading else "against Wu et al.'s the share is undefined")
-                + f" (95% bootstrap intervals over {units}).")
+        return Verdict(
+            ("numbers", f"{label}: {interval(query)} of all {equation} activations fall outside the query-focused "
+                        f"static top-{k} (QRHead-style, from calibration prompts; the primary) and {wu_part}."),
+            ("so", f"So {q_reading}, and " + (f"{wu_reading}" if wu_reading else "against Wu et al.'s the share is "
+                                               "undefined") + f" (95% bootstrap intervals over {units})."))
     reading = outside_reading(outside, k)
     if reading is None:
-        return f"{label}: the share of {equation} activations outside the static top-{k} is undefined here (no activations)."
-    return (f"{label}: {fmt('share_outside_static')} of all {equation} activations fall outside the static "
-            f"top-{k}; per-step coverage |D_t ∩ S_{k}| / |D_t| is {fmt('static_coverage')}; the Jaccard "
-            f"{fmt('jaccard_static')} is {fmt('jaccard_over_bound')} of the largest value the set sizes allow "
-            f"({fmt('jaccard_bound')}). So {reading} (95% bootstrap intervals over {units}).")
+        return Verdict(("numbers", f"{label}: the share of {equation} activations outside the static top-{k} is "
+                                   "undefined here (no activations)."))
+    return Verdict(
+        ("numbers", f"{label}: {fmt('share_outside_static')} of all {equation} activations fall outside the static "
+                    f"top-{k}; per-step coverage |D_t ∩ S_{k}| / |D_t| is {fmt('static_coverage')}; the Jaccard "
+                    f"{fmt('jaccard_static')} is {fmt('jaccard_over_bound')} of the largest value the set sizes "
+                    f"allow ({fmt('jaccard_bound')})."),
+        ("so", f"So {reading} (95% bootstrap intervals over {units})."))
 
 
 def _soft_reading(eq1: pd.Series, readers: pd.Series) -> str:
@@ -205,11 +209,14 @@ def soft_verdict(table: pd.DataFrame, churn: pd.DataFrame, threshold: float) -> 
         favoured = "the reading set" if reader_size > eq1_size else "the Eq. 1 set"
         size_text = (f" The sets differ in size ({eq1_size:.1f} vs {reader_size:.1f} heads per step), and a Jaccard "
                      f"between larger sets is larger by chance alone, so the comparison favours {favoured}.")
-    return (f"Pooled over {int(readers['n_samples'])} analysis samples, on steps whose token occurs in the needle: "
-            f"adjacent-step Jaccard is {fmt(eq1)} for the Eq. 1 set, {fmt(readers)} for the heads with evidence mass "
-            f"> {threshold:g} and {fmt(copy)} for copy mass > {threshold:g}; of {int(still['drops'])} exits from the "
-            f"Eq. 1 set, {fmt(still, 'share')} still had evidence mass > {threshold:g} at the next step. So "
-            f"{SOFT_READINGS[reading]} (95% bootstrap intervals over samples).{robustness}{size_text}")
+    return Verdict(
+        ("numbers", f"Pooled over {int(readers['n_samples'])} analysis samples, on steps whose token occurs in the "
+                    f"needle: adjacent-step Jaccard is {fmt(eq1)} for the Eq. 1 set, {fmt(readers)} for the heads with "
+                    f"evidence mass > {threshold:g} and {fmt(copy)} for copy mass > {threshold:g}; of "
+                    f"{int(still['drops'])} exits from the Eq. 1 set, {fmt(still, 'share')} still had evidence mass > "
+                    f"{threshold:g} at the next step."),
+        ("so", f"So {SOFT_READINGS[reading]} (95% bootstrap intervals over samples)."),
+        ("robustness", robustness), ("sizes", size_text))
 
 
 def task_name(table: pd.DataFrame) -> str:
@@ -391,16 +398,17 @@ def _size_aware_finding(folder: Path) -> list[str]:
     for task, label in (("niah", "NIAH"), ("hotpot", hotpot_label(str(config.get("hotpot_source", "synthetic"))))):
         verdict = size_aware_verdict(table[table["task"] == task], k, task_label=label,
                                      query_focused=query if task == "niah" else None)
-        chosen += [f"{label}: {s}" for s in sentences_starting(verdict, "So ")]
+        chosen += [f"{label}: {s}" for s in verdict.quote("so")]
     return chosen
 
 
 def _soft_finding(folder: Path) -> list[str]:
-    """The "So ..." sentence of :func:`soft_verdict`, pooled over settings."""
+    """The reading of :func:`soft_verdict` (its "So ..." part) and whether it holds at every threshold, pooled over
+    settings."""
     churn = pd.read_csv(folder / "argmax_churn.csv")
     threshold = float(sidecar(folder, "soft_dynamism").get("soft_threshold", 0.3))
-    return sentences_starting(soft_verdict(pd.read_csv(folder / "soft_dynamism.csv"), churn, threshold), "So ",
-                              limit=2)
+    verdict = soft_verdict(pd.read_csv(folder / "soft_dynamism.csv"), churn, threshold)
+    return verdict.quote("so", "robustness") if isinstance(verdict, Verdict) else []
 
 
 def _primary(folder: Path) -> dict | None:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import Interval, format_interval, n_to_resolve, sensitivity_words, tost_row
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, Verdict, ci_text, is_true, sidecar
 
 from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, PRIMARY, SEEDS, ErrorSignalConfig
 from .pipeline import mark_primary
@@ -80,7 +80,7 @@ def difficulty_sentences(data: pd.DataFrame) -> list[str]:
 
 
 def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame | None = None,
-            per_setting: pd.DataFrame | None = None) -> str:
+            per_setting: pd.DataFrame | None = None) -> Verdict:
     """Computed sentences: every group's pooled AUROC with its interval (beside what knowing only the setting
     gives); which settings are too easy or too hard to evaluate (fewer than :data:`MIN_PER_CLASS` wrong or right
     answers); the declared primary comparison; then every comparison of ``comparisons``
@@ -89,32 +89,32 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame |
     the difference the design could detect, or "cannot be tested" where too few layouts differ."""
     t = table.set_index("group")
     ref = t.loc["dynamic"]
-    lines = [f"On n = {int(ref['n'])} pooled answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
-             + "; ".join(f"{r['method']} {_fmt(r['auroc'], r['low'], r['high'])}" for _, r in t.iterrows()) + "."]
-    lines.append("The first group uses where the true evidence lies (the needle, the supporting sentence), which a "
+    lines = [("auroc", f"On n = {int(ref['n'])} pooled answers ({int(ref['wrong'])} wrong), out-of-fold AUROC: "
+             + "; ".join(f"{r['method']} {_fmt(r['auroc'], r['low'], r['high'])}" for _, r in t.iterrows()) + ".")]
+    lines.append(("upper bound", "The first group uses where the true evidence lies (the needle, the supporting sentence), which a "
                  "deployed detector does not know: an answer copied from the evidence is nearly always right, so "
                  "that group is an upper bound, not a detector. The context-only group and the baselines use no "
-                 "such knowledge; the answer-in-context string match is nearly the NIAH label itself.")
+                 "such knowledge; the answer-in-context string match is nearly the NIAH label itself."))
     if "setting" in t.index:
-        lines.append("Settings differ in error rate, so pooled AUROC partly measures which setting an answer came "
+        lines.append(("settings", "Settings differ in error rate, so pooled AUROC partly measures which setting an answer came "
                      "from; the setting-only classifier above is that part, and the within-setting numbers below "
-                     "are free of it.")
+                     "are free of it."))
     if data is not None:
-        lines += difficulty_sentences(data)
+        lines += [("difficulty", sentence) for sentence in difficulty_sentences(data)]
     if comparisons.empty:
-        lines.append("No comparison could be made (a scope with one class only).")
+        lines.append(("comparisons", "No comparison could be made (a scope with one class only)."))
     else:
         testable = comparisons[comparisons["evaluable"] & comparisons["testable"]]
         secondary = testable[~testable["primary"]] if "primary" in testable else testable
-        lines.append(f"Tests: exact sign tests over layouts; the declared primary alone at {ALPHA}, Holm over the "
+        lines.append(("tests", f"Tests: exact sign tests over layouts; the declared primary alone at {ALPHA}, Holm over the "
                      f"{len(secondary)} testable secondary comparisons of this verdict "
                      f"({int((comparisons['evaluable'] & ~comparisons['testable']).sum())} untestable, "
                      f"{int((~comparisons['evaluable']).sum())} in scopes too easy or too hard, left out). "
-                     "The pooled answers include synthetic HotpotQA-format questions where the run asked for them.")
+                     "The pooled answers include synthetic HotpotQA-format questions where the run asked for them."))
         primary = comparisons[comparisons["primary"]]
         if len(primary):
-            lines.append("Primary comparison (declared): pooled, the context-only dynamic-head features "
-                         + _compared(primary.iloc[0]) + ".")
+            lines.append(("primary", "Primary comparison (declared): pooled, the context-only dynamic-head features "
+                          + _compared(primary.iloc[0]) + "."))
         variants = (("dynamic", "the dynamic-head features that know the evidence"),
                     ("dynamic_ctx", "the context-only dynamic-head features"))
         for scope, part in comparisons.groupby("scope", sort=False):
@@ -129,16 +129,17 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame |
             for key, name in variants:
                 rows = part[(part["a"] == key) & ~part["primary"]]
                 if len(rows):
-                    lines.append(f"{where}, {name} " + "; ".join(_compared(r) for _, r in rows.iterrows()) + ".")
+                    lines.append((f"{scope}:{key}", f"{where}, {name} "
+                                  + "; ".join(_compared(r) for _, r in rows.iterrows()) + "."))
                     where = short  # the scope's sizes and AUROCs are stated once
             added = part[part["a"] == "dynamic+logit"]
             if len(added):
-                lines.append(f"{where}, the evidence-knowing features added to the logit features "
-                             + _compared(added.iloc[0]).replace("the logit (probability, entropy)", "the logit features alone")
-                             + ".")
-    lines.append("For scale only (other models and data): " + "; ".join(
-        f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + ".")
-    return " ".join(lines)
+                lines.append((f"{scope}:dynamic+logit", f"{where}, the evidence-knowing features added to the logit "
+                              "features " + _compared(added.iloc[0]).replace("the logit (probability, entropy)",
+                                                                            "the logit features alone") + "."))
+    lines.append(("anchors", "For scale only (other models and data): " + "; ".join(
+        f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + "."))
+    return Verdict(*lines)
 
 
 # --- the index: notebook 05's row, read from the files the notebook wrote -------------------------
@@ -211,8 +212,7 @@ def _verdict_finding(folder: Path) -> list[str]:
     """The pooled context-only comparisons of :func:`verdict`, the declared primary first."""
     text = verdict(pd.read_csv(folder / "auroc.csv"), _comparisons(folder),
                    pd.read_csv(folder / "answers.csv"), pd.read_csv(folder / "auroc_per_setting.csv"))
-    return sentences_starting(text, "Primary comparison (declared): pooled, the context-only",
-                              "Pooled, the context-only", "pooled, the context-only", limit=2)
+    return text.quote("primary", "pooled:dynamic_ctx", limit=2)
 
 
 def _primary(folder: Path) -> dict | None:

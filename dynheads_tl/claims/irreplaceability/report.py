@@ -9,7 +9,7 @@ from typing import Callable
 import pandas as pd
 
 from dynheads_tl.analysis.statistics import Interval, detectable_words, format_interval
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, sentences_starting
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Verdict
 
 from dynheads_tl.protocols.conditions import grid_conditions, teacher_forced_measure
 
@@ -146,16 +146,17 @@ def query_baseline_verdict(result: TaskAblation, comparisons: pd.DataFrame | Non
               f"{readings[1][0]} / {readings[1][1]}).")
 
 
-def primary_verdict(comparisons: pd.DataFrame) -> str:
+def primary_verdict(comparisons: pd.DataFrame) -> Verdict:
     """Claim 2's declared primary (:data:`PRIMARY`: D_{t-1} against as many top static heads, steps t ≥ 1), then D_t
     against as many (:data:`SELECTED_ON_OUTCOME`, secondary: chosen on the step's own outcome), each in one computed
     sentence (:func:`_declared_verdict`)."""
     primary = _declared_verdict(comparisons, PRIMARY, "Primary comparison")
     # What the declared primary cannot tell (issue 60): it favours sets that persist from step to step.
     primary = primary.replace("steps t ≥ 1): ", f"steps t ≥ 1; {PERSISTENCE_NOTE}): ", 1)
-    return (primary + " "
-            + _declared_verdict(comparisons, SELECTED_ON_OUTCOME, "Beside it, the set chosen on the step's own "
-                                "outcome (secondary, partly expected from selection alone)", judge=False))
+    return Verdict(("primary", primary),
+                   ("selected on outcome", _declared_verdict(comparisons, SELECTED_ON_OUTCOME, "Beside it, the set "
+                                                             "chosen on the step's own outcome (secondary, partly "
+                                                             "expected from selection alone)", judge=False)))
 
 
 # Beside claim 2's primary: masking D_{t-1} can only remove step t's retrieving heads that were already retrieving at
@@ -166,7 +167,7 @@ PERSISTENCE_NOTE = ("a comparison that favours persistence: the more D_t rotates
                     "before the step, is the comparison without that bias")
 
 
-# The sentences of the probe's condition start with this (the finding picks them by it).
+# The sentences of the probe's condition start with this.
 PREDICTED_LEAD = "Probe-predicted set"
 
 
@@ -195,7 +196,7 @@ def prediction_text(prediction: pd.DataFrame, task: str) -> str:
 
 
 def predicted_verdict(comparisons: pd.DataFrame, prediction: pd.DataFrame | None = None,
-                      tasks: tuple[str, ...] = ("niah", "hotpot")) -> str:
+                      tasks: tuple[str, ...] = ("niah", "hotpot")) -> Verdict:
     """The probe's condition (``predicted``: its top-|D_{t-1}| heads from step t-1's clean hidden state, a set known
     before step t; an exploratory secondary, preregistration.yaml's deviation of 2026-12-04) per task: masking it
     against as many top static heads and as many random heads, on the teacher-forced drop over the steps t ≥ 1 (each
@@ -208,13 +209,12 @@ def predicted_verdict(comparisons: pd.DataFrame, prediction: pd.DataFrame | None
             declared = (task, "predicted", baseline, teacher_forced_measure("predicted", baseline))
             if _row(comparisons, *declared) is None:
                 continue
-            sentences.append(_declared_verdict(comparisons, declared, f"{PREDICTED_LEAD}, an exploratory secondary",
-                                               judge=False, task_label=_task_label(task)))
+            sentences.append((f"{task}:{baseline}", _declared_verdict(
+                comparisons, declared, f"{PREDICTED_LEAD}, an exploratory secondary", judge=False,
+                task_label=_task_label(task))))
         if prediction is not None:
-            text = prediction_text(prediction, task)
-            if text:
-                sentences.append(text)
-    return " ".join(sentences)
+            sentences.append((f"{task}:prediction", prediction_text(prediction, task)))
+    return Verdict(*sentences)
 
 
 def _paper_comparison(result: TaskAblation, comparisons: pd.DataFrame | None = None) -> str:
@@ -408,8 +408,9 @@ def _finding_sentences(folder: Path) -> list[str]:
     comparisons = pd.read_csv(folder / "comparisons.csv")
     overlap = folder / f"{PREDICTION_FILE}.csv"
     prediction = pd.read_csv(overlap) if overlap.exists() else None
-    return (sentences_starting(primary_verdict(comparisons), "Primary comparison", "Beside it", limit=2)
-            + sentences_starting(predicted_verdict(comparisons, prediction, tasks=("niah",)), PREDICTED_LEAD))
+    return (primary_verdict(comparisons).quote("primary", "selected on outcome")
+            + predicted_verdict(comparisons, prediction, tasks=("niah",)).quote(
+                "niah:static_previous", "niah:random_previous", "niah:prediction"))
 
 
 CLAIM = Claim(

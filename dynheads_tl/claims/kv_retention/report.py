@@ -8,7 +8,7 @@ import pandas as pd
 
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import detectable_words, format_interval, tost_row
-from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, sentences_starting, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, ci_text, is_true, Verdict, plain, sidecar
 
 from .comparisons import budgets_with_headroom, primary_comparison
 from .config import SEEDS, RetentionConfig
@@ -139,20 +139,20 @@ def switching_sentence(table: pd.DataFrame, memory: pd.DataFrame | None = None) 
             + traffic)
 
 
-def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame | None = None) -> str:
+def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame | None = None) -> Verdict:
     """Computed sentences: whether the setting separates the full cache from streaming; the smallest budget at
     which each strategy reaches 95% of the full cache's accuracy (point estimates, said so); and, at each budget,
     predicted against static retention, claimed only where :func:`predicted_vs_static` marks it separated (accuracy
     and gold log-probability, Holm over both measures at every budget, untestable comparisons left out)."""
     t = table.set_index(["strategy", "granularity"])
     full, streaming = t.loc[("full", "query")], t.loc[("streaming", "query")]
-    lines = [f"Full cache accuracy {_fmt(full['accuracy'], full['accuracy_low'], full['accuracy_high'])}, streaming "
+    lines = [("bounds", f"Full cache accuracy {_fmt(full['accuracy'], full['accuracy_low'], full['accuracy_high'])}, streaming "
              f"only {_fmt(streaming['accuracy'], streaming['accuracy_low'], streaming['accuracy_high'])} (n = "
-             f"{int(full['n'])} samples, Wilson 95%)."]
+             f"{int(full['n'])} samples, Wilson 95%).")]
     room = bool(full["accuracy_low"] > streaming["accuracy_high"])
     if not room:
-        lines.append("The two bounds' intervals overlap, so this setting cannot rank retention strategies; the "
-                     "comparisons below are for the record.")
+        lines.append(("headroom", "The two bounds' intervals overlap, so this setting cannot rank retention "
+                                  "strategies; the comparisons below are for the record."))
     target = 0.95 * float(full["accuracy"])
     for granularity in dict.fromkeys(table["granularity"]):
         part = table[(table["granularity"] == granularity) & ~table["strategy"].isin(["full", "streaming"])]
@@ -162,8 +162,8 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame
         for strategy, rows_s in part.groupby("strategy", sort=False):
             ok = rows_s[rows_s["accuracy"] >= target].sort_values("budget")
             reach.append(f"{strategy} at {ok['budget'].iloc[0]:.0%}" if len(ok) else f"{strategy} at no budget tried")
-        lines.append(f"{granularity}-head budgets: the smallest budget whose accuracy reaches 95% of the full "
-                     "cache's (point estimates) is " + ", ".join(reach) + ".")
+        lines.append(("budget", f"{granularity}-head budgets: the smallest budget whose accuracy reaches 95% of the "
+                                "full cache's (point estimates) is " + ", ".join(reach) + "."))
     if len(comparisons):
         parts = []
         for r in comparisons.itertuples():
@@ -180,10 +180,10 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame
                          f"{_fmt(r.logprob_difference, r.logprob_low, r.logprob_high, True)} nats/token "
                          f"({_p_text(getattr(r, 'logprob_p_adjusted', float('nan')), getattr(r, 'logprob_predicted_better', 0) + getattr(r, 'logprob_static_better', 0))})"
                          + (f":{lp_word}" if lp_word else ""))
-        lines.append("Predicted against static retention, paired by sample: " + "; ".join(parts) + ".")
-    lines.append(switching_sentence(table, memory))
-    lines.append("For scale (other models): " + "; ".join(f"{k}: {v}" for k, v in ANCHORS.items()) + ".")
-    return " ".join(lines)
+        lines.append(("comparisons", "Predicted against static retention, paired by sample: " + "; ".join(parts) + "."))
+    lines.append(("switching", switching_sentence(table, memory)))
+    lines.append(("anchors", "For scale (other models): " + "; ".join(f"{k}: {v}" for k, v in ANCHORS.items()) + "."))
+    return Verdict(*lines)
 
 
 # --- the index: notebook 06's row, read from the files the notebook wrote -------------------------
@@ -300,7 +300,7 @@ def _primary_finding(folder: Path) -> list[str]:
     """The primary's sentence, or, where the status reads no headroom (the full cache not above streaming, or no
     KV-head budget with a strategy above streaming), that sentence: a comparison without headroom ranks nothing."""
     if not (folder / "retention.csv").exists():  # nothing to read the headroom from: the primary as written, if any
-        return sentences_starting(primary_verdict(_primary_row(folder)), "Primary comparison", limit=1)
+        return [plain(primary_verdict(_primary_row(folder)))]
     frame = pd.read_csv(folder / "retention.csv")
     full = frame[frame["strategy"] == "full"].iloc[0]
     stream = frame[frame["strategy"] == "streaming"].iloc[0]
@@ -314,7 +314,7 @@ def _primary_finding(folder: Path) -> list[str]:
     if primary is None and left_out and not kept:
         return [f"{lead}**no headroom**: at no KV-head budget does any strategy's accuracy lie above streaming's "
                 f"({bounds}; budgets {_budgets(left_out)}), so the comparison says nothing about which heads to keep."]
-    sentence = sentences_starting(primary_verdict(primary), "Primary comparison", limit=1)
+    sentence = [plain(primary_verdict(primary))]
     if left_out and sentence:
         sentence[0] = sentence[0].rstrip(".") + (f" (budgets {_budgets(left_out)} left out: no strategy's accuracy "
                                                  "lies above streaming's there).")
@@ -326,7 +326,7 @@ def _budget_finding(folder: Path) -> list[str]:
     memory = folder / "kv_memory_computed.csv"
     text = verdict(pd.read_csv(folder / "retention.csv"), pd.read_csv(folder / "predicted_vs_static.csv"),
                    pd.read_csv(memory) if memory.exists() else None)
-    return [s for s in sentences_starting(text, "") if "smallest budget" in s]
+    return text.quote("budget")
 
 
 def _primary(folder: Path) -> dict | None:

