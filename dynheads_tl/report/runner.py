@@ -35,7 +35,7 @@ from typing import Any, Iterator
 import nbformat
 
 from dynheads_tl.claims import all_claims, claim_for
-from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS
+from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, embedded_installed
 from dynheads_tl.params import check_parameters
 from dynheads_tl.report.findings import readme_has_findings_block, update_readme
 from dynheads_tl.report.index import build_index, render_notebook_html
@@ -435,19 +435,26 @@ def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
     """The runs that regenerate the whole committed report, in order: every embedded model's default report (the
     default model's in ``papers_figures/``, each other's in ``papers_figures/models/<model>/``), then each claim's
     committed presets (``Claim.committed``: the ``long`` preset of notebooks 01, 03, 05, 06 and 07) on every model, into
-    ``papers_figures/<preset>/`` and ``papers_figures/<preset>/models/<model>/``."""
+    ``papers_figures/<preset>/`` and ``papers_figures/<preset>/models/<model>/``; an embedded model only in the
+    presets it declares (``EmbeddedModel.committed``)."""
     models = list(models) if models else [DEFAULT_MODEL] + sorted(set(EMBEDDED_MODELS) - {DEFAULT_MODEL})
-    own = [None if model == DEFAULT_MODEL else model for model in models]
+    runs_in = lambda model, preset: model not in EMBEDDED_MODELS or preset in EMBEDDED_MODELS[model].committed  # noqa: E731
 
     def folder(report: Path, model: str | None) -> Path:
         return report if model is None else report / MODELS_DIR / model_folder_name(model)
 
+    def own(model: str) -> str | None:
+        return None if model == DEFAULT_MODEL else model
+
     # Each folder named: a run that names none writes runs/ (output_dir_for), never the committed report.
-    plan = [PlannedRun("default", model, None, folder(COMMITTED_REPORT, model)) for model in own]
+    plan = [PlannedRun("default", own(model), None, folder(COMMITTED_REPORT, own(model)))
+            for model in models if runs_in(model, "default")]
     for claim in all_claims():
         for preset in claim.committed:
-            for model in own:
-                plan.append(PlannedRun(preset, model, claim.notebook, folder(COMMITTED_REPORT / preset, model)))
+            for model in models:
+                if runs_in(model, preset):
+                    plan.append(PlannedRun(preset, own(model), claim.notebook,
+                                           folder(COMMITTED_REPORT / preset, own(model))))
     return plan
 
 
@@ -467,6 +474,13 @@ def run_committed_report(*, models: list[str] | None = None, overrides: dict[str
     # Checked before hours of runs: a README without both markers would fail only at the end.
     has_findings = path.exists() and readme_has_findings_block(path.read_text(encoding="utf-8"))
     plan = committed_plan(models)
+    missing = sorted({p.model or DEFAULT_MODEL for p in plan if (p.model or DEFAULT_MODEL) in EMBEDDED_MODELS
+                      and not embedded_installed(p.model or DEFAULT_MODEL)})
+    if missing:  # checked before hours of runs, not at the run that needs it
+        raise ModuleNotFoundError("The committed report runs " + ", ".join(missing) + ", whose weights are not "
+                                  "installed; install them first: " + "; ".join(
+                                      f"dynheads install-model --name {name}" for name in missing)
+                                  + " (make setup-qwen installs the Qwen2.5 models).")
     done = []
     for i, planned in enumerate(plan, 1):
         what = f"{planned.preset} preset, {planned.model or DEFAULT_MODEL}" + (f", {planned.only}" if planned.only else "")
