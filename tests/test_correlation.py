@@ -82,7 +82,47 @@ def test_cca_curve_finds_the_planted_lag_and_controls_stay_low():
     assert held[3] > 0.95 and held[0] < 0.5
     shuffled = curve[curve["control"] == "shuffled"].set_index("k")["leading"]
     assert shuffled[3] < held[3] - 0.3
-    assert set(curve["control"]) == {"in-sample", "held-out", "shuffled", "shuffled, same step"}
+    assert set(curve["control"]) == {"in-sample", "held-out", "shuffled", "shuffled, same step",
+                                     "permuted within sample"}
+    within = curve[curve["control"] == "permuted within sample"].set_index("k")["leading"]
+    assert within[3] < held[3] - 0.3, "a per-step relation does not survive permuting the steps"
+
+
+def test_the_within_sample_permutation_keeps_the_sample_and_moves_every_step():
+    from dynheads_tl.analysis.layouts import permute_within_samples
+
+    y = np.arange(9)[:, None].astype(float)
+    groups = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    for seed in range(5):
+        permuted = permute_within_samples(y, groups, seed=seed)[:, 0]
+        for g in range(3):
+            rows = np.flatnonzero(groups == g)
+            assert sorted(permuted[rows].tolist()) == y[rows, 0].tolist(), "each sample keeps its own scores"
+            assert not np.any(permuted[rows] == y[rows, 0]), "no step keeps its own"
+    assert permute_within_samples(y[:1], groups[:1]).tolist() == [[0.0]], "a one-step sample is left as it is"
+
+
+def test_the_within_sample_permutation_tells_sample_identity_from_step_prediction():
+    """Hidden states and scores that depend on the sample only (the same all along an answer): held-out CCA is high
+    and the controls drawing donors from other layouts stay low, so they would call it prediction; permuting the
+    steps within each sample keeps all of it, and the gap to that control is about 0, as it should be."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(D_MODEL, N_LAYERS * N_HEADS))
+    traces = []
+    for _ in range(40):
+        latent = rng.normal(size=D_MODEL)
+        hidden = latent + 0.05 * rng.normal(size=(6, D_MODEL))
+        scores = np.tile(1 / (1 + np.exp(-(latent @ w) / 3)), (6, 1))
+        retrieving = torch.tensor(scores > 0.5).reshape(6, N_LAYERS, N_HEADS)
+        argmax = torch.where(retrieving, torch.tensor(0), torch.tensor(3))
+        traces.append(make_trace(torch.full((6,), 5), argmax,
+                                 torch.tensor(scores, dtype=torch.float32).reshape(6, N_LAYERS, N_HEADS),
+                                 hidden=torch.tensor(hidden, dtype=torch.float32), prompt_ids=[5, 5, 7, 9],
+                                 evidence_spans=[(0, 2)]))
+    curve = cca_curve(traces, ks=[1], split_seeds=[0, 1, 2])
+    mean = curve.groupby("control")["leading"].mean()
+    assert mean["held-out"] > 0.9 and mean["shuffled"] < mean["held-out"] - 0.3
+    assert abs(mean["permuted within sample"] - mean["held-out"]) < 0.05
 
 
 def test_shuffle_pairs_rows_with_other_samples():

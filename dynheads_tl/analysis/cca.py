@@ -13,11 +13,15 @@ import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
 
-from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, pair_covariates,
+from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, pair_covariates, permute_within_samples,
                                           shuffle_across_samples, split_sizes, test_to_train_ratio)
 from dynheads_tl.analysis.statistics import resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.tasks.common import mix_seed
+
+# The control that keeps each sample and permutes its steps (layouts.permute_within_samples): an exploratory
+# secondary of Fig 4 / Fig 8 (preregistration.yaml, deviation of 2026-12-05); no status reads it.
+WITHIN_SAMPLE = "permuted within sample"
 
 
 # --- CCA -----------------------------------------------------------------------------------------
@@ -116,8 +120,9 @@ def cca_curve(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[
               held_out_fraction: float = 0.3, clusters: np.ndarray | None = None, **kwargs) -> pd.DataFrame:
     """Fig 4 / Fig 8 on every grouped split (one per seed in ``split_seeds``, layouts from :func:`layout_groups`
     unless ``clusters`` gives them): for each lag k, one row per (k, split, control) with the in-sample (training
-    layouts), held-out and the two shuffled controls (both fitted on shuffled training pairs and scored on
-    shuffled held-out pairs, donors from other layouts). :func:`over_splits` averages them."""
+    layouts), held-out, the two shuffled controls (donors from other layouts) and the within-sample permutation
+    (:data:`WITHIN_SAMPLE`: each sample's own steps in another order), each fitted on controlled training pairs and
+    scored on controlled held-out pairs. :func:`over_splits` averages them."""
     clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
     rows = []
     for split_seed in split_seeds:
@@ -137,11 +142,17 @@ def cca_curve(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[
                 fit = fit_cca(x[train], part(train, 0), **kwargs)
                 return cca_summary(_canonical_correlations(*fit.transform(x[test], part(test, 500)), signed=True))
 
+            def within():
+                part = lambda m, offset: permute_within_samples(y[m], groups[m], mix_seed(split_seed, k + offset, 2000))
+                fit = fit_cca(x[train], part(train, 0), **kwargs)
+                return cca_summary(_canonical_correlations(*fit.transform(x[test], part(test, 500)), signed=True))
+
             for control, summary in (
                 ("in-sample", lambda: cca_in_sample(x[train], y[train], **kwargs)),
                 ("held-out", lambda: cca_held_out(x, y, groups, train_s, test_s, **kwargs)),
                 ("shuffled", lambda: shuffled(False)),
                 ("shuffled, same step", lambda: shuffled(True)),
+                (WITHIN_SAMPLE, within),
             ):
                 try:
                     rows.append({"k": k, "split_seed": split_seed, "control": control, "pairs": len(x),

@@ -20,7 +20,11 @@ grouped splits, fitted on the training layouts and scored on the held-out ones:
   sides of the split, then fitted and scored as held-out: how high held-out CCA goes on unrelated pairs;
 - **shuffled, same step**: the same with the other layout's scores *at the same step index*, which keeps
   everything that depends only on the position in the answer (e.g. "the UUID starts at step 5"). The gap
-  between held-out and this control is the part no position effect explains.
+  between held-out and this control is the part no position effect explains;
+- **permuted within sample**: each sample's scores paired with its own hidden states in another step order (a
+  derangement): it keeps the sample's identity and breaks only the step, so held-out above it is per-step
+  prediction, not recognising which sample (or layout) a state came from. An exploratory secondary, its own Holm
+  family over lags; no status reads it.
 Means over the splits carry the corrected resampled t-interval (Nadeau and Bengio 2003,
 :func:`~dynheads_tl.analysis.statistics.resampled_t_interval`): splits share most of their layouts, so a plain
 t-interval over them would be too narrow.
@@ -41,11 +45,11 @@ from __future__ import annotations
 from dynheads_tl.analysis.layouts import (NIAH_LAYOUT_KEYS, layout_groups, sample_depth, lagged_pairs,
                                           split_by_sample, step_of, shuffle_across_samples, layout_split,
                                           split_sizes, test_to_train_ratio, over_splits, paired_over_splits,
-                                          pair_covariates, PairCovariates)  # noqa: F401
+                                          pair_covariates, PairCovariates, permute_within_samples)  # noqa: F401
 from dynheads_tl.analysis.cca import (LinearCCA, CCAFit, fit_cca, cca_summary, cca_in_sample, cca_held_out,
                                       cca_curve, DEPTH_DEGREE, depth_design, OTHER, frequent_levels,
                                       covariate_design, residualise, held_out_correlations, residualised_cca,
-                                      generated_token_share, RESIDUALISED, READ_TOKENS_ONLY,
+                                      generated_token_share, RESIDUALISED, READ_TOKENS_ONLY, WITHIN_SAMPLE,
                                       _canonical_correlations)  # noqa: F401
 from dynheads_tl.analysis.probes import (ProbeConfig, asymmetric_loss, train_probe, ridge_probe, best_f1_threshold,
                                          classification_metrics, regression_metrics, step_rates,

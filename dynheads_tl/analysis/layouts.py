@@ -107,6 +107,24 @@ def shuffle_across_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0, *, 
     return shuffled
 
 
+def permute_within_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Each sample's rows get the scores of *its own* steps in a random order (a derangement where the sample has
+    at least two rows): the pairing keeps which sample a score came from and breaks only which step. A held-out
+    CCA that stays above this control predicts the step within a sample, not only the sample's identity (the
+    controls that draw donors from other layouts cannot tell the two apart)."""
+    rng = np.random.default_rng(seed)
+    permuted = np.array(y, copy=True)
+    for g in np.unique(groups):
+        rows = np.flatnonzero(groups == g)
+        if len(rows) < 2:
+            continue
+        order = rng.permutation(len(rows))
+        while np.any(order == np.arange(len(rows))):  # no row keeps its own step
+            order = rng.permutation(len(rows))
+        permuted[rows] = y[rows[order]]
+    return permuted
+
+
 def layout_split(clusters: np.ndarray, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """(train samples, test samples) of one grouped split: each layout wholly on one side."""
     return grouped_splits(clusters, 1, test_fraction=test_fraction, seed=seed)[0]

@@ -19,7 +19,7 @@ def cca_splits_figure(summary: pd.DataFrame, title: str, paper: Sequence[float] 
     held-out curve with step, tokens and depth regressed out and its chance pairing."""
     fig, ax = plt.subplots(figsize=(6.8, 5.4), layout="constrained")
     styles = {"in-sample": ("tab:blue", "-"), "held-out": ("tab:green", "-"), "shuffled": ("tab:grey", "--"),
-              "shuffled, same step": ("tab:purple", "--")}
+              "shuffled, same step": ("tab:purple", "--"), "permuted within sample": ("tab:brown", ":")}
     n = int(summary["splits"].min()) if len(summary) else 0
     for control, (color, ls) in styles.items():
         part = summary[summary["control"] == control].sort_values("k")

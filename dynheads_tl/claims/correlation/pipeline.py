@@ -13,7 +13,7 @@ import pandas as pd
 
 from dynheads_tl.analysis.correlation import (cca_curve, generated_token_share, lead_differences, lead_probe_table,
                                               over_splits, paired_over_splits, predictor_differences, probe_summary,
-                                              residualised_cca)
+                                              residualised_cca, WITHIN_SAMPLE)
 from dynheads_tl.analysis.statistics import holm_adjust
 from dynheads_tl.corpus import TraceSets, hotpot_traces, niah_traces
 
@@ -145,6 +145,17 @@ def residual_tests(resid: pd.DataFrame) -> pd.DataFrame:
     if resid.empty:
         return holm_family(pd.DataFrame(columns=["k", "difference", "low", "high", "p", "splits"]))
     return holm_family(paired_over_splits(resid, "held-out, residualised", "held-out, residualised, chance"))
+
+
+def within_sample_tests(raw: pd.DataFrame) -> pd.DataFrame:
+    """Per lag: held-out minus the within-sample step permutation (:data:`WITHIN_SAMPLE`) on the same splits, a
+    family of its own (Holm over lags), so that adding it changes nothing the status rules read (:func:`cca_tests`).
+    Exploratory: it tells predicting the step within a sample from recognising the sample."""
+    frame = paired_over_splits(raw, "held-out", WITHIN_SAMPLE) if WITHIN_SAMPLE in set(raw.get("control", [])) \
+        else pd.DataFrame()
+    if frame.empty:
+        return holm_family(pd.DataFrame(columns=["k", "a", "b", "difference", "low", "high", "p", "splits"]))
+    return holm_family(frame)
 
 
 def cca_tests(raw: pd.DataFrame) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from dynheads_tl.analysis.correlation import MIN_PROBE_TEST_SAMPLES, over_splits
 from dynheads_tl.analysis.statistics import format_interval, Interval, detectable_effect
 
 from .config import ALPHA, METRIC_LABELS, PredictabilityConfig
-from .pipeline import cca_tests, generated_token_table, lag_tests, residual_tests, residualised_summary
+from .pipeline import cca_tests, generated_token_table, lag_tests, residual_tests, residualised_summary, within_sample_tests
 from .rules import _cca_status, _lead, _lead_status, _probe_status, _residualised_status
 
 __all__ = [
@@ -207,6 +207,18 @@ def cca_sentence(raw: pd.DataFrame, label: str, paper: str) -> str:
         if len(undecided):
             text += f" (elsewhere the design could detect {_detectable(undecided)})"
         parts.append(text)
+    within = within_sample_tests(raw)
+    if len(within):
+        above = within[within["separated"] & (within["difference"] > 0)]
+        ahead = [int(k) for k in above["k"] if k >= 1]
+        one = within[within["k"] == 1]
+        at_one = f"; at k = 1 held-out − permuted {_cell(one.iloc[0])}" if len(one) else ""
+        parts_within = (f" Against the within-sample step permutation (each sample's own scores in another step order, "
+                        f"an exploratory secondary, Holm over its {len(within)} lags): above it at {len(ahead)} of the "
+                        f"{int((within['k'] >= 1).sum())} lags k ≥ 1{at_one}; where it is not, the other controls' "
+                        "gap is per-sample identity, not per-step prediction.")
+    else:
+        parts_within = ""
     return (f"- **{label} CCA** (first canonical correlation, mean of {int(sizes['splits'])} splits by layout, "
             f"n = {int(sizes['n_samples'])} samples in {int(sizes['n_clusters'])} layouts, about "
             f"{sizes['test_clusters']:.0f} held-out layouts per split; k = {k0} → {k1}): in-sample "
@@ -215,7 +227,7 @@ def cca_sentence(raw: pd.DataFrame, label: str, paper: str) -> str:
             f"{_mean_cell(summary, 'shuffled', k0)} → {_mean_cell(summary, 'shuffled', k1)}; same-step shuffle "
             f"{_mean_cell(summary, 'shuffled, same step', k0)} → {_mean_cell(summary, 'shuffled, same step', k1)}. "
             f"Paper (in-sample, Llama-3.1-8B): {paper}. Held-out is " + " and ".join(parts)
-            + f" (Holm over the {len(tests)} comparisons).")
+            + f" (Holm over the {len(tests)} comparisons)." + parts_within)
 
 
 def probe_sentence(table: pd.DataFrame, comparisons: pd.DataFrame, label: str, metric: str, paper: str,
