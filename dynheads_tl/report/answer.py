@@ -16,6 +16,7 @@ them; a test fails when the README's table differs from the committed results.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,8 +157,9 @@ def answer_rows(columns: list[Setting]) -> list[Row]:
 
 
 def _short(measure: str) -> str:
-    """A declared measure's name without its qualifications: its text up to the first comma or parenthesis."""
-    return measure.split(",")[0].split(" (")[0].strip()
+    """A declared measure's name without its qualifications: its parentheses removed, then its text up to the first
+    comma."""
+    return " ".join(re.sub(r"\([^()]*\)", "", measure).split(",")[0].split())
 
 
 def _environment() -> Environment:
@@ -215,6 +217,8 @@ def answer_figure(output_dir: Path, path: Path | None = None) -> Path | None:
             marker = "s" if cell.synthetic else "o"
             ax.errorbar(cell.estimate, y, xerr=[[cell.estimate - cell.low], [cell.high - cell.estimate]],
                         fmt=marker, color=colour, capsize=3, ms=6, mfc="white" if cell.synthetic else colour)
+            ax.text(1.01, y, f"n = {cell.n}", transform=ax.get_yaxis_transform(), va="center", fontsize=9,
+                    color="#57606a")
             shown.add(cell.status)
         ax.set_yticks(range(len(labels)), labels, fontsize=9)
         ax.set_ylim(len(labels) - 0.5, -0.5)
@@ -230,11 +234,11 @@ def answer_figure(output_dir: Path, path: Path | None = None) -> Path | None:
     handles.append(Line2D([], [], marker="s", ls="", color="#57606a", mfc="white",
                           label="synthetic HotpotQA-format data"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=9, frameon=False)
-    fig.suptitle("Each claim's pre-registered primary per model and setting: estimate and 95% interval; grey band: "
-                 "within ± the smallest effect of interest.\nThe paper reports none of these comparisons (they are "
-                 "the fair versions this suite declared); colour: the row's status.", fontsize=10, x=0.01,
-                 ha="left")
-    fig.tight_layout(rect=(0, 0.05, 1, 0.93))
+    fig.suptitle("Each claim's pre-registered primary per model and setting: estimate and 95% interval (n: its "
+                 "independent units); grey band: within ± the smallest effect of interest.\nThe paper reports none "
+                 "of these comparisons (they are the fair versions this suite declared); colour: the row's status.",
+                 fontsize=10, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.93), w_pad=3.5)
     path = Path(path or Path(output_dir) / FIGURE)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
