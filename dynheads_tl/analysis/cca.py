@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
 
-from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, pair_covariates, permute_within_samples,
+from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_split, pair_covariates, permutable_rows,
+                                          permute_within_samples,
                                           shuffle_across_samples, split_sizes, test_to_train_ratio)
 from dynheads_tl.analysis.statistics import resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.trace_data import Trace
@@ -142,10 +143,14 @@ def cca_curve(traces: Sequence[Trace], ks: Sequence[int], split_seeds: Sequence[
                 fit = fit_cca(x[train], part(train, 0), **kwargs)
                 return cca_summary(_canonical_correlations(*fit.transform(x[test], part(test, 500)), signed=True))
 
-            def within():
+            def within():  # samples with a single pair at this lag keep their true pair: left out of this control
+                movable = permutable_rows(groups)
+                fit_rows, score_rows = train & movable, test & movable
                 part = lambda m, offset: permute_within_samples(y[m], groups[m], mix_seed(split_seed, k + offset, 2000))
-                fit = fit_cca(x[train], part(train, 0), **kwargs)
-                return cca_summary(_canonical_correlations(*fit.transform(x[test], part(test, 500)), signed=True))
+                fit = fit_cca(x[fit_rows], part(fit_rows, 0), **kwargs)
+                summary = cca_summary(_canonical_correlations(*fit.transform(x[score_rows], part(score_rows, 500)),
+                                                              signed=True))
+                return {**summary, "left_out_pairs": int((~movable).sum())}
 
             for control, summary in (
                 ("in-sample", lambda: cca_in_sample(x[train], y[train], **kwargs)),

@@ -22,9 +22,10 @@ grouped splits, fitted on the training layouts and scored on the held-out ones:
   everything that depends only on the position in the answer (e.g. "the UUID starts at step 5"). The gap
   between held-out and this control is the part no position effect explains;
 - **permuted within sample**: each sample's scores paired with its own hidden states in another step order (a
-  derangement): it keeps the sample's identity and breaks only the step, so held-out above it is per-step
-  prediction, not recognising which sample (or layout) a state came from. An exploratory secondary, its own Holm
-  family over lags; no status reads it.
+  derangement; samples with a single pair at a lag are left out): it keeps the sample's identity and breaks which
+  step a score belongs to, so held-out above it is step-specific information within a sample, position included
+  (the same-step shuffle controls position), not only recognising which sample a state came from. An exploratory
+  secondary, its own Holm family over lags; no status reads it.
 Means over the splits carry the corrected resampled t-interval (Nadeau and Bengio 2003,
 :func:`~dynheads_tl.analysis.statistics.resampled_t_interval`): splits share most of their layouts, so a plain
 t-interval over them would be too narrow.

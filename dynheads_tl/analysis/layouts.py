@@ -108,21 +108,26 @@ def shuffle_across_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0, *, 
 
 
 def permute_within_samples(y: np.ndarray, groups: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Each sample's rows get the scores of *its own* steps in a random order (a derangement where the sample has
-    at least two rows): the pairing keeps which sample a score came from and breaks only which step. A held-out
-    CCA that stays above this control predicts the step within a sample, not only the sample's identity (the
-    controls that draw donors from other layouts cannot tell the two apart)."""
+    """Each sample's rows get the scores of *its own* steps in another order, a derangement (Sattolo's algorithm: a
+    random cycle through all of the sample's rows, so no row keeps its own step): the pairing keeps which sample a
+    score came from and breaks which step it belongs to. A sample with a single row cannot be permuted and keeps its
+    true pair: :func:`permutable_rows` leaves such samples out of the comparison."""
     rng = np.random.default_rng(seed)
     permuted = np.array(y, copy=True)
     for g in np.unique(groups):
         rows = np.flatnonzero(groups == g)
-        if len(rows) < 2:
-            continue
-        order = rng.permutation(len(rows))
-        while np.any(order == np.arange(len(rows))):  # no row keeps its own step
-            order = rng.permutation(len(rows))
+        order = np.arange(len(rows))
+        for i in range(len(rows) - 1, 0, -1):  # Sattolo: swap with an earlier position only
+            j = int(rng.integers(0, i))
+            order[i], order[j] = order[j], order[i]
         permuted[rows] = y[rows[order]]
     return permuted
+
+
+def permutable_rows(groups: np.ndarray) -> np.ndarray:
+    """The rows whose sample has at least two rows (the only ones :func:`permute_within_samples` can move)."""
+    labels, counts = np.unique(groups, return_counts=True)
+    return np.isin(groups, labels[counts >= 2])
 
 
 def layout_split(clusters: np.ndarray, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:

