@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from dynheads_tl.analysis.statistics import format_interval
 
@@ -210,22 +210,26 @@ def plain(text: str) -> str:
 class Verdict(str):
     """A computed verdict: the paragraph the notebook shows (the parts joined by spaces), made of keyed parts, so
     that a claim's :class:`Finding` quotes parts by their key (:meth:`quote`), never by their words. Built as
-    ``Verdict(("primary", "Primary comparison ..."), ("reach", "..."))``; empty parts are dropped. It is a string,
-    so a notebook shows it as before."""
+    ``Verdict(("primary", "Primary comparison ..."), ("reach", "..."), declared=KEYS)``; empty parts are dropped.
+    ``declared`` names every key the verdict function can give (a part may be absent from one run): quoting a key
+    outside it is a typo, and fails. It is a string, so a notebook shows it as before."""
 
     parts: tuple[tuple[str, str], ...]
+    declared: frozenset[str]
 
-    def __new__(cls, *parts: tuple[str, str]):
+    def __new__(cls, *parts: tuple[str, str], declared: Iterable[str] = ()):
         kept = tuple((key, str(text).strip()) for key, text in parts if str(text).strip())
         self = super().__new__(cls, " ".join(text for _, text in kept))
         self.parts = kept
+        self.declared = frozenset(declared) | {key for key, _ in parts}
         return self
 
     def quote(self, *keys: str, limit: int | None = None) -> list[str]:
-        """The parts with one of ``keys``, in order, as quotes (:func:`plain`); a key no part has gives nothing."""
-        unknown = [key for key in keys if not isinstance(key, str)]
+        """The parts with one of ``keys``, in order, as quotes (:func:`plain`); a declared key no part has in this run
+        gives nothing, a key the verdict does not declare is an error."""
+        unknown = sorted(key for key in keys if key not in self.declared)
         if unknown:
-            raise TypeError(f"Verdict parts are quoted by key (a string), got {unknown}.")
+            raise KeyError(f"{unknown} name no part this verdict declares ({sorted(self.declared)}).")
         chosen = [plain(text) for key, text in self.parts if key in keys]
         return chosen[:limit] if limit is not None else chosen
 
@@ -233,5 +237,9 @@ class Verdict(str):
     def keys(self) -> list[str]:
         return [key for key, _ in self.parts]
 
-    def __getnewargs__(self):  # pickling and copying rebuild it from its parts
-        return tuple(self.parts)
+    def __reduce__(self):  # pickling and copying rebuild it from its parts and declared keys
+        return (_rebuild_verdict, (self.parts, tuple(sorted(self.declared))))
+
+
+def _rebuild_verdict(parts, declared) -> Verdict:
+    return Verdict(*parts, declared=declared)

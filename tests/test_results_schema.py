@@ -90,8 +90,12 @@ def test_a_verdict_is_quoted_by_key_and_survives_pickling():
 
     from dynheads_tl.claim import Verdict
 
-    verdict = Verdict(("primary", "Primary comparison: **supported** (x)."), ("empty", "  "), ("other", "More."))
+    verdict = Verdict(("primary", "Primary comparison: **supported** (x)."), ("empty", "  "), ("other", "More."),
+                      declared=("primary", "other", "absent this run"))
     assert verdict == "Primary comparison: **supported** (x). More." and verdict.keys == ["primary", "other"]
-    assert verdict.quote("primary") == ["Primary comparison: supported (x)."] and verdict.quote("absent") == []
+    assert verdict.quote("primary") == ["Primary comparison: supported (x)."]
+    assert verdict.quote("absent this run") == [], "a declared part this run lacks quotes nothing"
+    with pytest.raises(KeyError, match="primry"):
+        verdict.quote("primary", "primry")  # a typo is an error, not a silently missing quote
     for again in (pickle.loads(pickle.dumps(verdict)), copy.deepcopy(verdict)):
-        assert again == verdict and again.parts == verdict.parts
+        assert again == verdict and again.parts == verdict.parts and again.declared == verdict.declared

@@ -152,7 +152,8 @@ def beyond_position_verdict(niah_diffs: pd.DataFrame, hotpot_diffs: pd.DataFrame
                          f"the evidence depth regressed out of both sides, the held-out first canonical correlation is "
                          f"{resid(niah_resid, 'NIAH')} and {resid(hotpot_resid, hotpot_name)}."),
         ("generated token", generated_token_sentence(niah_resid, "NIAH") + " "
-         + generated_token_sentence(hotpot_resid, hotpot_name)))
+         + generated_token_sentence(hotpot_resid, hotpot_name)),
+        declared=("primary", "stand-in", "reach", "intervals", "prior", "residualised", "generated token"))
 
 
 def generated_token_sentence(raw: pd.DataFrame | None, name: str) -> str:

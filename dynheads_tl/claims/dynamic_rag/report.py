@@ -156,7 +156,7 @@ def teacher_forced_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
         lines.append(f"Teacher-forced, Dynamic (probe) minus each other strategy (secondary family, Holm over its "
                      f"{int(family['testable'].sum())} testable comparisons; paired over n = {int(family['n'].max())} "
                      f"{data}): " + "; ".join(parts) + ".")
-    return Verdict(*(("teacher-forced", line) for line in lines))
+    return Verdict(*(("teacher-forced", line) for line in lines), declared=("teacher-forced",))
 
 
 def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
@@ -214,7 +214,7 @@ def rag_verdict(table: pd.DataFrame, comparisons: pd.DataFrame, *,
             need = f"; about {int(need)} questions would resolve the observed one" if need == need and need else ""
             add(key, f"{lead}{name_a} and {name_b} cannot be told apart ({numbers}); "
                      f"{detectable_words(row.half_width, what='F1 differences', unit='questions', n=row.n)}{need}.")
-    return Verdict(*lines)
+    return Verdict(*lines, declared=("bounds", "recall", "primary", "dynamic", "other"))
 
 
 SETTING_TEXT = {"multihop": "synthetic multi-hop HotpotQA-format questions (bridge and comparison, 10 paragraphs)",

@@ -97,6 +97,9 @@ def _units(row) -> str:
     return f"{n} analysis samples"
 
 
+SIZE_AWARE_KEYS = ("numbers", "so")  # the parts of size_aware_verdict
+
+
 def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | None = None,
                        query_focused: pd.DataFrame | None = None) -> str:
     """One computed sentence: is the per-step set a rotation inside the static top-k, or does retrieval
@@ -114,7 +117,7 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
     gives both readings."""
     part = table[table["static_k"] == k].set_index("metric")
     if part.empty:
-        return Verdict(("numbers", f"No size-aware metrics for the static top-{k}."))
+        return Verdict(("numbers", f"No size-aware metrics for the static top-{k}."), declared=SIZE_AWARE_KEYS)
     label = task_label or task_name(table)
     get = lambda m: part.loc[m]
     fmt = lambda m: f"{get(m)['value']:.3f} [{get(m)['low']:.3f}, {get(m)['high']:.3f}]"
@@ -137,17 +140,18 @@ def size_aware_verdict(table: pd.DataFrame, k: int = 20, *, task_label: str | No
             ("numbers", f"{label}: {interval(query)} of all {equation} activations fall outside the query-focused "
                         f"static top-{k} (QRHead-style, from calibration prompts; the primary) and {wu_part}."),
             ("so", f"So {q_reading}, and " + (f"{wu_reading}" if wu_reading else "against Wu et al.'s the share is "
-                                               "undefined") + f" (95% bootstrap intervals over {units})."))
+                                               "undefined") + f" (95% bootstrap intervals over {units})."),
+            declared=SIZE_AWARE_KEYS)
     reading = outside_reading(outside, k)
     if reading is None:
         return Verdict(("numbers", f"{label}: the share of {equation} activations outside the static top-{k} is "
-                                   "undefined here (no activations)."))
+                                   "undefined here (no activations)."), declared=SIZE_AWARE_KEYS)
     return Verdict(
         ("numbers", f"{label}: {fmt('share_outside_static')} of all {equation} activations fall outside the static "
                     f"top-{k}; per-step coverage |D_t ∩ S_{k}| / |D_t| is {fmt('static_coverage')}; the Jaccard "
                     f"{fmt('jaccard_static')} is {fmt('jaccard_over_bound')} of the largest value the set sizes "
                     f"allow ({fmt('jaccard_bound')})."),
-        ("so", f"So {reading} (95% bootstrap intervals over {units})."))
+        ("so", f"So {reading} (95% bootstrap intervals over {units})."), declared=SIZE_AWARE_KEYS)
 
 
 def _soft_reading(eq1: pd.Series, readers: pd.Series) -> str:
@@ -216,7 +220,7 @@ def soft_verdict(table: pd.DataFrame, churn: pd.DataFrame, threshold: float) -> 
                     f"{int(still['drops'])} exits from the Eq. 1 set, {fmt(still, 'share')} still had evidence mass > "
                     f"{threshold:g} at the next step."),
         ("so", f"So {SOFT_READINGS[reading]} (95% bootstrap intervals over samples)."),
-        ("robustness", robustness), ("sizes", size_text))
+        ("robustness", robustness), ("sizes", size_text), declared=("numbers", "so", "robustness", "sizes"))
 
 
 def task_name(table: pd.DataFrame) -> str:

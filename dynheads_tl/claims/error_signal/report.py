@@ -139,7 +139,8 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame |
                                                                             "the logit features alone") + "."))
     lines.append(("anchors", "For scale only (other models and data): " + "; ".join(
         f"{name} {low:.2f}-{high:.2f}" for name, (low, high) in ANCHORS.items()) + "."))
-    return Verdict(*lines)
+    return Verdict(*lines, declared=("auroc", "upper bound", "settings", "difficulty", "comparisons", "tests", "primary",
+                                     "anchors", "pooled:dynamic", "pooled:dynamic_ctx", "pooled:dynamic+logit"))
 
 
 # --- the index: notebook 05's row, read from the files the notebook wrote -------------------------

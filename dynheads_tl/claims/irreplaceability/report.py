@@ -156,7 +156,8 @@ def primary_verdict(comparisons: pd.DataFrame) -> Verdict:
     return Verdict(("primary", primary),
                    ("selected on outcome", _declared_verdict(comparisons, SELECTED_ON_OUTCOME, "Beside it, the set "
                                                              "chosen on the step's own outcome (secondary, partly "
-                                                             "expected from selection alone)", judge=False)))
+                                                             "expected from selection alone)", judge=False)),
+                   declared=("primary", "selected on outcome"))
 
 
 # Beside claim 2's primary: masking D_{t-1} can only remove step t's retrieving heads that were already retrieving at
@@ -214,7 +215,8 @@ def predicted_verdict(comparisons: pd.DataFrame, prediction: pd.DataFrame | None
                 task_label=_task_label(task))))
         if prediction is not None:
             sentences.append((f"{task}:prediction", prediction_text(prediction, task)))
-    return Verdict(*sentences)
+    return Verdict(*sentences, declared=[f"{task}:{part}" for task in ("niah", "hotpot")
+                                         for part in ("static_previous", "random_previous", "prediction")])
 
 
 def _paper_comparison(result: TaskAblation, comparisons: pd.DataFrame | None = None) -> str:

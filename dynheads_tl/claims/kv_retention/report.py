@@ -183,7 +183,7 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, memory: pd.DataFrame
         lines.append(("comparisons", "Predicted against static retention, paired by sample: " + "; ".join(parts) + "."))
     lines.append(("switching", switching_sentence(table, memory)))
     lines.append(("anchors", "For scale (other models): " + "; ".join(f"{k}: {v}" for k, v in ANCHORS.items()) + "."))
-    return Verdict(*lines)
+    return Verdict(*lines, declared=("bounds", "headroom", "budget", "comparisons", "switching", "anchors"))
 
 
 # --- the index: notebook 06's row, read from the files the notebook wrote -------------------------

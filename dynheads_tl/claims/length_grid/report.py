@@ -109,7 +109,7 @@ def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> Verdict:
                                              f"[{r.tost_low:+.3f}, {r.tost_high:+.3f}] lies inside; {numbers})"),
                    "undetermined": f"**cannot be told** to change or stay flat ({numbers}{_resolving(r)})"}[r.reading]
         sentences.append((r.primary, f"On {where}, {what} {reading}."))
-    return Verdict(*sentences)
+    return Verdict(*sentences, declared=("rotation_vs_length", "outside_vs_length", "irreplaceability_vs_length"))
 
 
 # --- per-length statuses, by the rules the pre-registration file declares for Table 1 and Fig 2 ------------------

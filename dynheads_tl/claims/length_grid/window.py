@@ -329,6 +329,9 @@ def _value(value: float, low: float, high: float, degenerate=False) -> str:
     return ci_text(value, low, high)
 
 
+WINDOW_KEYS = ("applies", "inside", "beyond", "jaccard")  # the parts of window_verdict
+
+
 def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: pd.DataFrame | None, model: str,
                    haystack: str) -> Verdict:
     """The computed sentences: on a model without sliding-window layers, one sentence saying the analysis does not
@@ -341,7 +344,7 @@ def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: p
     if not kinds.sliding:
         return Verdict(("applies", f"On {model}, every one of the {len(kinds.windows)} layers attends to the whole "
                                    "context (no sliding-window layer), so the global vs sliding-window analysis "
-                                   "(exploratory) does not apply and is skipped."))
+                                   "(exploratory) does not apply and is skipped."), declared=WINDOW_KEYS)
     windows = " and ".join(f"{w:,}" for w in kinds.window_sizes)
     out = []
     share = shares[shares["measure"] == "share_global"]
@@ -383,4 +386,4 @@ def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: p
                     + f"; the paper's range over its five models is {g['paper_low']:.4f}–{g['paper_high']:.4f}, and "
                     f"the global heads' interval {_READING_WORDS.get(g['reading'], g['reading'])} (descriptive, no "
                     "test)."))
-    return Verdict(*out)
+    return Verdict(*out, declared=WINDOW_KEYS)
