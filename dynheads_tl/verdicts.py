@@ -21,7 +21,7 @@ from a committed report without running a model. It holds:
   cell's id).
 
 :func:`write` is the file's one writer, and it validates what it writes against the schema; :func:`read` and
-:func:`load` validate what they read. The report layer (the README's findings, the index, the site) reads these files and parses no notebook source.
+:func:`load` validate what they read. The report layer (the README's answer, the findings page, the index, the site) reads these files and parses no notebook source.
 """
 from __future__ import annotations
 

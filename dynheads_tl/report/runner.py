@@ -460,8 +460,8 @@ def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
 
 def run_committed_report(*, models: list[str] | None = None, overrides: dict[str, Any] | None = None,
                          cwd: str | Path | None = None, readme: str | Path = "README.md") -> list[Path]:
-    """Regenerate the whole committed report (:func:`committed_plan`), then its top index and the findings block
-    of ``readme`` (relative to ``cwd``; skipped when it lacks either findings marker, which is checked first).
+    """Regenerate the whole committed report (:func:`committed_plan`), then its top index, its findings page and the
+    answer block of ``readme`` (relative to ``cwd``; skipped when it lacks either answer marker, checked first).
     ``overrides`` may only choose who computes (:data:`EXECUTION_ONLY`), since anything else would change what the
     committed report says. Each run reads what an interrupted earlier one cached, so the same command resumes."""
     overrides = dict(overrides or {})

@@ -1,6 +1,6 @@
 """The Markdown a report page shows, as text: TeX drawn as MathML (browsers draw it offline, no script), raw TeX
 found where it was left, and verdict paragraphs split into sentences and bullets (the sentences untouched). The site
-(:mod:`dynheads_tl.report.site`) and the README's findings (:mod:`dynheads_tl.report.findings`) use them."""
+(:mod:`dynheads_tl.report.site`) and the findings page (:mod:`dynheads_tl.report.findings`) use them."""
 from __future__ import annotations
 
 import re
