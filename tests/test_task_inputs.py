@@ -232,7 +232,7 @@ def test_haystack_file_that_is_not_utf8(tmp_path):
 
 @pytest.mark.parametrize("spec, message", [
     ("folder:", "names no folder"),
-    ("essays", "Unknown haystack 'essays'"),
+    ("novels", "Unknown haystack 'novels'"),
     (None, "must be a string"),
 ])
 def test_bad_haystack_spec(spec, message):
