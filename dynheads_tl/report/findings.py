@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.answer import ANSWER_END, ANSWER_START, update_answer
+from dynheads_tl.report.answer import update_answer
 from dynheads_tl.report.index import agreement, model_agreement
 from dynheads_tl.report.results import all_results, contexts_phrase, model_reports, preset_reports, read_runs
 from dynheads_tl.report.site import section_anchor
@@ -216,12 +216,6 @@ def update_readme(readme: Path, output_dir: Path, link_prefix: str = "papers_fig
     return update_answer(readme, output_dir, link_prefix) or changed
 
 
-def readme_has_findings_block(readme_text: str) -> bool:
-    """Whether a README has both answer markers, start before end (:func:`update_readme` fills between them)."""
-    start, end = readme_text.find(ANSWER_START), readme_text.find(ANSWER_END)
-    return 0 <= start < end
-
-
-def readme_findings(page_text: str) -> str:
+def page_findings(page_text: str) -> str:
     """The block between a findings page's markers, stripped."""
     return page_text.split(FINDINGS_START, 1)[1].split(FINDINGS_END, 1)[0].strip()

@@ -37,7 +37,8 @@ import nbformat
 from dynheads_tl.claims import all_claims, claim_for
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, embedded_installed
 from dynheads_tl.params import check_parameters
-from dynheads_tl.report.findings import readme_has_findings_block, update_readme
+from dynheads_tl.report.answer import has_answer_block
+from dynheads_tl.report.findings import update_readme
 from dynheads_tl.report.index import build_index, render_notebook_html
 from dynheads_tl.report.rerender import render_site
 from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
@@ -472,10 +473,10 @@ def run_committed_report(*, models: list[str] | None = None, overrides: dict[str
     cwd = Path(cwd or os.getcwd()).resolve()
     path = cwd / readme
     # Checked before hours of runs: a README without both markers would fail only at the end.
-    has_findings = path.exists() and readme_has_findings_block(path.read_text(encoding="utf-8"))
+    has_findings = path.exists() and has_answer_block(path.read_text(encoding="utf-8"))
     plan = committed_plan(models)
-    missing = sorted({p.model or DEFAULT_MODEL for p in plan if (p.model or DEFAULT_MODEL) in EMBEDDED_MODELS
-                      and not embedded_installed(p.model or DEFAULT_MODEL)})
+    planned = {p.model or DEFAULT_MODEL for p in plan}
+    missing = sorted(name for name in planned if name in EMBEDDED_MODELS and not embedded_installed(name))
     if missing:  # checked before hours of runs, not at the run that needs it
         raise ModuleNotFoundError("The committed report runs " + ", ".join(missing) + ", whose weights are not "
                                   "installed; install them first: " + "; ".join(

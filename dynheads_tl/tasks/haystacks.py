@@ -86,7 +86,11 @@ def folder_haystack(folder: str | Path, min_chars: int = 0) -> str:
     Repeating keeps every shorter haystack a prefix of a longer one, so a longer request never
     changes the samples a shorter one gave.
     """
-    text = _folder_text(folder)
+    return _repeated(_folder_text(folder), min_chars)
+
+
+def _repeated(text: str, min_chars: int) -> str:
+    """``text`` repeated (``text + " " + text``) until it has ``min_chars`` characters (0: as it is)."""
     while min_chars and len(text) < min_chars:
         text = text + " " + text
     return text
@@ -112,10 +116,7 @@ def load_haystack(source: str, min_chars: int = 200_000) -> str:
     if kind == "prose":
         return prose_haystack(min_chars)
     if kind == "essays":
-        text = essays_text()
-        while min_chars and len(text) < min_chars:
-            text = text + " " + text
-        return text
+        return _repeated(essays_text(), min_chars)
     if kind == "wu":
         raise ValueError(f"The haystack {source!r} is Wu et al.'s detection set (a needle per part folder): its samples "
                          "come from make_niah_samples, not from one haystack text.")
