@@ -158,8 +158,19 @@ class Claim:
         return f"{output_dir}/{self.notebook}"
 
     def outputs(self, config) -> tuple[str, dict[str, Any]]:
-        """A notebook's setup line: (its output folder, the run config written beside every figure and table)."""
-        return self.output_folder(config.output_dir), {"notebook": self.notebook, **config.__dict__}
+        """A notebook's setup line: (its output folder, the run config written beside every figure and table).
+        A config that reads HotpotQA from a real source (``hotpot_splits``) also gets its questions recorded by
+        ``_id`` in ``hotpot_questions.csv`` there, before any model work."""
+        folder, run = self.output_folder(config.output_dir), {"notebook": self.notebook, **config.__dict__}
+        splits = config.hotpot_splits() if callable(getattr(config, "hotpot_splits", None)) else []
+        if splits and str(getattr(config, "hotpot_source", "synthetic")) != "synthetic":
+            from dynheads_tl.report.figures import save_table
+            from dynheads_tl.tasks.hotpot import questions_table
+
+            table = questions_table(config.hotpot_source, splits, skip_incomplete=config.hotpot_skip_incomplete)
+            save_table(table, "hotpot_questions", folder, run, "The HotpotQA questions this run asks, by _id: "
+                       "each split's block of records of the source (disjoint splits).")
+        return folder, run
 
 
 def ci_text(value: float, low: float, high: float, digits: int = 2, signed: bool = False) -> str:

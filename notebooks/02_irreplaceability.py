@@ -104,6 +104,8 @@ backend = "local"  # local, or ray to compute the units on a Ray cluster (README
 ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached traces and ablation runs
+hotpot_source = "dev"  # "dev" (HotpotQA dev, distractor setting, from the installed data package: its first 1,000 records), "synthetic" (fictional HotpotQA-format records: smoke runs and tests), an official distractor .json/.jsonl path, or "hf"
+hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context
 
 # %%
 import time

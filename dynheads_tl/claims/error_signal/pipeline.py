@@ -14,11 +14,11 @@ from dynheads_tl.analysis.statistics import Interval, mark_separated, n_to_resol
 from dynheads_tl.claim import is_true
 from dynheads_tl.corpus import collect_traces, layout_traces, parse_setting
 from dynheads_tl.engine.tracing import Trace, TraceConfig
-from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS, record_block, source_records
 from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
 
 from .config import (ALPHA, COMPARISONS, GROUP_NAMES, GROUPS, MIN_PER_CLASS, POOLED_GROUPS, PRIMARY, SEEDS,
-                     ErrorSignalConfig, setting_name)
+                     ErrorSignalConfig, hotpot_setting_name, setting_name)
 from .features import context_match_share, feature_matrices
 
 __all__ = [
@@ -204,13 +204,20 @@ def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.
     if config.n_hotpot:
         setting = HOTPOT_SETTINGS[config.hotpot_setting]
         seed = SEEDS["error_signal"] + config.seed
-        samples = setting.samples(model.tokenizer, config.n_hotpot, seed, max_tokens=int(model.cfg.n_ctx))
+        records = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
+        if records is not None:  # a real source: the run's seed takes its own block of n_hotpot records
+            records = record_block(records, config.seed * config.n_hotpot, config.n_hotpot,
+                                   "notebook 05's HotpotQA answers")
+        samples = setting.samples(model.tokenizer, config.n_hotpot, seed, max_tokens=int(model.cfg.n_ctx),
+                                  source_records=records)
         trace_config = TraceConfig(max_new_tokens=config.hotpot_max_new_tokens, sink_tokens=config.sink_tokens,
                                    local_window=config.local_window, signals=True)
-        spec = dict(task="hotpot", split="error_signal", setting=config.hotpot_setting, n=config.n_hotpot, seed=seed)
+        spec = dict(task="hotpot", split="error_signal", setting=config.hotpot_setting, n=config.n_hotpot, seed=seed,
+                    **({} if records is None else {"source": config.hotpot_source,
+                                                   "ids": [s.meta.get("id") for s in samples]}))
         traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
                                 batch_size=config.trace_batch_size, desc=f"HotpotQA {config.hotpot_setting} answers")
-        sets[f"HotpotQA {config.hotpot_setting} (synthetic)"] = (
+        sets[hotpot_setting_name(config.hotpot_setting, config.hotpot_source)] = (
             traces, np.array([float(token_f1(t.response, t.answers[0]) < 0.5) for t in traces]))
     return sets
 

@@ -110,7 +110,8 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame |
                      f"{len(secondary)} testable secondary comparisons of this verdict "
                      f"({int((comparisons['evaluable'] & ~comparisons['testable']).sum())} untestable, "
                      f"{int((~comparisons['evaluable']).sum())} in scopes too easy or too hard, left out). "
-                     "The pooled answers include synthetic HotpotQA-format questions where the run asked for them."))
+                     "The pooled answers include the HotpotQA answers where the run asked for them (a setting marked "
+                     "'(synthetic)' holds the project's generated questions, not the dev set)."))
         primary = comparisons[comparisons["primary"]]
         if len(primary):
             lines.append(("primary", "Primary comparison (declared): pooled, the context-only dynamic-head features "
@@ -184,8 +185,9 @@ def _auroc_status(folder: Path) -> Status:
     verdict = error_rule(row, sesoi=sesoi, alpha=preregistration.alpha(), min_per_class=MIN_PER_CLASS)
     frame = pd.read_csv(folder / "auroc.csv").set_index("group")
     run = sidecar(folder, "auroc")
-    data = ("NIAH and synthetic HotpotQA-format answers pooled" if int(run.get("n_hotpot", 1) or 0) > 0
-            else "NIAH answers pooled")
+    hotpot = ("synthetic HotpotQA-format" if str(run.get("hotpot_source", "synthetic")) == "synthetic"
+              else "HotpotQA dev")
+    data = (f"NIAH and {hotpot} answers pooled" if int(run.get("n_hotpot", 1) or 0) > 0 else "NIAH answers pooled")
     cell = lambda g: ci_text(frame.loc[g, "auroc"], frame.loc[g, "low"], frame.loc[g, "high"]) if g in frame.index else "missing"
     headline = (f"primary: AUROC {GROUP_NAMES.get(a, a).lower()} {cell(a)} vs {GROUP_NAMES.get(b, b).lower()} {cell(b)}, "
                 f"paired {ci_text(row.difference, row.low, row.high, signed=True)} (sign test over layouts alone, "
@@ -235,10 +237,10 @@ CLAIM = Claim(
     config=ErrorSignalConfig,
     presets={
         # the same NIAH setting as 01's smoke run (its cache), short answers; 2 folds need 2 wrong answers
-        "smoke": {"niah_settings": ["prose:300"], "n_setting": 3, "n_setting_calibration": 2, "max_new_tokens": 32,
+        "smoke": {"hotpot_source": "synthetic", "niah_settings": ["prose:300"], "n_setting": 3, "n_setting_calibration": 2, "max_new_tokens": 32,
                   "n_hotpot": 8, "hotpot_max_new_tokens": 8, "n_folds": 2},
-        # one long setting: 01's `long` soft-dynamism answers (4,000 tokens of prose) with the synthetic HotpotQA ones
-        "long": {"niah_settings": ["prose:4000"]},
+        # one long setting: 01's `long` soft-dynamism answers (4,000 tokens of the essays) with the HotpotQA ones
+        "long": {"niah_settings": ["essays:4000"]},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_settings": ["prose:5000", "prose:20000"],
                   "n_setting": 100, "n_setting_calibration": 20, "max_new_tokens": 64, "n_hotpot": 200,
                   "hotpot_setting": "multihop"},

@@ -161,7 +161,7 @@ def prediction_table(results: "dict[str, TaskAblation] | TaskAblation", seed: in
             if column not in part or part[column].isna().all():
                 continue
             hits = part[column].to_numpy(dtype=float)
-            row = {"task": task, "set": name, "column": column, "n": len(part),
+            row = {"task": task, "data": result.data_label, "set": name, "column": column, "n": len(part),
                    "dt_heads": float(part["tf_dt_heads_t1"].sum()),
                    "set_heads": float(part["tf_masked_heads_t1"].sum())}
             for metric, total in (("recall", "tf_dt_heads_t1"), ("precision", "tf_masked_heads_t1")):

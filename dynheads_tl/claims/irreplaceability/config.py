@@ -3,13 +3,13 @@ and the headroom floor."""
 from __future__ import annotations
 
 from dynheads_tl import preregistration
-from dynheads_tl.config import (Eq2Selection, ModelSettings, NotebookConfig, ProbeSettings, RunSettings,
-                                StaticSource, check_model_sizes)
+from dynheads_tl.config import (Eq2Selection, HotpotSource, ModelSettings, NotebookConfig, ProbeSettings,
+                                RunSettings, StaticSource, check_model_sizes)
 from dynheads_tl.analysis.probes import ProbeConfig
 from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.preflight import model_context_window
 from dynheads_tl.params import compose, fraction_list, integer, integer_list, one_of, param
-from dynheads_tl.tasks import check_context_fits
+from dynheads_tl.tasks import check_context_fits, check_hotpot_source
 from dynheads_tl.protocols.conditions import conditions_sized, grid_conditions
 
 __all__ = [
@@ -44,7 +44,7 @@ MIN_SAMPLES_TO_COMPARE = 5
 GRID_MAX_OFFSET = 3000
 
 
-@compose(TraceSettings, Eq2Selection, StaticSource, ProbeSettings, ModelSettings, RunSettings,
+@compose(TraceSettings, HotpotSource, Eq2Selection, StaticSource, ProbeSettings, ModelSettings, RunSettings,
          notes={"trace_batch_size": "here the calibration traces", "eq2_rule": "HotpotQA D_t",
                 "probe_hidden": "the predicted condition's probe (claim 3's CPU recipe)",
                 "probe_epochs": "the predicted condition's probe"})
@@ -87,9 +87,30 @@ class IrreplaceabilityConfig(NotebookConfig):
         check_context_fits(self.progressive_context, self.max_new_tokens, n_ctx, name="progressive_context")
         check_context_fits(self.hotpot_contexts, self.hotpot_max_new_tokens, n_ctx, name="hotpot_contexts")
         self.check_static_source(self.model)
+        blocks = self.hotpot_blocks()
+        check_hotpot_source(self.hotpot_source, max(start + n for start, n in blocks.values()),
+                            skip_incomplete=self.hotpot_skip_incomplete,
+                            needed_for=", ".join(f"{split} {n}" for split, (_, n) in blocks.items())
+                                       + f" at seed {self.seed}")
         check_model_sizes(self.model, heads={"progressive_k_max": self.progressive_k_max},
                           max_new_tokens=self.max_new_tokens,
                           contexts={"niah_contexts": self.niah_contexts, "progressive_context": self.progressive_context})
+
+    def hotpot_blocks(self) -> dict[str, tuple[int, int]]:
+        """Each HotpotQA split's (first record, count) in a real source: calibration, the grid's cells, progressive
+        masking, one after another (disjoint), the run's ``seed`` taking its own block of all three."""
+        sizes = {"calibration": self.n_calibration,
+                 "grid": len(self.hotpot_contexts) * len(self.hotpot_depths) * self.runs_per_cell,
+                 "progressive": self.n_progressive}
+        start, blocks = self.seed * sum(sizes.values()), {}
+        for split, n in sizes.items():
+            blocks[split] = (start, n)
+            start += n
+        return blocks
+
+    def hotpot_splits(self) -> list[tuple[str, int, int, int]]:
+        """The HotpotQA splits a real source gives this run (recorded by ``_id`` beside its results)."""
+        return [(split, self.seed, start, n) for split, (start, n) in self.hotpot_blocks().items()]
 
     @property
     def progressive_ks(self) -> list[int]:

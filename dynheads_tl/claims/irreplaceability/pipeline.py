@@ -18,7 +18,8 @@ from dynheads_tl.analysis.head_probe import next_step_probe
 from dynheads_tl.analysis.scoring import calibrate_chance_factor, dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.common import mix_seed
-from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, synthetic_hotpot_records
+from dynheads_tl.tasks.hotpot import (HotpotConfig, build_hotpot_sample, distractor_paragraphs, hotpot_label,
+                                      record_block, source_records, synthetic_hotpot_records)
 from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 
 from .config import GRID_MAX_OFFSET, SEEDS, IrreplaceabilityConfig
@@ -63,8 +64,10 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
                                     seed=seed, max_new_tokens=config.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
         spec = dict(task="niah", split="calibration", n=config.n_calibration, contexts=config.niah_contexts, seed=seed)
     else:
-        samples = make_hotpot_samples(model.tokenizer, n=config.n_calibration, seed=seed, max_tokens=int(model.cfg.n_ctx))
-        spec = dict(task="hotpot", split="calibration", n=config.n_calibration, seed=seed)
+        samples = make_hotpot_samples(model.tokenizer, n=config.n_calibration, seed=seed, max_tokens=int(model.cfg.n_ctx),
+                                      records=hotpot_split_records(config, "calibration"))
+        spec = dict(task="hotpot", split="calibration", n=config.n_calibration, seed=seed,
+                    **_source_key(config, samples))
     traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
                             batch_size=config.trace_batch_size, desc=f"{task} calibration")
     rule = Eq2Rule("fixed", config.eq2_threshold)
@@ -110,9 +113,16 @@ def grid_cells(model, config: IrreplaceabilityConfig, task: str):
     cells, seed = [], SEEDS["ablation_grid"] + config.seed
     contexts = config.niah_contexts if task == "niah" else config.hotpot_contexts
     depths = config.niah_depths if task == "niah" else config.hotpot_depths
-    records = synthetic_hotpot_records(len(contexts) * len(depths) * config.runs_per_cell, seed=seed) if task == "hotpot" else None
-    pool = [tuple(p) for r in synthetic_hotpot_records(64, seed=SEEDS["distractor_pool"] + config.seed)
-            for p in r["context"]]
+    records, pool = None, []
+    if task == "hotpot":
+        records = hotpot_split_records(config, "grid")
+        if records is None:
+            records = synthetic_hotpot_records(len(contexts) * len(depths) * config.runs_per_cell, seed=seed)
+            pool = [tuple(p) for r in synthetic_hotpot_records(64, seed=SEEDS["distractor_pool"] + config.seed)
+                    for p in r["context"]]
+        else:  # the source's other paragraphs; never a question's own gold ones (build_hotpot_sample)
+            pool = distractor_paragraphs(source_records(config.hotpot_source,
+                                                        skip_incomplete=config.hotpot_skip_incomplete))
     i = 0
     for context in contexts:
         for depth in depths:
@@ -139,7 +149,26 @@ def progressive_samples(model, config: IrreplaceabilityConfig, task: str):
     if task == "niah":
         return make_niah_samples(model.tokenizer, n=config.n_progressive, context_tokens=config.progressive_context,
                                  seed=seed, max_new_tokens=config.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
-    return make_hotpot_samples(model.tokenizer, n=config.n_progressive, seed=seed, max_tokens=int(model.cfg.n_ctx))
+    return make_hotpot_samples(model.tokenizer, n=config.n_progressive, seed=seed, max_tokens=int(model.cfg.n_ctx),
+                               records=hotpot_split_records(config, "progressive"))
+
+
+def hotpot_split_records(config: IrreplaceabilityConfig, split: str) -> list | None:
+    """A HotpotQA split's records from a real source (:meth:`IrreplaceabilityConfig.hotpot_blocks`: disjoint
+    blocks), or None for the synthetic generator (each split its own seed)."""
+    records = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
+    if records is None:
+        return None
+    start, n = config.hotpot_blocks()[split]
+    return record_block(records, start, n, f"claim 2's HotpotQA {split} split")
+
+
+def _source_key(config: IrreplaceabilityConfig, samples) -> dict:
+    """What a real source adds to a HotpotQA cache key: the source and the questions' ``_id`` s (the synthetic
+    generator's key stays as it was, so its cached traces are still found)."""
+    if config.hotpot_source == "synthetic":
+        return {}
+    return {"source": config.hotpot_source, "ids": [sample.meta.get("id") for sample in samples]}
 
 
 @dataclass
@@ -149,10 +178,16 @@ class TaskAblation:
     grid: pd.DataFrame
     progressive: pd.DataFrame
     compensation: pd.DataFrame
+    hotpot_source: str = "synthetic"
 
     @property
     def metric(self) -> str:
         return "accuracy" if self.task == "niah" else "f1"
+
+    @property
+    def data_label(self) -> str:
+        """The task's name in every sentence: "NIAH", "HotpotQA", or "HotpotQA (synthetic)"."""
+        return "NIAH" if self.task == "niah" else hotpot_label(self.hotpot_source)
 
 
 def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
@@ -166,4 +201,5 @@ def run_task(model, config: IrreplaceabilityConfig, task: str) -> TaskAblation:
                                                     trace_config, config.progressive_ks, desc=f"{task} progressive",
                                                     cache_key=cache_key, batch_size=config.batch_size,
                                                     teacher_forced=True)
-    return TaskAblation(task, setup, grid, progressive, compensation_table(new_heads, setup.static_top20))
+    return TaskAblation(task, setup, grid, progressive, compensation_table(new_heads, setup.static_top20),
+                        hotpot_source=config.hotpot_source)

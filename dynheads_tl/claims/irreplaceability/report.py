@@ -90,7 +90,7 @@ def matched_controls_verdict(result: TaskAblation, comparisons: pd.DataFrame | N
     headroom)."""
     comparisons = comparison_table(result) if comparisons is None else comparisons
     metric = result.metric
-    name = "NIAH" if result.task == "niah" else "HotpotQA (synthetic)"
+    name = result.data_label
     label = "accuracy" if metric == "accuracy" else "F1"
     matched = ("random_matched", "static_matched", "static_previous", "random_previous", "random_nonstatic",
                "random_nondynamic")
@@ -125,7 +125,7 @@ def query_baseline_verdict(result: TaskAblation, comparisons: pd.DataFrame | Non
     in :func:`matched_controls_verdict` (free-generation metric and teacher-forced drop); the conclusion "does not
     change" when both readings agree on both measures."""
     comparisons = comparison_table(result) if comparisons is None else comparisons
-    name = "NIAH" if result.task == "niah" else "HotpotQA (synthetic)"
+    name = result.data_label
     if result.grid[result.grid["condition"] == "query_matched"].empty:
         return f"{name}: the query-focused baseline was not run."
     metric = result.metric
@@ -172,7 +172,13 @@ PERSISTENCE_NOTE = ("a comparison that favours persistence: the more D_t rotates
 PREDICTED_LEAD = "Probe-predicted set"
 
 
-def _task_label(task: str) -> str:
+def _task_label(task: str, prediction: pd.DataFrame | None = None) -> str:
+    """The task's name: the ``data`` the prediction table recorded for it, else "NIAH" or "HotpotQA (synthetic)" (a
+    table from before the column existed came from synthetic questions)."""
+    if prediction is not None and "data" in getattr(prediction, "columns", ()):
+        named = prediction.loc[prediction["task"] == task, "data"].dropna()
+        if len(named):
+            return str(named.iloc[0])
     return "NIAH" if task == "niah" else "HotpotQA (synthetic)"
 
 
@@ -189,7 +195,7 @@ def prediction_text(prediction: pd.DataFrame, task: str) -> str:
     share = lambda row, metric: format_interval(row[metric], row[f"{metric}_low"], row[f"{metric}_high"], 2)
     others = [f"{rows.loc[column, 'set']} {rows.loc[column, 'recall']:.2f}" for column in
               ("tf_previous_in_dt_t1", "tf_static_in_dt_t1", "tf_chance_in_dt_t1") if column in rows.index]
-    return (f"{PREDICTED_LEAD} ({_task_label(task)}, how well it predicted D_t): on the n = {int(probe['n'])} "
+    return (f"{PREDICTED_LEAD} ({_task_label(task, prediction)}, how well it predicted D_t): on the n = {int(probe['n'])} "
             f"analysis samples, teacher-forced over the steps t ≥ 1, the probe's top-|D_{{t-1}}| heads held "
             f"{share(probe, 'recall')} of D_t's {int(probe['dt_heads'])} head-steps (recall) and "
             f"{share(probe, 'precision')} of its own {int(probe['set_heads'])} were in D_t (precision; BCa 95% over "
@@ -212,7 +218,7 @@ def predicted_verdict(comparisons: pd.DataFrame, prediction: pd.DataFrame | None
                 continue
             sentences.append((f"{task}:{baseline}", _declared_verdict(
                 comparisons, declared, f"{PREDICTED_LEAD}, an exploratory secondary", judge=False,
-                task_label=_task_label(task))))
+                task_label=_task_label(task, prediction))))
         if prediction is not None:
             sentences.append((f"{task}:prediction", prediction_text(prediction, task)))
     return Verdict(*sentences, declared=[f"{task}:{part}" for task in ("niah", "hotpot")
@@ -274,7 +280,7 @@ def summary_markdown(results: dict[str, TaskAblation], model_label: str,
     for task, result in results.items():
         summary = condition_summary(result).set_index("condition")
         metric = result.metric
-        name = "NIAH accuracy" if task == "niah" else "HotpotQA (synthetic) F1"
+        name = "NIAH accuracy" if task == "niah" else f"{result.data_label} F1"
         cells = ", ".join(
             f"{condition.replace('_', ' ')} {summary.loc[condition, metric]:.2f} "
             f"[{summary.loc[condition, f'{metric}_low']:.2f}, {summary.loc[condition, f'{metric}_high']:.2f}]"
@@ -420,7 +426,7 @@ CLAIM = Claim(
     title="Claim 2: irreplaceability",
     config=IrreplaceabilityConfig,
     presets={
-        "smoke": {"niah_contexts": [300], "niah_depths": [0.5], "hotpot_contexts": [250], "hotpot_depths": [0.5],
+        "smoke": {"hotpot_source": "synthetic", "niah_contexts": [300], "niah_depths": [0.5], "hotpot_contexts": [250], "hotpot_depths": [0.5],
                   "runs_per_cell": 1, "n_calibration": 2, "max_new_tokens": 32, "hotpot_max_new_tokens": 8,
                   "progressive_k_max": 10, "progressive_k_step": 5, "n_progressive": 1, "progressive_context": 300},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_contexts": [5000, 10000, 20000, 30000, 40000, 50000],

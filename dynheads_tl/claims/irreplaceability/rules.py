@@ -124,7 +124,8 @@ def _masking_settle(verdict: str, halves: dict, summary: pd.DataFrame, folder: P
     if verdict == "no headroom":
         parts.append(f"a model or data set on which the unmasked {metric} reaches the headroom floor "
                      f"(here {summary.loc['none', metric]:.2f} for {where}"
-                     + (", on synthetic HotpotQA-format questions" if task == "hotpot" else "") + ")")
+                     + (", on synthetic HotpotQA-format questions" if task == "hotpot" and
+                        str(run.get("hotpot_source", "synthetic")) == "synthetic" else "") + ")")
     if verdict == "absent in this setting":
         static = "static_matched" if "static_matched" in summary.index else "static"
         parts.append(f"a setting where masking as many static heads leaves retrieval standing (here static "
@@ -156,7 +157,9 @@ def _masking_status(task: str) -> Callable[[Path], Status]:
         cell = lambda c: (ci_text(summary.loc[c, "tf_drop"], summary.loc[c, "tf_drop_low"], summary.loc[c, "tf_drop_high"])
                           if c in summary.index else "missing")
         free = lambda c: ci_text(summary.loc[c, metric], summary.loc[c, f"{metric}_low"], summary.loc[c, f"{metric}_high"])
-        data = "" if task == "niah" else "synthetic HotpotQA-format questions; "
+        synthetic = task == "hotpot" and str((sidecar(folder, "comparisons") or sidecar(
+            folder, "fig6_hotpot_masking")).get("hotpot_source", "synthetic")) == "synthetic"
+        data = "" if task == "niah" else "synthetic HotpotQA-format questions; " if synthetic else "HotpotQA dev; "
         headline = (f"{data}{metric} D_t {free('dynamic')} vs as many static "
                     f"{free('static_matched' if 'static_matched' in summary.index else 'static')}; gold log-prob drop, "
                     f"nats/step: D_t {cell('dynamic')}, D_(t-1) {cell('previous_step')}, as many static "
@@ -167,7 +170,7 @@ def _masking_status(task: str) -> Callable[[Path], Status]:
                             _pair_text(halves['tf'], 'teacher-forced D_t − static'),
                             _pair_text(halves['fair'], 'fair D_(t-1) − static')))
                + ("" if halves["fair"] is not None else "; the fair half is missing, so the status cannot read reproduced")
-               + (" (synthetic data)" if task == "hotpot" else ""))
+               + (" (synthetic data)" if synthetic else ""))
         settle = _masking_settle(verdict, halves, summary, folder, task)
         return Status(verdict, headline, why + (f". {settle}" if settle else ""))
     return status
@@ -288,7 +291,8 @@ def _progressive_status(stem: str) -> Callable[[Path], Status]:
         verdict, curve, compensated = progressive_rule(table, metric, comp, rule)
         a, b = table.iloc[0], table.iloc[-1]
         outcome = progressive_control_outcome(table)
-        data = "" if "niah" in stem else "synthetic HotpotQA-format questions; "
+        synthetic = "niah" not in stem and str(sidecar(folder, stem).get("hotpot_source", "synthetic")) == "synthetic"
+        data = "" if "niah" in stem else "synthetic HotpotQA-format questions; " if synthetic else "HotpotQA dev; "
         detail = (f"{data}{metric} k = {int(a['k'])}: {ci_text(a[metric], a[f'{metric}_low'], a[f'{metric}_high'])} → "
                   f"k = {int(b['k'])}: {ci_text(b[metric], b[f'{metric}_low'], b[f'{metric}_high'])}; "
                   f"n = {int(table['n'].min())} samples per k")
@@ -304,7 +308,7 @@ def _progressive_status(stem: str) -> Callable[[Path], Status]:
         tf = _teacher_forced_curve(table)
         why = (f"curve {curve}; compensation {compensated}"
                + (" (only means were written: its interval is missing)" if compensated == "missing" else "")
-               + f"; {tf}" + (" (synthetic data)" if data else ""))
+               + f"; {tf}" + (" (synthetic data)" if synthetic else ""))
         if verdict != "reproduced":
             run = sidecar(folder, stem)
             length = run.get("progressive_context", "?") if "niah" in stem else ", ".join(map(str, run.get("hotpot_contexts", ["?"])))

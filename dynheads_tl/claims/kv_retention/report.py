@@ -353,8 +353,8 @@ CLAIM = Claim(
         # (the default keeps KV-head budgets only, what a KV cache can drop, to fit the report in an hour)
         "thorough": {"n_samples": 30, "granularities": ["query", "kv"]},
         # one long setting: 01's `long` soft-dynamism answers train the probe, 30 new answers on 4,000 tokens of
-        # prose; 24 rows per batch (at 4k a SmolLM2 row keeps about 180 MiB of keys and values)
-        "long": {"niah_setting": "prose:4000", "batch_size": 24},
+        # the essays; 24 rows per batch (at 4k a SmolLM2 row keeps about 180 MiB of keys and values)
+        "long": {"niah_setting": "essays:4000", "batch_size": 24},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "niah_setting": "filler:20000", "n_setting": 100,
                   "n_setting_calibration": 20, "n_samples": 100, "max_new_tokens": 64,
                   "budgets": [0.01, 0.02, 0.05, 0.1, 0.25, 0.5], "granularities": ["query", "kv"], "batch_size": 4},

