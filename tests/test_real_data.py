@@ -135,3 +135,24 @@ def test_real_questions_mark_their_supporting_sentences_and_pool_distractors_fro
                 assert set(titles) - own  # paragraphs of other records
     with pytest.raises(ValueError, match="test split takes records 998-1,001"):
         record_block(pool, 998, 4, "test split")
+
+
+def test_eq2_marked_heads_are_not_called_retrieval_heads_where_the_ratio_interval_reaches_one(tmp_path):
+    """The real-data deviation's (3): the calibration row states the real / placebo ratio with its interval over
+    questions; where the interval reaches 1 the status line withholds the 'retrieval' wording (no status changes)."""
+    import pandas as pd
+
+    from dynheads_tl.claims.dynamism.report import _eq2_status
+
+    row = {"factor": 2.4, "real_rate": 0.05, "placebo_rate": 0.01, "heads_per_step": 12.0, "heads_ever_active": 90,
+           "chosen": True, "ratio": 5.0, "ratio_low": 3.1, "ratio_high": 7.2, "n_questions": 45}
+    pd.DataFrame([row]).to_csv(tmp_path / "eq2_calibration.csv", index=False)
+    clear = _eq2_status(tmp_path)
+    assert clear.status == "descriptive" and "5.0× [3.1, 7.2] (BCa 95% over 45 questions)" in clear.headline
+    assert "not shown to be retrieval heads" not in clear.headline
+    pd.DataFrame([{**row, "ratio_low": 0.9}]).to_csv(tmp_path / "eq2_calibration.csv", index=False)
+    reaches = _eq2_status(tmp_path)
+    assert reaches.status == "descriptive" and "the interval reaches 1" in reaches.headline
+    old = {k: v for k, v in row.items() if k not in ("ratio", "ratio_low", "ratio_high", "n_questions")}
+    pd.DataFrame([old]).to_csv(tmp_path / "eq2_calibration.csv", index=False)  # a file from before the interval
+    assert "5.0× as often" in _eq2_status(tmp_path).headline

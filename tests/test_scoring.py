@@ -83,6 +83,23 @@ def test_chance_factor_is_the_placebo_quantile():
     assert curve.loc[1, "heads_per_step"] == pytest.approx(1.5) and curve.loc[1, "heads_ever_active"] == 2
 
 
+def test_the_real_to_placebo_ratio_pairs_each_question_with_its_own_placebo():
+    from dynheads_tl.analysis.scoring import eq2_placebo_ratio
+
+    placebo = _eq2_trace([[[0.65, 0.9]], [[0.55, 0.7]]])  # at 1.25: 2 of 4 head-steps marked
+    real = _eq2_trace([[[0.9, 0.9]], [[0.9, 0.1]]])       # at 1.25: 3 of 4
+    same = eq2_placebo_ratio([real, real], [placebo, placebo], 1.25, n_resamples=200)
+    assert same.estimate == pytest.approx(1.5) and same.n == 2 and same.method == "degenerate"
+    # a question whose real spans are marked no more than its placebo ones pulls the interval down to 1
+    flat = _eq2_trace([[[0.65, 0.9]], [[0.55, 0.7]]])
+    mixed = eq2_placebo_ratio([real, flat, real, flat], [placebo] * 4, 1.25, n_resamples=500)
+    assert mixed.estimate == pytest.approx(1.25) and mixed.low <= 1.0 + 1e-9 < mixed.estimate < mixed.high <= 1.5 + 1e-9
+    # never-marked placebo spans leave the ratio undefined rather than infinite
+    assert math.isnan(eq2_placebo_ratio([real], [_eq2_trace([[[0.1, 0.1]], [[0.1, 0.1]]])], 1.25).estimate)
+    with pytest.raises(ValueError, match="one placebo trace per real trace"):
+        eq2_placebo_ratio([real], [], 1.25)
+
+
 def test_wu_static_score_known_answer():
     # Sample A: head0 retrieves at both steps -> 2/3; head1 never. Sample B: head1 once -> 1/3.
     a = hand_trace([[[3, 0]], [[4, 0]]], [30, 31], PROMPT, (3, 6))

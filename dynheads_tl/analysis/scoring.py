@@ -115,6 +115,31 @@ def eq2_rule_curve(real: Sequence[Trace], placebo: Sequence[Trace], factors: Seq
     return pd.DataFrame(rows)
 
 
+def _rate_of_rates(rows: np.ndarray) -> float:
+    """(Σ real marked / Σ real head-steps) / (Σ placebo marked / Σ placebo head-steps) over rows of those four
+    counts; NaN when the placebo spans are never marked."""
+    real = ratio_of_sums(rows[:, :2])
+    placebo = ratio_of_sums(rows[:, 2:])
+    return real / placebo if placebo > 0 else float("nan")
+
+
+def eq2_placebo_ratio(real: Sequence[Trace], placebo: Sequence[Trace], factor: float, *, seed: int = 0,
+                      n_resamples: int = 2000):
+    """How many times as often the rule ``share > factor x chance`` marks head-steps on the real evidence as on
+    placebo spans of the same sizes, with its BCa 95% interval over questions (``real[i]`` and ``placebo[i]`` are
+    one question's two traces, resampled together). The factor is held at its calibrated value (the interval does
+    not include the calibration's own uncertainty). An interval that reaches 1 means the marked heads are not shown
+    to read the supporting facts more than any span of their size."""
+    if len(real) != len(placebo) or not real:
+        raise ValueError(f"eq2_placebo_ratio needs one placebo trace per real trace, got {len(real)} and "
+                         f"{len(placebo)}.")
+    rows = []
+    for one, other in zip(real, placebo):
+        a, b = chance_ratios([one]), chance_ratios([other])
+        rows.append([float((a > factor).sum()), float(a.numel()), float((b > factor).sum()), float(b.numel())])
+    return bootstrap_interval(np.asarray(rows), _rate_of_rates, seed=seed, n_resamples=n_resamples)
+
+
 def static_eq2_scores(traces: Sequence[Trace]) -> Float[Tensor, "layer head"]:
     """The HotpotQA analogue of the static score: each head's mean Eq. 2 score over all steps."""
     if not traces:

@@ -20,7 +20,8 @@ from dynheads_tl.analysis.correlation import layout_groups
 from dynheads_tl.analysis.head_files import provenance, provenance_path, write_head_scores
 from dynheads_tl.analysis.query_focus import query_focused_scores
 from dynheads_tl.analysis.scoring import (activation_frequency, adjacent_counts, dynamic_sets, dynamism_metrics,
-                                          eq2_rule_curve, size_aware_counts, size_aware_metrics, static_eq2_scores,
+                                          eq2_placebo_ratio, eq2_rule_curve, size_aware_counts, size_aware_metrics,
+                                          static_eq2_scores,
                                           static_retrieval_per_sample, static_retrieval_scores, static_top_k)
 from dynheads_tl.analysis.stability import source_overlap, split_half_curve, stability_verdict
 from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_split_samples, niah_traces
@@ -93,6 +94,12 @@ def eq2_calibration(model, config: DynamismConfig) -> tuple[Eq2Rule, pd.DataFram
     factors = sorted({*np.round(np.geomspace(1.0, 64.0, 25), 3).tolist(), float(rule.value)})
     curve = eq2_rule_curve(real, placebo, factors)
     curve["chosen"] = curve["factor"] == float(rule.value)
+    # the chosen cutoff's real / placebo ratio with its BCa interval over questions (the real-data deviation's (3))
+    ratio = eq2_placebo_ratio(real, placebo, float(rule.value), seed=config.seeds[0])
+    curve["ratio"] = np.where(curve["chosen"], ratio.estimate, np.nan)
+    curve["ratio_low"] = np.where(curve["chosen"], ratio.low, np.nan)
+    curve["ratio_high"] = np.where(curve["chosen"], ratio.high, np.nan)
+    curve["n_questions"] = np.where(curve["chosen"], len(real), np.nan)
     fixed = dynamism_fixed_threshold_row(real, config.eq2_threshold)
     curve.attrs.update(rule=rule, false_rate=config.eq2_false_rate, fixed=fixed, fixed_threshold=config.eq2_threshold,
                        n_samples=len(real), n_steps=sum(t.n_steps for t in real))

@@ -343,11 +343,17 @@ def _eq2_status(folder: Path) -> Status:
     ratio = row.real_rate / row.placebo_rate if row.placebo_rate > 0 else float("nan")
     floor = float(preregistration.item_rule("correlation", "Fig 8")["eq2_placebo_ratio_floor"])
     # Below the declared floor the marked heads are not shown to read the facts more than any span of their size:
-    # the report calls them Eq. 2-marked heads, not retrieval heads (issue 60).
-    caveat = (f"; below the {floor:g}× placebo floor the items read no headroom, so these are Eq. 2-marked heads, not "
+    # the report calls them Eq. 2-marked heads, not retrieval heads (issue 60); so too where the ratio's interval over
+    # questions reaches 1 (the real-data deviation's (3)). A file from before the interval existed has no ratio_low.
+    low, high = (float(row.get("ratio_low", float("nan"))), float(row.get("ratio_high", float("nan"))))
+    interval = (f" [{low:.1f}, {high:.1f}] (BCa 95% over {int(row.n_questions)} questions)" if low == low else "")
+    reaches_one = low == low and low <= 1
+    caveat = ("; the interval reaches 1, so these are Eq. 2-marked heads, not shown to be retrieval heads"
+              if reaches_one else
+              f"; below the {floor:g}× placebo floor the items read no headroom, so these are Eq. 2-marked heads, not "
               "shown to be retrieval heads" if ratio == ratio and ratio < floor else "")
-    return Status("descriptive", f"cutoff {row.factor:.2f} × chance: real spans marked {ratio:.1f}× as often as "
-                                 f"placebo spans; {row.heads_per_step:.1f} heads per step{caveat}")
+    return Status("descriptive", f"cutoff {row.factor:.2f} × chance: real spans marked {ratio:.1f}×{interval} as often "
+                                 f"as placebo spans; {row.heads_per_step:.1f} heads per step{caveat}")
 
 
 def _size_aware_headline(folder: Path) -> str:
