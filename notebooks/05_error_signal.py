@@ -60,6 +60,7 @@ output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached traces
 hotpot_source = "dev"  # "dev" (HotpotQA dev, distractor setting, from the installed data package: its first 1,000 records), "synthetic" (fictional HotpotQA-format records: smoke runs and tests), an official distractor .json/.jsonl path, or "hf"
 hotpot_skip_incomplete = False  # skip file records whose supporting paragraphs are not in their context
+n_squad = 30  # SQuAD 2.0 dev questions of each kind (answerable, unanswerable), one of each per paragraph: a secondary setting of its own, out of the pooled primary; 0 leaves it out
 
 # %%
 import time
@@ -81,6 +82,8 @@ lm = config.start()  # the model, and the backend that computes the units
 sets = error_signal.gather(lm, config)
 data = error_signal.data_table(sets)
 figures.save_table(data, "answers", out_dir, run_config)
+if config.n_squad:  # the SQuAD 2.0 questions by id (paragraph, answerable)
+    figures.save_table(error_signal.squad_question_table(config), "squad_questions", out_dir, run_config)
 display(data.round(3))
 
 # %% [markdown]
@@ -91,7 +94,10 @@ display(data.round(3))
 # bootstrap that resamples those groups; `dynamic_minus`: the paired difference of the dynamic-head features'
 # AUROC from each group's; `minus_logit`: what the dynamic-head features add to the logit features (paired).
 # The settings differ in error rate, so a classifier that knows only the setting (one-hot) is scored too; the
-# within-setting table below is free of that part.
+# within-setting table below is free of that part. SQuAD 2.0's answerable and unanswerable questions (a model
+# answering what the context cannot answer is an error the paper's settings never had) stay out of the pooled
+# answers: a secondary setting of its own, scored within itself (folds and intervals by paragraph), its comparisons
+# Holm-adjusted with the other secondaries (`preregistration.yaml`, the real-data deviation).
 
 # %%
 traces, labels, names = error_signal.pooled(sets)
@@ -99,11 +105,16 @@ scores = error_signal.out_of_fold_scores(traces, labels, config.static_k, config
 table = error_signal.auroc_intervals(labels, scores, seed=config.seed, groups=error_signal.answer_groups(traces))
 per_setting = error_signal.per_setting_table(labels, scores, names, seed=config.seed)
 comparisons = error_signal.comparison_table(labels, scores, error_signal.answer_groups(traces), names, seed=config.seed)
+# SQuAD 2.0 within itself, out of the pooled primary; its comparisons join the Holm family
+squad_auroc, comparisons = error_signal.separate_settings(sets, comparisons, config)
 figures.save_table(table, "auroc", out_dir, run_config)
 figures.save_table(per_setting, "auroc_per_setting", out_dir, run_config)
 figures.save_table(comparisons, "auroc_comparisons", out_dir, run_config)
+if len(squad_auroc):
+    figures.save_table(squad_auroc, "auroc_squad", out_dir, run_config)
 display(table.round(3))
 display(per_setting.round(3))
+display(squad_auroc.round(3) if len(squad_auroc) else "SQuAD 2.0: not run, or a class too small to cross-validate")
 display(comparisons.round(4))
 
 # %% [markdown]

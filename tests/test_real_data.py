@@ -156,3 +156,62 @@ def test_eq2_marked_heads_are_not_called_retrieval_heads_where_the_ratio_interva
     old = {k: v for k, v in row.items() if k not in ("ratio", "ratio_low", "ratio_high", "n_questions")}
     pd.DataFrame([old]).to_csv(tmp_path / "eq2_calibration.csv", index=False)  # a file from before the interval
     assert "5.0× as often" in _eq2_status(tmp_path).headline
+
+
+@installed
+def test_squad_questions_are_drawn_by_paragraph_and_mark_their_answer_spans(embedded_model):
+    """SQuAD 2.0's setting of notebook 05: one answerable and one unanswerable question per paragraph (the unit of
+    folds and intervals), the evidence span decoding to the gold (or plausible) answer, and the right/wrong rule."""
+    from dynheads_tl.tasks.squad import ABSTENTION, build_squad_sample, draw_squad_questions, squad_wrong
+
+    questions = draw_squad_questions(30, 30, seed=13000)
+    assert sum(q.answerable for q in questions) == 30 == sum(not q.answerable for q in questions)
+    assert len({q.qid for q in questions}) == 60 and len({q.paragraph for q in questions}) == 30
+    assert draw_squad_questions(30, 30, seed=13000) == questions != draw_squad_questions(30, 30, seed=1)
+    tokenizer = embedded_model.tokenizer
+    for question in questions[:6]:
+        sample = build_squad_sample(tokenizer, question, max_tokens=8192)
+        [(a, b)] = sample.evidence_spans
+        span_text = question.context[slice(*question.evidence)]
+        assert span_text.strip() in tokenizer.decode(sample.prompt_ids[a:b])
+        assert sample.meta["seed"] == f"p{question.paragraph}" and sample.task == "squad"
+        assert sample.answers == (list(question.answers) if question.answerable else [ABSTENTION])
+    assert not squad_wrong("It is in France.", ["France"], True) and squad_wrong("Paris", ["France"], True)
+    assert not squad_wrong("Unanswerable.", [ABSTENTION], False) and squad_wrong("France", [ABSTENTION], False)
+
+
+def test_the_squad_setting_stays_out_of_the_pooled_primary_and_joins_the_holm_family(monkeypatch):
+    """separate_settings: SQuAD 2.0 scored within itself, its comparisons added under its own scope and re-marked
+    with the pooled ones (the primary alone, Holm over every evaluable secondary); a setting with one class too small
+    adds nothing; pooled() and the transfer leave it out."""
+    import numpy as np
+    import pandas as pd
+
+    from dynheads_tl.claims.error_signal import pipeline
+    from dynheads_tl.claims.error_signal.config import GROUPS, PRIMARY, SQUAD_SETTING, ErrorSignalConfig
+
+    rng = np.random.default_rng(0)
+    n = 60
+    labels = np.array([i % 2 for i in range(n)], dtype=float)
+    traces = [type("T", (), {"task": "squad", "meta": {"seed": f"p{i // 2}"}})() for i in range(n)]
+    scores = {g: labels + rng.normal(0, 1.0, n) for g in GROUPS + ("string_match",)}
+    scores["dynamic_ctx"] = labels + rng.normal(0, 0.2, n)  # far better than the rest
+    monkeypatch.setattr(pipeline, "out_of_fold_scores", lambda *args, **kwargs: scores)
+    niah = ([type("T", (), {"task": "niah", "meta": {"seed": i}})() for i in range(4)], np.array([0., 1., 0., 1.]))
+    sets = {"NIAH filler 500": niah, SQUAD_SETTING: (traces, labels)}
+    assert pipeline.pooled(sets)[0] == niah[0] and list(pipeline.pooled_sets(sets)) == ["NIAH filler 500"]
+    pooled_rows = pipeline.comparison_table(labels, scores, pipeline.answer_groups(traces), seed=0)
+    table, comparisons = pipeline.separate_settings(sets, pooled_rows, ErrorSignalConfig(niah_settings=[]))
+    assert set(table["setting"]) == {SQUAD_SETTING} and len(table) == len(scores)
+    squad = comparisons[comparisons["scope"] == SQUAD_SETTING]
+    assert len(squad) == len(pooled_rows) and not squad["primary"].any() and squad["clusters"].eq(30).all()
+    assert comparisons["primary"].sum() == int(((pooled_rows["scope"] == PRIMARY[0]) & (pooled_rows["a"] == PRIMARY[1])
+                                               & (pooled_rows["b"] == PRIMARY[2])).sum())
+    secondary = comparisons[~comparisons["primary"] & comparisons["evaluable"]]
+    assert (secondary["p_adjusted"] >= secondary["sign_p"] - 1e-12).all()  # Holm over the union
+    best = squad[(squad["a"] == "dynamic_ctx") & (squad["b"] == "lookback")].iloc[0]
+    assert best["difference"] > 0 and best["low"] > 0
+    few = {SQUAD_SETTING: (traces[:3], np.array([1., 1., 0.]))}
+    empty, unchanged = pipeline.separate_settings(few, pooled_rows, ErrorSignalConfig(niah_settings=[]))
+    assert empty.empty and unchanged is pooled_rows
+    assert isinstance(unchanged, pd.DataFrame)

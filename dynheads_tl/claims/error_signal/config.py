@@ -8,16 +8,23 @@ from dynheads_tl.corpus import (LAYOUT_ANALYSIS_SAMPLES, LAYOUT_CALIBRATION_SAMP
                                 parse_setting)
 from dynheads_tl.params import compose, integer, one_of, param
 from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS, check_hotpot_source
+from dynheads_tl.tasks.real_data import data_file
 
 __all__ = [
     "SEEDS", "DYNAMIC_FEATURES", "CONTEXT_FEATURES", "LOGIT_FEATURES", "GROUPS", "UNTRAINED_GROUPS", "POOLED_GROUPS",
     "GROUP_NAMES", "COMPARISONS", "PRIMARY", "MIN_PER_CLASS", "ALPHA", "ErrorSignalConfig", "setting_name",
-    "hotpot_setting_name",
+    "hotpot_setting_name", "SQUAD_SETTING", "SEPARATE_SETTINGS",
 ]
 
 
 # Seed offsets of notebook 05's own sample splits (added to a run's seed; CLAIM.seeds).
-SEEDS = {"error_signal": 12000}  # HotpotQA-format answers, right and wrong
+SEEDS = {"error_signal": 12000,  # HotpotQA answers, right and wrong
+         "squad": 13000}         # SQuAD 2.0 paragraphs (answerable and unanswerable questions)
+
+# The SQuAD 2.0 setting's name: a secondary setting of its own (preregistration.yaml's real-data deviation, (4)),
+# left out of the pooled answers the primary reads; within it the same comparisons, Holm with the secondaries.
+SQUAD_SETTING = "SQuAD 2.0 (answerable and unanswerable)"
+SEPARATE_SETTINGS = (SQUAD_SETTING,)
 
 
 DYNAMIC_FEATURES = ("dt_size", "dt_active_share", "dt_evidence_mass", "static_evidence_mass", "active_set_entropy",
@@ -100,6 +107,9 @@ class ErrorSignalConfig(NotebookConfig):
     n_hotpot: int = param(40, "HotpotQA answers of the headroom setting (records [seed x n, (seed + 1) x n) of a real "
                               "source); 0 leaves them out",
                           integer(0))
+    n_squad: int = param(30, "SQuAD 2.0 dev questions of each kind (answerable, unanswerable), one of each per "
+                             "paragraph: a secondary setting of its own, out of the pooled primary; 0 leaves it out",
+                         integer(0))
     hotpot_setting: str = param("headroom", "headroom (single-hop, 2 paragraphs) or multihop",
                                 one_of(list(HOTPOT_SETTINGS)))
     static_k: int = param(20, "static heads whose evidence mass is a feature (top by Eq. 1 rate on the training answers)", integer())
@@ -109,8 +119,8 @@ class ErrorSignalConfig(NotebookConfig):
     use_cache: bool = param(True, "reuse cached traces")
 
     def check(self) -> None:
-        if not self.niah_settings and self.n_hotpot == 0:
-            raise ValueError("No data: give at least one NIAH setting or n_hotpot > 0.")
+        if not self.niah_settings and self.n_hotpot == 0 and self.n_squad == 0:
+            raise ValueError("No data: give at least one NIAH setting, n_hotpot > 0 or n_squad > 0.")
 
     def context_lengths(self) -> dict[str, list[int]]:
         """The NIAH settings' lengths, and HotpotQA (the records' own lengths) when it has answers."""
@@ -130,6 +140,8 @@ class ErrorSignalConfig(NotebookConfig):
             check_hotpot_source(self.hotpot_source, (self.seed + 1) * self.n_hotpot,
                                 skip_incomplete=self.hotpot_skip_incomplete,
                                 needed_for=f"{self.n_hotpot} answers at seed {self.seed}")
+        if self.n_squad:
+            data_file("squad")  # installed, or an error with the install command, before any model work
         check_model_sizes(self.model, heads={"static_k": self.static_k},
                           max_new_tokens=self.max_new_tokens if self.niah_settings else None,
                           contexts={"niah_settings": self.niah_settings})

@@ -15,15 +15,17 @@ from dynheads_tl.claim import is_true
 from dynheads_tl.corpus import collect_traces, layout_traces, parse_setting
 from dynheads_tl.engine.tracing import Trace, TraceConfig
 from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS, record_block, source_records
+from dynheads_tl.tasks.squad import build_squad_sample, draw_squad_questions, squad_wrong
 from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
 
 from .config import (ALPHA, COMPARISONS, GROUP_NAMES, GROUPS, MIN_PER_CLASS, POOLED_GROUPS, PRIMARY, SEEDS,
-                     ErrorSignalConfig, hotpot_setting_name, setting_name)
+                     SEPARATE_SETTINGS, SQUAD_SETTING, ErrorSignalConfig, hotpot_setting_name, setting_name)
 from .features import context_match_share, feature_matrices
 
 __all__ = [
     "crossfit_features", "answer_groups", "out_of_fold_scores", "untrained_scores", "auroc_intervals",
-    "transfer_table", "comparison_table", "mark_primary", "gather", "data_table", "pooled", "per_setting_table",
+    "transfer_table", "comparison_table", "mark_primary", "gather", "data_table", "pooled", "pooled_sets",
+    "per_setting_table", "separate_settings", "squad_questions", "squad_question_table",
 ]
 
 
@@ -108,10 +110,17 @@ def auroc_intervals(labels: np.ndarray, scores: dict[str, np.ndarray], *, seed: 
     return pd.DataFrame(rows)
 
 
+def pooled_sets(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> dict[str, tuple[list[Trace], np.ndarray]]:
+    """``sets`` without :data:`SEPARATE_SETTINGS`."""
+    return {name: value for name, value in sets.items() if name not in SEPARATE_SETTINGS}
+
+
 def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: int, *, seed: int = 0,
                    n_resamples: int = 1000) -> pd.DataFrame:
     """AUROC of every group trained on all answers of one setting and tested on another's, with a bootstrap
-    interval over the test answers; pairs whose test or training setting holds one class only are left out."""
+    interval over the test answers; pairs whose test or training setting holds one class only are left out, and so
+    are the settings kept out of the pooled answers (:data:`SEPARATE_SETTINGS`)."""
+    sets = pooled_sets(sets)
     rows = []
     for train_name, (train_traces, train_labels) in sets.items():
         if len(set(train_labels.tolist())) < 2:
@@ -130,7 +139,8 @@ def transfer_table(sets: dict[str, tuple[list[Trace], np.ndarray]], static_k: in
 
 
 def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: np.ndarray,
-                     settings: list[str] | None = None, *, seed: int = 0, n_resamples: int = 2000) -> pd.DataFrame:
+                     settings: list[str] | None = None, *, seed: int = 0, n_resamples: int = 2000,
+                     scope_name: str = "pooled") -> pd.DataFrame:
     """Every comparison of :data:`COMPARISONS` pooled and within each setting (``settings``: one name per answer),
     one row each: the AUROC difference (a − b) with its cluster-bootstrap 95% interval (layouts resampled; 90%,
     ``tost_low``/``tost_high``, for TOST), the
@@ -143,7 +153,7 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
     design could detect; ``primary`` marks :data:`PRIMARY`."""
     labels, groups = np.asarray(labels), np.asarray(groups)
     names = np.array(settings if settings is not None else ["pooled"] * len(labels))
-    scopes = [("pooled", np.ones(len(labels), dtype=bool))]
+    scopes = [(scope_name, np.ones(len(labels), dtype=bool))]
     if settings is not None and len(set(names.tolist())) > 1:
         scopes += [(name, names == name) for name in dict.fromkeys(names.tolist())]
     rows = []
@@ -219,7 +229,55 @@ def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.
                                 batch_size=config.trace_batch_size, desc=f"HotpotQA {config.hotpot_setting} answers")
         sets[hotpot_setting_name(config.hotpot_setting, config.hotpot_source)] = (
             traces, np.array([float(token_f1(t.response, t.answers[0]) < 0.5) for t in traces]))
+    if config.n_squad:
+        samples = [build_squad_sample(model.tokenizer, question, max_new_tokens=config.hotpot_max_new_tokens,
+                                      max_tokens=int(model.cfg.n_ctx)) for question in squad_questions(config)]
+        trace_config = TraceConfig(max_new_tokens=config.hotpot_max_new_tokens, sink_tokens=config.sink_tokens,
+                                   local_window=config.local_window, signals=True)
+        spec = dict(task="squad", split="error_signal", n=config.n_squad, seed=SEEDS["squad"] + config.seed,
+                    ids=[s.meta["id"] for s in samples])
+        traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                                batch_size=config.trace_batch_size, desc="SQuAD 2.0 answers")
+        sets[SQUAD_SETTING] = (traces, np.array([float(squad_wrong(t.response, t.answers, t.meta["answerable"]))
+                                                 for t in traces]))
     return sets
+
+
+def squad_questions(config: ErrorSignalConfig) -> list:
+    """The SQuAD 2.0 questions of the run (``n_squad`` of each kind, one of each per paragraph, seeded)."""
+    return draw_squad_questions(config.n_squad, config.n_squad, SEEDS["squad"] + config.seed)
+
+
+def squad_question_table(config: ErrorSignalConfig) -> pd.DataFrame:
+    """The SQuAD 2.0 questions by ``id``: paragraph (file order) and whether answerable."""
+    return pd.DataFrame([(q.paragraph, q.qid, q.answerable) for q in squad_questions(config)],
+                        columns=["paragraph", "id", "answerable"])
+
+
+def separate_settings(sets: dict[str, tuple[list[Trace], np.ndarray]], comparisons: pd.DataFrame,
+                      config: ErrorSignalConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each setting that stays out of the pooled answers (:data:`SEPARATE_SETTINGS`: SQuAD 2.0) analysed within
+    itself: out-of-fold scores trained and tested on its own answers (folds and clusters by paragraph), its AUROCs,
+    and the same comparisons as the pooled ones (scope: the setting's name), added to ``comparisons`` and re-marked
+    (:func:`mark_primary`: the primary alone, Holm over every evaluable secondary, these included). Returns (the
+    AUROC table, the comparisons). A setting with fewer than two right or two wrong answers cannot be
+    cross-validated and adds nothing (its counts are in the answers table)."""
+    tables, added = [], []
+    for name in SEPARATE_SETTINGS:
+        if name not in sets:
+            continue
+        traces, labels = sets[name]
+        if min(labels.sum(), len(labels) - labels.sum()) < 2:
+            logger.warning("%s: %d wrong of %d answers, too few of one class to cross-validate.", name,
+                           int(labels.sum()), len(labels))
+            continue
+        groups = answer_groups(traces)
+        scores = out_of_fold_scores(traces, labels, config.static_k, config.n_folds, config.seed)
+        tables.append(auroc_intervals(labels, scores, seed=config.seed, groups=groups).assign(setting=name))
+        added.append(comparison_table(labels, scores, groups, seed=config.seed, scope_name=name))
+    if not added:
+        return pd.DataFrame(), comparisons
+    return pd.concat(tables, ignore_index=True), mark_primary(pd.concat([comparisons, *added], ignore_index=True))
 
 
 def data_table(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> pd.DataFrame:
@@ -238,6 +296,8 @@ def data_table(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> pd.DataFrame:
 
 
 def pooled(sets: dict[str, tuple[list[Trace], np.ndarray]]) -> tuple[list[Trace], np.ndarray, list[str]]:
+    """The pooled answers the primary reads: every setting but :data:`SEPARATE_SETTINGS` (:func:`separate_settings`)."""
+    sets = pooled_sets(sets)
     traces = [t for ts, _ in sets.values() for t in ts]
     labels = np.concatenate([labels for _, labels in sets.values()])
     names = [name for name, (ts, _) in sets.items() for _ in ts]

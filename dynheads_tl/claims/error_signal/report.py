@@ -237,7 +237,8 @@ CLAIM = Claim(
     config=ErrorSignalConfig,
     presets={
         # the same NIAH setting as 01's smoke run (its cache), short answers; 2 folds need 2 wrong answers
-        "smoke": {"hotpot_source": "synthetic", "niah_settings": ["prose:300"], "n_setting": 3, "n_setting_calibration": 2, "max_new_tokens": 32,
+        "smoke": {"hotpot_source": "synthetic", "n_squad": 3, "niah_settings": ["prose:300"], "n_setting": 3,
+                  "n_setting_calibration": 2, "max_new_tokens": 32,
                   "n_hotpot": 8, "hotpot_max_new_tokens": 8, "n_folds": 2},
         # one long setting: 01's `long` soft-dynamism answers (4,000 tokens of the essays) with the HotpotQA ones
         "long": {"niah_settings": ["essays:4000"]},
