@@ -197,8 +197,9 @@ def _item(claim, item, folder: Path, primary: dict[str, Any] | None = None) -> d
 
 def synthetic(item, folder: Path) -> bool:
     """Whether an index row rests on synthetic HotpotQA-format questions: a HotpotQA row (``PaperItem.hotpot``) whose
-    run config (``<stem>.config.json``) names no real file. A config without ``hotpot_source`` counts as synthetic
-    (the generator is every entry point's default), so an unlabelled result is never passed off as real data."""
+    run config (``<stem>.config.json``) names no real source. A config without ``hotpot_source`` counts as synthetic
+    (the generator was every notebook's default before the dev set became it), so an unlabelled result is never
+    passed off as real data."""
     return bool(item.hotpot) and str(sidecar(folder, item.output).get("hotpot_source", "synthetic")) == "synthetic"
 
 
