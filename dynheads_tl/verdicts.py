@@ -37,8 +37,8 @@ from dynheads_tl.claim import Status, sidecar
 from dynheads_tl.results_schema import SCHEMA_VERSION, Results
 from dynheads_tl.store import atomic_write_text
 
-__all__ = ["FILE", "RECORDED", "SCHEMA_VERSION", "ResultsError", "build", "contexts", "write", "read", "load",
-           "record_output", "outputs", "primary_problems", "source_digest", "synthetic", "validate"]
+__all__ = ["FILE", "RECORDED", "SCHEMA_VERSION", "ResultsError", "build", "compute", "contexts", "write", "read",
+           "load", "record_output", "outputs", "primary_problems", "source_digest", "synthetic", "validate"]
 
 FILE = "verdicts.json"
 RECORDED = "recorded_outputs.json"  # the notebook's own record of the outputs it saved (record_output)
@@ -282,8 +282,14 @@ def contexts(claim, folder: Path) -> dict[str, list[int]] | None:
 
 
 def build(claim, folder: Path, run: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The results of ``claim``'s notebook, computed from the files in its output ``folder``; ``run`` is the
-    runner's record of the run (``runs.json``: model, preset, parameters, date, minutes)."""
+    """:func:`compute` as a plain dict (the JSON's own shape)."""
+    return compute(claim, folder, run).model_dump(mode="json")
+
+
+def compute(claim, folder: Path, run: dict[str, Any] | None = None) -> Results:
+    """The typed results of ``claim``'s notebook, computed from the files in its output ``folder`` and checked
+    against the schema; ``run`` is the runner's record of the run (``runs.json``: model, preset, parameters, date,
+    minutes)."""
     folder = Path(folder)
     run = dict(run or {})
     recorded = recorded_outputs(folder)
@@ -304,7 +310,7 @@ def build(claim, folder: Path, run: dict[str, Any] | None = None) -> dict[str, A
         "outputs": outputs(folder, recorded),
         "outputs_recorded": recorded,
     }
-    return validate(_finite(data), f"{claim.notebook}/{FILE}").model_dump(mode="json")
+    return validate(_finite(data), f"{claim.notebook}/{FILE}")
 
 
 def write(claim, folder: Path, run: dict[str, Any] | None = None) -> Path:

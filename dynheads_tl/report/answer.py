@@ -22,9 +22,9 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from dynheads_tl import preregistration, verdicts
+from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.results import claim_results, model_reports, preset_reports
+from dynheads_tl.report.results import all_results, model_reports, preset_reports
 from dynheads_tl.results_schema import ItemResult, Results
 from dynheads_tl.store import atomic_write_text
 
@@ -100,19 +100,6 @@ def _signed(value: float) -> str:
     return f"{value:+.3f}".replace("-", "−")
 
 
-def _typed(folder: Path) -> dict[str, Results]:
-    """Every notebook folder's typed results under ``folder``: its results file, or, where that is missing or of
-    another schema version, the same computed from the notebook's files (as the index does,
-    :func:`~dynheads_tl.report.results.claim_results`). A file of this version that breaks the schema raises
-    :class:`~dynheads_tl.verdicts.ResultsError`: a damaged result is refused, never shown as "not run"."""
-    found = {}
-    for claim in all_claims():
-        data = claim_results(folder, claim)
-        if data is not None:
-            found[claim.notebook] = verdicts.validate(data, f"{folder / claim.notebook / verdicts.FILE}")
-    return found
-
-
 def settings(output_dir: Path) -> list[Setting]:
     """Every column of the answer: each model's report of the default preset, then of each committed preset."""
     output_dir = Path(output_dir)
@@ -120,7 +107,7 @@ def settings(output_dir: Path) -> list[Setting]:
     groups = [("default", "", output_dir)] + [(p.preset, p.prefix, p.folder) for p in preset_reports(output_dir)]
     for preset, prefix, folder in groups:
         for report in model_reports(folder):
-            results = _typed(report.folder)
+            results = all_results(report.folder)
             if results:
                 found.append(Setting(report.model, preset, report.folder, f"{prefix}{report.prefix}", results))
     return found

@@ -45,9 +45,9 @@ def findings(output_dir: Path) -> list[tuple[str, str, list[str]]]:
         if data is None or not (output_dir / "executed" / f"{claim.notebook}.ipynb").exists():
             continue
         page = f"executed/{claim.notebook}.html"
-        for finding in data.get("findings", []):
-            out.append((finding["label"], page + section_anchor(output_dir / page, finding.get("section", "")),
-                        list(finding["sentences"])))
+        for finding in data.findings:
+            out.append((finding.label, page + section_anchor(output_dir / page, finding.section),
+                        list(finding.sentences)))
     return out
 
 
@@ -58,10 +58,9 @@ def statuses(output_dir: Path) -> list[tuple[str, str, bool]]:
     pairs = sorted(((claim, item) for claim in all_claims() for item in claim.items), key=lambda p: p[1].position)
     out = []
     for claim, item in pairs:
-        rows = results.get(claim.notebook, {}).get("items", [])
-        row = next((r for r in rows if r.get("item") == item.item), None)
-        if row is not None and row.get("produced"):
-            out.append((item.item, row["status"], row.get("data") == "synthetic"))
+        row = results[claim.notebook].item(item.item) if claim.notebook in results else None
+        if row is not None and row.produced:
+            out.append((item.item, row.status, row.data == "synthetic"))
     return out
 
 
@@ -155,7 +154,7 @@ def _model_findings(output_dir: Path, link_prefix: str) -> list[str]:
     results = all_results(output_dir)
     for label, page, chosen in findings(output_dir):
         stem = page.split("/")[1].partition(".")[0]
-        read = contexts_phrase(results.get(stem, {}).get("contexts"))
+        read = contexts_phrase(results[stem].contexts if stem in results else None)
         read = f"; contexts: {read}" if read else ""
         lines.append(f"- **{label}** ([notebook {stem[:2]}]({link_prefix}{page}){read}): " + " ".join(chosen))
     found = statuses(output_dir)

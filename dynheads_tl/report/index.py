@@ -18,6 +18,7 @@ from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.answer import ANSWER_ALT, FIGURE as ANSWER_FIGURE
 from dynheads_tl.report.results import (ModelReport, PresetReport, all_results, longest_context, model_reports, preset_reports, read_runs)
+from dynheads_tl.results_schema import ItemResult, Results
 from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, Link, notebook_order, notebook_title, output_groups,
                                      page_sections, render_page, run_meta)
 from dynheads_tl.report.templating import INDEX_TEMPLATE, render
@@ -128,10 +129,10 @@ def _notebook_links(output_dir: Path, notebook: str) -> tuple[str | None, str | 
     return (_rel(rendered, output_dir) if rendered.exists() else ipynb_link), ipynb_link
 
 
-def _result_row(results: dict[str, Any], claim, item) -> dict[str, Any] | None:
+def _result_row(results: dict[str, Results], claim, item) -> ItemResult | None:
     """The item's row of its claim's results (``verdicts.json``), or None when the notebook wrote no folder."""
-    rows = results.get(claim.notebook, {}).get("items", [])
-    return next((row for row in rows if row.get("item") == item.item), None)
+    found = results.get(claim.notebook)
+    return found.item(item.item) if found is not None else None
 
 
 def _rows(output_dir: Path, runs: dict[str, Any]) -> list[_Row]:
@@ -140,14 +141,14 @@ def _rows(output_dir: Path, runs: dict[str, Any]) -> list[_Row]:
     for claim, declared in index_items():
         item, notebook = declared.item, claim.notebook
         found = _result_row(results, claim, declared)
-        produced = bool(found and found.get("produced"))
-        files = [f"{notebook}/{name}" for name in found["files"]] if produced else []
+        produced = bool(found and found.produced)
+        files = [f"{notebook}/{name}" for name in found.files] if produced else []
         link, ipynb = _notebook_links(output_dir, notebook) if files else (None, None)
         status, headline, ours, section, context = "not produced", "not produced", "not produced", None, "–"
         if produced:
-            status, headline, ours = found["status"], found["headline"], found["ours"]
-            context = longest_context(results[notebook].get("contexts"), item_task(declared))
-            if found.get("data") == "synthetic":
+            status, headline, ours = found.status, found.headline, found.ours
+            context = longest_context(results[notebook].contexts, item_task(declared))
+            if found.data == "synthetic":
                 ours += " " + SYNTHETIC_NOTE
                 if status != "qualitative":
                     headline += " " + SYNTHETIC_NOTE
@@ -248,9 +249,9 @@ def _cells(folders: list[Path]) -> list[tuple[Any, Any, list[ModelCell]]]:
         cells = []
         for found in results:
             row = _result_row(found, claim, item)
-            cells.append(ModelCell(row["status"], row["headline"], row.get("data") == "synthetic",
-                                   longest_context(found[claim.notebook].get("contexts"), item_task(item)))
-                         if row and row.get("produced") else ModelCell("not produced"))
+            cells.append(ModelCell(row.status, row.headline, row.data == "synthetic",
+                                   longest_context(found[claim.notebook].contexts, item_task(item)))
+                         if row and row.produced else ModelCell("not produced"))
         rows.append((claim, item, cells))
     return rows
 

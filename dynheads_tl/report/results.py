@@ -23,6 +23,7 @@ from typing import Any
 
 from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
+from dynheads_tl.results_schema import Results
 
 logger = logging.getLogger(__name__)
 
@@ -43,19 +44,21 @@ def read_runs(output_dir: Path) -> dict[str, Any]:
     return runs if isinstance(runs, dict) else {}
 
 
-def claim_results(output_dir: Path, claim) -> dict[str, Any] | None:
-    """``claim``'s results in the report at ``output_dir``: its ``verdicts.json``, or the same computed from its
-    files when the file is missing; None when the notebook wrote no folder."""
+def claim_results(output_dir: Path, claim) -> Results | None:
+    """``claim``'s typed results in the report at ``output_dir``: its ``verdicts.json``, or, where that is missing or
+    of another schema version, the same computed from its files and checked against the schema; None when the
+    notebook wrote no folder. A file of this version that breaks the schema raises
+    :class:`~dynheads_tl.verdicts.ResultsError`: a damaged result is refused, never shown as "not run"."""
     folder = Path(output_dir) / claim.notebook
     if not folder.is_dir():
         return None
-    data = verdicts.read(folder)
-    if data is not None and "items" in data:
-        return data
-    return verdicts.build(claim, folder, read_runs(output_dir).get(claim.notebook))
+    found = verdicts.load(folder)
+    if found is not None:
+        return found
+    return verdicts.compute(claim, folder, read_runs(output_dir).get(claim.notebook))
 
 
-def all_results(output_dir: Path) -> dict[str, dict[str, Any]]:
+def all_results(output_dir: Path) -> dict[str, Results]:
     """Notebook stem -> :func:`claim_results`, for every declared claim whose folder exists."""
     out = {}
     for claim in all_claims():
@@ -95,8 +98,8 @@ def report_model(output_dir: Path) -> str:
     if names:
         return ", ".join(names)
     for data in all_results(output_dir).values():
-        if data.get("model"):
-            return str(data["model"])
+        if data.model:
+            return str(data.model)
     return "?"
 
 

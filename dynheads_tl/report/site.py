@@ -360,23 +360,22 @@ def page_results(output_dir: Path, stem: str) -> PageResults | None:
         return None
     if not data:
         return None
-    primary = data.get("primary")
+    primary = data.primary
     stated = None
-    if primary and primary.get("declared"):
-        declared, observed = primary["declared"], primary.get("observed")
-        interval = (observed or {}).get("interval") or {}
-        numbers = (f"{_number(observed.get('estimate'), True)} [{_number(interval.get('low'), True)}, "
-                   f"{_number(interval.get('high'), True)}], n = {observed.get('n')} {observed.get('units', '')}, "
-                   f"p {_number(observed.get('p'))}, adjusted p {_number(observed.get('p_adjusted'))}; computed as "
-                   f"{observed.get('computed', '')}" if observed else primary.get("missing", "not in this run"))
-        stated = Primary(declared["id"], declared["comparison"], declared["test"], numbers)
+    if primary is not None and primary.declared is not None:
+        declared, observed = primary.declared, primary.observed
+        numbers = (f"{_number(observed.estimate, True)} [{_number(observed.interval.low, True)}, "
+                   f"{_number(observed.interval.high, True)}], n = {observed.n} {observed.units}, "
+                   f"p {_number(observed.p)}, adjusted p {_number(observed.p_adjusted)}; computed as "
+                   f"{observed.computed}" if observed is not None else primary.missing or "not in this run")
+        stated = Primary(declared.id, declared.comparison, declared.test, numbers)
     present = (Path(output_dir) / stem / verdicts.FILE).exists()
     return PageResults(
         verdicts.FILE, f"../{stem}/{verdicts.FILE}" if present else None,
-        str(data.get("preregistration", {}).get("sha256", ""))[:12], stated,
-        [ResultRow(row["item"], row["status"], row["headline"], "; ".join(row.get("declared_rule") or []))
-         for row in data.get("items", []) if row.get("produced")],
-        [(finding["label"], " ".join(finding["sentences"])) for finding in data.get("findings", [])])
+        str(data.preregistration.sha256)[:12], stated,
+        [ResultRow(row.item, row.status, row.headline, "; ".join(row.declared_rule or []))
+         for row in data.items if row.produced],
+        [(finding.label, " ".join(finding.sentences)) for finding in data.findings])
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ def item_status(output_dir: Path, item: str) -> Status:
             if not (Path(output_dir) / claim.notebook).is_dir():
                 return Status("not run", f"this report holds no run of notebook {claim.notebook[:2]}")
             data = claim_results(output_dir, claim)
-            row = next((r for r in (data or {}).get("items", []) if r.get("item") == item), None)
+            row = data.item(item) if data is not None else None
             if row is None:
                 return Status("see files", "see the files")
-            return Status(row["status"], row["headline"], row.get("why", ""))
+            return Status(row.status, row.headline, row.why)
     return Status("see files", "see the files")
