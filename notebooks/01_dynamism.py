@@ -12,8 +12,9 @@
 #   (a third party used 0.1). By default we calibrate it from data instead: a head counts when its share exceeds
 #   $c \times$ chance, chance being the facts' share of the eligible positions, with $c$ set so that heads reading
 #   *placebo* spans (the facts moved to random context positions) are marked on 1% of head-steps.
-#   The HotpotQA questions are **synthetic** (a seeded generator of fictional people, films and towns) unless
-#   `hotpot_source` names a file.
+#   The HotpotQA questions are HotpotQA's dev set (`hotpot_source="dev"`, the default: each seed's calibration and
+#   analysis splits take their own block of its first 1,000 records, listed by `_id` in `hotpot_questions.csv`), or
+#   the project's synthetic generator of fictional people, films and towns where a run asks for `"synthetic"`.
 #
 # Static heads are scored on a **calibration split**; all dynamic statistics use a separate **analysis
 # split**. Everything below is computed by `dynheads_tl`; the notebook only sets parameters and displays.
@@ -287,7 +288,7 @@ display(Markdown(f"**{soft_verdict}**"))
 
 # %% [markdown]
 # ## Robustness across seeds
-# Each seed draws new calibration and analysis samples: new synthetic questions, but for NIAH only new
+# Each seed draws new calibration and analysis samples: new HotpotQA questions, but for NIAH only new
 # needles (UUIDs): the haystack and the evenly spread depths are the same for every seed. So the NIAH
 # spread below understates how much the numbers vary across prompts.
 

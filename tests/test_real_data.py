@@ -178,6 +178,28 @@ def test_squad_questions_are_drawn_by_paragraph_and_mark_their_answer_spans(embe
         assert sample.answers == (list(question.answers) if question.answerable else [ABSTENTION])
     assert not squad_wrong("It is in France.", ["France"], True) and squad_wrong("Paris", ["France"], True)
     assert not squad_wrong("Unanswerable.", [ABSTENTION], False) and squad_wrong("France", [ABSTENTION], False)
+    # whole tokens only: a gold "1" is not in "in 1990", nor "no" in "not known"
+    assert squad_wrong("in 1990", ["1"], True) and not squad_wrong("It took 1 day", ["1"], True)
+    assert squad_wrong("not known", ["no"], True) and not squad_wrong("The Normans ruled", ["Normans"], True)
+
+
+def test_a_squad_only_run_is_refused_since_squad_is_never_pooled():
+    from dynheads_tl.claims.error_signal.config import ErrorSignalConfig
+
+    with pytest.raises(ValueError, match="never pooled"):
+        ErrorSignalConfig(niah_settings=[], n_hotpot=0, n_squad=30)
+
+
+@installed
+def test_the_headroom_setting_keeps_a_dev_questions_gold_paragraphs_and_one_distractor():
+    from dynheads_tl.tasks.hotpot import HEADROOM, MULTIHOP, source_records
+
+    records = source_records("dev")[:20]
+    for record, kept in zip(records, HEADROOM.records(20, 0, records)):
+        gold = {title for title, _ in record["supporting_facts"]}
+        titles = [title for title, _ in kept["context"]]
+        assert gold <= set(titles) and len(titles) == len(gold) + 1
+    assert all(len(r["context"]) == len(o["context"]) for r, o in zip(MULTIHOP.records(20, 0, records), records))
 
 
 def test_the_squad_setting_stays_out_of_the_pooled_primary_and_joins_the_holm_family(monkeypatch):

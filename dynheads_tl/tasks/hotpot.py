@@ -270,7 +270,7 @@ def record_block(records: list[dict[str, Any]], start: int, n: int, what: str) -
 def distractor_paragraphs(records: Iterable[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """Every paragraph of ``records`` once (the first of each title): the pool a longer context draws distractor
     paragraphs from. :func:`build_hotpot_sample` never draws a paragraph whose title is one of the question's own
-    supporting facts, so a question's gold paragraphs cannot reappear as its distractors."""
+    (gold or distractor), so the added paragraphs come from other records and none appears twice."""
     seen, pool = set(), []
     for record in records:
         for title, sentences in record["context"]:
@@ -405,11 +405,14 @@ class HotpotConfig:
             raise ValueError(f"depth must be a fraction in [0, 1] or None, got {self.depth!r}.")
 
 
+FILL_TRIES = 24  # unused pool paragraphs tried for the room a context has left under its length
+
+
 def _paragraph_text(title: str, sentences: list[str]) -> str:
     return f"{title}: " + " ".join(s.strip() for s in sentences)
 
 
-def _arrange(record, config, tokenizer, distractor_pool):
+def _arrange(record, config, tokenizer, distractor_pool, exclusive: bool = False):
     gold_titles = {t for t, _ in record["supporting_facts"]}
     gold = [(t, s) for t, s in record["context"] if t in gold_titles]
     others = [(t, s) for t, s in record["context"] if t not in gold_titles]
@@ -420,7 +423,10 @@ def _arrange(record, config, tokenizer, distractor_pool):
     else:
         rng = random.Random(config.seed)
         distractors = list(others)
-        pool = [p for p in distractor_pool if p[0] not in gold_titles]
+        # ``exclusive`` (a real source's pool, which holds the record itself): none of the record's own paragraphs,
+        # already in or left out; the generator's pool keeps its recorded arrangement (gold titles only left out)
+        own = {t for t, _ in record["context"]} if exclusive else gold_titles
+        pool = [p for p in distractor_pool if p[0] not in own]
         rng.shuffle(pool)
         count = lambda ps: len(tokenizer("\n".join(_paragraph_text(*p) for p in ps), add_special_tokens=False)["input_ids"])
         while count(gold + distractors) < config.context_tokens and pool:
@@ -434,13 +440,23 @@ def _arrange(record, config, tokenizer, distractor_pool):
             )
         while distractors and count(gold + distractors) > config.context_tokens:
             distractors.pop()
+        # The paragraph dropped last can leave the context short by its own length (a real paragraph holds up to a
+        # few hundred tokens): unused paragraphs that still fit are added, the next ones of the shuffled pool first.
+        for candidate in pool[::-1][:FILL_TRIES if exclusive else 0]:
+            if count(gold + distractors + [candidate]) <= config.context_tokens:
+                distractors.append(candidate)
     depth = 0.5 if config.depth is None else config.depth
     cut = int(round(depth * len(distractors)))
     return distractors[:cut] + gold + distractors[cut:]
 
 
 def build_hotpot_sample(tokenizer, record: dict[str, Any], config: HotpotConfig | None = None, *,
-                        max_tokens: int | None = None, distractor_pool: Iterable = ()) -> Sample:
+                        max_tokens: int | None = None, distractor_pool: Iterable = (),
+                        exclusive: bool = False) -> Sample:
+    """One record's prompt, evidence spans and answer. With ``config.context_tokens`` the context is the gold
+    paragraphs among distractors drawn from ``distractor_pool`` up to that length; ``exclusive`` (a real source's
+    pool, :func:`distractor_paragraphs`) leaves out every paragraph of the record itself and fills the room the last
+    dropped paragraph leaves with shorter ones that fit."""
     config = config or HotpotConfig()
     if not isinstance(record, dict):
         raise ValueError(f"A HotpotQA record must be a dict, got {type(record).__name__}.")
@@ -448,7 +464,7 @@ def build_hotpot_sample(tokenizer, record: dict[str, Any], config: HotpotConfig 
     max_tokens = resolve_max_tokens(tokenizer, max_tokens)
     if config.context_tokens is not None:
         check_context_cannot_fit(config.context_tokens, config.max_new_tokens, max_tokens, "HotpotQA")
-    paragraphs = _arrange(record, config, tokenizer, list(distractor_pool))
+    paragraphs = _arrange(record, config, tokenizer, list(distractor_pool), exclusive)
     texts = [_paragraph_text(t, s) for t, s in paragraphs]
     context = "\n".join(texts)
     prompt = build_chat_prompt(tokenizer, context, record["question"], config.instruction,
@@ -517,7 +533,7 @@ def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | No
     return [
         build_hotpot_sample(tokenizer, record, HotpotConfig(context_tokens, depth, seed=mix_seed(seed, i, 1000),
                                                             demonstrations=demonstrations),
-                            max_tokens=max_tokens, distractor_pool=pool)
+                            max_tokens=max_tokens, distractor_pool=pool, exclusive=distractors is not None)
         for i, record in enumerate(records[:n])
     ]
 
@@ -526,18 +542,29 @@ def make_hotpot_samples(tokenizer, *, n: int, records: list[dict[str, Any]] | No
 @dataclass(frozen=True)
 class HotpotSetting:
     """Which HotpotQA-format questions a study asks and how: the question kinds and paragraph count of the
-    synthetic generator (a file's records keep their questions and are cut to ``n_paragraphs`` paragraphs,
-    :func:`with_fewer_distractors`), and whether the prompt shows :data:`HOTPOT_DEMONSTRATIONS`."""
+    synthetic generator (a file's records keep their questions and are cut to their gold paragraphs plus
+    ``distractors``, or to ``n_paragraphs`` paragraphs: :meth:`paragraphs_of`, :func:`with_fewer_distractors`),
+    and whether the prompt shows :data:`HOTPOT_DEMONSTRATIONS`."""
 
     name: str
     kinds: tuple[str, ...]
     n_paragraphs: int
     demonstrations: bool
+    distractors: int | None = None  # a file's records: keep the gold paragraphs and this many distractors
 
     def records(self, n: int, seed: int, source_records: list | None = None) -> list[dict[str, Any]]:
         if source_records is None:
             return synthetic_hotpot_records(n, seed=seed, n_paragraphs=self.n_paragraphs, kinds=self.kinds)
-        return [with_fewer_distractors(record, self.n_paragraphs) for record in source_records[:n]]
+        return [with_fewer_distractors(record, self.paragraphs_of(record)) for record in source_records[:n]]
+
+    def paragraphs_of(self, record: dict[str, Any]) -> int:
+        """How many of a file record's paragraphs the setting keeps: its gold ones plus ``distractors`` (the
+        headroom setting: a real question has two gold paragraphs, so ``n_paragraphs`` alone would leave it none),
+        else ``n_paragraphs``."""
+        if self.distractors is None:
+            return self.n_paragraphs
+        gold = {title for title, _ in record["supporting_facts"]}
+        return sum(title in gold for title, _ in record["context"]) + self.distractors
 
     def samples(self, tokenizer, n: int, seed: int, *, source_records: list | None = None,
                 max_tokens: int | None = None) -> list[Sample]:
@@ -551,9 +578,18 @@ MULTIHOP = HotpotSetting("multihop", ("bridge", "comparison"), 10, False)
 # gold paragraph and one distractor, two worked examples first. Measured on 32 questions before choosing it
 # (SmolLM2-135M-Instruct, full context, both examples' gold paragraph first): F1 0.73 with no distractor, 0.51 with
 # one, 0.32 with two, 0.24 with four; without the context 0.00. Without the demonstrations F1 is at most 0.20 at
-# any of these paragraph counts. The examples were then reordered (see HOTPOT_DEMONSTRATIONS).
-HEADROOM = HotpotSetting("headroom", ("single_birthplace", "single_director"), 2, True)
+# any of these paragraph counts. The examples were then reordered (see HOTPOT_DEMONSTRATIONS). On a file's records
+# (the dev set's multi-hop questions, two gold paragraphs each) the setting keeps the gold paragraphs and one
+# distractor, the same one distractor as the generator's.
+HEADROOM = HotpotSetting("headroom", ("single_birthplace", "single_director"), 2, True, distractors=1)
 HOTPOT_SETTINGS = {setting.name: setting for setting in (MULTIHOP, HEADROOM)}
+
+
+def source_label(source: str) -> str:
+    """The questions' name in a status line: "synthetic HotpotQA-format", "HotpotQA dev" or "HotpotQA (<source>)"."""
+    if source == "synthetic":
+        return "synthetic HotpotQA-format"
+    return "HotpotQA dev" if source == "dev" else f"HotpotQA ({Path(source).name if source != 'hf' else 'hf'})"
 
 
 def hotpot_label(source: str) -> str:

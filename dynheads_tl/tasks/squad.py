@@ -7,8 +7,8 @@ articles of paragraphs, each with its ``context`` and ``qas`` (``id``, ``questio
 would give). Questions are drawn **by paragraph**: each chosen paragraph gives at most one answerable and one
 unanswerable question, and the paragraph is the unit of intervals and folds (its two questions share one context).
 
-An answer is right when its normalised text contains a gold answer (answerable) or the abstention word
-(unanswerable), wrong otherwise. Eq. 1's evidence span is the first gold answer's span (answerable) or the first
+An answer is right when its normalised tokens contain a gold answer's as a run of whole tokens (answerable) or the
+abstention word (unanswerable), wrong otherwise. Eq. 1's evidence span is the first gold answer's span (answerable) or the first
 plausible answer's (unanswerable: the span a wrong answer would copy), located from ``answer_start``.
 """
 from __future__ import annotations
@@ -124,9 +124,14 @@ def build_squad_sample(tokenizer, question: SquadQuestion, *, max_new_tokens: in
 
 
 def squad_wrong(response: str, answers: list[str], answerable: bool) -> bool:
-    """Whether an answer is wrong: right when its normalised text contains a normalised gold answer (answerable)
-    or the abstention word (unanswerable)."""
-    said = normalize_answer(response)
+    """Whether an answer is wrong: right when its normalised tokens contain a normalised gold answer's tokens as a
+    run of whole tokens (answerable) or the abstention word (unanswerable)."""
+    said = normalize_answer(response).split()
     if not answerable:
-        return ABSTENTION not in said.split()
-    return not any(normalize_answer(gold) and normalize_answer(gold) in said for gold in answers)
+        return ABSTENTION not in said
+    return not any(_contains(said, normalize_answer(gold).split()) for gold in answers)
+
+
+def _contains(tokens: list[str], part: list[str]) -> bool:
+    """Whether ``part`` occurs in ``tokens`` as a run of whole tokens ("1" is not in "in 1990")."""
+    return bool(part) and any(tokens[i: i + len(part)] == part for i in range(len(tokens) - len(part) + 1))

@@ -31,8 +31,9 @@ class RagStudyConfig(NotebookConfig):
     the probe settings, and the study's own. ``rind_threshold=None`` (default) calibrates RIND's threshold on the
     setting's calibration questions (:func:`calibrate_rind`)."""
 
-    rag_setting: str = param("headroom", '"headroom" (single-hop, 2 paragraphs, 2 worked examples) or "multihop" (the '
-                                         "paper's)", one_of(list(HOTPOT_SETTINGS)))
+    rag_setting: str = param("headroom", '"headroom" (the gold paragraphs and one distractor, 2 worked examples) or '
+                                         '"multihop" (the paper\'s: the record\'s 10 paragraphs)',
+                             one_of(list(HOTPOT_SETTINGS)))
     n_samples: int = param(30, "evaluation questions (unseen by the probe and by RIND's calibration)", integer())
     n_rind_calibration: int = param(16, "questions that set RIND's threshold (answered without retrieval)", integer())
     strategies: list[str] = param(list(STRATEGIES), "strategies to run", _strategies)

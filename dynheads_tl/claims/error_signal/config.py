@@ -110,7 +110,8 @@ class ErrorSignalConfig(NotebookConfig):
     n_squad: int = param(30, "SQuAD 2.0 dev questions of each kind (answerable, unanswerable), one of each per "
                              "paragraph: a secondary setting of its own, out of the pooled primary; 0 leaves it out",
                          integer(0))
-    hotpot_setting: str = param("headroom", "headroom (single-hop, 2 paragraphs) or multihop",
+    hotpot_setting: str = param("headroom", "headroom (the gold paragraphs and one distractor, two worked examples) "
+                                            "or multihop",
                                 one_of(list(HOTPOT_SETTINGS)))
     static_k: int = param(20, "static heads whose evidence mass is a feature (top by Eq. 1 rate on the training answers)", integer())
     n_folds: int = param(5, "stratified folds over answers", integer(2))
@@ -119,8 +120,9 @@ class ErrorSignalConfig(NotebookConfig):
     use_cache: bool = param(True, "reuse cached traces")
 
     def check(self) -> None:
-        if not self.niah_settings and self.n_hotpot == 0 and self.n_squad == 0:
-            raise ValueError("No data: give at least one NIAH setting, n_hotpot > 0 or n_squad > 0.")
+        if not self.niah_settings and self.n_hotpot == 0:
+            raise ValueError("No pooled data: give at least one NIAH setting or n_hotpot > 0 (SQuAD 2.0, n_squad, is "
+                             "a setting of its own, never pooled).")
 
     def context_lengths(self) -> dict[str, list[int]]:
         """The NIAH settings' lengths, and HotpotQA (the records' own lengths) when it has answers."""

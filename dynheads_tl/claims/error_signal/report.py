@@ -9,6 +9,7 @@ import pandas as pd
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import Interval, format_interval, n_to_resolve, sensitivity_words, tost_row
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, Verdict, ci_text, is_true, sidecar
+from dynheads_tl.tasks.hotpot import source_label
 
 from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, PRIMARY, SEEDS, ErrorSignalConfig
 from .pipeline import mark_primary
@@ -125,7 +126,7 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame |
                 p = per_setting[per_setting["setting"] == scope].set_index("group")
                 cells = ", ".join(f"{g} {_fmt(p.loc[g, 'auroc'], p.loc[g, 'low'], p.loc[g, 'high'])}"
                                   for g in ("dynamic", "dynamic_ctx", "lookback", "logit", "string_match") if g in p.index)
-                where += f" [AUROC {cells}]"
+                where += f" [AUROC {cells}]" if cells else ""
             short = "Pooled" if scope == "pooled" else f"Within {scope}"
             for key, name in variants:
                 rows = part[(part["a"] == key) & ~part["primary"]]
@@ -185,8 +186,7 @@ def _auroc_status(folder: Path) -> Status:
     verdict = error_rule(row, sesoi=sesoi, alpha=preregistration.alpha(), min_per_class=MIN_PER_CLASS)
     frame = pd.read_csv(folder / "auroc.csv").set_index("group")
     run = sidecar(folder, "auroc")
-    hotpot = ("synthetic HotpotQA-format" if str(run.get("hotpot_source", "synthetic")) == "synthetic"
-              else "HotpotQA dev")
+    hotpot = source_label(str(run.get("hotpot_source", "synthetic")))
     data = (f"NIAH and {hotpot} answers pooled" if int(run.get("n_hotpot", 1) or 0) > 0 else "NIAH answers pooled")
     cell = lambda g: ci_text(frame.loc[g, "auroc"], frame.loc[g, "low"], frame.loc[g, "high"]) if g in frame.index else "missing"
     headline = (f"primary: AUROC {GROUP_NAMES.get(a, a).lower()} {cell(a)} vs {GROUP_NAMES.get(b, b).lower()} {cell(b)}, "

@@ -138,7 +138,8 @@ def grid_cells(model, config: IrreplaceabilityConfig, task: str):
                 else:
                     sample = build_hotpot_sample(model.tokenizer, records[i],
                                                  HotpotConfig(context_tokens=context, depth=depth, seed=seed + i),
-                                                 max_tokens=int(model.cfg.n_ctx), distractor_pool=pool)
+                                                 max_tokens=int(model.cfg.n_ctx), distractor_pool=pool,
+                                                 exclusive=config.hotpot_source != "synthetic")
                 cells.append((cell, sample))
                 i += 1
     return cells

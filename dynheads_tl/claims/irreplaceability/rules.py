@@ -10,6 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from dynheads_tl.claim import Status, ci_text, is_true, sidecar
+from dynheads_tl.tasks.hotpot import source_label
 
 from .comparisons import progressive_control_outcome, progressive_table
 from .config import ALPHA, PRIMARY
@@ -157,9 +158,10 @@ def _masking_status(task: str) -> Callable[[Path], Status]:
         cell = lambda c: (ci_text(summary.loc[c, "tf_drop"], summary.loc[c, "tf_drop_low"], summary.loc[c, "tf_drop_high"])
                           if c in summary.index else "missing")
         free = lambda c: ci_text(summary.loc[c, metric], summary.loc[c, f"{metric}_low"], summary.loc[c, f"{metric}_high"])
-        synthetic = task == "hotpot" and str((sidecar(folder, "comparisons") or sidecar(
-            folder, "fig6_hotpot_masking")).get("hotpot_source", "synthetic")) == "synthetic"
-        data = "" if task == "niah" else "synthetic HotpotQA-format questions; " if synthetic else "HotpotQA dev; "
+        source = str((sidecar(folder, "comparisons") or sidecar(folder, "fig6_hotpot_masking")).get("hotpot_source",
+                                                                                                  "synthetic"))
+        synthetic = task == "hotpot" and source == "synthetic"
+        data = "" if task == "niah" else f"{source_label(source)} questions; "
         headline = (f"{data}{metric} D_t {free('dynamic')} vs as many static "
                     f"{free('static_matched' if 'static_matched' in summary.index else 'static')}; gold log-prob drop, "
                     f"nats/step: D_t {cell('dynamic')}, D_(t-1) {cell('previous_step')}, as many static "
@@ -291,8 +293,9 @@ def _progressive_status(stem: str) -> Callable[[Path], Status]:
         verdict, curve, compensated = progressive_rule(table, metric, comp, rule)
         a, b = table.iloc[0], table.iloc[-1]
         outcome = progressive_control_outcome(table)
-        synthetic = "niah" not in stem and str(sidecar(folder, stem).get("hotpot_source", "synthetic")) == "synthetic"
-        data = "" if "niah" in stem else "synthetic HotpotQA-format questions; " if synthetic else "HotpotQA dev; "
+        source = str(sidecar(folder, stem).get("hotpot_source", "synthetic"))
+        synthetic = "niah" not in stem and source == "synthetic"
+        data = "" if "niah" in stem else f"{source_label(source)} questions; "
         detail = (f"{data}{metric} k = {int(a['k'])}: {ci_text(a[metric], a[f'{metric}_low'], a[f'{metric}_high'])} → "
                   f"k = {int(b['k'])}: {ci_text(b[metric], b[f'{metric}_low'], b[f'{metric}_high'])}; "
                   f"n = {int(table['n'].min())} samples per k")
