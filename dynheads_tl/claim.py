@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from dynheads_tl.analysis.statistics import format_interval
+from dynheads_tl.store import atomic_write_text
+from dynheads_tl.tasks.hotpot_sources import questions_table
 
 # Index statuses. Of the paper's items: reproduced, weaker (the same direction, less strongly than the paper), not
 # reproduced, undetermined (the intervals cannot tell), no headroom (the setting does not separate its bounds, so
@@ -164,12 +166,9 @@ class Claim:
         folder, run = self.output_folder(config.output_dir), {"notebook": self.notebook, **config.__dict__}
         splits = config.hotpot_splits() if callable(getattr(config, "hotpot_splits", None)) else []
         if splits and str(getattr(config, "hotpot_source", "synthetic")) != "synthetic":
-            from dynheads_tl.report.figures import save_table
-            from dynheads_tl.tasks.hotpot import questions_table
-
             table = questions_table(config.hotpot_source, splits, skip_incomplete=config.hotpot_skip_incomplete)
-            save_table(table, "hotpot_questions", folder, run, "The HotpotQA questions this run asks, by _id: "
-                       "each split's block of records of the source (disjoint splits).")
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            atomic_write_text(Path(folder) / "hotpot_questions.csv", table.to_csv(index=False))
         return folder, run
 
 

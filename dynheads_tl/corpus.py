@@ -24,7 +24,8 @@ from dynheads_tl.tasks import check_context_fits, check_haystack, make_hotpot_sa
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.params import Part, compose, integer, param
 from dynheads_tl.tasks.common import mix_seed, placebo_sample, prompt_digest
-from dynheads_tl.tasks.hotpot import record_block, source_records, synthetic_hotpot_records
+from dynheads_tl.tasks.hotpot import synthetic_hotpot_records
+from dynheads_tl.tasks.hotpot_sources import record_block, source_records
 from dynheads_tl.tasks.wu_detect import is_wu_sample, truncate_at_newline, wu_trace_config
 
 # Seed offsets of the sample splits (added to a run's seed); each names what its samples are for.

@@ -347,7 +347,7 @@ def test_trace_sets_are_traced_in_batches_of_trace_batch_size(tiny_long_model, c
 
     monkeypatch.setattr(corpus, "trace_units", spy)
     small = dict(context_tokens=60, n_calibration=2, n_analysis=3, n_hotpot=2, max_new_tokens=5,
-                 hotpot_max_new_tokens=4)
+                 hotpot_max_new_tokens=4, hotpot_source="synthetic")
     batched = corpus.TraceSets(**small, trace_batch_size=3)
     model = tiny_long_model
     traces = [*corpus.niah_traces(model, batched, 0), *corpus.hotpot_traces(model, batched, 0),

@@ -80,7 +80,8 @@ def test_each_results_file_states_the_preregistered_primary(claim, request, tmp_
         request.applymarker(pytest.mark.xfail(strict=True, reason=NOT_YET_PREREGISTERED_PRIMARY[claim.name]))
     committed = Path(__file__).resolve().parent.parent / "papers_figures"
     # a claim with no committed run yet (notebook 07): what its code would state, on an empty folder
-    data = claim_results(committed, claim) if (committed / claim.notebook).is_dir() else verdicts.build(claim, tmp_path)
+    data = (claim_results(committed, claim).model_dump(mode="json") if (committed / claim.notebook).is_dir()
+            else verdicts.build(claim, tmp_path))
     assert data is not None, f"papers_figures/ has no {claim.notebook}/ folder"
     assert verdicts.primary_problems(data) == []
     assert data["preregistration"]["sha256"] == preregistration.sha256()

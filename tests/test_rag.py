@@ -223,7 +223,7 @@ def _official_records(n: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("setting, paragraphs", [("multihop", 4), ("headroom", 2)])
+@pytest.mark.parametrize("setting, paragraphs", [("multihop", 4), ("headroom", 3)])  # headroom: gold + 1
 def test_an_official_format_file_feeds_every_split(embedded_model, tmp_path, setting, paragraphs):
     import json
 

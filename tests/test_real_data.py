@@ -38,7 +38,8 @@ def test_the_essays_haystack_is_the_packages_text_and_grows_by_repeating():
 def test_the_dev_pool_is_the_first_thousand_official_records():
     """DRAGIN's selection: the first 1,000 records of the dev distractor file, in the official format, every
     supporting fact's paragraph in its own context; a split asking for more than the pool is refused."""
-    from dynheads_tl.tasks.hotpot import check_hotpot_source, load_hotpot_records
+    from dynheads_tl.tasks.hotpot import load_hotpot_records
+    from dynheads_tl.tasks.hotpot_sources import check_hotpot_source
 
     records = load_hotpot_records("dev")
     assert len(records) == real_data.DEV_POOL and records.source == "dev" and records.skipped == 0
@@ -71,7 +72,7 @@ def _hotpot_configs():
 def test_every_hotpot_notebook_asks_the_dev_set_by_default_in_disjoint_splits():
     """The real dev pool is every HotpotQA notebook's default; its splits take disjoint blocks of records, so no
     question is both calibrated on (or trained on) and analysed, and the questions table names each by _id."""
-    from dynheads_tl.tasks.hotpot import questions_table
+    from dynheads_tl.tasks.hotpot_sources import questions_table
 
     for name, config in _hotpot_configs().items():
         assert config.hotpot_source == "dev", name
@@ -105,8 +106,8 @@ def test_real_questions_mark_their_supporting_sentences_and_pool_distractors_fro
     """Eq. 2's evidence spans of a dev question decode to its supporting-fact sentences; a longer context adds
     paragraphs from other records of the pool, never the question's own gold paragraphs; a shorter one keeps the
     gold paragraphs."""
-    from dynheads_tl.tasks.hotpot import (distractor_paragraphs, make_hotpot_samples, record_block,
-                                          source_records)
+    from dynheads_tl.tasks.hotpot import make_hotpot_samples
+    from dynheads_tl.tasks.hotpot_sources import distractor_paragraphs, record_block, source_records
 
     tokenizer = embedded_model.tokenizer
     pool = source_records("dev")
@@ -192,7 +193,8 @@ def test_a_squad_only_run_is_refused_since_squad_is_never_pooled():
 
 @installed
 def test_the_headroom_setting_keeps_a_dev_questions_gold_paragraphs_and_one_distractor():
-    from dynheads_tl.tasks.hotpot import HEADROOM, MULTIHOP, source_records
+    from dynheads_tl.tasks.hotpot import HEADROOM, MULTIHOP
+    from dynheads_tl.tasks.hotpot_sources import source_records
 
     records = source_records("dev")[:20]
     for record, kept in zip(records, HEADROOM.records(20, 0, records)):

@@ -95,7 +95,7 @@ def test_the_readme_quotes_every_declared_primary_comparison_first():
     from dynheads_tl.report.results import all_results
 
     quoted = findings.findings(COMMITTED)  # in the order declared, a claim's findings together
-    results = all_results(COMMITTED)
+    results = {stem: typed.model_dump(mode="json") for stem, typed in all_results(COMMITTED).items()}
     first_quote = {}
     for label, page, chosen in quoted:
         first_quote.setdefault(page.split("/")[1].split(".")[0], chosen)

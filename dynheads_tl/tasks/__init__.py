@@ -16,11 +16,11 @@ from .hotpot import (
     HotpotSetting,
     HotpotRecords,
     build_hotpot_sample,
-    check_hotpot_source,
     load_hotpot_records,
     make_hotpot_samples,
     synthetic_hotpot_records,
 )
+from .hotpot_sources import check_hotpot_source
 from .metrics import exact_match, niah_accuracy, normalize_answer, rouge_l, token_f1
 from .niah import NiahConfig, build_niah_sample, make_niah_samples
 

@@ -18,7 +18,7 @@ from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.protocols.rag import STRATEGIES, calibrate_rind_threshold, run_units
 from dynheads_tl.tasks.metrics import token_f1
 from dynheads_tl.tasks.common import Sample
-from dynheads_tl.tasks.hotpot import record_block, source_records
+from dynheads_tl.tasks.hotpot_sources import record_block, source_records
 
 from .config import SEEDS, RagStudyConfig
 

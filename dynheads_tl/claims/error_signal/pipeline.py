@@ -14,7 +14,8 @@ from dynheads_tl.analysis.statistics import Interval, mark_separated, n_to_resol
 from dynheads_tl.claim import is_true
 from dynheads_tl.corpus import collect_traces, layout_traces, parse_setting
 from dynheads_tl.engine.tracing import Trace, TraceConfig
-from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS, record_block, source_records
+from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
+from dynheads_tl.tasks.hotpot_sources import record_block, source_records
 from dynheads_tl.tasks.squad import build_squad_sample, draw_squad_questions, squad_wrong
 from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
 

@@ -9,7 +9,7 @@ import pandas as pd
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import Interval, format_interval, n_to_resolve, sensitivity_words, tost_row
 from dynheads_tl.claim import Claim, Finding, PaperItem, Primary, Status, Verdict, ci_text, is_true, sidecar
-from dynheads_tl.tasks.hotpot import source_label
+from dynheads_tl.tasks.hotpot_sources import source_label
 
 from .config import ALPHA, GROUP_NAMES, MIN_PER_CLASS, PRIMARY, SEEDS, ErrorSignalConfig
 from .pipeline import mark_primary

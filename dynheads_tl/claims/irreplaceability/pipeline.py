@@ -18,8 +18,8 @@ from dynheads_tl.analysis.head_probe import next_step_probe
 from dynheads_tl.analysis.scoring import calibrate_chance_factor, dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.common import mix_seed
-from dynheads_tl.tasks.hotpot import (HotpotConfig, build_hotpot_sample, distractor_paragraphs, hotpot_label,
-                                      record_block, source_records, synthetic_hotpot_records)
+from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, hotpot_label, synthetic_hotpot_records
+from dynheads_tl.tasks.hotpot_sources import distractor_paragraphs, record_block, source_records
 from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 
 from .config import GRID_MAX_OFFSET, SEEDS, IrreplaceabilityConfig

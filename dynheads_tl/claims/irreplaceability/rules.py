@@ -10,7 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from dynheads_tl.claim import Status, ci_text, is_true, sidecar
-from dynheads_tl.tasks.hotpot import source_label
+from dynheads_tl.tasks.hotpot_sources import source_label
 
 from .comparisons import progressive_control_outcome, progressive_table
 from .config import ALPHA, PRIMARY
