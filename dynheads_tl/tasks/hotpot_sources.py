@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import importlib.util
+import logging
 
 from .hotpot import _HF_MISSING, HotpotRecords, load_hotpot_records
 from .real_data import DEV_POOL, data_file
 
-__all__ = ["check_hotpot_source", "source_records", "record_block", "distractor_paragraphs", "questions_table", "source_label"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["check_hotpot_source", "split_records", "source_key", "source_records", "record_block", "distractor_paragraphs", "questions_table", "source_label"]
 
 
 _SOURCE_CACHE: dict[tuple[str, bool], HotpotRecords] = {}
@@ -116,3 +119,25 @@ def check_hotpot_source(source: str | Path, n_needed: int, *, skip_incomplete: b
             f"asked for need {n_needed}{purpose}."
         )
     return len(records)
+
+
+def split_records(config: Any, split: str, index: int = 0) -> list[dict[str, Any]] | None:
+    """The records of a notebook's HotpotQA split from a real source: the ``index``-th block named ``split`` among
+    ``config.hotpot_splits()`` (each notebook config lays out its disjoint blocks there), or None for the synthetic
+    generator. Incomplete records left out of the source are reported once, with a warning."""
+    records = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
+    if records is None:
+        return None
+    if records.skipped:
+        logger.warning("%d incomplete HotpotQA records of %s were skipped (hotpot_skip_incomplete=True).",
+                       records.skipped, config.hotpot_source)
+    start, n = [(start, n) for name, _, start, n in config.hotpot_splits() if name == split][index]
+    return record_block(records, start, n, f"the HotpotQA {split} split")
+
+
+def source_key(source: str, samples) -> dict[str, Any]:
+    """What a real source adds to a HotpotQA cache key: the source and the questions' ``_id`` s; nothing for the
+    synthetic generator (its keys stay as they were, so its cached traces are still found)."""
+    if str(source) == "synthetic":
+        return {}
+    return {"source": str(source), "ids": [sample.meta.get("id") for sample in samples]}

@@ -4,7 +4,6 @@ answer F1 and on the teacher-forced gold-answer log-probability (a secondary mea
 """
 from __future__ import annotations
 
-import logging
 import numpy as np
 import pandas as pd
 import torch
@@ -18,7 +17,7 @@ from dynheads_tl.engine.tracing import TraceConfig
 from dynheads_tl.protocols.rag import STRATEGIES, calibrate_rind_threshold, run_units
 from dynheads_tl.tasks.metrics import token_f1
 from dynheads_tl.tasks.common import Sample
-from dynheads_tl.tasks.hotpot_sources import record_block, source_records
+from dynheads_tl.tasks.hotpot_sources import split_records
 
 from .config import SEEDS, RagStudyConfig
 
@@ -26,9 +25,6 @@ __all__ = [
     "COMPARISONS", "PRIMARY", "comparison_table", "teacher_forced_comparisons", "split_samples", "evaluation_samples",
     "training_traces", "train_head_probe", "HeadProbe", "answers_cache_key", "calibrate_rind",
 ]
-
-
-logger = logging.getLogger(__name__)
 
 
 def _recall_per_visible(rows: np.ndarray) -> float:
@@ -124,15 +120,6 @@ def teacher_forced_comparisons(rows: pd.DataFrame, seed: int = 0, alpha: float =
                                                     testable_only=True)
 
 
-def _file_records(config: RagStudyConfig) -> list | None:
-    """A real source's usable records (None for the synthetic generator), with a warning for skipped ones."""
-    loaded = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
-    if loaded is not None and loaded.skipped:
-        logger.warning("%d incomplete HotpotQA records of %s were skipped (hotpot_skip_incomplete=True).",
-                       loaded.skipped, config.hotpot_source)
-    return loaded
-
-
 def split_samples(model, config: RagStudyConfig, split: str, seed_index: int = 0) -> list[Sample]:
     """The questions of one split of the study's setting: ``"evaluation"`` (n_samples), ``"rind"``
     (n_rind_calibration, RIND's threshold) or ``"train"`` (n_hotpot_train per training seed, the headroom
@@ -144,11 +131,7 @@ def split_samples(model, config: RagStudyConfig, split: str, seed_index: int = 0
                "train": SEEDS["rag_train"]}
     n = counts[split]
     seed = offsets[split] + (config.seed if split != "train" else config.train_seeds[seed_index])
-    records = _file_records(config)
-    if records is not None:  # the split's block (RagStudyConfig.hotpot_splits)
-        blocks = [(start, count) for name, _, start, count in config.hotpot_splits() if name == split]
-        start = blocks[seed_index if split == "train" else 0][0]
-        records = record_block(records, start, n, f"the case study's {split} split")
+    records = split_records(config, split, seed_index if split == "train" else 0)  # RagStudyConfig.hotpot_splits
     return config.setting.samples(model.tokenizer, n, seed, source_records=records, max_tokens=int(model.cfg.n_ctx))
 
 

@@ -15,7 +15,7 @@ from dynheads_tl.claim import is_true
 from dynheads_tl.corpus import collect_traces, layout_traces, parse_setting
 from dynheads_tl.engine.tracing import Trace, TraceConfig
 from dynheads_tl.tasks.hotpot import HOTPOT_SETTINGS
-from dynheads_tl.tasks.hotpot_sources import record_block, source_records
+from dynheads_tl.tasks.hotpot_sources import source_key, split_records
 from dynheads_tl.tasks.squad import build_squad_sample, draw_squad_questions, squad_wrong
 from dynheads_tl.tasks.metrics import niah_accuracy, token_f1
 
@@ -215,17 +215,13 @@ def gather(model, config: ErrorSignalConfig) -> dict[str, tuple[list[Trace], np.
     if config.n_hotpot:
         setting = HOTPOT_SETTINGS[config.hotpot_setting]
         seed = SEEDS["error_signal"] + config.seed
-        records = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
-        if records is not None:  # a real source: the run's seed takes its own block of n_hotpot records
-            records = record_block(records, config.seed * config.n_hotpot, config.n_hotpot,
-                                   "notebook 05's HotpotQA answers")
+        records = split_records(config, "answers")  # a real source: the seed's block (config.hotpot_splits)
         samples = setting.samples(model.tokenizer, config.n_hotpot, seed, max_tokens=int(model.cfg.n_ctx),
                                   source_records=records)
         trace_config = TraceConfig(max_new_tokens=config.hotpot_max_new_tokens, sink_tokens=config.sink_tokens,
                                    local_window=config.local_window, signals=True)
         spec = dict(task="hotpot", split="error_signal", setting=config.hotpot_setting, n=config.n_hotpot, seed=seed,
-                    **({} if records is None else {"source": config.hotpot_source,
-                                                   "ids": [s.meta.get("id") for s in samples]}))
+                    **source_key(config.hotpot_source, samples))
         traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
                                 batch_size=config.trace_batch_size, desc=f"HotpotQA {config.hotpot_setting} answers")
         sets[hotpot_setting_name(config.hotpot_setting, config.hotpot_source)] = (

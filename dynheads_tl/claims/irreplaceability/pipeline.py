@@ -19,7 +19,7 @@ from dynheads_tl.analysis.scoring import calibrate_chance_factor, dynamic_sets, 
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.common import mix_seed
 from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, hotpot_label, synthetic_hotpot_records
-from dynheads_tl.tasks.hotpot_sources import distractor_paragraphs, record_block, source_records
+from dynheads_tl.tasks.hotpot_sources import distractor_paragraphs, source_key, source_records, split_records
 from dynheads_tl.engine.tracing import TraceConfig, trace_generation
 
 from .config import GRID_MAX_OFFSET, SEEDS, IrreplaceabilityConfig
@@ -65,9 +65,9 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
         spec = dict(task="niah", split="calibration", n=config.n_calibration, contexts=config.niah_contexts, seed=seed)
     else:
         samples = make_hotpot_samples(model.tokenizer, n=config.n_calibration, seed=seed, max_tokens=int(model.cfg.n_ctx),
-                                      records=hotpot_split_records(config, "calibration"))
+                                      records=split_records(config, "calibration"))
         spec = dict(task="hotpot", split="calibration", n=config.n_calibration, seed=seed,
-                    **_source_key(config, samples))
+                    **source_key(config.hotpot_source, samples))
     traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
                             batch_size=config.trace_batch_size, desc=f"{task} calibration")
     rule = Eq2Rule("fixed", config.eq2_threshold)
@@ -115,7 +115,7 @@ def grid_cells(model, config: IrreplaceabilityConfig, task: str):
     depths = config.niah_depths if task == "niah" else config.hotpot_depths
     records, pool = None, []
     if task == "hotpot":
-        records = hotpot_split_records(config, "grid")
+        records = split_records(config, "grid")
         if records is None:
             records = synthetic_hotpot_records(len(contexts) * len(depths) * config.runs_per_cell, seed=seed)
             pool = [tuple(p) for r in synthetic_hotpot_records(64, seed=SEEDS["distractor_pool"] + config.seed)
@@ -151,25 +151,7 @@ def progressive_samples(model, config: IrreplaceabilityConfig, task: str):
         return make_niah_samples(model.tokenizer, n=config.n_progressive, context_tokens=config.progressive_context,
                                  seed=seed, max_new_tokens=config.max_new_tokens, max_tokens=int(model.cfg.n_ctx))
     return make_hotpot_samples(model.tokenizer, n=config.n_progressive, seed=seed, max_tokens=int(model.cfg.n_ctx),
-                               records=hotpot_split_records(config, "progressive"))
-
-
-def hotpot_split_records(config: IrreplaceabilityConfig, split: str) -> list | None:
-    """A HotpotQA split's records from a real source (:meth:`IrreplaceabilityConfig.hotpot_blocks`: disjoint
-    blocks), or None for the synthetic generator (each split its own seed)."""
-    records = source_records(config.hotpot_source, skip_incomplete=config.hotpot_skip_incomplete)
-    if records is None:
-        return None
-    start, n = config.hotpot_blocks()[split]
-    return record_block(records, start, n, f"claim 2's HotpotQA {split} split")
-
-
-def _source_key(config: IrreplaceabilityConfig, samples) -> dict:
-    """What a real source adds to a HotpotQA cache key: the source and the questions' ``_id`` s (the synthetic
-    generator's key stays as it was, so its cached traces are still found)."""
-    if config.hotpot_source == "synthetic":
-        return {}
-    return {"source": config.hotpot_source, "ids": [sample.meta.get("id") for sample in samples]}
+                               records=split_records(config, "progressive"))
 
 
 @dataclass
