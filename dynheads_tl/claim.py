@@ -80,6 +80,27 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class ReportSection:
+    """A section a claim adds to the index of a report that holds its runs across models (after the answer): a
+    ``title``, a ``figure`` (a file in the report's folder) and its ``alt`` text, computed ``sentences`` (Markdown),
+    and a table (``header``, ``rows`` of cell texts). Notebook 07's size axis is one."""
+
+    title: str
+    figure: str
+    alt: str
+    sentences: tuple[str, ...]
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def markdown(self) -> list[str]:
+        lines = [f"## {self.title}", "", f"![{self.alt}]({self.figure})", ""]
+        lines += [f"- {sentence}" for sentence in self.sentences] + [""]
+        lines += ["| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        return lines + [""]
+
+
+@dataclass(frozen=True)
 class Primary:
     """A claim's primary comparison as its code computes it. ``id`` names the declaration in the pre-registration
     file (``preregistration.yaml``: ``claims.<name>.primary.id``) that this computation implements; ``observed``
@@ -102,7 +123,8 @@ class Claim:
     ``seeds`` the seed offsets of the sample splits only this claim draws (added to a run's seed; the shared ones
     are ``corpus.SEED_OFFSETS``), ``primary`` its primary comparison (None for a claim that tests nothing),
     ``committed`` the presets of its own whose runs the committed report keeps beside the default one, for every
-    embedded model (``papers_figures/<preset>/``: notebook 07's pre-registered ``long`` grid)."""
+    embedded model (``papers_figures/<preset>/``: notebook 07's pre-registered ``long`` grid and its ``scale`` size
+    axis), ``section`` what the claim shows in the index of a report across its models (:class:`ReportSection`)."""
 
     notebook: str
     config: type
@@ -113,6 +135,9 @@ class Claim:
     seeds: dict[str, int] = field(default_factory=dict)
     primary: Primary | None = None
     committed: tuple[str, ...] = ()
+    # Called by the index of every report but a model's inside another: the claim's section across that report's
+    # models (it may first write its own files there), or None where the report holds nothing for it.
+    section: Callable[[Path], ReportSection | None] | None = None
 
     def __post_init__(self) -> None:
         number, _, name = self.notebook.partition("_")

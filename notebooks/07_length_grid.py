@@ -52,6 +52,11 @@ backend = "local"  # local, or ray to compute the units on a Ray cluster (README
 ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
 output_dir = "papers_figures"  # where figures and tables are written
 use_cache = True  # reuse cached traces and masking runs
+probe_hidden = [256]  # probe MLP hidden layer widths
+probe_epochs = 60  # probe training epochs
+static_share = 0.0  # the static sets as this share of the model's heads (layers x heads, rounded up) in place of static_k; 0: static_k (the scale preset: 0.1)
+size_axis = False  # also compute the size axis's five primaries (preregistration.yaml scale:): D_{t-1}'s probe-predicted set in the masking runs, the Jaccard over its size bound and the lag-1 probe against the step-and-token prior (the scale preset)
+n_splits = 5  # size_axis: train/test splits by layout of the lag-1 probe (at least 5)
 
 # %%
 import time
@@ -85,7 +90,8 @@ display(share)
 
 # %%
 statics, calibration = length_grid.static_sets(lm, config)
-static_table = statics.table(config.static_k)
+static_k = config.static_size(lm.cfg.n_layers * lm.cfg.n_heads)  # static_k, or static_share of the heads
+static_table = statics.table(static_k).assign(size=static_k)
 figures.save_table(static_table, "static_sets", out_dir, run_config)
 display(static_table)
 
@@ -97,9 +103,10 @@ display(static_table)
 
 # %%
 traces = length_grid.grid_traces(lm, config, cells)
-samples = length_grid.sample_table(cells, traces, statics, config.static_k)
+samples = length_grid.sample_table(cells, traces, statics, static_k)
 figures.save_table(samples, "grid_samples", out_dir, run_config)
-table1 = length_grid.table1_by_length(samples, traces, n_resamples=config.n_resamples, seed=config.seed)
+table1 = length_grid.table1_by_length(samples, traces, n_resamples=config.n_resamples, seed=config.seed,
+                                      static_k=static_k)
 figures.save_table(table1, "table1_by_length", out_dir, run_config)
 display(table1.round(3))
 display(Markdown(length_grid.claim1_verdict(table1, config.model, config.haystack)))
@@ -129,9 +136,10 @@ display(Image(filename=str(figures.save_figure(fig, "fig1_by_length", out_dir, h
 # drop, nats per step). Each cell gives its mean, its 95% interval and n.
 
 # %%
-names, note = length_grid.conditions()
+probe = length_grid.calibration_probe(calibration, config) if config.size_axis else None
+names, note = length_grid.conditions(predicted=probe is not None)
 print(note)
-grid = length_grid.masking_grid(lm, config, cells, statics, names) if config.masking else pd.DataFrame()
+grid = length_grid.masking_grid(lm, config, cells, statics, names, probe=probe) if config.masking else pd.DataFrame()
 if len(grid):
     figures.save_table(grid.drop(columns=["response", "heads_ever_masked"], errors="ignore"), "masking_runs",
                        out_dir, run_config)
@@ -167,6 +175,27 @@ fig = length_grid.trend_figure(units, trends, f"Length trends ({config.haystack_
 points = pd.concat([frame.assign(primary=name) for name, frame in units.items()], ignore_index=True)
 display(Image(filename=str(figures.save_figure(fig, "length_trends_figure", out_dir, points, run_config))))
 display(Markdown("**Verdict.** " + length_grid.trend_verdict(trends, config.model, config.haystack)))
+
+# %% [markdown]
+# ## The size axis: five primaries on this model (the `scale` preset)
+# `preregistration.yaml` (`scale:` and its deviation of 2026-12-06) declares five primaries measured alike on every
+# model, with static sets of 10% of its heads: the share of Eq. 1 activations outside the query-focused static set
+# and the adjacent-step Jaccard over the largest Jaccard the two sets' sizes allow (BCa 95% over layouts), the
+# teacher-forced drop under $D_{t-1}$ and under the lag-1 probe's predicted set (trained on the calibration split
+# alone) minus as many static heads (sign test over samples), and the lag-1 probe's F1 minus the step-and-token
+# prior's (corrected resampled t over splits by layout). Each row states the model's status by the declared rule;
+# the reading across models is the size figure's, in the committed report's `scale/` index.
+
+# %%
+if config.size_axis:
+    size_table = length_grid.size_axis_table(samples, grid, traces, config, model_name=config.model,
+                                             parameters=length_grid.block_parameters(lm),
+                                             n_heads=lm.cfg.n_layers * lm.cfg.n_heads, static_size=static_k)
+    figures.save_table(size_table, "size_axis", out_dir, run_config)
+    display(size_table.drop(columns=["model"]).round(4))
+    display(Markdown("**Size axis.** " + length_grid.size_axis_verdict(size_table)))
+else:
+    print("size_axis=False: the size axis's primaries are computed by the scale preset (size_axis=True).")
 
 # %% [markdown]
 # ## Exploratory: global and sliding-window layers (not pre-registered)

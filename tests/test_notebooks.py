@@ -15,6 +15,7 @@ import nbformat
 import pandas as pd
 import pytest
 
+from dynheads_tl import preregistration
 from dynheads_tl.engine.models import embedded_model_dir
 from dynheads_tl.report.runner import preset_parameters
 
@@ -523,3 +524,12 @@ def test_length_grid_notebook_runs_with_tiny_parameters(smoke):
     [sentence] = _window_finding(folder)
     assert sentence.startswith("On smollm2-135m-instruct, every one of the 30 layers") and "skipped" in sentence
     assert sentence in run.executed.read_text()
+    # the size axis (the smoke preset takes the scale preset's code path): five primaries and the descriptive rows,
+    # with static sets of 10% of SmolLM2's 270 heads and its block parameters
+    size = pd.read_csv(folder / "size_axis.csv")
+    assert size[size["kind"] == "primary"]["primary"].tolist() == [
+        p["id"] for p in preregistration.load()["scale"]["primaries"]]
+    assert set(size["static_size"]) == {27} and set(size["n_heads"]) == {270}
+    assert 100e6 < size["parameters"].iloc[0] < 135e6  # SmolLM2-135M without its tied embedding
+    assert "Size axis on smollm2-135m-instruct" in run.executed.read_text()
+    assert (pd.read_csv(folder / "table1_by_length.csv")["static_k"] == 27).all()

@@ -524,10 +524,16 @@ def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its
     assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
     committed = {(claim.notebook, preset) for claim in claims.all_claims() for preset in claim.committed}
     assert len(plan) == 2 + 2 * len(committed) and ("07_length_grid", "long") in committed
-    # every embedded model by default, each only in the presets it declares: the 1.5B waits for the scale preset
+    # every embedded model by default, each only in the presets it declares: the 1.5B in the size axis's only
     everything = committed_plan()
-    assert {p.model for p in everything} == {None, "gemma-3-270m", "qwen2.5-coder-0.5b-instruct"}
-    assert len(everything) == 3 + 3 * len(committed)
+    assert {p.model for p in everything} == {None, "gemma-3-270m", "qwen2.5-coder-0.5b-instruct",
+                                             "qwen2.5-coder-1.5b-instruct"}
+    assert ("07_length_grid", "scale") in committed
+    assert [(p.preset, p.only) for p in everything if p.model == "qwen2.5-coder-1.5b-instruct"] == [
+        ("scale", "07_length_grid")]
+    assert PlannedRun("scale", "qwen2.5-coder-1.5b-instruct", "07_length_grid",
+                      Path("papers_figures/scale/models/qwen2.5-coder-1.5b-instruct")) in everything
+    assert len(everything) == 3 + 3 * len(committed) + 1
 
 
 def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the_readme(tmp_path, monkeypatch, capsys):

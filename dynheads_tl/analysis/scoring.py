@@ -348,6 +348,20 @@ def adjacent_counts(sets: Bool[Tensor, "step layer head"], valid: Bool[Tensor, "
             "steps": float(kept.shape[0]), "size_sum": float(kept.sum()), "ever": float(kept.any(0).sum())}
 
 
+def bound_ratio_counts(sets: Bool[Tensor, "step layer head"]) -> dict[str, float]:
+    """Sums over one sample's consecutive step pairs whose sets are both non-empty: ``pairs`` and ``ratio_sum``
+    (Σ J(D_t, D_{t+1}) / (min(|D_t|, |D_{t+1}|) / max(|D_t|, |D_{t+1}|))), each adjacent-step Jaccard over the
+    largest Jaccard two sets of those sizes allow (nested sets reach it). 1 means no more turnover than the sizes
+    force; a pair with an empty set has no bound above 0 and is left out."""
+    flat = sets.flatten(1)
+    a, b = flat[:-1], flat[1:]
+    size_a, size_b = a.sum(1).double(), b.sum(1).double()
+    ok = (size_a > 0) & (size_b > 0)
+    jaccard = (a & b).sum(1).double()[ok] / (a | b).sum(1).double()[ok]
+    bound = torch.minimum(size_a, size_b)[ok] / torch.maximum(size_a, size_b)[ok]
+    return {"pairs": float(ok.sum()), "ratio_sum": float((jaccard / bound).sum())}
+
+
 def head_churn_counts(hits: Bool[Tensor, "step layer head"], reads: Bool[Tensor, "step layer head"],
                       valid: Bool[Tensor, "step"] | None = None) -> dict[str, float]:
     """Argmax churn: of the times a head drops out of the Eq. 1 set from one step to the next (hit at t, no hit

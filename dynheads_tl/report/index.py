@@ -15,6 +15,7 @@ from typing import Any
 
 
 from dynheads_tl import verdicts
+from dynheads_tl.claim import ReportSection
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.answer import ANSWER_ALT, FIGURE as ANSWER_FIGURE
 from dynheads_tl.report.results import (ModelReport, PresetReport, all_results, longest_context, model_reports, preset_reports, read_runs)
@@ -332,12 +333,15 @@ class _Tables:
     by_model: list[tuple[str, str, list[tuple[str, str]]]]  # model_table's rows (empty with one model)
     presets: list[PresetTable]
     answer: bool  # the report's root holds the answer's figure (report/answer.py), shown first
+    sections: list[ReportSection]  # the claims' sections across the report's models (the size axis), after the answer
 
     @classmethod
     def read(cls, output_dir: Path) -> "_Tables":
         reports, by_model = model_table(output_dir)
+        nested = Path(output_dir).parent.name == "models"  # a model's report inside another: its report draws them
+        sections = [] if nested else [s for s in (c.section(Path(output_dir)) for c in all_claims() if c.section) if s]
         return cls(head_score_files(output_dir), reports, by_model, preset_tables(output_dir),
-                   (Path(output_dir) / ANSWER_FIGURE).is_file())
+                   (Path(output_dir) / ANSWER_FIGURE).is_file(), sections)
 
 
 def _markdown(rows: list[_Row], runs: dict[str, Any], tables: _Tables, up: list[UpLink]) -> str:
@@ -347,6 +351,7 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], tables: _Tables, up: list[
     if smoke_banner(runs):
         md += [f"> **{smoke_banner(runs)}**", ""]
     md += [f"![{ANSWER_ALT}]({ANSWER_FIGURE})", ""] if tables.answer else []
+    md += [line for section in tables.sections for line in section.markdown()]
     md += [INTRO, "", STATUS_NOTE, ""]
     md += [f"- **{status}**: {meaning}" for status, meaning in status_legend()] + [""]
     if runs:
@@ -451,7 +456,7 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path, tables:
         models=[Link(f"{r.prefix}index.html", r.model) for r in reports] if by_model else [], by_model=by_model,
         models_note=MODELS_NOTE, presets=tables.presets, presets_note=PRESETS_NOTE,
         figures=[row for row in shown if row.image], outputs=outputs, heads=tables.heads, heads_note=HEAD_FILES_NOTE, run_time_note=RUN_TIME_NOTE,
-        answer=ANSWER_FIGURE if tables.answer else "", answer_alt=ANSWER_ALT,
+        answer=ANSWER_FIGURE if tables.answer else "", answer_alt=ANSWER_ALT, sections=tables.sections,
         runs=[{"notebook": notebook, "link": _notebook_links(output_dir, notebook)[0], "model": str(run.get("model")),
                "preset": str(run.get("preset")), "parameters": _json.dumps(run.get("parameters", {})),
                "date": str(run.get("date")), "minutes": str(run.get("minutes"))}
@@ -464,7 +469,8 @@ def build_index(output_dir: Path) -> Path:
     Every link is relative to ``output_dir`` and stays inside it, so the folder can be moved or published as it is,
     except the links of a nested report (a model's, a preset's) back up to the index of each report that holds it
     (:func:`up_links`), which is published with it. Call it after :func:`render_notebook_html`, so notebook links
-    go to the renderings. Returns the README path.
+    go to the renderings. A claim's section across the report's models (``Claim.section``: notebook 07's size axis in
+    the ``scale`` report, drawn afresh here) follows the answer on both pages. Returns the README path.
     """
     output_dir = Path(output_dir)
     runs = read_runs(output_dir)

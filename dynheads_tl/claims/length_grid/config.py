@@ -1,13 +1,16 @@
 """Notebook 07's parameters: the length x depth grid, its haystack, and what each cell runs."""
 from __future__ import annotations
 
-from dynheads_tl.config import ModelSettings, NotebookConfig, RunSettings
+import math
+
+from dynheads_tl.config import ModelSettings, NotebookConfig, ProbeSettings, RunSettings
+from dynheads_tl.analysis.probes import ProbeConfig
 from dynheads_tl.corpus import TraceSettings
 from dynheads_tl.engine.preflight import model_context_window
-from dynheads_tl.params import all_of, compose, fraction_list, integer, integer_list, param
+from dynheads_tl.params import all_of, compose, fraction_list, integer, integer_list, open_unit, param
 from dynheads_tl.tasks import check_context_fits, check_haystack
 
-__all__ = ["SEEDS", "GRID_CONDITIONS", "PREVIOUS_CONDITION", "PREVIOUS_BASELINE", "EASY_CONTROL",
+__all__ = ["SEEDS", "GRID_CONDITIONS", "PREVIOUS_CONDITION", "PREVIOUS_BASELINE", "PREDICTED_CONDITION", "EASY_CONTROL",
            "LengthGridConfig"]
 
 
@@ -24,6 +27,7 @@ GRID_CONDITIONS = ("none", "dynamic", "static_matched", "random_matched")
 # condition registry (protocols/conditions.py) has them, looked up by these names.
 PREVIOUS_CONDITION = "previous_step"
 PREVIOUS_BASELINE = "static_previous"  # the top-|D_{t-1}| static heads (claim 2's fair control)
+PREDICTED_CONDITION = "predicted"  # the lag-1 probe's top-|D_{t-1}| heads (the size axis's fourth primary)
 
 
 # The haystack of five repeated sentences: the easy control, labelled so wherever it is run.
@@ -49,7 +53,12 @@ def _haystack(name: str, value) -> None:
                          "own; the grid takes 'essays', 'prose', 'folder:PATH' or 'filler'.")
 
 
-@compose(TraceSettings, ModelSettings, RunSettings,
+def _share(name: str, value) -> None:
+    if value != 0:
+        open_unit(name, value)
+
+
+@compose(TraceSettings, ModelSettings, ProbeSettings, RunSettings,
          notes={"hotpot_max_new_tokens": "unused here (a shared trace setting; the grid is NIAH only)"})
 class LengthGridConfig(NotebookConfig):
     """The length x depth grid's parameters. ``lengths`` (context tokens) x ``depths`` (needle positions, 0 = the
@@ -72,6 +81,12 @@ class LengthGridConfig(NotebookConfig):
     n_calibration: int = param(6, "calibration samples (random layouts over the same lengths) for both static sets",
                                integer())
     static_k: int = param(20, "size of the static sets S_k the overlap is measured against", integer())
+    static_share: float = param(0.0, "the static sets as this share of the model's heads (layers x heads, rounded "
+                                     "up) in place of static_k; 0: static_k (the scale preset: 0.1)", _share)
+    size_axis: bool = param(False, "also compute the size axis's five primaries (preregistration.yaml scale:): D_{t-1}'s "
+                                   "probe-predicted set in the masking runs, the Jaccard over its size bound and the "
+                                   "lag-1 probe against the step-and-token prior (the scale preset)")
+    n_splits: int = param(5, "size_axis: train/test splits by layout of the lag-1 probe (at least 5)", integer(2))
     max_offset: int = param(3000, "haystack offsets are drawn below this many tokens", integer())
     masking: bool = param(True, "run claim 2's masking conditions on every grid sample")
     ablation_mode: str = param("zero", "hook_z of a masked head set to zero", _ablation_mode)
@@ -80,6 +95,17 @@ class LengthGridConfig(NotebookConfig):
     batch_size: int = param(64, "masking runs decoded together (a cell's samples x conditions)", integer())
     output_dir: str = param("papers_figures", "where figures and tables are written")
     use_cache: bool = param(True, "reuse cached traces and masking runs")
+
+    def probe_config(self) -> ProbeConfig:
+        """The size axis's lag-1 probe: claim 3's CPU recipe with this notebook's widths and epochs, seeded by
+        ``seed`` (the ``predicted`` condition's probe, trained on the calibration split alone)."""
+        return ProbeConfig(hidden=list(self.probe_hidden), epochs=self.probe_epochs, seed=self.seed)
+
+    def static_size(self, n_heads: int) -> int:
+        """The static sets' size on a model of ``n_heads`` query heads (layers x heads): ``static_share`` of them
+        rounded up when it is above 0, else ``static_k``; never more than the model has."""
+        size = math.ceil(self.static_share * n_heads - 1e-9) if self.static_share > 0 else self.static_k
+        return max(1, min(int(size), int(n_heads)))
 
     @property
     def easy_control(self) -> bool:

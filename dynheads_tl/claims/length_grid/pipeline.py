@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dynheads_tl.analysis.scoring import adjacent_counts, static_retrieval_scores, static_top_k
+from dynheads_tl.analysis.head_probe import next_step_probe
+from dynheads_tl.analysis.scoring import adjacent_counts, bound_ratio_counts, static_retrieval_scores, static_top_k
 from dynheads_tl.analysis.statistics import bootstrap_interval, paired_sign_test, wilson_interval
 from dynheads_tl.corpus import collect_traces
 from dynheads_tl.engine.equations import head_labels
@@ -31,13 +32,13 @@ from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_niah_samples
 from dynheads_tl.tasks.common import Sample, mix_seed
 from dynheads_tl.tasks.metrics import niah_accuracy, rouge1_recall
 
-from .config import GRID_CONDITIONS, PREVIOUS_BASELINE, PREVIOUS_CONDITION, SEEDS, LengthGridConfig
+from .config import GRID_CONDITIONS, PREDICTED_CONDITION, PREVIOUS_BASELINE, PREVIOUS_CONDITION, SEEDS, LengthGridConfig
 from dynheads_tl.analysis.query_focus import query_focused_scores
 from dynheads_tl.protocols.conditions import CONDITIONS
 from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 
 __all__ = ["grid_samples", "calibration_samples", "grid_traces", "StaticSets", "static_sets", "sample_table",
-           "table1_by_length", "heatmap_data", "conditions", "masking_grid", "masking_by_length", "primary_units",
+           "table1_by_length", "heatmap_data", "conditions", "calibration_probe", "masking_grid", "masking_by_length", "primary_units",
            "cluster_bca", "prefill_share"]
 
 
@@ -137,6 +138,13 @@ def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace
     return StaticSets(wu.float(), query, k, rule, len(traces), kept), traces
 
 
+def calibration_probe(calibration: list[Trace], config: LengthGridConfig):
+    """The size axis's lag-1 probe (claim 3's MLP: hidden[n] -> step n + 1's Eq. 1 set), trained on the static
+    sets' calibration traces alone (never a grid sample), seeded and cached; None when no calibration answer has two
+    steps."""
+    return next_step_probe(calibration, "classification", config.probe_config(), use_cache=config.use_cache)
+
+
 def _passes(trace: Trace) -> bool:
     return rouge1_recall(trace.response, trace.answers[0]) > 0.5
 
@@ -145,7 +153,8 @@ def _passes(trace: Trace) -> bool:
 def sample_table(cells: list[tuple[dict, Sample]], traces: list[Trace], statics: StaticSets,
                  static_k: int) -> pd.DataFrame:
     """One row per grid sample: its cell, accuracy, and the sums Table 1's quantities pool (steps, activations,
-    adjacent-step pairs and their Jaccard sum, activations inside each static top-``static_k``, Jaccard with Wu's
+    adjacent-step pairs and their Jaccard sum, the pairs of two non-empty sets and the sum of their Jaccard over its
+    size bound, activations inside each static top-``static_k``, Jaccard with Wu's
     S_k summed over steps with a non-empty D_t, |D_t|^2)."""
     if len(cells) != len(traces):
         raise ValueError(f"{len(cells)} grid cells but {len(traces)} traces.")
@@ -157,9 +166,11 @@ def sample_table(cells: list[tuple[dict, Sample]], traces: list[Trace], statics:
         active = sizes > 0
         union = (flat | wu).sum(1).double()
         adjacent = adjacent_counts(trace.retrieval_mask)
+        bounded = bound_ratio_counts(trace.retrieval_mask)
         rows.append({**cell, "accuracy": niah_accuracy(trace.response, trace.answers[0]), "steps": int(len(sizes)),
                      "activations": float(sizes.sum()), "size_sq": float((sizes ** 2).sum()),
                      "adjacent_sum": adjacent["jaccard_sum"], "adjacent_pairs": adjacent["pairs"],
+                     "bound_ratio_sum": bounded["ratio_sum"], "bound_pairs": bounded["pairs"],
                      "inside_wu": float((flat & wu).sum()), "inside_query_focused": float((flat & query).sum()),
                      "jaccard_static_sum": float(((flat & wu).sum(1).double()[active] / union[active]).sum()),
                      "active_steps": float(active.sum())})
@@ -187,10 +198,11 @@ def _ratio(frame: pd.DataFrame, numerator: str, denominator: str):
 
 
 def table1_by_length(samples: pd.DataFrame, traces: list[Trace], *, n_resamples: int = 2000,
-                     seed: int = 0) -> pd.DataFrame:
+                     seed: int = 0, static_k: int = 20) -> pd.DataFrame:
     """Per length, Table 1's quantities pooled over that length's samples (adjacent-step Jaccard, Jaccard with Wu's
     S_20, entropy of the pooled activations, heads per step, heads ever active) and the share of activations
-    outside each static top-20 (Wu's and the query-focused), each with a BCa 95% interval over layouts. ``entropy``
+    outside each static top-20 (Wu's and the query-focused; ``static_k``, the size ``sample_table`` counted with,
+    is recorded in every row), each with a BCa 95% interval over layouts. ``entropy``
     and ``ever_active`` count distinct heads: a resample that repeats some samples leans low, so their intervals
     show the spread over layouts."""
     rows = []
@@ -219,7 +231,7 @@ def table1_by_length(samples: pd.DataFrame, traces: list[Trace], *, n_resamples:
                                                        n_resamples=n_resamples, seed=seed)
             rows.append({"length": int(length), "metric": name, "value": value, "low": low, "high": high,
                          "degenerate": degenerate, "n_samples": len(local), "n_layouts": local["layout"].nunique(),
-                         "accuracy": float(local["accuracy"].mean())})
+                         "accuracy": float(local["accuracy"].mean()), "static_k": int(static_k)})
     return pd.DataFrame(rows)
 
 
@@ -237,14 +249,21 @@ def heatmap_data(trace: Trace, tokenizer, n_heads: int = 10):
 
 
 # --- claim 2 per cell -------------------------------------------------------------------------------------------
-def conditions() -> tuple[list[str], str]:
+def conditions(predicted: bool = False) -> tuple[list[str], str]:
     """The masking conditions the grid runs (claim 2's, plus D_{t-1} and its size-matched static control, each when
-    the condition registry has it, looked up by name) and a note saying which of the fair pair were found."""
+    the condition registry has it, looked up by name; with ``predicted``, the lag-1 probe's set too, which the size
+    axis reads) and a note saying which of the fair pair were found."""
 
     fair = [name for name in (PREVIOUS_CONDITION, PREVIOUS_BASELINE) if name in CONDITIONS]
     names = list(GRID_CONDITIONS) + fair
+    if predicted:
+        if PREDICTED_CONDITION not in CONDITIONS:
+            raise ValueError(f"The size axis needs the {PREDICTED_CONDITION!r} condition, which the condition registry "
+                             "of this installation does not have.")
+        names.append(PREDICTED_CONDITION)
     if len(fair) == 2:
-        return names, f"The fair comparison runs: {PREVIOUS_CONDITION} (D_{{t-1}}) against {PREVIOUS_BASELINE}."
+        return names, (f"The fair comparison runs: {PREVIOUS_CONDITION} (D_{{t-1}}) against {PREVIOUS_BASELINE}"
+                       + (f", and {PREDICTED_CONDITION} (the lag-1 probe's set) beside them." if predicted else "."))
     missing = [name for name in (PREVIOUS_CONDITION, PREVIOUS_BASELINE) if name not in CONDITIONS]
     return names, (f"The fair comparison (D_{{t-1}} against as many static heads) is not made: the condition "
                    f"registry has no {' or '.join(missing)} on this installation"
@@ -252,16 +271,19 @@ def conditions() -> tuple[list[str], str]:
 
 
 def masking_grid(model, config: LengthGridConfig, cells: list[tuple[dict, Sample]], statics: StaticSets,
-                 names: list[str]) -> pd.DataFrame:
+                 names: list[str], probe=None) -> pd.DataFrame:
     """Every condition on every grid sample, generated and teacher-forced (claim 2's two-pass protocol), cached per
     run; one row per (sample, condition) with the teacher-forced columns (``tf_*``) beside the generated ones. The
     runs of one length are decoded together (``batch_size`` rows at a time, generated and teacher-forced apart):
     they share the haystack up to their needles, and a cell of one sample would make batches of a few rows."""
 
     wu = statics.wu_scores
-    setup = AblationSetup(static_mask=statics.top("wu", statics.k), static_top20=statics.top("wu", config.static_k),
+    if PREDICTED_CONDITION in names and probe is None:
+        raise ValueError(f"The {PREDICTED_CONDITION!r} condition needs the lag-1 probe (calibration_probe).")
+    size = config.static_size(wu.numel())
+    setup = AblationSetup(static_mask=statics.top("wu", statics.k), static_top20=statics.top("wu", size),
                           k=statics.k, kind="eq1", mode=config.ablation_mode, seed=config.seed,
-                          static_order=torch.argsort(wu.flatten(), descending=True, stable=True))
+                          static_order=torch.argsort(wu.flatten(), descending=True, stable=True), probe=probe)
     cache_key = {"claim": "length_grid", "haystack": config.haystack} if config.use_cache else None
     plan = [(i, name, forced) for i in range(len(cells)) for forced in (False, True) for name in names]
     jobs = [Job(cells[i][1], name, sample_seed=i, teacher_forced=forced) for i, name, forced in plan]

@@ -20,6 +20,7 @@ from dynheads_tl.claim import Claim, Finding, PaperItem, Status, Verdict, ci_tex
 
 from .config import EASY_CONTROL, SEEDS, LengthGridConfig
 from .trend import holm_family, slope_reading, slope_test
+from .scale import size_axis_section
 from .window import LayerKinds, window_verdict
 
 __all__ = ["MIN_LAYOUTS_PER_LENGTH", "declared", "trend_table", "trend_verdict", "table1_status", "fig2_status", "table1_statuses",
@@ -202,16 +203,23 @@ def _value_text(row, signed: bool = False) -> str:
     return ci_text(value, low, high, signed=signed)
 
 
+def _sk(table: pd.DataFrame) -> str:
+    """The static sets' name with the size the table was counted with (``S_20`` in files from before the column)."""
+    k = int(table["static_k"].iloc[0]) if "static_k" in table and len(table) else 20
+    return f"S_{k}"
+
+
 def claim1_verdict(table: pd.DataFrame, model: str, haystack: str) -> str:
     """Per length, Table 1's status by its declared rule, with the numbers it reads."""
+    sk = _sk(table)
     parts = []
     for length, part in table.groupby("length", sort=True):
         at = part.set_index("metric")
         n = f"{int(at['n_layouts'].iloc[0])} layouts ({int(at['n_samples'].iloc[0])} samples)"
         numbers = "; ".join(f"{label} {_value_text(at.loc[m])}"
                             for m, label in (("jaccard_adjacent", "adjacent-step Jaccard"),
-                                             ("share_outside_wu", "share outside Wu's S_20"),
-                                             ("share_outside_query_focused", "outside the query-focused S_20")))
+                                             ("share_outside_wu", f"share outside Wu's {sk}"),
+                                             ("share_outside_query_focused", f"outside the query-focused {sk}")))
         parts.append(f"at {int(length):,} tokens ({n}): Table 1 **{table1_status(part)}** ({numbers})")
     return f"On {_setting(model, haystack, sorted(table['length'].unique()), 'by its declared rule')}: " + "; ".join(parts) + "."
 
@@ -255,7 +263,7 @@ def _table1_headline(folder: Path) -> str:
     for length, part in frame.groupby("length", sort=True):
         at = part.set_index("metric")
         parts.append(f"{int(length):,}: adjacent J {ci_text(at.loc['jaccard_adjacent', 'value'], at.loc['jaccard_adjacent', 'low'], at.loc['jaccard_adjacent', 'high'])}, "
-                     f"outside Wu / QF S_20 {at.loc['share_outside_wu', 'value']:.2f} / "
+                     f"outside Wu / QF {_sk(frame)} {at.loc['share_outside_wu', 'value']:.2f} / "
                      f"{at.loc['share_outside_query_focused', 'value']:.2f} ({int(at['n_layouts'].iloc[0])} layouts)")
     return f"{_haystack(folder)}; " + "; ".join(parts)
 
@@ -267,8 +275,8 @@ def _table1_row_status(folder: Path) -> Status:
     status, each = _longest(table1_statuses(frame))
     at = frame[frame["length"] == frame["length"].max()].set_index("metric")
     numbers = "; ".join(f"{label} {ci_text(at.loc[m, 'value'], at.loc[m, 'low'], at.loc[m, 'high'])}"
-                        for m, label in (("jaccard_adjacent", "adjacent J"), ("share_outside_wu", "outside Wu's S_20"),
-                                         ("share_outside_query_focused", "outside the query-focused S_20")))
+                        for m, label in (("jaccard_adjacent", "adjacent J"), ("share_outside_wu", f"outside Wu's {_sk(frame)}"),
+                                         ("share_outside_query_focused", f"outside the query-focused {_sk(frame)}")))
     return Status(status, f"{_haystack(folder)}, {int(frame['length'].max()):,} tokens: {numbers}; "
                           f"n = {int(at['n_layouts'].iloc[0])} layouts; by length: {each}")
 
@@ -360,16 +368,25 @@ CLAIM = Claim(
     config=LengthGridConfig,
     presets={
         "smoke": {"lengths": [200, 400], "depths": [0.0, 1.0], "runs_per_cell": 2, "n_calibration": 2,
-                  "max_new_tokens": 24, "n_resamples": 200},
+                  "max_new_tokens": 24, "n_resamples": 200,
+                  # the size axis's code path too (the scale preset's), with a probe of the smallest size
+                  "size_axis": True, "static_share": 0.1, "n_splits": 2, "probe_epochs": 5, "probe_hidden": [32]},
         # The pre-registered grid (preregistration.yaml, lengths:): 1k-8k tokens x 5 depths, 2 runs per cell. 16 rows
         # per masking batch: at 8k a SmolLM2 row keeps about 360 MiB of keys and values, so 32 rows would need 11 GiB.
         "long": {"lengths": [1000, 2000, 4000, 8000], "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "runs_per_cell": 2,
                  "n_calibration": 8, "batch_size": 16},
+        # The size axis (preregistration.yaml scale: and its deviation of 2026-12-06): one length, 5 depths x 6 runs
+        # (30 layouts), static sets of 10% of the heads, the five primaries; run on every embedded model.
+        "scale": {"lengths": [2000], "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "runs_per_cell": 6, "n_calibration": 12,
+                  "static_share": 0.1, "size_axis": True, "n_splits": 5, "batch_size": 32},
         "paper": {"model": "meta-llama/Llama-3.1-8B-Instruct", "haystack": "prose",
                   "lengths": [1000, 2000, 4000, 8000, 16000, 32000], "depths": [0.0, 0.25, 0.5, 0.75, 1.0],
                   "runs_per_cell": 5, "n_calibration": 20, "max_new_tokens": 64, "batch_size": 8},
     },
-    committed=("long",),  # the committed report keeps the long grid's runs in papers_figures/long/, for both models
+    # the committed report keeps the long grid's runs in papers_figures/long/ and the size axis's in
+    # papers_figures/scale/, each for every model run
+    committed=("long", "scale"),
+    section=size_axis_section,  # the size axis across the scale report's models, in its index
     items=(
         PaperItem("Table 1 by length", "Table 1's quantities per context length on real prose (adjacent-step Jaccard, "
                   "share outside Wu's and the query-focused S_20; BCa 95% over layouts)",

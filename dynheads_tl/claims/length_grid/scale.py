@@ -1,0 +1,210 @@
+"""The size axis across models (``preregistration.yaml``, section ``scale:`` and its deviation of 2026-12-06): each
+model's ``size_axis.csv`` from notebook 07's ``scale`` runs in the committed report (``scale/07_length_grid/`` and
+``scale/models/<model>/07_length_grid/``), ordered by their block parameters; per primary the declared reading across
+sizes (grows, shrinks, flat, undetermined) and what it says (the ``meaning:`` list); per claim one computed sentence;
+and the size figure: each primary against block parameters (log scale), one point per model with its 95% interval,
+the smallest effect of interest as a band, and the paper's five models beside ours where the paper gives the measure
+(the raw adjacent-step Jaccard and heads per step of Table 1).
+
+Written into the ``scale/`` report by :func:`write_size_axis` (``size_axis_reading.csv``, ``size_axis.png``) when its
+index is built (:func:`size_axis_section`, the claim's ``section``), which shows them after the answer.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dynheads_tl import preregistration
+from dynheads_tl.analysis.plots import FIGURE_DPI
+from dynheads_tl.claim import ReportSection
+
+from .size_axis import CLAIM_PRIMARIES, MASKING_PRIMARIES, label
+
+__all__ = ["PAPER_MODELS", "scale_tables", "reading", "size_readings", "claim_sentences", "size_figure",
+           "write_size_axis", "READING_FILE", "FIGURE_STEM", "size_axis_section"]
+
+READING_FILE = "size_axis_reading.csv"
+FIGURE_STEM = "size_axis"
+_Z90 = 1.6448536269514722
+
+# The paper's five models: block parameters computed from their published configurations (d_model, layers, query and
+# KV heads of 128 dimensions, gated MLP width; attention and MLP matrices and two norms per layer, no embedding),
+# and Table 1's adjacent-step Jaccard and heads per step (PAPER.md, reported numbers).
+PAPER_MODELS = pd.DataFrame([
+    # name, d_model, layers, heads, kv heads, MLP width, adjacent Jaccard, heads per step
+    ("Llama-3.2-3B", 3072, 28, 24, 8, 8192, 0.3188, 9.69),
+    ("Phi-4-mini", 3072, 32, 24, 8, 8192, 0.5056, 6.13),
+    ("Qwen3-8B", 4096, 36, 32, 8, 12288, 0.3668, 20.18),
+    ("Llama-3.1-8B", 4096, 32, 32, 8, 14336, 0.2793, 12.97),
+    ("Llama-2-13B", 5120, 40, 40, 40, 13824, 0.4979, 6.20),
+], columns=["model", "d_model", "layers", "heads", "kv_heads", "d_mlp", "jaccard_adjacent", "heads_per_step"])
+PAPER_MODELS["parameters"] = PAPER_MODELS.layers * (
+    2 * PAPER_MODELS.d_model * PAPER_MODELS.heads * 128 + 2 * PAPER_MODELS.d_model * PAPER_MODELS.kv_heads * 128
+    + 3 * PAPER_MODELS.d_model * PAPER_MODELS.d_mlp + 2 * PAPER_MODELS.d_model)
+
+
+def scale_tables(scale_dir: Path) -> pd.DataFrame:
+    """Every model's ``size_axis.csv`` under the ``scale`` report folder, one frame, models in order of their block
+    parameters; empty when no scale run exists."""
+    scale_dir = Path(scale_dir)
+    files = sorted(scale_dir.glob("07_length_grid/size_axis.csv")) + sorted(
+        scale_dir.glob("models/*/07_length_grid/size_axis.csv"))
+    if not files:
+        return pd.DataFrame()
+    table = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    return table.sort_values(["parameters", "model"], kind="stable").reset_index(drop=True)
+
+
+def _beyond(a: pd.Series, b: pd.Series, higher: bool) -> bool:
+    """Whether ``a``'s 95% interval lies wholly beyond ``b``'s in the direction ``higher`` (or lower)."""
+    return bool(a["low"] > b["high"]) if higher else bool(a["high"] < b["low"])
+
+
+def _difference90(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
+    """b − a with a 90% interval combining the two models' own 90% intervals as independent normal errors (the
+    deviation of 2026-12-06, (3))."""
+    se = math.hypot((a["high90"] - a["low90"]) / (2 * _Z90), (b["high90"] - b["low90"]) / (2 * _Z90))
+    diff = float(b["estimate"] - a["estimate"])
+    return diff, diff - _Z90 * se, diff + _Z90 * se
+
+
+def reading(rows: pd.DataFrame, direction: str, sesoi: float) -> str:
+    """The declared reading across sizes of one primary, over ``rows`` (one per model, in parameter order, each with a
+    finite estimate and interval): grows / shrinks with size (the largest model's interval wholly beyond the
+    smallest's in, or against, the paper's direction, and no neighbouring step reversing beyond its intervals), flat
+    (every neighbouring difference's 90% interval within ± sesoi), undetermined otherwise or with fewer than two
+    models."""
+    if len(rows) < 2:
+        return "undetermined"
+    higher = direction in ("higher", "positive")
+    steps = list(zip(rows.iloc[:-1].to_dict("records"), rows.iloc[1:].to_dict("records")))
+    smallest, largest = rows.iloc[0], rows.iloc[-1]
+    for grows, towards in (("grows with size", higher), ("shrinks with size", not higher)):
+        if _beyond(largest, smallest, towards) and not any(_beyond(pd.Series(b), pd.Series(a), not towards)
+                                                           for a, b in steps):
+            return grows
+    differences = [_difference90(pd.Series(a), pd.Series(b)) for a, b in steps]
+    if all(np.isfinite([low, high]).all() and -sesoi < low and high < sesoi for _, low, high in differences):
+        return "flat across size"
+    return "undetermined"
+
+
+def _meaning(found: str, rows: pd.DataFrame) -> str:
+    supported = rows["status"].eq("supported")
+    if found == "grows with size" and not supported.iloc[-1]:
+        return "the models may be too small"
+    if found in ("flat across size", "shrinks with size") and not supported.any():
+        return "not at these sizes"
+    return "the size axis cannot tell"
+
+
+def size_readings(table: pd.DataFrame) -> pd.DataFrame:
+    """Per declared primary: the models it reads (in parameter order; a masking primary leaves out a model without
+    headroom, and any primary a model whose estimate is not finite), the reading across sizes, what it means, and each
+    model's status."""
+    declared = preregistration.load()["scale"]["primaries"]
+    out = []
+    for primary in declared:
+        pid, direction = primary["id"], str(primary["paper_direction"]).split(" ")[0]
+        rows = table[(table["primary"] == pid)].reset_index(drop=True)
+        left_out = rows[~np.isfinite(rows[["estimate", "low", "high"]].to_numpy(float)).all(1)
+                        | ((rows["status"] == "no headroom") if pid in MASKING_PRIMARIES else False)]
+        used = rows.drop(left_out.index).reset_index(drop=True)
+        found = reading(used, direction, float(primary["sesoi"]))
+        out.append({"primary": pid, "direction": direction, "sesoi": float(primary["sesoi"]), "reading": found,
+                    "meaning": _meaning(found, used) if len(used) else "the size axis cannot tell",
+                    "models": " ".join(used["model"]), "left_out": " ".join(left_out["model"]),
+                    "statuses": "; ".join(f"{m}: {s}" for m, s in zip(rows["model"], rows["status"]))})
+    return pd.DataFrame(out)
+
+
+def claim_sentences(readings: pd.DataFrame, n_models: int) -> dict[str, str]:
+    """One computed sentence per claim: what its primaries' readings across sizes say (the deviation of 2026-12-06,
+    (4)), with the models it rests on."""
+    total = len(preregistration.load()["scale"]["models"])
+    out = {}
+    for claim, primaries in CLAIM_PRIMARIES.items():
+        rows = readings[readings["primary"].isin(primaries)]
+        meanings = rows["meaning"].tolist()
+        verdict = ("the models may be too small" if "the models may be too small" in meanings
+                   else "not at these sizes" if meanings and all(m == "not at these sizes" for m in meanings)
+                   else "the size axis cannot tell")
+        parts = [f"{label(r.primary)} {r.reading}" + (f" (without {r.left_out}: no headroom or no estimate)"
+                                                        if r.left_out else "") for r in rows.itertuples()]
+        out[claim] = (f"{claim}, across {n_models} of the {total} declared sizes: " + "; ".join(parts)
+                      + f", so **{verdict}**.")
+    return out
+
+
+def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
+    """Each primary (and the raw adjacent Jaccard and heads per step) against block parameters, log scale: our models
+    with 95% intervals, the sesoi as a band, the paper's models beside the measures Table 1 gives."""
+    import matplotlib.pyplot as plt
+
+    panels = list(readings["primary"]) + ["jaccard_adjacent", "heads_per_step"]
+    fig, axes = plt.subplots(2, 4, figsize=(17, 8))
+    bands = {"outside_share_static_10pct": lambda s: (0.0, s), "adjacent_jaccard_over_bound": lambda s: (1 - s, 1.0)}
+    for ax, primary in zip(axes.flat, panels):
+        rows = table[table["primary"] == primary]
+        x = rows["parameters"].to_numpy(float)
+        y, low, high = (rows[c].to_numpy(float) for c in ("estimate", "low", "high"))
+        ax.errorbar(x, y, yerr=[y - low, high - y], fmt="o", color="C0", capsize=4, label="ours (95% CI)")
+        for xi, yi, name in zip(x, y, rows["model"]):
+            ax.annotate(str(name).split("-instruct")[0], (xi, yi), textcoords="offset points", xytext=(5, 5),
+                        fontsize=7)
+        found = readings.set_index("primary")["reading"].get(primary)
+        if found is not None:
+            sesoi = float(readings.set_index("primary").loc[primary, "sesoi"])
+            lo, hi = bands.get(primary, lambda s: (-s, s))(sesoi)
+            ax.axhspan(lo, hi, color="0.85", zorder=0, label=f"within the sesoi ({sesoi:g})")
+        if primary in PAPER_MODELS:
+            ax.scatter(PAPER_MODELS["parameters"], PAPER_MODELS[primary], marker="s", color="C3",
+                       label="the paper's models (Table 1)")
+        ax.set_xscale("log")
+        ax.set_xlabel("transformer-block parameters")
+        ax.set_title(label(primary) + (f"\n{found}" if found else ""), fontsize=9)
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def write_size_axis(scale_dir: Path) -> tuple[pd.DataFrame, dict[str, str]] | None:
+    """Read every model's scale run, write ``size_axis_reading.csv`` and the figure (PNG and PDF) into ``scale_dir``,
+    and return (the readings, one sentence per claim); None when no scale run exists."""
+    import matplotlib.pyplot as plt
+
+    table = scale_tables(scale_dir)
+    if table.empty:
+        return None
+    readings = size_readings(table)
+    readings.to_csv(Path(scale_dir) / READING_FILE, index=False)
+    models = table["model"].nunique()
+    fig = size_figure(table, readings, f"The size axis: five primaries across {models} models "
+                                       "(NIAH, 2,000 tokens of the essays, static sets of 10% of the heads)")
+    fig.savefig(Path(scale_dir) / f"{FIGURE_STEM}.png", dpi=FIGURE_DPI, bbox_inches="tight",
+                metadata={"Software": None})
+    fig.savefig(Path(scale_dir) / f"{FIGURE_STEM}.pdf", bbox_inches="tight",
+                metadata={"CreationDate": None, "ModDate": None})
+    plt.close(fig)
+    return readings, claim_sentences(readings, models)
+
+
+def size_axis_section(output_dir: Path) -> ReportSection | None:
+    """The size axis of the report in ``output_dir`` (notebook 07's ``section``): drawn afresh from its models' scale
+    runs (:func:`write_size_axis`) as the figure, one sentence per claim and each primary's reading; None where the
+    report holds no scale run (every report but the ``scale`` one)."""
+    written = write_size_axis(output_dir)
+    if written is None:
+        return None
+    readings, sentences = written
+    rows = tuple((r.primary, r.reading, r.meaning, r.models or "–", r.statuses) for r in readings.itertuples())
+    return ReportSection("The size axis", f"{FIGURE_STEM}.png", "The size axis: each primary against block parameters",
+                         tuple(sentences.values()),
+                         ("primary", "reading across sizes", "what it says", "models read", "each model's status"),
+                         rows)
