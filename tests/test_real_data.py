@@ -239,3 +239,33 @@ def test_the_squad_setting_stays_out_of_the_pooled_primary_and_joins_the_holm_fa
     empty, unchanged = pipeline.separate_settings(few, pooled_rows, ErrorSignalConfig(niah_settings=[]))
     assert empty.empty and unchanged is pooled_rows
     assert isinstance(unchanged, pd.DataFrame)
+
+
+# The committed runs still on synthetic HotpotQA-format questions, each awaiting its regeneration on the real dev set
+# (issue 62): the long preset's 01, 03 and 05 on both families (their HotpotQA parts ran before the real-data
+# default), and Qwen2.5-Coder-0.5B's first two notebooks (run before it). The list may only shrink: a folder that
+# reads real data fails the test until it leaves the list.
+AWAITING_REAL_DATA = {
+    "long/01_dynamism", "long/03_correlation", "long/05_error_signal",
+    "long/models/gemma-3-270m/01_dynamism", "long/models/gemma-3-270m/03_correlation",
+    "long/models/gemma-3-270m/05_error_signal",
+    "models/qwen2.5-coder-0.5b-instruct/01_dynamism", "models/qwen2.5-coder-0.5b-instruct/02_irreplaceability",
+}
+
+
+def test_no_committed_status_rests_on_synthetic_data_but_the_runs_awaiting_regeneration():
+    import json
+    from pathlib import Path
+
+    report = Path(__file__).resolve().parent.parent / "papers_figures"
+    synthetic = set()
+    for path in report.rglob("verdicts.json"):
+        folder = path.parent.relative_to(report).as_posix()
+        if folder.startswith("smoke/"):
+            continue
+        items = json.loads(path.read_text())["items"]
+        if any(item["data"] == "synthetic" for item in items):
+            synthetic.add(folder)
+    assert synthetic <= AWAITING_REAL_DATA, f"committed statuses on synthetic data: {sorted(synthetic - AWAITING_REAL_DATA)}"
+    assert AWAITING_REAL_DATA <= synthetic, ("regenerated on real data, so leave the list: "
+                                             f"{sorted(AWAITING_REAL_DATA - synthetic)}")

@@ -102,3 +102,21 @@ def test_the_paper_models_block_parameters_follow_their_published_shapes():
     assert llama == 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096)
     assert 6.9e9 < llama < 7.0e9
     assert list(size_axis.PAPER_MODELS["jaccard_adjacent"]) == [0.3188, 0.5056, 0.3668, 0.2793, 0.4979]
+
+
+def test_the_readmes_answer_quotes_the_size_axis_sentences_and_gives_its_models_no_column(tmp_path):
+    import json
+
+    from dynheads_tl.report.answer import answer_markdown, settings
+
+    scale = tmp_path / "scale"
+    flat = {p: (0.0, 0.01) for p in ("outside_share_static_10pct", "adjacent_jaccard_over_bound",
+                                     "fair_previous_step_vs_static", "predicted_vs_static",
+                                     "probe_k1_vs_step_token_prior")}
+    (scale / "07_length_grid").mkdir(parents=True)
+    _model_table("small-model", 10 ** 8, flat).to_csv(scale / "07_length_grid" / "size_axis.csv", index=False)
+    (scale / "runs.json").write_text(json.dumps({"07_length_grid": {"preset": "scale", "model": "small-model"}}))
+    assert settings(tmp_path) == []  # the scale runs are summed up by the size axis, not a column each
+    text = answer_markdown(tmp_path, "papers_figures/")
+    assert "**The size axis** ([its index and figure](papers_figures/scale/index.html))" in text
+    assert "- Claim 1, dynamism, across 1 of the 4 declared sizes:" in text

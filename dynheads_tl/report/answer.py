@@ -104,7 +104,9 @@ def settings(output_dir: Path) -> list[Setting]:
     """Every column of the answer: each model's report of the default preset, then of each committed preset."""
     output_dir = Path(output_dir)
     found = []
-    groups = [("default", "", output_dir)] + [(p.preset, p.prefix, p.folder) for p in preset_reports(output_dir)]
+    summed = {preset for claim in all_claims() for preset in claim.section_presets}  # quoted by their section
+    groups = [("default", "", output_dir)] + [(p.preset, p.prefix, p.folder) for p in preset_reports(output_dir)
+                                              if p.preset not in summed]
     for preset, prefix, folder in groups:
         for report in model_reports(folder):
             results = all_results(report.folder)
@@ -163,13 +165,17 @@ def _environment() -> Environment:
 
 def answer_markdown(output_dir: Path, link_prefix: str = "papers_figures/", *,
                     columns: list[Setting] | None = None) -> str:
-    """The answer table (Markdown, from ``answer.md.j2``), its reading line and the figure's link; ``columns``:
+    """The answer table (Markdown, from ``answer.md.j2``), its reading line, the sentences of the claims' sections
+    over the presets they sum up (the size axis: ``Claim.section_presets``) and the figure's link; ``columns``:
     :func:`settings` of ``output_dir`` where the caller has read them already."""
     columns = settings(output_dir) if columns is None else columns
     rows = answer_rows(columns)
     declared = preregistration.load()
+    sections = [(report.prefix, section) for report in preset_reports(Path(output_dir)) for claim in all_claims()
+                if claim.section and report.preset in claim.section_presets
+                for section in [claim.section(report.folder)] if section is not None]
     return _environment().get_template("answer.md.j2").render(
-        columns=columns, rows=rows, link_prefix=link_prefix, figure=FIGURE, alt=ANSWER_ALT,
+        columns=columns, rows=rows, link_prefix=link_prefix, figure=FIGURE, alt=ANSWER_ALT, sections=sections,
         has_figure=(Path(output_dir) / FIGURE).exists(), confirmatory=declared.get("confirmatory") or [],
         exploratory=declared.get("exploratory") or [],
         synthetic=any(c.synthetic for r in rows for c in r.cells)).strip()

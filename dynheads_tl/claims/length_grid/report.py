@@ -387,6 +387,7 @@ CLAIM = Claim(
     # papers_figures/scale/, each for every model run
     committed=("long", "scale"),
     section=size_axis_section,  # the size axis across the scale report's models, in its index
+    section_presets=("scale",),  # the README's answer quotes the size axis's sentences, not a column per model
     items=(
         PaperItem("Table 1 by length", "Table 1's quantities per context length on real prose (adjacent-step Jaccard, "
                   "share outside Wu's and the query-focused S_20; BCa 95% over layouts)",
