@@ -538,20 +538,39 @@ def test_the_static_share_sizes_the_static_sets_on_every_model_alike():
         LengthGridConfig(static_share=1.5)
 
 
+_UP, _DOWN = {"a_better": 25, "b_better": 5}, {"a_better": 5, "b_better": 25}  # the sign test's own side
+
+
 @pytest.mark.parametrize("primary, row, headroom, expected", [
     ("outside_share_static_10pct", {"estimate": 0.3, "low": 0.2, "high": 0.4}, True, "supported"),
     ("outside_share_static_10pct", {"estimate": 0.05, "low": 0.02, "high": 0.08}, True, "not supported"),
     ("outside_share_static_10pct", {"estimate": 0.1, "low": 0.05, "high": 0.15}, True, "undetermined"),
     ("adjacent_jaccard_over_bound", {"estimate": 0.7, "low": 0.6, "high": 0.8}, True, "supported"),
     ("adjacent_jaccard_over_bound", {"estimate": 0.98, "low": 0.96, "high": 0.99}, True, "not supported"),
-    ("fair_previous_step_vs_static", {"estimate": 0.3, "low": 0.1, "high": 0.5, "p": 0.001}, True, "supported"),
-    ("fair_previous_step_vs_static", {"estimate": 0.05, "low": 0.01, "high": 0.09, "p": 0.01}, True, "weaker"),
-    ("fair_previous_step_vs_static", {"estimate": -0.2, "low": -0.3, "high": -0.1, "p": 0.001}, True,
+    ("adjacent_jaccard_over_bound", {"estimate": 0.95, "low": 0.9, "high": 0.99}, True, "undetermined"),
+    ("fair_previous_step_vs_static", {"estimate": 0.3, "low": 0.1, "high": 0.5, "p": 0.001, **_UP}, True,
+     "supported"),
+    ("fair_previous_step_vs_static", {"estimate": 0.1, "low": 0.05, "high": 0.2, "p": 0.001, **_UP}, True,
+     "supported"),  # an estimate at the sesoi reaches it
+    ("fair_previous_step_vs_static", {"estimate": 0.05, "low": 0.01, "high": 0.09, "p": 0.01, **_UP}, True, "weaker"),
+    # most samples drop more under D_{t-1} while one outlier pulls the mean below 0: the test's side decides
+    ("fair_previous_step_vs_static", {"estimate": -0.05, "low": -0.3, "high": 0.05, "p": 0.002, **_UP}, True,
+     "weaker"),
+    # the mean above the sesoi but most samples the other way: significant against the paper, never supported
+    ("fair_previous_step_vs_static", {"estimate": 0.4, "low": 0.1, "high": 0.8, "p": 0.0003, **_DOWN}, True,
+     "undetermined"),
+    ("fair_previous_step_vs_static", {"estimate": -0.2, "low": -0.3, "high": -0.1, "p": 0.001, **_DOWN}, True,
      "not supported"),
-    ("fair_previous_step_vs_static", {"estimate": 0.1, "low": -0.1, "high": 0.3, "p": 0.4}, True, "undetermined"),
-    ("predicted_vs_static", {"estimate": 0.3, "low": 0.1, "high": 0.5, "p": 0.001}, False, "no headroom"),
-    ("probe_k1_vs_step_token_prior", {"estimate": 0.03, "low": 0.01, "high": 0.05, "p": 0.01}, True, "supported"),
-    ("probe_k1_vs_step_token_prior", {"estimate": 0.0, "low": -0.01, "high": 0.01, "p": 0.9}, True,
+    ("fair_previous_step_vs_static", {"estimate": 0.1, "low": -0.1, "high": 0.3, "p": 0.4, **_UP}, True,
+     "undetermined"),
+    ("predicted_vs_static", {"estimate": 0.3, "low": 0.1, "high": 0.5, "p": 0.001, **_UP}, False, "no headroom"),
+    ("probe_k1_vs_step_token_prior", {"estimate": 0.03, "low": 0.01, "high": 0.05, "p": 0.01, "splits": 5}, True,
+     "supported"),
+    ("probe_k1_vs_step_token_prior", {"estimate": 0.01, "low": 0.005, "high": 0.015, "p": 0.01, "splits": 5}, True,
+     "weaker"),
+    ("probe_k1_vs_step_token_prior", {"estimate": 0.03, "low": 0.01, "high": 0.05, "p": 0.01, "splits": 4}, True,
+     "undetermined"),  # the file asks 5 grouped splits
+    ("probe_k1_vs_step_token_prior", {"estimate": 0.0, "low": -0.01, "high": 0.01, "p": 0.9, "splits": 5}, True,
      "not supported"),
     ("probe_k1_vs_step_token_prior", {"estimate": float("nan"), "low": float("nan"), "high": float("nan")}, True,
      "undetermined"),

@@ -34,9 +34,43 @@ def _rows(points, status="undetermined"):
     # the same estimates with wide intervals cannot be called flat
     ([(0.0, 0.2), (0.01, 0.2), (0.0, 0.2), (0.02, 0.2)], "positive", "undetermined"),
     ([(0.3, 0.05)], "positive", "undetermined"),  # one model: no axis
+    # a difference of 0.02 with 90% half-widths of 0.05 (0.0595 at 95%): flat by the 90% interval combined as
+    # independent normal errors (0.02 +- 0.07: inside +-0.1), where the 95% bounds would reach 0.104
+    ([(0.0, 0.0595), (0.02, 0.0595)], "positive", "flat across size"),
+    # small steps that add up: each neighbouring step within +-0.1, the ends 0.24 apart: not flat
+    ([(0.0, 0.005), (0.08, 0.005), (0.16, 0.005), (0.24, 0.005)], "positive", "grows with size"),
+    ([(0.0, 0.05), (0.08, 0.05), (0.16, 0.05), (0.09, 0.05)], "positive", "undetermined"),
 ])
 def test_the_reading_across_sizes_follows_the_declared_rule(points, direction, expected):
     assert size_axis.reading(_rows(points), direction, 0.10) == expected
+
+
+def test_a_claim_reads_all_its_primaries_and_mixed_meanings_cannot_tell():
+    readings = pd.DataFrame([
+        {"primary": "outside_share_static_10pct", "reading": "flat across size", "meaning": "not at these sizes",
+         "models": "a b", "left_out": ""},
+        {"primary": "adjacent_jaccard_over_bound", "reading": "undetermined", "meaning": "the size axis cannot tell",
+         "models": "a b", "left_out": ""},
+        {"primary": "fair_previous_step_vs_static", "reading": "flat across size", "meaning": "not at these sizes",
+         "models": "a b", "left_out": ""},
+        {"primary": "predicted_vs_static", "reading": "shrinks with size", "meaning": "not at these sizes",
+         "models": "a", "left_out": "b"},
+        {"primary": "probe_k1_vs_step_token_prior", "reading": "grows with size",
+         "meaning": "the models may be too small", "models": "a b", "left_out": ""}])
+    sentences = size_axis.claim_sentences(readings, 2)
+    assert sentences["Claim 1, dynamism"].endswith("so **the size axis cannot tell**.")
+    assert sentences["Claim 2, irreplaceability"].endswith("so **not at these sizes**.")
+    assert "(without b: no headroom or no estimate)" in sentences["Claim 2, irreplaceability"]
+    assert sentences["Claim 3, predictability"].endswith("so **the models may be too small**.")
+
+
+def test_models_are_read_in_the_order_of_their_block_parameters_not_the_lists(tmp_path):
+    flat = {"outside_share_static_10pct": (0.0, 0.01)}
+    for name, parameters in (("smollm2-135m-instruct", 106_200_000), ("gemma-3-270m", 100_300_000)):
+        folder = tmp_path / "models" / name / "07_length_grid"
+        folder.mkdir(parents=True)
+        _model_table(name, parameters, flat).to_csv(folder / "size_axis.csv", index=False)
+    assert list(dict.fromkeys(size_axis.scale_tables(tmp_path)["model"])) == ["gemma-3-270m", "smollm2-135m-instruct"]
 
 
 def test_the_meaning_reads_the_largest_models_status_and_every_models():
@@ -66,9 +100,9 @@ def _model_table(model, parameters, values, status="not supported", accuracy=0.9
 
 
 def test_the_scale_report_reads_every_models_runs_draws_the_figure_and_states_one_sentence_per_claim(tmp_path):
-    flat = {p: (0.0, 0.01) for p in ("outside_share_static_10pct", "adjacent_jaccard_over_bound",
-                                     "fair_previous_step_vs_static", "predicted_vs_static",
-                                     "probe_k1_vs_step_token_prior")}
+    flat = {"outside_share_static_10pct": (0.0, 0.01), "adjacent_jaccard_over_bound": (0.99, 0.005),
+            "fair_previous_step_vs_static": (0.0, 0.01), "predicted_vs_static": (0.0, 0.01),
+            "probe_k1_vs_step_token_prior": (0.0, 0.01)}
     big = dict(flat, fair_previous_step_vs_static=(0.5, 0.05), predicted_vs_static=(float("nan"), float("nan")))
     small = _model_table("small-model", 10 ** 8, flat)
     large = _model_table("large-model", 10 ** 9, big)
@@ -86,6 +120,8 @@ def test_the_scale_report_reads_every_models_runs_draws_the_figure_and_states_on
     assert by.loc["fair_previous_step_vs_static", "meaning"] == "the models may be too small"
     assert by.loc["predicted_vs_static", "left_out"] == "large-model"  # no estimate: left out, and said so
     assert by.loc["predicted_vs_static", "reading"] == "undetermined"
+    assert sentences["Claim 1, dynamism"].startswith(
+        "Claim 1, dynamism, across 2 of the 4 declared sizes (small-model, large-model): ")  # names its models
     assert sentences["Claim 1, dynamism"].endswith("so **not at these sizes**.")
     assert "the models may be too small" in sentences["Claim 2, irreplaceability"]
     assert "across 2 of the 4 declared sizes" in sentences["Claim 3, predictability"]
@@ -119,4 +155,4 @@ def test_the_readmes_answer_quotes_the_size_axis_sentences_and_gives_its_models_
     assert settings(tmp_path) == []  # the scale runs are summed up by the size axis, not a column each
     text = answer_markdown(tmp_path, "papers_figures/")
     assert "**The size axis** ([its index and figure](papers_figures/scale/index.html))" in text
-    assert "- Claim 1, dynamism, across 1 of the 4 declared sizes:" in text
+    assert "- Claim 1, dynamism, across 1 of the 4 declared sizes (small-model):" in text

@@ -21,7 +21,7 @@ from dynheads_tl import preregistration
 from dynheads_tl.analysis.plots import FIGURE_DPI
 from dynheads_tl.claim import ReportSection
 
-from .size_axis import CLAIM_PRIMARIES, MASKING_PRIMARIES, label
+from .size_axis import CLAIM_PRIMARIES, MASKING_PRIMARIES, label, restatus
 
 __all__ = ["PAPER_MODELS", "scale_tables", "reading", "size_readings", "claim_sentences", "size_figure",
            "write_size_axis", "READING_FILE", "FIGURE_STEM", "size_axis_section"]
@@ -54,7 +54,7 @@ def scale_tables(scale_dir: Path) -> pd.DataFrame:
         scale_dir.glob("models/*/07_length_grid/size_axis.csv"))
     if not files:
         return pd.DataFrame()
-    table = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    table = pd.concat([restatus(pd.read_csv(f)) for f in files], ignore_index=True)
     return table.sort_values(["parameters", "model"], kind="stable").reset_index(drop=True)
 
 
@@ -73,10 +73,10 @@ def _difference90(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
 
 def reading(rows: pd.DataFrame, direction: str, sesoi: float) -> str:
     """The declared reading across sizes of one primary, over ``rows`` (one per model, in parameter order, each with a
-    finite estimate and interval): grows / shrinks with size (the largest model's interval wholly beyond the
-    smallest's in, or against, the paper's direction, and no neighbouring step reversing beyond its intervals), flat
-    (every neighbouring difference's 90% interval within ± sesoi), undetermined otherwise or with fewer than two
-    models."""
+    finite estimate and interval), read in this order: grows / shrinks with size (the largest model's interval wholly
+    beyond the smallest's in, or against, the paper's direction, and no neighbouring step reversing beyond its
+    intervals), flat (every neighbouring difference's 90% interval, and the largest minus the smallest model's,
+    within ± sesoi), undetermined otherwise or with fewer than two models."""
     if len(rows) < 2:
         return "undetermined"
     higher = direction in ("higher", "positive")
@@ -86,7 +86,7 @@ def reading(rows: pd.DataFrame, direction: str, sesoi: float) -> str:
         if _beyond(largest, smallest, towards) and not any(_beyond(pd.Series(b), pd.Series(a), not towards)
                                                            for a, b in steps):
             return grows
-    differences = [_difference90(pd.Series(a), pd.Series(b)) for a, b in steps]
+    differences = [_difference90(pd.Series(a), pd.Series(b)) for a, b in steps] + [_difference90(smallest, largest)]
     if all(np.isfinite([low, high]).all() and -sesoi < low and high < sesoi for _, low, high in differences):
         return "flat across size"
     return "undetermined"
@@ -134,8 +134,9 @@ def claim_sentences(readings: pd.DataFrame, n_models: int) -> dict[str, str]:
                    else "the size axis cannot tell")
         parts = [f"{label(r.primary)} {r.reading}" + (f" (without {r.left_out}: no headroom or no estimate)"
                                                         if r.left_out else "") for r in rows.itertuples()]
-        out[claim] = (f"{claim}, across {n_models} of the {total} declared sizes: " + "; ".join(parts)
-                      + f", so **{verdict}**.")
+        models = next((r.models for r in rows.itertuples() if r.models), "")
+        out[claim] = (f"{claim}, across {n_models} of the {total} declared sizes ({models.replace(' ', ', ')}): "
+                      + "; ".join(parts) + f", so **{verdict}**.")
     return out
 
 
@@ -146,26 +147,39 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
 
     panels = list(readings["primary"]) + ["jaccard_adjacent", "heads_per_step"]
     fig, axes = plt.subplots(2, 4, figsize=(17, 8))
+    # the grey band: effects short of the smallest effect of interest, between no effect and the sesoi
     bands = {"outside_share_static_10pct": lambda s: (0.0, s), "adjacent_jaccard_over_bound": lambda s: (1 - s, 1.0)}
+    left_out = {r.primary: set(str(r.left_out).split()) for r in readings.itertuples()}
     for ax, primary in zip(axes.flat, panels):
-        rows = table[table["primary"] == primary]
+        rows = table[table["primary"] == primary].copy()
+        if primary == "heads_per_step":  # as a share of the model's heads: the paper's models have 672-1,600
+            for column in ("estimate", "low", "high"):
+                rows[column] = rows[column] / rows["n_heads"]
         x = rows["parameters"].to_numpy(float)
         y, low, high = (rows[c].to_numpy(float) for c in ("estimate", "low", "high"))
-        ax.errorbar(x, y, yerr=[y - low, high - y], fmt="o", color="C0", capsize=4, label="ours (95% CI)")
-        for xi, yi, name in zip(x, y, rows["model"]):
-            ax.annotate(str(name).split("-instruct")[0], (xi, yi), textcoords="offset points", xytext=(5, 5),
-                        fontsize=7)
+        out = rows["model"].isin(left_out.get(primary, set())).to_numpy()
+        for keep, face, text in ((~out, "C0", "ours (95% CI)"), (out, "white", "ours, left out of the reading")):
+            if keep.any():
+                ax.errorbar(x[keep], y[keep], yerr=[y[keep] - low[keep], high[keep] - y[keep]], fmt="o", color="C0",
+                            markerfacecolor=face, capsize=4, label=text)
+        for i, (xi, yi, name) in enumerate(zip(x, y, rows["model"])):
+            ax.annotate(str(name).split("-instruct")[0], (xi, yi), textcoords="offset points",
+                        xytext=(5, 5 if i % 2 == 0 else -11), fontsize=7)
         found = readings.set_index("primary")["reading"].get(primary)
         if found is not None:
             sesoi = float(readings.set_index("primary").loc[primary, "sesoi"])
-            lo, hi = bands.get(primary, lambda s: (-s, s))(sesoi)
-            ax.axhspan(lo, hi, color="0.85", zorder=0, label=f"within the sesoi ({sesoi:g})")
+            lo, hi = bands.get(primary, lambda s: (0.0, s))(sesoi)
+            ax.axhspan(lo, hi, color="0.85", zorder=0, label=f"short of the sesoi ({sesoi:g})")
+            ax.axhline(0 if primary not in bands else (1.0 if primary == "adjacent_jaccard_over_bound" else 0.0),
+                       color="0.5", lw=0.8)
         if primary in PAPER_MODELS:
-            ax.scatter(PAPER_MODELS["parameters"], PAPER_MODELS[primary], marker="s", color="C3",
-                       label="the paper's models (Table 1)")
+            paper = PAPER_MODELS[primary] / (PAPER_MODELS["layers"] * PAPER_MODELS["heads"]
+                                             if primary == "heads_per_step" else 1)
+            ax.scatter(PAPER_MODELS["parameters"], paper, marker="s", color="C3", label="the paper's models (Table 1)")
         ax.set_xscale("log")
         ax.set_xlabel("transformer-block parameters")
-        ax.set_title(label(primary) + (f"\n{found}" if found else ""), fontsize=9)
+        name = "heads per step, as a share of the heads" if primary == "heads_per_step" else label(primary)
+        ax.set_title(name + (f"\n{found}" if found else ""), fontsize=9)
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")

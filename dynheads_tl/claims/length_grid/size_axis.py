@@ -31,8 +31,8 @@ from dynheads_tl.analysis.statistics import paired_sign_test, wilson_interval
 from .config import PREDICTED_CONDITION, PREVIOUS_BASELINE, PREVIOUS_CONDITION
 from .pipeline import _paired, cluster_bca
 
-__all__ = ["block_parameters", "size_axis_table", "primary_status", "DESCRIPTIVE", "MASKING_PRIMARIES",
-           "CLAIM_PRIMARIES", "size_axis_verdict", "label"]
+__all__ = ["block_parameters", "size_axis_table", "primary_status", "restatus", "DESCRIPTIVE", "MASKING_PRIMARIES",
+           "CLAIM_PRIMARIES", "MIN_SPLITS", "size_axis_verdict", "label"]
 
 # What the size figure draws beside the primaries (no status): the raw adjacent-step Jaccard and heads per step
 # (the paper's Table 1 gives both per model), and the unmasked accuracy the headroom rule reads.
@@ -44,7 +44,7 @@ HEADROOM_FLOOR = 0.5
 CLAIM_PRIMARIES = {"Claim 1, dynamism": ("outside_share_static_10pct", "adjacent_jaccard_over_bound"),
                    "Claim 2, irreplaceability": ("fair_previous_step_vs_static", "predicted_vs_static"),
                    "Claim 3, predictability": ("probe_k1_vs_step_token_prior",)}
-_Z90 = 1.6448536269514722  # the normal quantile of a two-sided 90% interval
+MIN_SPLITS = 5  # the probe primary's grouped splits (preregistration.yaml scale:)
 
 
 def block_parameters(model) -> int:
@@ -68,9 +68,10 @@ def _declared() -> dict[str, dict]:
 
 
 def primary_status(primary: str, row: dict, *, alpha: float, headroom: bool = True) -> str:
-    """A model's status of one size-axis primary, by the deviation of 2026-12-06 (2): tested primaries read their p
-    and the sesoi; interval-only ones their 95% interval against the sesoi; the masking primaries 'no headroom'
-    without headroom."""
+    """A model's status of one size-axis primary, by the deviation of 2026-12-06 ((2) and (5)): tested primaries read
+    their p, the side their test found (a drop: more samples dropping more under the compared set, ``a_better`` >
+    ``b_better``; the probe: its interval, from at least :data:`MIN_SPLITS` splits) and the sesoi; interval-only ones
+    their 95% interval against the sesoi; the masking primaries 'no headroom' without headroom."""
     declared = _declared()[primary]
     sesoi = float(declared["sesoi"])
     estimate, low, high = (float(row.get(k, float("nan"))) for k in ("estimate", "low", "high"))
@@ -84,10 +85,30 @@ def primary_status(primary: str, row: dict, *, alpha: float, headroom: bool = Tr
         bar = 1 - sesoi
         return "supported" if high < bar else "not supported" if low > bar else "undetermined"
     p = float(row.get("p", float("nan")))
-    significant = math.isfinite(p) and p < alpha and low > 0  # two-sided test, in the paper's (positive) direction
+    if primary == "probe_k1_vs_step_token_prior":
+        splits = row.get("splits", float("nan"))
+        if not (isinstance(splits, (int, float)) and splits >= MIN_SPLITS):  # the file asks >= 5 grouped splits
+            return "undetermined"
+        toward = low > 0  # the corrected resampled t: its interval and its p say the same side
+    else:  # a drop: the sign test decides the side itself (more samples drop more under the compared set)
+        toward = float(row.get("a_better", 0) or 0) > float(row.get("b_better", 0) or 0)
+    significant = math.isfinite(p) and p < alpha and toward
     if significant:
         return "supported" if estimate >= sesoi else "weaker"
     return "not supported" if high < sesoi else "undetermined"
+
+
+def restatus(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (one model's :func:`size_axis_table`, as written or read back) with each primary's status recomputed
+    under the current rule, its headroom read from the unmasked-accuracy row: a file written by older code reads as
+    the file declares now (as ``rerender --results`` recomputes verdicts)."""
+    table = table.copy()
+    accuracy = table[table["primary"] == "accuracy_unmasked"]
+    headroom = bool(len(accuracy)) and accuracy["status"].iloc[0] == "headroom"
+    alpha = preregistration.alpha()
+    for index, row in table[table["kind"] == "primary"].iterrows():
+        table.loc[index, "status"] = primary_status(row["primary"], row.to_dict(), alpha=alpha, headroom=headroom)
+    return table
 
 
 def _row(primary: str, value: float, low: float, high: float, low90: float, high90: float, *, n: int, units: str,
@@ -160,8 +181,12 @@ def size_axis_table(samples: pd.DataFrame, grid: pd.DataFrame, traces, config, *
     alpha = preregistration.alpha()
     r, seed = config.n_resamples, config.seed
     unmasked = grid[grid["condition"] == "none"]["accuracy"].dropna() if len(grid) else samples["accuracy"]
-    accuracy = wilson_interval(int(unmasked.sum()), len(unmasked))
-    headroom = accuracy.high >= HEADROOM_FLOOR
+    if len(unmasked):
+        ci = wilson_interval(int(unmasked.sum()), len(unmasked))
+        accuracy = (ci.estimate, ci.low, ci.high, ci.n)
+    else:  # nothing answered unmasked: no headroom can be shown
+        accuracy = (np.nan, np.nan, np.nan, 0)
+    headroom = bool(accuracy[2] >= HEADROOM_FLOOR)
     rows = {"outside_share_static_10pct": _layout_mean(_per_layout(samples, "inside_query_focused", "activations",
                                                                    complement=True),
                                                        "outside_share_static_10pct", n_resamples=r, seed=seed),
@@ -183,9 +208,8 @@ def size_axis_table(samples: pd.DataFrame, grid: pd.DataFrame, traces, config, *
                                                   n_resamples=r, seed=seed)}
     for row in descriptive.values():
         out.append({**row, "kind": "descriptive", "status": ""})
-    out.append(_row("accuracy_unmasked", accuracy.estimate, accuracy.low, accuracy.high, np.nan, np.nan,
-                    n=accuracy.n, units="samples", test="Wilson 95% interval", kind="descriptive",
-                    status="headroom" if headroom else "no headroom"))
+    out.append(_row("accuracy_unmasked", *accuracy[:3], np.nan, np.nan, n=accuracy[3], units="samples",
+                    test="Wilson 95% interval", kind="descriptive", status="headroom" if headroom else "no headroom"))
     table = pd.DataFrame(out)
     return table.assign(model=model_name, parameters=int(parameters), n_heads=int(n_heads),
                         static_size=int(static_size))
