@@ -199,7 +199,7 @@ def write_size_axis(scale_dir: Path) -> tuple[pd.DataFrame, dict[str, str]] | No
     readings = size_readings(table)
     readings.to_csv(Path(scale_dir) / READING_FILE, index=False)
     models = table["model"].nunique()
-    fig = size_figure(table, readings, f"The size axis: five primaries across {models} models "
+    fig = size_figure(table, readings, f"The size axis: five primaries across {models} model{'s' * (models != 1)} "
                                        "(NIAH, 2,000 tokens of the essays, static sets of 10% of the heads)")
     fig.savefig(Path(scale_dir) / f"{FIGURE_STEM}.png", dpi=FIGURE_DPI, bbox_inches="tight",
                 metadata={"Software": None})
