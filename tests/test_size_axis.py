@@ -57,8 +57,10 @@ def test_a_claim_reads_all_its_primaries_and_mixed_meanings_cannot_tell():
          "models": "a", "left_out": "b"},
         {"primary": "probe_k1_vs_step_token_prior", "reading": "grows with size",
          "meaning": "the models may be too small", "models": "a b", "left_out": ""}])
-    sentences = size_axis.claim_sentences(readings, 2)
+    sentences = size_axis.claim_sentences(readings, ["a", "b"])
     assert sentences["Claim 1, dynamism"].endswith("so **the size axis cannot tell**.")
+    assert sentences["Claim 2, irreplaceability"].startswith("Claim 2, irreplaceability, across 2 of the 4 declared "
+                                                             "sizes (a, b): ")
     assert sentences["Claim 2, irreplaceability"].endswith("so **not at these sizes**.")
     assert "(without b: no headroom or no estimate)" in sentences["Claim 2, irreplaceability"]
     assert sentences["Claim 3, predictability"].endswith("so **the models may be too small**.")

@@ -121,9 +121,9 @@ def size_readings(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def claim_sentences(readings: pd.DataFrame, n_models: int) -> dict[str, str]:
+def claim_sentences(readings: pd.DataFrame, models: list[str]) -> dict[str, str]:
     """One computed sentence per claim: what its primaries' readings across sizes say (the deviation of 2026-12-06,
-    (4)), with the models it rests on."""
+    (4)), over ``models`` (every model run, in parameter order), naming any a primary leaves out."""
     total = len(preregistration.load()["scale"]["models"])
     out = {}
     for claim, primaries in CLAIM_PRIMARIES.items():
@@ -134,8 +134,7 @@ def claim_sentences(readings: pd.DataFrame, n_models: int) -> dict[str, str]:
                    else "the size axis cannot tell")
         parts = [f"{label(r.primary)} {r.reading}" + (f" (without {r.left_out}: no headroom or no estimate)"
                                                         if r.left_out else "") for r in rows.itertuples()]
-        models = next((r.models for r in rows.itertuples() if r.models), "")
-        out[claim] = (f"{claim}, across {n_models} of the {total} declared sizes ({models.replace(' ', ', ')}): "
+        out[claim] = (f"{claim}, across {len(models)} of the {total} declared sizes ({', '.join(models)}): "
                       + "; ".join(parts) + f", so **{verdict}**.")
     return out
 
@@ -198,8 +197,8 @@ def write_size_axis(scale_dir: Path) -> tuple[pd.DataFrame, dict[str, str]] | No
         return None
     readings = size_readings(table)
     readings.to_csv(Path(scale_dir) / READING_FILE, index=False)
-    models = table["model"].nunique()
-    fig = size_figure(table, readings, f"The size axis: five primaries across {models} model{'s' * (models != 1)} "
+    models = list(dict.fromkeys(table["model"]))  # in parameter order
+    fig = size_figure(table, readings, f"The size axis: five primaries across {len(models)} model{'s' * (len(models) != 1)} "
                                        "(NIAH, 2,000 tokens of the essays, static sets of 10% of the heads)")
     fig.savefig(Path(scale_dir) / f"{FIGURE_STEM}.png", dpi=FIGURE_DPI, bbox_inches="tight",
                 metadata={"Software": None})
