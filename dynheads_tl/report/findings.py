@@ -95,6 +95,11 @@ def preset_block(preset, link_prefix: str) -> str:
     where = f"{link_prefix}{preset.prefix}"
     lines = [f"**Preset `{preset.preset}`** ([its index]({where}index.html); runs the committed report keeps beside "
              "the default ones, by the same notebooks and rules; each line says the contexts it read):\n"]
+    for claim in all_claims():  # a section that sums the preset up across its models (the size axis) comes first
+        section = claim.section(preset.folder) if claim.section and preset.preset in claim.section_presets else None
+        if section is not None:
+            lines += [f"*{section.title}* ([figure]({where}{section.figure})):\n"]
+            lines += [f"- {sentence}" for sentence in section.sentences] + [""]
     for report in reports:
         found = _model_findings(report.folder, f"{where}{report.prefix}")
         if found:
