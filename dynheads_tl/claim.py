@@ -91,6 +91,8 @@ class ReportSection:
     sentences: tuple[str, ...]
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    brief: tuple[str, ...] = ()  # the sentences shortened for the README's first screen ("" parts left out)
+    about: str = ""  # what the brief sentences rest on, said once (the models read)
 
     def markdown(self) -> list[str]:
         lines = [f"## {self.title}", "", f"![{self.alt}]({self.figure})", ""]

@@ -156,5 +156,7 @@ def test_the_readmes_answer_quotes_the_size_axis_sentences_and_gives_its_models_
     (scale / "runs.json").write_text(json.dumps({"07_length_grid": {"preset": "scale", "model": "small-model"}}))
     assert settings(tmp_path) == []  # the scale runs are summed up by the size axis, not a column each
     text = answer_markdown(tmp_path, "papers_figures/")
-    assert "**The size axis** ([its index and figure](papers_figures/scale/index.html))" in text
-    assert "- Claim 1, dynamism, across 1 of the 4 declared sizes (small-model):" in text
+    assert "**The size axis** (1 of the 4 declared sizes: small-model;" in text
+    assert "(papers_figures/scale/index.html)):" in text
+    assert "- Claim 1: outside share undetermined; Jaccard over its bound undetermined: **the size axis cannot " \
+           "tell**." in text

@@ -24,7 +24,7 @@ from dynheads_tl.claim import ReportSection
 from .size_axis import CLAIM_PRIMARIES, MASKING_PRIMARIES, label, restatus
 
 __all__ = ["PAPER_MODELS", "scale_tables", "reading", "size_readings", "claim_sentences", "size_figure",
-           "write_size_axis", "READING_FILE", "FIGURE_STEM", "size_axis_section"]
+           "write_size_axis", "READING_FILE", "FIGURE_STEM", "size_axis_section", "brief_sentences"]
 
 READING_FILE = "size_axis_reading.csv"
 FIGURE_STEM = "size_axis"
@@ -139,6 +139,26 @@ def claim_sentences(readings: pd.DataFrame, models: list[str]) -> dict[str, str]
     return out
 
 
+_BRIEF = {"outside_share_static_10pct": "outside share", "adjacent_jaccard_over_bound": "Jaccard over its bound",
+          "fair_previous_step_vs_static": "D_{t-1} drop", "predicted_vs_static": "predicted-set drop",
+          "probe_k1_vs_step_token_prior": "probe gain"}
+
+
+def brief_sentences(readings: pd.DataFrame) -> dict[str, str]:
+    """:func:`claim_sentences` shortened for the README: per claim, each primary's reading in a word or two and
+    what the claim's readings say (the models are named once beside them, :class:`~dynheads_tl.claim.ReportSection`
+    ``about``)."""
+    out = {}
+    for claim, primaries in CLAIM_PRIMARIES.items():
+        rows = readings[readings["primary"].isin(primaries)]
+        full = claim_sentences(rows, [])[claim]
+        verdict = full[full.rindex("so **") + 3:]
+        parts = [f"{_BRIEF.get(r.primary, r.primary)} {str(r.reading).replace(' with size', '').replace(' across size', '')}"
+                 for r in rows.itertuples()]  # the models a primary leaves out: in the full sentences
+        out[claim] = f"{claim.split(',')[0]}: " + "; ".join(parts) + f": {verdict}"
+    return out
+
+
 def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
     """Each primary (and the raw adjacent Jaccard and heads per step) against block parameters, log scale: our models
     with 95% intervals, the sesoi as a band, the paper's models beside the measures Table 1 gives."""
@@ -216,8 +236,11 @@ def size_axis_section(output_dir: Path) -> ReportSection | None:
     if written is None:
         return None
     readings, sentences = written
+    models = list(dict.fromkeys(scale_tables(output_dir)["model"]))
+    total = len(preregistration.load()["scale"]["models"])
     rows = tuple((r.primary, r.reading, r.meaning, r.models or "–", r.statuses) for r in readings.itertuples())
     return ReportSection("The size axis", f"{FIGURE_STEM}.png", "The size axis: each primary against block parameters",
                          tuple(sentences.values()),
                          ("primary", "reading across sizes", "what it says", "models read", "each model's status"),
-                         rows)
+                         rows, brief=tuple(brief_sentences(readings).values()),
+                         about=f"{len(models)} of the {total} declared sizes: {', '.join(models)}")
