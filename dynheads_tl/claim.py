@@ -138,8 +138,9 @@ class Claim:
     primary: Primary | None = None
     committed: tuple[str, ...] = ()
     # Called by the index of every report but a model's inside another: the claim's section across that report's
-    # models (it may first write its own files there), or None where the report holds nothing for it.
-    section: Callable[[Path], ReportSection | None] | None = None
+    # models (it first writes its own files there), or None where the report holds nothing for it; called with
+    # write=False by the pages that quote it after the index was built (the README's answer, the findings).
+    section: Callable[..., ReportSection | None] | None = None
     # The committed presets whose runs the section sums up: the README's answer quotes the section's sentences for
     # them instead of giving each of their models a column (notebook 07's scale).
     section_presets: tuple[str, ...] = ()

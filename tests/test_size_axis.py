@@ -113,7 +113,9 @@ def test_the_scale_report_reads_every_models_runs_draws_the_figure_and_states_on
                                                                  small)):
         folder.mkdir(parents=True)
         table.to_csv(folder / "size_axis.csv", index=False)
-    readings, sentences = size_axis.write_size_axis(tmp_path)
+    readings, models = size_axis.write_size_axis(tmp_path)
+    assert models == ["small-model", "large-model"]
+    sentences = size_axis.claim_sentences(readings, models)
     assert (tmp_path / "size_axis.png").stat().st_size > 0 and (tmp_path / "size_axis_reading.csv").is_file()
     by = readings.set_index("primary")
     assert by.loc["outside_share_static_10pct", "reading"] == "flat across size"

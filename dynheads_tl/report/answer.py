@@ -23,13 +23,15 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from dynheads_tl import preregistration
+from dynheads_tl.claim import ReportSection
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.results import all_results, model_reports, preset_reports
+from dynheads_tl.report.results import PresetReport, all_results, model_reports, preset_reports
 from dynheads_tl.results_schema import ItemResult, Results
 from dynheads_tl.store import atomic_write_text
 
 __all__ = ["ANSWER_START", "ANSWER_END", "ANSWER_ALT", "FIGURE", "Setting", "Cell", "Row", "settings", "answer_rows",
-           "answer_markdown", "answer_figure", "update_answer", "has_answer_block", "readme_answer"]
+           "answer_markdown", "answer_figure", "update_answer", "has_answer_block", "readme_answer", "summed_presets",
+           "preset_sections"]
 
 ANSWER_START, ANSWER_END = "<!-- answer:start -->", "<!-- answer:end -->"
 FIGURE = "answer.png"  # in the report's root folder
@@ -104,7 +106,7 @@ def settings(output_dir: Path) -> list[Setting]:
     """Every column of the answer: each model's report of the default preset, then of each committed preset."""
     output_dir = Path(output_dir)
     found = []
-    summed = {preset for claim in all_claims() for preset in claim.section_presets}  # quoted by their section
+    summed = summed_presets()  # quoted by their claims' sections, not a column per model
     groups = [("default", "", output_dir)] + [(p.preset, p.prefix, p.folder) for p in preset_reports(output_dir)
                                               if p.preset not in summed]
     for preset, prefix, folder in groups:
@@ -113,6 +115,17 @@ def settings(output_dir: Path) -> list[Setting]:
             if results:
                 found.append(Setting(report.model, preset, report.folder, f"{prefix}{report.prefix}", results))
     return found
+
+
+def summed_presets() -> set[str]:
+    """The committed presets a claim's section sums up across their models (``Claim.section_presets``)."""
+    return {preset for claim in all_claims() for preset in claim.section_presets}
+
+
+def preset_sections(preset: PresetReport) -> list[ReportSection]:
+    """The sections of the claims that sum up ``preset``'s runs, read without redrawing them (the index drew them)."""
+    return [section for claim in all_claims() if claim.section and preset.preset in claim.section_presets
+            for section in [claim.section(preset.folder, write=False)] if section is not None]
 
 
 def _cell(setting: Setting, notebook: str, item: str) -> Cell:
@@ -171,9 +184,8 @@ def answer_markdown(output_dir: Path, link_prefix: str = "papers_figures/", *,
     columns = settings(output_dir) if columns is None else columns
     rows = answer_rows(columns)
     declared = preregistration.load()
-    sections = [(report.prefix, section) for report in preset_reports(Path(output_dir)) for claim in all_claims()
-                if claim.section and report.preset in claim.section_presets
-                for section in [claim.section(report.folder)] if section is not None]
+    sections = [(report.prefix, section) for report in preset_reports(Path(output_dir))
+                for section in preset_sections(report)]
     return _environment().get_template("answer.md.j2").render(
         columns=columns, rows=rows, link_prefix=link_prefix, figure=FIGURE, alt=ANSWER_ALT, sections=sections,
         has_figure=(Path(output_dir) / FIGURE).exists(), confirmatory=declared.get("confirmatory") or [],

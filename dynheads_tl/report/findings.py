@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
-from dynheads_tl.report.answer import update_answer
+from dynheads_tl.report.answer import preset_sections, update_answer
 from dynheads_tl.report.index import agreement, model_agreement
 from dynheads_tl.report.results import all_results, contexts_phrase, model_reports, preset_reports, read_runs
 from dynheads_tl.report.site import section_anchor
@@ -95,11 +95,9 @@ def preset_block(preset, link_prefix: str) -> str:
     where = f"{link_prefix}{preset.prefix}"
     lines = [f"**Preset `{preset.preset}`** ([its index]({where}index.html); runs the committed report keeps beside "
              "the default ones, by the same notebooks and rules; each line says the contexts it read):\n"]
-    for claim in all_claims():  # a section that sums the preset up across its models (the size axis) comes first
-        section = claim.section(preset.folder) if claim.section and preset.preset in claim.section_presets else None
-        if section is not None:
-            lines += [f"*{section.title}* ([figure]({where}{section.figure})):\n"]
-            lines += [f"- {sentence}" for sentence in section.sentences] + [""]
+    for section in preset_sections(preset):  # what sums the preset up across its models (the size axis) comes first
+        lines += [f"*{section.title}* ([figure]({where}{section.figure})):\n"]
+        lines += [f"- {sentence}" for sentence in section.sentences] + [""]
     for report in reports:
         found = _model_findings(report.folder, f"{where}{report.prefix}")
         if found:

@@ -18,7 +18,7 @@ from dynheads_tl import verdicts
 from dynheads_tl.claim import ReportSection
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.answer import ANSWER_ALT, FIGURE as ANSWER_FIGURE
-from dynheads_tl.report.results import (ModelReport, PresetReport, all_results, longest_context, model_reports, preset_reports, read_runs)
+from dynheads_tl.report.results import (MODELS_DIR, ModelReport, PresetReport, all_results, longest_context, model_reports, preset_reports, read_runs)
 from dynheads_tl.results_schema import ItemResult, Results
 from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, Link, notebook_order, notebook_title, output_groups,
                                      page_sections, render_page, run_meta)
@@ -338,7 +338,7 @@ class _Tables:
     @classmethod
     def read(cls, output_dir: Path) -> "_Tables":
         reports, by_model = model_table(output_dir)
-        nested = Path(output_dir).parent.name == "models"  # a model's report inside another: its report draws them
+        nested = Path(output_dir).parent.name == MODELS_DIR  # a model's report inside another: its report draws them
         sections = [] if nested else [s for s in (c.section(Path(output_dir)) for c in all_claims() if c.section) if s]
         return cls(head_score_files(output_dir), reports, by_model, preset_tables(output_dir),
                    (Path(output_dir) / ANSWER_FIGURE).is_file(), sections)

@@ -38,8 +38,8 @@ from dynheads_tl.protocols.conditions import CONDITIONS
 from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 
 __all__ = ["grid_samples", "calibration_samples", "grid_traces", "StaticSets", "static_sets", "sample_table",
-           "table1_by_length", "heatmap_data", "conditions", "calibration_probe", "masking_grid", "masking_by_length", "primary_units",
-           "cluster_bca", "prefill_share"]
+           "table1_by_length", "heatmap_data", "conditions", "calibration_probe", "masking_grid", "masking_by_length",
+           "layout_ratio", "primary_units", "cluster_bca", "prefill_share"]
 
 
 logger = logging.getLogger(__name__)
@@ -340,18 +340,25 @@ def masking_by_length(grid: pd.DataFrame, *, n_resamples: int = 2000, seed: int 
 
 
 # --- the three length primaries: one value per unit -----------------------------------------------------------
+def layout_ratio(samples: pd.DataFrame, numerator: str, denominator: str, *,
+                 complement: bool = False) -> pd.DataFrame:
+    """Per layout, ``(length, layout, value)``: the sum of :func:`sample_table`'s ``numerator`` over the layout's
+    samples divided by the sum of its ``denominator`` (1 minus that with ``complement``); a layout whose denominator
+    sums to 0 has no value and no row."""
+    by_layout = samples.groupby(["context", "layout"], sort=False).sum(numeric_only=True).reset_index()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = by_layout[numerator] / by_layout[denominator].where(by_layout[denominator] > 0)
+    return pd.DataFrame({"length": by_layout["context"].astype(int), "layout": by_layout["layout"],
+                         "value": (1 - ratio if complement else ratio).astype(float)}).dropna(subset=["value"])
+
+
 def primary_units(samples: pd.DataFrame, grid: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
     """Per primary of the ``lengths:`` section, its units ``(length, layout, value)``: the adjacent-step Jaccard of
     each layout (its samples' pairs pooled), the share of each layout's activations outside the query-focused
     static top-20, and each sample's teacher-forced D_{t-1} − static drop (nats/step; empty when the fair pair was
     not run). A layout without the quantity (no adjacent pair, no activation) has no unit."""
-    by_layout = samples.groupby(["context", "layout"], sort=False).sum(numeric_only=True).reset_index()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rotation = by_layout["adjacent_sum"] / by_layout["adjacent_pairs"].where(by_layout["adjacent_pairs"] > 0)
-        outside = 1 - by_layout["inside_query_focused"] / by_layout["activations"].where(by_layout["activations"] > 0)
-    frame = lambda values: pd.DataFrame({"length": by_layout["context"].astype(int), "layout": by_layout["layout"],
-                                         "value": values.astype(float)}).dropna(subset=["value"])
-    out = {"rotation_vs_length": frame(rotation), "outside_vs_length": frame(outside)}
+    out = {"rotation_vs_length": layout_ratio(samples, "adjacent_sum", "adjacent_pairs"),
+           "outside_vs_length": layout_ratio(samples, "inside_query_focused", "activations", complement=True)}
     pairs = (_paired(grid, PREVIOUS_CONDITION, PREVIOUS_BASELINE, "tf_drop_t1")
              if grid is not None and len(grid) and "tf_drop_t1" in grid else None)
     out["irreplaceability_vs_length"] = (

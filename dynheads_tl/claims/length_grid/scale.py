@@ -7,7 +7,8 @@ the smallest effect of interest as a band, and the paper's five models beside ou
 (the raw adjacent-step Jaccard and heads per step of Table 1).
 
 Written into the ``scale/`` report by :func:`write_size_axis` (``size_axis_reading.csv``, ``size_axis.png``) when its
-index is built (:func:`size_axis_section`, the claim's ``section``), which shows them after the answer.
+index is built (:func:`size_axis_section`, the claim's ``section``), which shows them after the answer; the README's
+answer and the findings read the same section without drawing it again (``write=False``).
 """
 from __future__ import annotations
 
@@ -121,6 +122,15 @@ def size_readings(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _claim_verdict(meanings: list[str]) -> str:
+    """What a claim's primaries' meanings say together (the deviation of 2026-12-06, (4))."""
+    if "the models may be too small" in meanings:
+        return "the models may be too small"
+    if meanings and all(m == "not at these sizes" for m in meanings):
+        return "not at these sizes"
+    return "the size axis cannot tell"
+
+
 def claim_sentences(readings: pd.DataFrame, models: list[str]) -> dict[str, str]:
     """One computed sentence per claim: what its primaries' readings across sizes say (the deviation of 2026-12-06,
     (4)), over ``models`` (every model run, in parameter order), naming any a primary leaves out."""
@@ -128,10 +138,7 @@ def claim_sentences(readings: pd.DataFrame, models: list[str]) -> dict[str, str]
     out = {}
     for claim, primaries in CLAIM_PRIMARIES.items():
         rows = readings[readings["primary"].isin(primaries)]
-        meanings = rows["meaning"].tolist()
-        verdict = ("the models may be too small" if "the models may be too small" in meanings
-                   else "not at these sizes" if meanings and all(m == "not at these sizes" for m in meanings)
-                   else "the size axis cannot tell")
+        verdict = _claim_verdict(rows["meaning"].tolist())
         parts = [f"{label(r.primary)} {r.reading}" + (f" (without {r.left_out}: no headroom or no estimate)"
                                                         if r.left_out else "") for r in rows.itertuples()]
         out[claim] = (f"{claim}, across {len(models)} of the {total} declared sizes ({', '.join(models)}): "
@@ -151,8 +158,7 @@ def brief_sentences(readings: pd.DataFrame) -> dict[str, str]:
     out = {}
     for claim, primaries in CLAIM_PRIMARIES.items():
         rows = readings[readings["primary"].isin(primaries)]
-        full = claim_sentences(rows, [])[claim]
-        verdict = full[full.rindex("so **") + 3:]
+        verdict = f"**{_claim_verdict(rows['meaning'].tolist())}**."
         parts = [f"{_BRIEF.get(r.primary, r.primary)} {str(r.reading).replace(' with size', '').replace(' across size', '')}"
                  for r in rows.itertuples()]  # the models a primary leaves out: in the full sentences
         out[claim] = f"{claim.split(',')[0]}: " + "; ".join(parts) + f": {verdict}"
@@ -207,17 +213,19 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
     return fig
 
 
-def write_size_axis(scale_dir: Path) -> tuple[pd.DataFrame, dict[str, str]] | None:
-    """Read every model's scale run, write ``size_axis_reading.csv`` and the figure (PNG and PDF) into ``scale_dir``,
-    and return (the readings, one sentence per claim); None when no scale run exists."""
+def write_size_axis(scale_dir: Path, *, write: bool = True) -> tuple[pd.DataFrame, list[str]] | None:
+    """Read every model's scale run and return (the readings, the models in parameter order); with ``write``, also
+    write ``size_axis_reading.csv`` and the figure (PNG and PDF) into ``scale_dir``. None when no scale run exists."""
     import matplotlib.pyplot as plt
 
     table = scale_tables(scale_dir)
     if table.empty:
         return None
     readings = size_readings(table)
-    readings.to_csv(Path(scale_dir) / READING_FILE, index=False)
     models = list(dict.fromkeys(table["model"]))  # in parameter order
+    if not write:
+        return readings, models
+    readings.to_csv(Path(scale_dir) / READING_FILE, index=False)
     fig = size_figure(table, readings, f"The size axis: five primaries across {len(models)} model{'s' * (len(models) != 1)} "
                                        "(NIAH, 2,000 tokens of the essays, static sets of 10% of the heads)")
     fig.savefig(Path(scale_dir) / f"{FIGURE_STEM}.png", dpi=FIGURE_DPI, bbox_inches="tight",
@@ -225,22 +233,21 @@ def write_size_axis(scale_dir: Path) -> tuple[pd.DataFrame, dict[str, str]] | No
     fig.savefig(Path(scale_dir) / f"{FIGURE_STEM}.pdf", bbox_inches="tight",
                 metadata={"CreationDate": None, "ModDate": None})
     plt.close(fig)
-    return readings, claim_sentences(readings, models)
+    return readings, models
 
 
-def size_axis_section(output_dir: Path) -> ReportSection | None:
-    """The size axis of the report in ``output_dir`` (notebook 07's ``section``): drawn afresh from its models' scale
-    runs (:func:`write_size_axis`) as the figure, one sentence per claim and each primary's reading; None where the
-    report holds no scale run (every report but the ``scale`` one)."""
-    written = write_size_axis(output_dir)
+def size_axis_section(output_dir: Path, *, write: bool = True) -> ReportSection | None:
+    """The size axis of the report in ``output_dir`` (notebook 07's ``section``), from its models' scale runs
+    (:func:`write_size_axis`; with ``write``, the figure and readings file drawn afresh): the figure, one sentence per
+    claim and each primary's reading; None where the report holds no scale run (every report but the ``scale`` one)."""
+    written = write_size_axis(output_dir, write=write)
     if written is None:
         return None
-    readings, sentences = written
-    models = list(dict.fromkeys(scale_tables(output_dir)["model"]))
+    readings, models = written
     total = len(preregistration.load()["scale"]["models"])
     rows = tuple((r.primary, r.reading, r.meaning, r.models or "–", r.statuses) for r in readings.itertuples())
     return ReportSection("The size axis", f"{FIGURE_STEM}.png", "The size axis: each primary against block parameters",
-                         tuple(sentences.values()),
+                         tuple(claim_sentences(readings, models).values()),
                          ("primary", "reading across sizes", "what it says", "models read", "each model's status"),
                          rows, brief=tuple(brief_sentences(readings).values()),
                          about=f"{len(models)} of the {total} declared sizes: {', '.join(models)}")

@@ -29,7 +29,7 @@ from dynheads_tl.analysis.probes import lead_differences, lead_probe_table
 from dynheads_tl.analysis.statistics import paired_sign_test, wilson_interval
 
 from .config import PREDICTED_CONDITION, PREVIOUS_BASELINE, PREVIOUS_CONDITION
-from .pipeline import _paired, cluster_bca
+from .pipeline import _paired, cluster_bca, layout_ratio
 
 __all__ = ["block_parameters", "size_axis_table", "primary_status", "restatus", "DESCRIPTIVE", "MASKING_PRIMARIES",
            "CLAIM_PRIMARIES", "MIN_SPLITS", "size_axis_verdict", "label"]
@@ -131,13 +131,6 @@ def _layout_mean(values: pd.DataFrame, primary: str, *, n_resamples: int, seed: 
                 test="BCa bootstrap 95% interval over layouts")
 
 
-def _per_layout(samples: pd.DataFrame, numerator: str, denominator: str, *, complement: bool = False) -> pd.DataFrame:
-    by_layout = samples.groupby("layout", sort=False).sum(numeric_only=True).reset_index()
-    keep = by_layout[denominator] > 0
-    ratio = by_layout.loc[keep, numerator] / by_layout.loc[keep, denominator]
-    return pd.DataFrame({"layout": by_layout.loc[keep, "layout"], "value": 1 - ratio if complement else ratio})
-
-
 def _drop(grid: pd.DataFrame, condition: str, primary: str, *, n_resamples: int, seed: int) -> dict:
     pairs = _paired(grid, condition, PREVIOUS_BASELINE, "tf_drop_t1").reset_index(drop=True) \
         if len(grid) and condition in set(grid["condition"]) else pd.DataFrame()
@@ -187,10 +180,10 @@ def size_axis_table(samples: pd.DataFrame, grid: pd.DataFrame, traces, config, *
     else:  # nothing answered unmasked: no headroom can be shown
         accuracy = (np.nan, np.nan, np.nan, 0)
     headroom = bool(accuracy[2] >= HEADROOM_FLOOR)
-    rows = {"outside_share_static_10pct": _layout_mean(_per_layout(samples, "inside_query_focused", "activations",
+    rows = {"outside_share_static_10pct": _layout_mean(layout_ratio(samples, "inside_query_focused", "activations",
                                                                    complement=True),
                                                        "outside_share_static_10pct", n_resamples=r, seed=seed),
-            "adjacent_jaccard_over_bound": _layout_mean(_per_layout(samples, "bound_ratio_sum", "bound_pairs"),
+            "adjacent_jaccard_over_bound": _layout_mean(layout_ratio(samples, "bound_ratio_sum", "bound_pairs"),
                                                         "adjacent_jaccard_over_bound", n_resamples=r, seed=seed),
             "fair_previous_step_vs_static": _drop(grid, PREVIOUS_CONDITION, "fair_previous_step_vs_static",
                                                   n_resamples=r, seed=seed),
@@ -202,9 +195,9 @@ def size_axis_table(samples: pd.DataFrame, grid: pd.DataFrame, traces, config, *
         row.update(sesoi=float(declared["sesoi"]), direction=str(declared["paper_direction"]).split(" ")[0],
                    status=primary_status(primary, row, alpha=alpha, headroom=headroom), kind="primary")
         out.append(row)
-    descriptive = {"jaccard_adjacent": _layout_mean(_per_layout(samples, "adjacent_sum", "adjacent_pairs"),
+    descriptive = {"jaccard_adjacent": _layout_mean(layout_ratio(samples, "adjacent_sum", "adjacent_pairs"),
                                                     "jaccard_adjacent", n_resamples=r, seed=seed),
-                   "heads_per_step": _layout_mean(_per_layout(samples, "activations", "steps"), "heads_per_step",
+                   "heads_per_step": _layout_mean(layout_ratio(samples, "activations", "steps"), "heads_per_step",
                                                   n_resamples=r, seed=seed)}
     for row in descriptive.values():
         out.append({**row, "kind": "descriptive", "status": ""})
