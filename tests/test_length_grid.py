@@ -240,6 +240,72 @@ def test_a_length_past_the_models_window_fails_before_any_model_work():
         LengthGridConfig.from_params({"lengths": [1000, 9000]})
 
 
+def test_up_to_context_leaves_out_the_lengths_past_the_window_and_refuses_a_grid_with_none_left():
+    # SmolLM2's window is 8,192 tokens: 8,000 fits with the prompt and 40 new tokens, 9,000 does not
+    config = LengthGridConfig.from_params({"lengths": [1000, 9000, 8000], "up_to_context": True})
+    assert config.grid_lengths() == [1000, 8000] and config.lengths_beyond_window() == [9000]
+    assert config.context_lengths() == {"NIAH": [1000, 8000]} and config.context_window() == 8192
+    with pytest.raises(ValueError, match=r"up_to_context, at least one length must fit .* 8,192 tokens"):
+        LengthGridConfig.from_params({"lengths": [9000, 16000], "up_to_context": True})
+    # the long preset: SmolLM2 stops at 8k, Gemma 3 (32,768 tokens) runs every length to 32k
+    long = length_grid.CLAIM.preset("long")
+    assert LengthGridConfig.from_params(long).lengths_beyond_window() == [16000, 32000]
+    gemma = LengthGridConfig.from_params({**long, "model": "gemma-3-270m"})
+    assert gemma.grid_lengths() == [1000, 2000, 4000, 8000, 16000, 32000] and not gemma.lengths_beyond_window()
+
+
+def _masked_grid(accuracy: dict[int, list[int]]) -> pd.DataFrame:
+    """A masking grid with the fair pair on every sample: unmasked accuracy as given per length, and a D_{t-1} −
+    static drop that grows by 0.1 per doubling."""
+    rows = []
+    for length, answers in accuracy.items():
+        for j, right in enumerate(answers):
+            keys = {"context": length, "layout": f"{length}|{j}", "depth": 0.5, "run": j}
+            drop = 0.1 * np.log2(length / 1000) + 0.01 * j
+            rows += [{**keys, "condition": "none", "accuracy": right, "tf_drop_t1": 0.0},
+                     {**keys, "condition": "previous_step", "accuracy": right, "tf_drop_t1": 0.5 + drop},
+                     {**keys, "condition": "static_previous", "accuracy": right, "tf_drop_t1": 0.5}]
+    return pd.DataFrame(rows)
+
+
+def test_a_length_without_headroom_leaves_the_masking_slope_and_is_said_to(tmp_path):
+    grid = _masked_grid({1000: [1] * 6, 2000: [1, 1, 1, 0, 0, 0], 4000: [0] * 6, 8000: [1, 0, 0, 0, 0, 0]})
+    headroom = length_grid.headroom_by_length(grid).set_index("length")
+    # Wilson 95% upper bounds: 6/6 and 3/6 clear 0.5; 0/6 is no right answer; 1/6's upper bound 0.56 clears 0.5
+    assert headroom["headroom"].to_dict() == {1000: True, 2000: True, 4000: False, 8000: True}
+    assert headroom.loc[4000, "n"] == 6 and headroom.loc[8000, "high"] == pytest.approx(0.5635, abs=1e-3)
+    samples = pd.DataFrame([{"context": c, "layout": f"{c}|{j}", "adjacent_sum": 1.0, "adjacent_pairs": 2.0,
+                             "inside_query_focused": 1.0, "activations": 2.0} for c in (1000, 2000, 4000, 8000)
+                            for j in range(6)])
+    units = primary_units(samples, grid, headroom.reset_index())
+    assert sorted(units["irreplaceability_vs_length"]["length"].unique()) == [1000, 2000, 8000]
+    assert sorted(units["rotation_vs_length"]["length"].unique()) == [1000, 2000, 4000, 8000]
+    table = trend_table(units, n_resamples=200, headroom=headroom.reset_index(), beyond_window=[16000, 32000],
+                        context_window=8192).set_index("primary")
+    assert table.loc["irreplaceability_vs_length", "lengths_no_headroom"] == "4000"
+    assert table.loc["rotation_vs_length", "lengths_no_headroom"] == ""
+    assert table.loc["irreplaceability_vs_length", "slope_per_doubling"] == pytest.approx(0.1, abs=0.01)
+    verdict = length_grid.trend_verdict(table.reset_index(), "m", "essays")
+    assert verdict.quote("irreplaceability_vs_length")[0].endswith(
+        "(4,000 tokens left out: no headroom, the unmasked accuracy's Wilson 95% upper bound below 0.5 or no right "
+        "answer).")
+    assert verdict.quote("beyond_window") == ["The grid stops short of 16,000, 32,000 tokens: m's context window "
+                                              "(8,192 tokens) cannot hold them with the prompt and the answer, so "
+                                              "they are left out."]
+    # the index's Beyond 7 row reads both from the CSV
+    table.reset_index().to_csv(tmp_path / "length_trends.csv", index=False)
+    headline = length_grid.report._trend_headline(tmp_path)
+    assert "no headroom at 4,000 tokens, left out" in headline
+    assert headline.endswith("grid stops at 8,000 tokens: 16,000, 32,000 tokens beyond the model's 8,192-token window")
+    # with no length left with headroom the masking slope is not tested, and the verdict says why
+    none = length_grid.headroom_by_length(_masked_grid({1000: [0] * 6, 2000: [0] * 6}))
+    assert not none["headroom"].any()
+    units = primary_units(samples, _masked_grid({1000: [0] * 6, 2000: [0] * 6}), none)
+    table = trend_table(units, n_resamples=200, headroom=none)
+    assert "not tested (no length with headroom) (1,000, 2,000 tokens left out" in length_grid.trend_verdict(table, "m", "essays")
+    assert not length_grid.trend_verdict(table, "m", "essays").quote("beyond_window")
+
+
 @pytest.mark.parametrize("params, message", [
     ({"depths": [0.5, 1.5]}, "depths"),
     ({"lengths": [1000, 1000]}, "must not repeat"),

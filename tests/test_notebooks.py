@@ -512,9 +512,17 @@ def test_kv_retention_notebook_runs_with_tiny_parameters(smoke):
 def test_length_grid_notebook_runs_with_tiny_parameters(smoke):
     run = smoke("07_length_grid")
     folder = run.figures
-    for name in ("table1_by_length", "fig2_by_length", "length_trends", "window_layers"):
+    for name in ("table1_by_length", "fig2_by_length", "length_headroom", "length_trends", "window_layers"):
         for ext in ("csv", "md", "config.json"):
             assert (folder / f"{name}.{ext}").exists()
+    # headroom per length beside the slopes (deviation of 2026-12-06): one row per length of the masking runs
+    headroom = pd.read_csv(folder / "length_headroom.csv")
+    runs = pd.read_csv(folder / "masking_runs.csv")
+    unmasked = runs[runs["condition"] == "none"].groupby("context")["accuracy"]
+    assert headroom.set_index("length")["n"].to_dict() == unmasked.size().to_dict()
+    assert headroom.set_index("length")["accuracy"].to_dict() == pytest.approx(unmasked.mean().to_dict())
+    trends = pd.read_csv(folder / "length_trends.csv", keep_default_na=False)
+    assert {"lengths_no_headroom", "lengths_beyond_window", "context_window"} <= set(trends.columns)
     # SmolLM2 has no sliding-window layer: the exploratory analysis says so in one computed sentence and is skipped
     layers = pd.read_csv(folder / "window_layers.csv")
     assert len(layers) == 30 and set(layers["kind"]) == {"global"}

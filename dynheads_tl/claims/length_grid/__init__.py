@@ -9,7 +9,8 @@ BCa over layouts resampled within each length, Holm over the three.
 
 Presets (docs/notebooks.md gives their times, estimated until measured on a quiet hour): default 1k and 2k tokens x
 depths 0, 0.25, 0.5, 0.75, 1 x one run per cell (sized for the whole default report to fit in an hour on a 2-core
-CPU); ``long`` the pre-registered 1k, 2k, 4k, 8k x 0, 0.25, 0.5, 0.75, 1 x two runs; ``smoke`` a tiny grid for tests.
+CPU); ``long`` the pre-registered 1k, 2k, 4k, 8k, and 16k and 32k where the model's window allows, x 0, 0.25, 0.5, 0.75,
+1 x two runs; ``smoke`` a tiny grid for tests.
 """
 from .config import *  # noqa: F401,F403 (the notebook's API: config, pipeline, figures, trend test and report part)
 from .pipeline import *  # noqa: F401,F403

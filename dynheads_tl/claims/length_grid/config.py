@@ -72,8 +72,10 @@ class LengthGridConfig(NotebookConfig):
 
     haystack: str = param("essays", "essays (the needle-in-a-haystack essays of the data package), prose, "
                                     "folder:PATH (.txt files) or filler (the easy control)", _haystack)
-    lengths: list[int] = param([1000, 2000], "context tokens per row of the grid (the long preset: 1000, 2000, 4000, 8000)",
-                               all_of(integer_list(minimum=16), _distinct))
+    lengths: list[int] = param([1000, 2000], "context tokens per row of the grid (the long preset: 1000 to 32000, "
+                                             "up to the model's window)", all_of(integer_list(minimum=16), _distinct))
+    up_to_context: bool = param(False, "leave out the lengths the model's context window cannot hold (with the prompt "
+                                       "and max_new_tokens) and say so, instead of refusing them (the long preset)")
     depths: list[float] = param([0.0, 0.25, 0.5, 0.75, 1.0], "needle depths: 0 is the start of the context, 1 its end",
                                 all_of(fraction_list, _distinct))
     runs_per_cell: int = param(1, "samples per (length, depth); the runs of one length differ in haystack offset",
@@ -116,11 +118,35 @@ class LengthGridConfig(NotebookConfig):
     def haystack_label(self) -> str:
         return f"{self.haystack} (the easy control)" if self.easy_control else self.haystack
 
+    def context_window(self) -> int:
+        """The model's context window in tokens, read from its config (no model loaded)."""
+        return model_context_window(self.model)
+
+    def grid_lengths(self) -> list[int]:
+        """The lengths the grid runs, in the order given: every one of ``lengths``, or with ``up_to_context`` those
+        that the model's window holds with the prompt and ``max_new_tokens`` (:meth:`lengths_beyond_window` the
+        others)."""
+        if not self.up_to_context:
+            return [int(x) for x in self.lengths]
+        largest = check_context_fits(None, self.max_new_tokens, self.context_window())
+        return [int(x) for x in self.lengths if x <= largest]
+
+    def lengths_beyond_window(self) -> list[int]:
+        """The lengths of ``lengths`` the grid leaves out (``up_to_context``): the model's window cannot hold them."""
+        kept = set(self.grid_lengths())
+        return [int(x) for x in self.lengths if x not in kept]
+
     def context_lengths(self) -> dict[str, list[int]]:
-        return {"NIAH": sorted(set(self.lengths))}
+        return {"NIAH": sorted(set(self.grid_lengths()))}
 
     def check_inputs(self) -> None:
         """The haystack, and every length against the model's context window (read from its config, no model
-        loaded), before any model work."""
+        loaded), before any model work: with ``up_to_context`` at least one length must fit."""
         check_haystack(self.haystack)
-        check_context_fits(self.lengths, self.max_new_tokens, model_context_window(self.model), name="lengths")
+        window = self.context_window()
+        if self.up_to_context and not self.grid_lengths():
+            largest = check_context_fits(None, self.max_new_tokens, window)
+            raise ValueError(f"Parameter 'lengths' {list(self.lengths)!r}: with up_to_context, at least one length must "
+                             f"fit the model's context window of {window:,} tokens with the prompt and "
+                             f"max_new_tokens={self.max_new_tokens}; the largest that fits is about {largest:,}.")
+        check_context_fits(self.grid_lengths(), self.max_new_tokens, window, name="lengths")

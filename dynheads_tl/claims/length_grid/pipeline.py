@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dynheads_tl import preregistration
 from dynheads_tl.analysis.head_probe import next_step_probe
 from dynheads_tl.analysis.scoring import adjacent_counts, bound_ratio_counts, static_retrieval_scores, static_top_k
 from dynheads_tl.analysis.statistics import bootstrap_interval, paired_sign_test, wilson_interval
@@ -39,7 +40,7 @@ from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 
 __all__ = ["grid_samples", "calibration_samples", "grid_traces", "StaticSets", "static_sets", "sample_table",
            "table1_by_length", "heatmap_data", "conditions", "calibration_probe", "masking_grid", "masking_by_length",
-           "layout_ratio", "primary_units", "cluster_bca", "prefill_share"]
+           "layout_ratio", "headroom_by_length", "primary_units", "cluster_bca", "prefill_share"]
 
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def grid_samples(model, config: LengthGridConfig) -> list[tuple[dict, Sample]]:
     """Every cell's samples as (cell, sample), by length, then run, then depth (so the rows sharing a haystack
     prefix sit together); a cell is ``{"context", "depth", "run", "haystack_offset", "layout"}``."""
     out, index = [], 0
-    for length in config.lengths:
+    for length in config.grid_lengths():
         for run in range(config.runs_per_cell):
             offset = _offset(config, length, run)
             for depth in config.depths:
@@ -71,7 +72,7 @@ def grid_samples(model, config: LengthGridConfig) -> list[tuple[dict, Sample]]:
 
 def calibration_samples(model, config: LengthGridConfig) -> list[Sample]:
     """The static sets' calibration split: random depths and offsets, lengths cycling over the grid's."""
-    return make_niah_samples(model.tokenizer, n=config.n_calibration, context_tokens=list(config.lengths),
+    return make_niah_samples(model.tokenizer, n=config.n_calibration, context_tokens=config.grid_lengths(),
                              seed=SEEDS["length_calibration"] + config.seed, haystack=config.haystack,
                              random_layout=True, max_offset=config.max_offset, max_new_tokens=config.max_new_tokens,
                              max_tokens=int(model.cfg.n_ctx))
@@ -81,7 +82,7 @@ def grid_traces(model, config: LengthGridConfig, cells: list[tuple[dict, Sample]
     """Each grid sample traced (Eq. 1 sets at every step), cached per sample; one call per length, so a batch holds
     rows of one length (their haystack prefixes shared)."""
     traces: list[Trace] = []
-    for length in config.lengths:
+    for length in config.grid_lengths():
         samples = [sample for cell, sample in cells if cell["context"] == length]
         spec = {"task": "niah", "split": "length_grid", "haystack": config.haystack, "context_tokens": int(length),
                 "seed": SEEDS["length_grid"] + config.seed}
@@ -121,7 +122,7 @@ def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace
 
     samples = calibration_samples(model, config)
     spec = {"task": "niah", "split": "length_calibration", "haystack": config.haystack,
-            "lengths": [int(x) for x in config.lengths], "seed": SEEDS["length_calibration"] + config.seed}
+            "lengths": config.grid_lengths(), "seed": SEEDS["length_calibration"] + config.seed}
     traces = collect_traces(model, samples, config.trace_config("niah"), spec, use_cache=config.use_cache,
                             batch_size=config.trace_batch_size, desc="length grid calibration")
     try:
@@ -352,15 +353,38 @@ def layout_ratio(samples: pd.DataFrame, numerator: str, denominator: str, *,
                          "value": (1 - ratio if complement else ratio).astype(float)}).dropna(subset=["value"])
 
 
-def primary_units(samples: pd.DataFrame, grid: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
+def headroom_by_length(grid: pd.DataFrame | None, floor: float | None = None) -> pd.DataFrame:
+    """Per length of the masking runs, the unmasked accuracy with its Wilson 95% interval and whether the length
+    has headroom (preregistration.yaml, deviation of 2026-12-06): its upper bound reaches ``floor`` (Fig 2's
+    headroom_floor, read from the file when None) and its estimate is above 0. Empty without masking runs."""
+    floor = float(preregistration.item_rule("irreplaceability", "Fig 2")["headroom_floor"]) if floor is None else floor
+    columns = ["length", "accuracy", "low", "high", "n", "headroom"]
+    if grid is None or not len(grid):
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for length in sorted(grid["context"].unique()):
+        values = grid[(grid["context"] == length) & (grid["condition"] == "none")]["accuracy"].dropna()
+        if not len(values):
+            continue
+        ci = wilson_interval(int(values.sum()), len(values))
+        rows.append({"length": int(length), "accuracy": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n,
+                     "headroom": bool(ci.high >= floor and ci.estimate > 0)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def primary_units(samples: pd.DataFrame, grid: pd.DataFrame | None,
+                  headroom: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """Per primary of the ``lengths:`` section, its units ``(length, layout, value)``: the adjacent-step Jaccard of
     each layout (its samples' pairs pooled), the share of each layout's activations outside the query-focused
     static top-20, and each sample's teacher-forced D_{t-1} − static drop (nats/step; empty when the fair pair was
-    not run). A layout without the quantity (no adjacent pair, no activation) has no unit."""
+    not run), the last at the lengths with headroom only when ``headroom`` (:func:`headroom_by_length`) is given.
+    A layout without the quantity (no adjacent pair, no activation) has no unit."""
     out = {"rotation_vs_length": layout_ratio(samples, "adjacent_sum", "adjacent_pairs"),
            "outside_vs_length": layout_ratio(samples, "inside_query_focused", "activations", complement=True)}
     pairs = (_paired(grid, PREVIOUS_CONDITION, PREVIOUS_BASELINE, "tf_drop_t1")
              if grid is not None and len(grid) and "tf_drop_t1" in grid else None)
+    if pairs is not None and headroom is not None and len(headroom):
+        pairs = pairs[pairs["context"].isin(headroom.loc[headroom["headroom"].astype(bool), "length"])]
     out["irreplaceability_vs_length"] = (
         pd.DataFrame({"length": pairs["context"].astype(int), "layout": pairs["layout"],
                       "value": (pairs["a"] - pairs["b"]).astype(float)}) if pairs is not None and len(pairs)

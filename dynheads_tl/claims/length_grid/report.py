@@ -5,7 +5,8 @@ sentences, and the index rows.
 Presets. The default grid is meant to keep the whole default report within an hour from an empty cache on a 2-core
 CPU: 1k and 2k tokens x depths 0, 0.25, 0.5, 0.75, 1 x one run per cell (5 layouts per length, the fewest a length
 trend is tested on); docs/notebooks.md gives its time (an estimate until measured on a quiet hour). ``long`` is the
-pre-registered grid, 1k, 2k, 4k and 8k tokens x depths 0, 0.25, 0.5, 0.75, 1 x two runs per cell; ``smoke`` is a
+pre-registered grid, 1k, 2k, 4k and 8k tokens, then 16k and 32k where the model's window allows (deviation of
+2026-12-06) x depths 0, 0.25, 0.5, 0.75, 1 x two runs per cell; ``smoke`` is a
 tiny grid for tests; ``paper`` the paper's lengths on Llama-3.1-8B.
 """
 from __future__ import annotations
@@ -23,13 +24,21 @@ from .trend import holm_family, slope_reading, slope_test
 from .scale import size_axis_section
 from .window import LayerKinds, window_verdict
 
-__all__ = ["MIN_LAYOUTS_PER_LENGTH", "declared", "trend_table", "trend_verdict", "table1_status", "fig2_status", "table1_statuses",
-           "fig2_statuses", "claim1_verdict", "claim2_verdict", "CLAIM"]
+__all__ = ["MIN_LAYOUTS_PER_LENGTH", "HEADROOM_PRIMARIES", "headroom_floor", "declared", "trend_table", "trend_verdict",
+           "window_sentence", "table1_status", "fig2_status", "table1_statuses", "fig2_statuses", "claim1_verdict",
+           "claim2_verdict", "CLAIM"]
 
 
 # A slope is tested only when every length has at least this many layouts: a bootstrap within fewer clusters gives
 # an interval too narrow to trust (claim 2 asks the same minimum of its comparisons).
 MIN_LAYOUTS_PER_LENGTH = 5
+# The length primaries that read a masking drop: they keep only the lengths with headroom (deviation of 2026-12-06).
+HEADROOM_PRIMARIES = ("irreplaceability_vs_length",)
+
+
+def headroom_floor() -> float:
+    """The unmasked accuracy a length needs to have headroom: Fig 2's declared headroom_floor."""
+    return float(preregistration.item_rule("irreplaceability", "Fig 2")["headroom_floor"])
 
 
 def declared() -> dict:
@@ -37,13 +46,21 @@ def declared() -> dict:
     return preregistration.lengths()
 
 
-def trend_table(units: dict[str, pd.DataFrame], *, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+def trend_table(units: dict[str, pd.DataFrame], *, n_resamples: int = 2000, seed: int = 0,
+                headroom: pd.DataFrame | None = None, beyond_window: list[int] | tuple = (),
+                context_window: int | None = None) -> pd.DataFrame:
     """Each declared length primary (in the file's order): its slope per doubling of the context with the BCa 95%
     interval (layouts resampled within each length), the 90% interval its TOST reads, the p-value, the Holm-adjusted
     p over the primaries that could be computed, and the reading (:func:`~.trend.slope_reading` at the declared
-    sesoi). A primary without units (the fair pair not run) is reported as not run and leaves the family."""
+    sesoi). A primary without units (the fair pair not run) is reported as not run and leaves the family.
+
+    What the grid left out, as columns (preregistration.yaml, deviation of 2026-12-06): ``lengths_no_headroom``, the
+    lengths the masking primary leaves out for want of headroom (``headroom``: :func:`~.pipeline.headroom_by_length`),
+    and ``lengths_beyond_window`` with ``context_window``, the lengths the model's window could not hold."""
     section = declared()
     alpha = float(section["alpha"])
+    no_headroom = ([] if headroom is None or not len(headroom) else
+                   [int(x) for x in headroom.loc[~headroom["headroom"].astype(bool), "length"]])
     rows, slopes = [], []
     for primary in section["primaries"]:
         frame = units.get(primary["id"], pd.DataFrame(columns=["length", "layout", "value"]))
@@ -54,7 +71,10 @@ def trend_table(units: dict[str, pd.DataFrame], *, n_resamples: int = 2000, seed
                      "low": slope.low, "high": slope.high, "tost_low": slope.tost_low, "tost_high": slope.tost_high,
                      "p": slope.p, "sesoi": float(primary["sesoi"]), "n_units": slope.n, "n_layouts": slope.layouts,
                      "n_lengths": slope.lengths, "lengths": " ".join(str(int(x)) for x in sorted(frame["length"].unique())),
-                     "degenerate": slope.degenerate})
+                     "degenerate": slope.degenerate,
+                     "lengths_no_headroom": " ".join(map(str, no_headroom)) if primary["id"] in HEADROOM_PRIMARIES else "",
+                     "lengths_beyond_window": " ".join(str(int(x)) for x in beyond_window),
+                     "context_window": context_window})
         slopes.append(slope)
     table = pd.DataFrame(rows)
     table["p_holm"] = holm_family(table["p"].tolist())
@@ -82,22 +102,53 @@ def _resolving(row) -> str:
     return f"; about {need:,} layouts would resolve the observed slope" if need else ""
 
 
+def _int_list(value) -> list[int]:
+    """A column of space-separated lengths as ints (a file from before the column, or an empty cell: none)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return []
+    return [int(float(x)) for x in str(value).split()]
+
+
+def _tokens(lengths: list[int]) -> str:
+    return ", ".join(f"{x:,}" for x in lengths) + " tokens"
+
+
+def window_sentence(table: pd.DataFrame, model: str) -> str:
+    """Where the grid stops because the model's context window ends (``up_to_context``); empty when it left nothing
+    out."""
+    if not len(table) or "lengths_beyond_window" not in table:
+        return ""
+    beyond = _int_list(table["lengths_beyond_window"].iloc[0])
+    if not beyond:
+        return ""
+    window = table["context_window"].iloc[0]
+    window_text = f" ({int(window):,} tokens)" if window == window and window is not None else ""
+    return (f"The grid stops short of {_tokens(beyond)}: {model}'s context window{window_text} cannot hold them with "
+            "the prompt and the answer, so they are left out.")
+
+
 def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> Verdict:
     """One computed sentence per length primary: what the slope per doubling is, on which model, lengths and data,
     and whether it changes with length (Holm over the primaries computed, BCa interval), is flat within its sesoi
-    (TOST), or cannot be told."""
-    sentences = []
+    (TOST), or cannot be told; the lengths a masking slope leaves out for want of headroom, and those beyond the
+    model's window (deviation of 2026-12-06)."""
+    sentences = [("beyond_window", window_sentence(table, model))]
     for r in table.itertuples():
         what = _PHRASES.get(r.primary, r.measure)
+        no_headroom = _int_list(getattr(r, "lengths_no_headroom", None))
+        left = (f" ({_tokens(no_headroom)} left out: no headroom, the unmasked accuracy's Wilson 95% upper bound below "
+                f"{headroom_floor():g} or no right answer)") if no_headroom else ""
         if r.reading == "not tested":
-            if r.n_units == 0 and r.primary == "irreplaceability_vs_length":
+            if r.n_units == 0 and r.primary in HEADROOM_PRIMARIES and no_headroom:
+                reason = "no length with headroom"
+            elif r.n_units == 0 and r.primary in HEADROOM_PRIMARIES:
                 reason = "the fair masking pair was not run"
             elif r.n_units == 0:
                 reason = "no layout has the quantity: no answer had an Eq. 1 activation"
             else:
                 reason = (f"{int(r.n_layouts)} layouts with the quantity over {int(r.n_lengths)} length(s): a slope "
                           f"needs two lengths with at least {MIN_LAYOUTS_PER_LENGTH} layouts each")
-            sentences.append((r.primary, f"Length trend of {what}: not tested ({reason})."))
+            sentences.append((r.primary, f"Length trend of {what}: not tested ({reason}){left}."))
             continue
         lengths = [int(x) for x in str(r.lengths).split()]
         where = _setting(model, haystack, lengths, f"{int(r.n_layouts)} layouts ({int(r.n_units)} units)")
@@ -109,8 +160,9 @@ def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> Verdict:
                    "flat within the sesoi": (f"**flat with length within ±{r.sesoi:g}** (TOST: the 90% interval "
                                              f"[{r.tost_low:+.3f}, {r.tost_high:+.3f}] lies inside; {numbers})"),
                    "undetermined": f"**cannot be told** to change or stay flat ({numbers}{_resolving(r)})"}[r.reading]
-        sentences.append((r.primary, f"On {where}, {what} {reading}."))
-    return Verdict(*sentences, declared=("rotation_vs_length", "outside_vs_length", "irreplaceability_vs_length"))
+        sentences.append((r.primary, f"On {where}, {what} {reading}{left}."))
+    return Verdict(*sentences, declared=("beyond_window", "rotation_vs_length", "outside_vs_length",
+                                         "irreplaceability_vs_length"))
 
 
 # --- per-length statuses, by the rules the pre-registration file declares for Table 1 and Fig 2 ------------------
@@ -311,11 +363,22 @@ def _fig2_row_status(folder: Path) -> Status:
 
 
 def _trend_headline(folder: Path) -> str:
+    """Each length primary's slope (or why it was not tested), the lengths a masking slope left out for want of
+    headroom, and where the grid stops because the model's window ends."""
     frame = pd.read_csv(folder / "length_trends.csv")
-    return "; ".join(f"{r.primary}: " + (f"not tested (n = {int(r.n_layouts)} layouts)" if r.reading == "not tested" else
-                     f"{ci_text(r.slope_per_doubling, r.low, r.high, digits=3, signed=True)}/doubling, "
-                     f"Holm p = {r.p_holm:.3g} ({r.reading}; n = {int(r.n_layouts)} layouts at {r.lengths} tokens)")
-                     for r in frame.itertuples())
+    parts = []
+    for r in frame.itertuples():
+        no_headroom = _int_list(getattr(r, "lengths_no_headroom", None))
+        left = f"; no headroom at {_tokens(no_headroom)}, left out" if no_headroom else ""
+        parts.append(f"{r.primary}: " + (f"not tested (n = {int(r.n_layouts)} layouts{left})" if r.reading == "not tested"
+                     else f"{ci_text(r.slope_per_doubling, r.low, r.high, digits=3, signed=True)}/doubling, "
+                     f"Holm p = {r.p_holm:.3g} ({r.reading}; n = {int(r.n_layouts)} layouts at {r.lengths} tokens{left})"))
+    beyond = _int_list(frame["lengths_beyond_window"].iloc[0]) if "lengths_beyond_window" in frame and len(frame) else []
+    if beyond:
+        window = frame["context_window"].iloc[0]
+        run = max((x for value in frame["lengths"] for x in _int_list(value)), default=0)
+        parts.append(f"grid stops at {run:,} tokens: {_tokens(beyond)} beyond the model's {int(window):,}-token window")
+    return "; ".join(parts)
 
 
 def _trend_status(folder: Path) -> Status:
@@ -373,8 +436,9 @@ CLAIM = Claim(
                   "size_axis": True, "static_share": 0.1, "n_splits": 2, "probe_epochs": 5, "probe_hidden": [32]},
         # The pre-registered grid (preregistration.yaml, lengths:): 1k-8k tokens x 5 depths, 2 runs per cell. 16 rows
         # per masking batch: at 8k a SmolLM2 row keeps about 360 MiB of keys and values, so 32 rows would need 11 GiB.
-        "long": {"lengths": [1000, 2000, 4000, 8000], "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "runs_per_cell": 2,
-                 "n_calibration": 8, "batch_size": 16},
+        # Since the deviation of 2026-12-06: on to 16k and 32k where the model's window allows (up_to_context).
+        "long": {"lengths": [1000, 2000, 4000, 8000, 16000, 32000], "up_to_context": True,
+                 "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "runs_per_cell": 2, "n_calibration": 8, "batch_size": 16},
         # The size axis (preregistration.yaml scale: and its deviation of 2026-12-06): one length, 5 depths x 6 runs
         # (30 layouts), static sets of 10% of the heads, the five primaries; run on every embedded model.
         "scale": {"lengths": [2000], "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "runs_per_cell": 6, "n_calibration": 12,
