@@ -233,3 +233,25 @@ def test_beyond5_rule_on_hand_built_numbers(difference, low, high, sign_p, wrong
     row = pd.Series({"difference": difference, "low": low, "high": high, "sign_p": sign_p, "wrong": wrong,
                      "right": 72})
     assert error_rule(row, sesoi=0.02, alpha=0.05, min_per_class=10) == status
+
+
+def test_too_few_of_one_class_scores_nothing_trained_and_the_verdict_says_so_instead_of_failing():
+    # 12 wrong and 1 right: no fold can hold a right answer on both sides (the real dev set at a smoke preset's n)
+    traces, _ = _planted(13, seed=0)
+    labels = np.array([1] * 12 + [0])
+    names = ["NIAH prose 300"] * 13
+    scores = es.out_of_fold_scores(traces, labels, static_k=2, n_folds=5, seed=0, settings=names)
+    assert all(np.isnan(scores[group]).all() for group in es.POOLED_GROUPS)
+    assert np.isfinite(scores["string_match"]).all()  # an untrained detector is scored as always
+    groups = es.answer_groups(traces)
+    table = es.auroc_intervals(labels, scores, groups=groups, n_resamples=100)
+    comparisons = es.comparison_table(labels, scores, groups, names, n_resamples=100)
+    assert not comparisons["separated"].any()
+    roc = es.roc_points(labels, scores)
+    assert set(roc["group"]) == {"string_match"}
+    text = es.verdict(table, comparisons)
+    assert "Dynamic-head features (knowing the evidence) not scored (too few of one class to train on)" in text
+    row = comparisons.set_index(["scope", "a", "b"]).loc[("pooled", "dynamic_ctx", "lookback")]
+    from dynheads_tl.claims.error_signal.report import error_rule
+
+    assert error_rule(row, sesoi=0.02, alpha=0.05, min_per_class=10) == "no headroom"

@@ -134,11 +134,17 @@ def placement_contributions(labels: np.ndarray, scores: np.ndarray, groups: np.n
 
 
 def roc_points(labels: np.ndarray, scores: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The ROC curve of every scorer (false and true positive rates), for a figure; one ``group`` per scorer."""
+    """The ROC curve of every scorer (false and true positive rates), for a figure; one ``group`` per scorer. A
+    scorer that scored nothing (NaN: too few of one class to train it) or labels of one class have no curve."""
     from sklearn.metrics import roc_curve
 
-    frames = []
+    frames = [pd.DataFrame(columns=["group", "fpr", "tpr"])]
+    labels = np.asarray(labels).astype(bool)
+    if labels.all() or not labels.any():
+        return frames[0]
     for group, s in scores.items():
+        if not np.isfinite(np.asarray(s, dtype=float)).all():
+            continue
         fpr, tpr, _ = roc_curve(labels, s)
         frames.append(pd.DataFrame({"group": group, "fpr": fpr, "tpr": tpr}))
     return pd.concat(frames, ignore_index=True)

@@ -147,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
                                "the set-up, not a result: 7 min on an idle 2-core machine, over an hour on a busy "
                                "one), "
                                "'thorough' (the default with the larger sizes that do not fit its hour; "
-                               "docs/notebooks.md says which), 'long' (notebook 07's pre-registered 1k-8k grid on "
-                               "the essays, and 01, 03, 05 and 06 at 4,000 tokens of the essays), 'scale' (notebook 07's size axis: "
+                               "docs/notebooks.md says which), 'long' (notebook 07's pre-registered grid on the essays, "
+                               "1k-32k tokens up to the model's window, and 01, 03, 05 and 06 at 4,000 tokens of the "
+                               "essays), 'scale' (notebook 07's size axis: "
                                "the five pre-registered primaries at 2,000 tokens x 5 depths x 6 runs, static sets of "
                                "10%% of the heads), 'paper' (the paper's grids "
                                "and Llama-3.1-8B, for a GPU); default: %(default)s")
     p_report.add_argument("--committed", action="store_true",
                           help="regenerate the whole committed report: every embedded model's default report, then "
-                               "each claim's committed presets (the long preset: notebook 07's 1k-8k grid, 01, 03, "
+                               "each claim's committed presets (the long preset: notebook 07's 1k-32k grid, 01, 03, "
                                "05 and 06 at 4,000 tokens; the scale preset: notebook 07's size axis) on every model (the "
                                "Qwen2.5-Coder-1.5B in scale only), then the top index and README.md's "
                                "findings (what make report-all runs; hours on a 2-core CPU); "

@@ -59,12 +59,19 @@ def out_of_fold_scores(traces: list[Trace], labels: np.ndarray, static_k: int, n
     """Each group's out-of-fold probability of "wrong" per answer. Folds keep answers of one sample seed together
     and are stratified by (setting, label); static heads and probe are refitted inside every fold, and the
     training answers' features are cross-fitted (:func:`crossfit_features`). With ``settings``, the
-    setting-only baseline (one-hot) is scored too."""
+    setting-only baseline (one-hot) is scored too. With fewer than two right or two wrong answers nothing can be
+    cross-validated: every trained group scores NaN (its AUROC is undefined, and the status reads no headroom),
+    the untrained detectors are scored as always."""
     groups = answer_groups(traces)
     names = np.array(settings if settings is not None else ["all"] * len(traces))
     strata = np.array([f"{n}|{int(y)}" for n, y in zip(names, labels)])
     onehot = (names[:, None] == np.array(sorted(set(names.tolist())))[None, :]).astype(float)
     wanted = POOLED_GROUPS if settings is not None else GROUPS
+    wrong = int(np.asarray(labels).sum())
+    if min(wrong, len(labels) - wrong) < 2:
+        logger.warning("%d wrong of %d answers: too few of one class to cross-validate; the trained detectors are "
+                       "not scored.", wrong, len(labels))
+        return {**{group: np.full(len(traces), np.nan) for group in wanted}, **untrained_scores(traces)}
     scores = {group: np.zeros(len(traces)) for group in wanted}
     for train, test in folds(labels, n_folds, seed, groups=groups, strata=strata):
         fit = [traces[i] for i in train]

@@ -22,6 +22,9 @@ ANCHORS = {"Lookback Lens (in-domain)": (0.85, 0.91), "Lookback Lens (across tas
 
 
 def _fmt(estimate: float, low: float, high: float, signed: bool = False) -> str:
+    """An estimate with its interval; "not scored" where there is none (too few of one class to train on)."""
+    if estimate != estimate:
+        return "not scored (too few of one class to train on)"
     return format_interval(estimate, low, high, 3, signed=signed)
 
 
@@ -188,17 +191,24 @@ def _auroc_status(folder: Path) -> Status:
     run = sidecar(folder, "auroc")
     hotpot = source_label(str(run.get("hotpot_source", "synthetic")))
     data = (f"NIAH and {hotpot} answers pooled" if int(run.get("n_hotpot", 1) or 0) > 0 else "NIAH answers pooled")
-    cell = lambda g: ci_text(frame.loc[g, "auroc"], frame.loc[g, "low"], frame.loc[g, "high"]) if g in frame.index else "missing"
+    cell = lambda g: (("not scored" if frame.loc[g, "auroc"] != frame.loc[g, "auroc"] else
+                       ci_text(frame.loc[g, "auroc"], frame.loc[g, "low"], frame.loc[g, "high"]))
+                      if g in frame.index else "missing")
+    paired = ("not scored" if row.difference != row.difference else
+              ci_text(row.difference, row.low, row.high, signed=True))
     headline = (f"primary: AUROC {GROUP_NAMES.get(a, a).lower()} {cell(a)} vs {GROUP_NAMES.get(b, b).lower()} {cell(b)}, "
-                f"paired {ci_text(row.difference, row.low, row.high, signed=True)} (sign test over layouts alone, "
+                f"paired {paired} (sign test over layouts alone, "
                 f"{int(row.a_better)}:{int(row.b_better)}, p = {row.sign_p:.2g}); n = {int(row.n)} answers "
                 f"({int(row.wrong)} wrong) in {int(row.clusters)} layouts, {data}")
     why = f"smallest effect of interest {sesoi:g} AUROC; TOST within it: " + (
         "yes" if verdict == "not supported" and not (row["high"] < 0) else "no")
     if verdict != "supported":
         need = n_to_resolve(Interval(row.difference, row.low, row.high, int(row.n), int(row.clusters)))
+        short = [what for what, count in (("wrong", row["wrong"]), ("right", row["right"])) if count < MIN_PER_CLASS]
+        more = f"more {' and '.join(short)} answers" if short else "more answers"
+        real = "" if str(run.get("hotpot_source", "synthetic")) == "dev" else " and real HotpotQA"
         why += (". What would settle it: " + (f"about {need} layouts for the observed difference, or " if need else "")
-                + "a setting with more wrong answers and real HotpotQA, on the confirmatory model.")
+                + f"a setting with {more}{real}, on the confirmatory model.")
     return Status(verdict, headline, why)
 
 

@@ -434,7 +434,7 @@ CLAIM = Claim(
                   "max_new_tokens": 24, "n_resamples": 200,
                   # the size axis's code path too (the scale preset's), with a probe of the smallest size
                   "size_axis": True, "static_share": 0.1, "n_splits": 2, "probe_epochs": 5, "probe_hidden": [32]},
-        # The pre-registered grid (preregistration.yaml, lengths:): 1k-8k tokens x 5 depths, 2 runs per cell. 16 rows
+        # The pre-registered grid (preregistration.yaml, lengths:): 1k-32k tokens x 5 depths, 2 runs per cell. 16 rows
         # per masking batch: at 8k a SmolLM2 row keeps about 360 MiB of keys and values, so 32 rows would need 11 GiB.
         # Since the deviation of 2026-12-06: on to 16k and 32k where the model's window allows (up_to_context).
         "long": {"lengths": [1000, 2000, 4000, 8000, 16000, 32000], "up_to_context": True,
