@@ -179,8 +179,9 @@ headroom = length_grid.headroom_by_length(grid if len(grid) else None)
 figures.save_table(headroom, "length_headroom", out_dir, run_config)
 display(headroom.round(3))
 units = length_grid.primary_units(samples, grid if len(grid) else None, headroom)
-trends = length_grid.trend_table(units, n_resamples=config.n_resamples, seed=config.seed, headroom=headroom,
-                                 beyond_window=config.lengths_beyond_window(), context_window=config.context_window())
+trends = length_grid.trend_table(units, n_resamples=config.n_resamples, seed=config.seed,
+                                 lengths_run=config.grid_lengths(), beyond_window=config.lengths_beyond_window(),
+                                 context_window=config.context_window())
 figures.save_table(trends, "length_trends", out_dir, run_config)
 display(trends.round(4))
 fig = length_grid.trend_figure(units, trends, f"Length trends ({config.haystack_label}, {config.model})")

@@ -235,10 +235,12 @@ def test_beyond5_rule_on_hand_built_numbers(difference, low, high, sign_p, wrong
     assert error_rule(row, sesoi=0.02, alpha=0.05, min_per_class=10) == status
 
 
-def test_too_few_of_one_class_scores_nothing_trained_and_the_verdict_says_so_instead_of_failing():
-    # 12 wrong and 1 right: no fold can hold a right answer on both sides (the real dev set at a smoke preset's n)
+@pytest.mark.parametrize("wrong", [12, 13, 0])
+def test_too_few_of_one_class_scores_nothing_trained_and_the_verdict_says_so_instead_of_failing(wrong):
+    # 12 wrong and 1 right, or one class only: no fold can hold both classes on both sides (the real dev set at a
+    # smoke preset's n)
     traces, _ = _planted(13, seed=0)
-    labels = np.array([1] * 12 + [0])
+    labels = np.array([1] * wrong + [0] * (13 - wrong))
     names = ["NIAH prose 300"] * 13
     scores = es.out_of_fold_scores(traces, labels, static_k=2, n_folds=5, seed=0, settings=names)
     assert all(np.isnan(scores[group]).all() for group in es.POOLED_GROUPS)
@@ -246,9 +248,14 @@ def test_too_few_of_one_class_scores_nothing_trained_and_the_verdict_says_so_ins
     groups = es.answer_groups(traces)
     table = es.auroc_intervals(labels, scores, groups=groups, n_resamples=100)
     comparisons = es.comparison_table(labels, scores, groups, names, n_resamples=100)
-    assert not comparisons["separated"].any()
-    roc = es.roc_points(labels, scores)
-    assert set(roc["group"]) == {"string_match"}
+    # every pooled comparison keeps its row and counts (the headroom rule reads them); an unscored side is not tested
+    assert len(comparisons) == len(es.COMPARISONS) and (comparisons["scope"] == "pooled").all()
+    assert (comparisons["wrong"] == wrong).all() and (comparisons["right"] == 13 - wrong).all()
+    unscored = comparisons[comparisons["a"].isin(es.POOLED_GROUPS) | comparisons["b"].isin(es.POOLED_GROUPS)]
+    assert unscored["difference"].isna().all() and unscored["sign_p"].isna().all()
+    assert (unscored["a_better"] == 0).all() and (unscored["b_better"] == 0).all()
+    assert not comparisons["separated"].any() and not comparisons["evaluable"].any()
+    assert set(es.roc_points(labels, scores)["group"]) <= {"string_match"}
     text = es.verdict(table, comparisons)
     assert "Dynamic-head features (knowing the evidence) not scored (too few of one class to train on)" in text
     row = comparisons.set_index(["scope", "a", "b"]).loc[("pooled", "dynamic_ctx", "lookback")]

@@ -269,41 +269,58 @@ def _masked_grid(accuracy: dict[int, list[int]]) -> pd.DataFrame:
 
 
 def test_a_length_without_headroom_leaves_the_masking_slope_and_is_said_to(tmp_path):
-    grid = _masked_grid({1000: [1] * 6, 2000: [1, 1, 1, 0, 0, 0], 4000: [0] * 6, 8000: [1, 0, 0, 0, 0, 0]})
+    grid = _masked_grid({1000: [1] * 6, 2000: [1, 1, 1, 0, 0, 0], 4000: [0] * 6, 8000: [1, 0, 0, 0, 0, 0],
+                         500: [0, 0, 0]})
     headroom = length_grid.headroom_by_length(grid).set_index("length")
-    # Wilson 95% upper bounds: 6/6 and 3/6 clear 0.5; 0/6 is no right answer; 1/6's upper bound 0.56 clears 0.5
-    assert headroom["headroom"].to_dict() == {1000: True, 2000: True, 4000: False, 8000: True}
+    # Wilson 95% upper bounds: 6/6 and 3/6 clear 0.5, 1/6's 0.56 too; 0/6's is 0.39; 0/3's 0.56 clears the floor,
+    # but no answer is right: nothing for masking to take away
+    assert headroom["headroom"].to_dict() == {500: False, 1000: True, 2000: True, 4000: False, 8000: True}
+    assert headroom.loc[500, "high"] > 0.5 and headroom.loc[4000, "high"] < 0.5
     assert headroom.loc[4000, "n"] == 6 and headroom.loc[8000, "high"] == pytest.approx(0.5635, abs=1e-3)
     samples = pd.DataFrame([{"context": c, "layout": f"{c}|{j}", "adjacent_sum": 1.0, "adjacent_pairs": 2.0,
-                             "inside_query_focused": 1.0, "activations": 2.0} for c in (1000, 2000, 4000, 8000)
+                             "inside_query_focused": 1.0, "activations": 2.0} for c in (500, 1000, 2000, 4000, 8000)
                             for j in range(6)])
     units = primary_units(samples, grid, headroom.reset_index())
-    assert sorted(units["irreplaceability_vs_length"]["length"].unique()) == [1000, 2000, 8000]
-    assert sorted(units["rotation_vs_length"]["length"].unique()) == [1000, 2000, 4000, 8000]
-    table = trend_table(units, n_resamples=200, headroom=headroom.reset_index(), beyond_window=[16000, 32000],
-                        context_window=8192).set_index("primary")
-    assert table.loc["irreplaceability_vs_length", "lengths_no_headroom"] == "4000"
+    drop = units["irreplaceability_vs_length"]
+    assert sorted(drop.loc[drop["headroom"], "length"].unique()) == [1000, 2000, 8000]
+    assert sorted(units["rotation_vs_length"]["length"].unique()) == [500, 1000, 2000, 4000, 8000]
+    table = trend_table(units, n_resamples=200, lengths_run=[500, 1000, 2000, 4000, 8000],
+                        beyond_window=[16000, 32000], context_window=8192).set_index("primary")
+    assert table.loc["irreplaceability_vs_length", "lengths_no_headroom"] == "500 4000"
+    assert table.loc["irreplaceability_vs_length", "lengths"] == "1000 2000 8000"
     assert table.loc["rotation_vs_length", "lengths_no_headroom"] == ""
+    assert table.loc["rotation_vs_length", "lengths"] == "500 1000 2000 4000 8000"
     assert table.loc["irreplaceability_vs_length", "slope_per_doubling"] == pytest.approx(0.1, abs=0.01)
+    assert (table["lengths_beyond_window"] == "16000 32000").all() and (table["context_window"] == 8192).all()
+    # the verdict and the index's Beyond 7 row say both, read from those fields
     verdict = length_grid.trend_verdict(table.reset_index(), "m", "essays")
-    assert verdict.quote("irreplaceability_vs_length")[0].endswith(
-        "(4,000 tokens left out: no headroom, the unmasked accuracy's Wilson 95% upper bound below 0.5 or no right "
-        "answer).")
-    assert verdict.quote("beyond_window") == ["The grid stops short of 16,000, 32,000 tokens: m's context window "
-                                              "(8,192 tokens) cannot hold them with the prompt and the answer, so "
+    assert "500, 4,000 tokens left out: no headroom" in verdict.quote("irreplaceability_vs_length")[0]
+    assert verdict.quote("beyond_window") == ["The grid stops at 8,000 tokens: m's context window (8,192 tokens) "
+                                              "cannot hold 16,000, 32,000 tokens with the prompt and the answer, so "
                                               "they are left out."]
-    # the index's Beyond 7 row reads both from the CSV
     table.reset_index().to_csv(tmp_path / "length_trends.csv", index=False)
     headline = length_grid.report._trend_headline(tmp_path)
-    assert "no headroom at 4,000 tokens, left out" in headline
-    assert headline.endswith("grid stops at 8,000 tokens: 16,000, 32,000 tokens beyond the model's 8,192-token window")
-    # with no length left with headroom the masking slope is not tested, and the verdict says why
-    none = length_grid.headroom_by_length(_masked_grid({1000: [0] * 6, 2000: [0] * 6}))
-    assert not none["headroom"].any()
-    units = primary_units(samples, _masked_grid({1000: [0] * 6, 2000: [0] * 6}), none)
-    table = trend_table(units, n_resamples=200, headroom=none)
-    assert "not tested (no length with headroom) (1,000, 2,000 tokens left out" in length_grid.trend_verdict(table, "m", "essays")
+    assert "no headroom at 500, 4,000 tokens, left out" in headline and "grid stops at 8,000 tokens" in headline
+    # a file read without NaNs, or without a window, still reads
+    length_grid.window_sentence(pd.read_csv(tmp_path / "length_trends.csv", keep_default_na=False), "m")
+    length_grid.window_sentence(table.reset_index().assign(context_window=float("nan")), "m")
+    # a length the headroom table does not list (no unmasked answer scored) has no headroom and is said to
+    units = primary_units(samples, grid, headroom.reset_index().query("length != 8000"))
+    assert "8000" in trend_table(units, n_resamples=50).set_index("primary").loc[
+        "irreplaceability_vs_length", "lengths_no_headroom"].split()
+    # with no length left with headroom the masking slope is not tested, and the verdict gives that reason; with the
+    # fair pair not run, that reason
+    none_grid = _masked_grid({1000: [0] * 6, 2000: [0] * 6})
+    none = length_grid.headroom_by_length(none_grid)
+    table = trend_table(primary_units(samples, none_grid, none), n_resamples=200)
+    row = table.set_index("primary").loc["irreplaceability_vs_length"]
+    assert row["reading"] == "not tested" and row["n_units"] == 0 and row["lengths_no_headroom"] == "1000 2000"
+    assert "(no length with headroom)" in length_grid.trend_verdict(table, "m", "essays")
     assert not length_grid.trend_verdict(table, "m", "essays").quote("beyond_window")
+    unpaired = none_grid[none_grid["condition"] == "none"]
+    table = trend_table(primary_units(samples, unpaired, length_grid.headroom_by_length(unpaired)), n_resamples=50)
+    assert table.set_index("primary").loc["irreplaceability_vs_length", "lengths_no_headroom"] == ""
+    assert "(the fair masking pair was not run)" in length_grid.trend_verdict(table, "m", "essays")
 
 
 @pytest.mark.parametrize("params, message", [

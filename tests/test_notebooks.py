@@ -522,7 +522,8 @@ def test_length_grid_notebook_runs_with_tiny_parameters(smoke):
     assert headroom.set_index("length")["n"].to_dict() == unmasked.size().to_dict()
     assert headroom.set_index("length")["accuracy"].to_dict() == pytest.approx(unmasked.mean().to_dict())
     trends = pd.read_csv(folder / "length_trends.csv", keep_default_na=False)
-    assert {"lengths_no_headroom", "lengths_beyond_window", "context_window"} <= set(trends.columns)
+    assert {"lengths_no_headroom", "lengths_run", "lengths_beyond_window", "context_window"} <= set(trends.columns)
+    assert (trends["lengths_run"] == "200 400").all() and (trends["lengths_beyond_window"] == "").all()
     # SmolLM2 has no sliding-window layer: the exploratory analysis says so in one computed sentence and is skipped
     layers = pd.read_csv(folder / "window_layers.csv")
     assert len(layers) == 30 and set(layers["kind"]) == {"global"}

@@ -18,6 +18,8 @@ def error_signal_figure(roc: pd.DataFrame, table: pd.DataFrame, transfer: pd.Dat
     names = dict(zip(table["group"], table["method"]))
     for row in table.itertuples():
         part = roc[roc["group"] == row.group]
+        if part.empty:  # not scored (too few of one class to train on): no curve, no legend entry
+            continue
         ax.plot(part["fpr"], part["tpr"], label=f"{names[row.group]}: {row.auroc:.2f} [{row.low:.2f}, {row.high:.2f}]")
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("false positive rate (right answers flagged)")

@@ -167,12 +167,25 @@ def comparison_table(labels: np.ndarray, scores: dict[str, np.ndarray], groups: 
     rows = []
     for scope, mask in scopes:
         y, g = labels[mask], groups[mask]
-        if not 0 < y.sum() < len(y):
-            continue
+        both = bool(0 < y.sum() < len(y))
         pairs = [(a, b) for a, b in COMPARISONS if a in scores and b in scores]
-        draws = paired_auroc_draws(y, {k: v[mask] for k, v in scores.items()}, g, pairs, seed=seed,
+        if not both and scope != scope_name:
+            continue
+        # the pooled scope keeps its rows (with their counts, for the headroom rule) when a class is missing or a
+        # detector could not be trained; only scored pairs are tested
+        scored = [(a, b) for a, b in pairs
+                  if both and np.isfinite(scores[a][mask]).all() and np.isfinite(scores[b][mask]).all()]
+        draws = paired_auroc_draws(y, {k: v[mask] for k, v in scores.items()}, g, scored, seed=seed,
                                    n_resamples=n_resamples)
         for a, b in pairs:
+            if (a, b) not in scored:
+                wrong, right = int(y.sum()), int(len(y) - y.sum())
+                nan = float("nan")
+                rows.append({"scope": scope, "a": a, "b": b, "n": int(len(y)), "wrong": wrong, "right": right,
+                             "clusters": len(set(g.tolist())), "difference": nan, "low": nan, "high": nan,
+                             "tost_low": nan, "tost_high": nan, "a_better": 0, "b_better": 0, "sign_p": nan,
+                             "evaluable": False, "half_width": nan, "n_to_resolve": None})
+                continue
             _, share_a = placement_contributions(y, scores[a][mask], g)
             _, share_b = placement_contributions(y, scores[b][mask], g)
             test = paired_sign_test(share_a, share_b, seed=seed)

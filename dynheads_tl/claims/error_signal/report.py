@@ -37,6 +37,8 @@ def _compared(row) -> str:
     """One comparison in words: the verb, b's name and the numbers (interval, sign counts, adjusted p), and for a
     comparison that cannot be told apart what the design could detect."""
     name = GROUP_NAMES.get(row["b"], row["b"]).lower()
+    if row["difference"] != row["difference"]:
+        return f"are not compared with the {name} (not scored: too few of one class to train on)"
     numbers = (f"{_fmt(row['difference'], row['low'], row['high'], signed=True)}, layouts {int(row['a_better'])}:"
                f"{int(row['b_better'])}")
     if not row["evaluable"]:
@@ -151,8 +153,10 @@ def verdict(table: pd.DataFrame, comparisons: pd.DataFrame, data: pd.DataFrame |
 # --- the index: notebook 05's row, read from the files the notebook wrote -------------------------
 def _auroc_headline(folder: Path) -> str:
     frame = pd.read_csv(folder / "auroc.csv")
-    parts = [f"{r.method} {r.auroc:.2f} [{r.low:.2f}, {r.high:.2f}]" for r in frame.itertuples()]
-    diff = lambda r, key: (f"vs {r.group} {getattr(r, key + '_minus'):+.2f} [{getattr(r, key + '_minus_low'):+.2f}, "
+    parts = [f"{r.method} " + ("not scored" if r.auroc != r.auroc else f"{r.auroc:.2f} [{r.low:.2f}, {r.high:.2f}]")
+             for r in frame.itertuples()]
+    diff = lambda r, key: (f"vs {r.group} not scored" if getattr(r, key + "_minus") != getattr(r, key + "_minus") else
+                           f"vs {r.group} {getattr(r, key + '_minus'):+.2f} [{getattr(r, key + '_minus_low'):+.2f}, "
                            f"{getattr(r, key + '_minus_high'):+.2f}]")
     rows = [r for r in frame.itertuples() if r.group in ("lookback", "logit")]
     text = (f"n = {int(frame['n'].iloc[0])} pooled answers ({int(frame['wrong'].iloc[0])} wrong): " + "; ".join(parts)
@@ -194,19 +198,20 @@ def _auroc_status(folder: Path) -> Status:
     cell = lambda g: (("not scored" if frame.loc[g, "auroc"] != frame.loc[g, "auroc"] else
                        ci_text(frame.loc[g, "auroc"], frame.loc[g, "low"], frame.loc[g, "high"]))
                       if g in frame.index else "missing")
-    paired = ("not scored" if row.difference != row.difference else
-              ci_text(row.difference, row.low, row.high, signed=True))
+    paired = ("not scored (too few of one class to train on)" if row.difference != row.difference else
+              f"{ci_text(row.difference, row.low, row.high, signed=True)} (sign test over layouts alone, "
+              f"{int(row.a_better)}:{int(row.b_better)}, p = {row.sign_p:.2g})")
     headline = (f"primary: AUROC {GROUP_NAMES.get(a, a).lower()} {cell(a)} vs {GROUP_NAMES.get(b, b).lower()} {cell(b)}, "
-                f"paired {paired} (sign test over layouts alone, "
-                f"{int(row.a_better)}:{int(row.b_better)}, p = {row.sign_p:.2g}); n = {int(row.n)} answers "
-                f"({int(row.wrong)} wrong) in {int(row.clusters)} layouts, {data}")
+                f"paired {paired}; n = {int(row.n)} answers ({int(row.wrong)} wrong) in {int(row.clusters)} layouts, "
+                f"{data}")
     why = f"smallest effect of interest {sesoi:g} AUROC; TOST within it: " + (
         "yes" if verdict == "not supported" and not (row["high"] < 0) else "no")
     if verdict != "supported":
         need = n_to_resolve(Interval(row.difference, row.low, row.high, int(row.n), int(row.clusters)))
         short = [what for what, count in (("wrong", row["wrong"]), ("right", row["right"])) if count < MIN_PER_CLASS]
         more = f"more {' and '.join(short)} answers" if short else "more answers"
-        real = "" if str(run.get("hotpot_source", "synthetic")) == "dev" else " and real HotpotQA"
+        no_real = int(run.get("n_hotpot", 1) or 0) == 0 or str(run.get("hotpot_source", "synthetic")) == "synthetic"
+        real = " and real HotpotQA" if no_real else ""
         why += (". What would settle it: " + (f"about {need} layouts for the observed difference, or " if need else "")
                 + f"a setting with {more}{real}, on the confirmatory model.")
     return Status(verdict, headline, why)

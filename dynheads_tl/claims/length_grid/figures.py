@@ -33,7 +33,8 @@ def fig1_by_length(panels: list[tuple[int, np.ndarray, np.ndarray, list[str], li
 
 def trend_figure(units: dict[str, pd.DataFrame], trends: pd.DataFrame, title: str):
     """Each primary's units (one dot per layout or sample) against log2(length), with the fitted slope through the
-    mean and its BCa 95% interval in the panel's title."""
+    mean of the units it was fitted on and its BCa 95% interval in the panel's title; units at a length without
+    headroom (their ``headroom`` column False: left out of the slope) are drawn hollow and grey."""
     import matplotlib.pyplot as plt
 
     rows = list(trends.itertuples())
@@ -47,11 +48,16 @@ def trend_figure(units: dict[str, pd.DataFrame], trends: pd.DataFrame, title: st
             continue
         x = np.log2(frame["length"].to_numpy(float))
         y = frame["value"].to_numpy(float)
+        kept = frame["headroom"].astype(bool).to_numpy() if "headroom" in frame else np.ones(len(x), dtype=bool)
         jitter = np.random.default_rng(0).uniform(-0.05, 0.05, len(x))
-        ax.scatter(x + jitter, y, s=14, alpha=0.7)
-        if r.slope_per_doubling == r.slope_per_doubling:
-            grid = np.linspace(x.min(), x.max(), 2)
-            ax.plot(grid, y.mean() + r.slope_per_doubling * (grid - x.mean()), color="black")
+        ax.scatter(x[kept] + jitter[kept], y[kept], s=14, alpha=0.7)
+        if (~kept).any():
+            ax.scatter(x[~kept] + jitter[~kept], y[~kept], s=14, facecolors="none", edgecolors="grey",
+                       label="no headroom (left out)")
+            ax.legend(fontsize=7, frameon=False)
+        if r.slope_per_doubling == r.slope_per_doubling and kept.any():
+            grid = np.linspace(x[kept].min(), x[kept].max(), 2)
+            ax.plot(grid, y[kept].mean() + r.slope_per_doubling * (grid - x[kept].mean()), color="black")
         ax.set_xticks(sorted(set(x)))
         ax.set_xticklabels([f"{int(2 ** v):,}" for v in sorted(set(x))])
         ax.set_xlabel("context tokens (log2 scale)")

@@ -377,18 +377,22 @@ def primary_units(samples: pd.DataFrame, grid: pd.DataFrame | None,
     """Per primary of the ``lengths:`` section, its units ``(length, layout, value)``: the adjacent-step Jaccard of
     each layout (its samples' pairs pooled), the share of each layout's activations outside the query-focused
     static top-20, and each sample's teacher-forced D_{t-1} − static drop (nats/step; empty when the fair pair was
-    not run), the last at the lengths with headroom only when ``headroom`` (:func:`headroom_by_length`) is given.
-    A layout without the quantity (no adjacent pair, no activation) has no unit."""
+    not run). The drop's units carry ``headroom``: whether their length has headroom by ``headroom``
+    (:func:`headroom_by_length`; a length it does not list has none; every length when it is None), which
+    :func:`~.report.trend_table` reads to leave the others out. A layout without the quantity (no adjacent pair,
+    no activation) has no unit."""
     out = {"rotation_vs_length": layout_ratio(samples, "adjacent_sum", "adjacent_pairs"),
            "outside_vs_length": layout_ratio(samples, "inside_query_focused", "activations", complement=True)}
     pairs = (_paired(grid, PREVIOUS_CONDITION, PREVIOUS_BASELINE, "tf_drop_t1")
              if grid is not None and len(grid) and "tf_drop_t1" in grid else None)
-    if pairs is not None and headroom is not None and len(headroom):
-        pairs = pairs[pairs["context"].isin(headroom.loc[headroom["headroom"].astype(bool), "length"])]
-    out["irreplaceability_vs_length"] = (
-        pd.DataFrame({"length": pairs["context"].astype(int), "layout": pairs["layout"],
-                      "value": (pairs["a"] - pairs["b"]).astype(float)}) if pairs is not None and len(pairs)
-        else pd.DataFrame(columns=["length", "layout", "value"]))
+    if pairs is not None and len(pairs):
+        kept = None if headroom is None else set(headroom.loc[headroom["headroom"].astype(bool), "length"].astype(int))
+        lengths = pairs["context"].astype(int)
+        out["irreplaceability_vs_length"] = pd.DataFrame({
+            "length": lengths, "layout": pairs["layout"], "value": (pairs["a"] - pairs["b"]).astype(float),
+            "headroom": True if kept is None else lengths.isin(kept)})
+    else:
+        out["irreplaceability_vs_length"] = pd.DataFrame(columns=["length", "layout", "value", "headroom"])
     return out
 
 

@@ -47,7 +47,7 @@ def declared() -> dict:
 
 
 def trend_table(units: dict[str, pd.DataFrame], *, n_resamples: int = 2000, seed: int = 0,
-                headroom: pd.DataFrame | None = None, beyond_window: list[int] | tuple = (),
+                lengths_run: list[int] | tuple = (), beyond_window: list[int] | tuple = (),
                 context_window: int | None = None) -> pd.DataFrame:
     """Each declared length primary (in the file's order): its slope per doubling of the context with the BCa 95%
     interval (layouts resampled within each length), the 90% interval its TOST reads, the p-value, the Holm-adjusted
@@ -55,15 +55,19 @@ def trend_table(units: dict[str, pd.DataFrame], *, n_resamples: int = 2000, seed
     sesoi). A primary without units (the fair pair not run) is reported as not run and leaves the family.
 
     What the grid left out, as columns (preregistration.yaml, deviation of 2026-12-06): ``lengths_no_headroom``, the
-    lengths the masking primary leaves out for want of headroom (``headroom``: :func:`~.pipeline.headroom_by_length`),
-    and ``lengths_beyond_window`` with ``context_window``, the lengths the model's window could not hold."""
+    lengths whose units a primary of :data:`HEADROOM_PRIMARIES` leaves out for want of headroom (the units'
+    ``headroom`` column, :func:`~.pipeline.primary_units`); ``lengths_run``, every length the grid ran; and
+    ``lengths_beyond_window`` with ``context_window``, the lengths the model's window could not hold."""
     section = declared()
     alpha = float(section["alpha"])
-    no_headroom = ([] if headroom is None or not len(headroom) else
-                   [int(x) for x in headroom.loc[~headroom["headroom"].astype(bool), "length"]])
     rows, slopes = [], []
     for primary in section["primaries"]:
         frame = units.get(primary["id"], pd.DataFrame(columns=["length", "layout", "value"]))
+        no_headroom = []
+        if primary["id"] in HEADROOM_PRIMARIES and "headroom" in frame:
+            kept = frame["headroom"].astype(bool)
+            no_headroom = sorted(int(x) for x in set(frame.loc[~kept, "length"]))
+            frame = frame[kept]
         slope = slope_test(frame["value"].to_numpy(float), frame["length"].to_numpy(int),
                            frame["layout"].astype(str).to_numpy(), alpha=alpha, n_resamples=n_resamples, seed=seed,
                            min_layouts=MIN_LAYOUTS_PER_LENGTH)
@@ -72,7 +76,8 @@ def trend_table(units: dict[str, pd.DataFrame], *, n_resamples: int = 2000, seed
                      "p": slope.p, "sesoi": float(primary["sesoi"]), "n_units": slope.n, "n_layouts": slope.layouts,
                      "n_lengths": slope.lengths, "lengths": " ".join(str(int(x)) for x in sorted(frame["length"].unique())),
                      "degenerate": slope.degenerate,
-                     "lengths_no_headroom": " ".join(map(str, no_headroom)) if primary["id"] in HEADROOM_PRIMARIES else "",
+                     "lengths_no_headroom": " ".join(map(str, no_headroom)),
+                     "lengths_run": " ".join(str(int(x)) for x in lengths_run),
                      "lengths_beyond_window": " ".join(str(int(x)) for x in beyond_window),
                      "context_window": context_window})
         slopes.append(slope)
@@ -109,6 +114,21 @@ def _int_list(value) -> list[int]:
     return [int(float(x)) for x in str(value).split()]
 
 
+def _window(table: pd.DataFrame) -> int | None:
+    """The ``context_window`` column's value, None where the file has none."""
+    value = table["context_window"].iloc[0] if "context_window" in table and len(table) else None
+    try:
+        return int(float(value)) if value is not None and float(value) == float(value) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _stops_at(table: pd.DataFrame) -> int:
+    """The longest length the grid ran (``lengths_run``; a file without it: the longest with units)."""
+    run = _int_list(table["lengths_run"].iloc[0]) if "lengths_run" in table and len(table) else []
+    return max(run or [x for value in table["lengths"] for x in _int_list(value)] or [0])
+
+
 def _tokens(lengths: list[int]) -> str:
     return ", ".join(f"{x:,}" for x in lengths) + " tokens"
 
@@ -121,10 +141,10 @@ def window_sentence(table: pd.DataFrame, model: str) -> str:
     beyond = _int_list(table["lengths_beyond_window"].iloc[0])
     if not beyond:
         return ""
-    window = table["context_window"].iloc[0]
-    window_text = f" ({int(window):,} tokens)" if window == window and window is not None else ""
-    return (f"The grid stops short of {_tokens(beyond)}: {model}'s context window{window_text} cannot hold them with "
-            "the prompt and the answer, so they are left out.")
+    window = _window(table)
+    window_text = f" ({window:,} tokens)" if window else ""
+    return (f"The grid stops at {_stops_at(table):,} tokens: {model}'s context window{window_text} cannot hold "
+            f"{_tokens(beyond)} with the prompt and the answer, so they are left out.")
 
 
 def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> Verdict:
@@ -375,9 +395,9 @@ def _trend_headline(folder: Path) -> str:
                      f"Holm p = {r.p_holm:.3g} ({r.reading}; n = {int(r.n_layouts)} layouts at {r.lengths} tokens{left})"))
     beyond = _int_list(frame["lengths_beyond_window"].iloc[0]) if "lengths_beyond_window" in frame and len(frame) else []
     if beyond:
-        window = frame["context_window"].iloc[0]
-        run = max((x for value in frame["lengths"] for x in _int_list(value)), default=0)
-        parts.append(f"grid stops at {run:,} tokens: {_tokens(beyond)} beyond the model's {int(window):,}-token window")
+        window = _window(frame)
+        parts.append(f"grid stops at {_stops_at(frame):,} tokens: {_tokens(beyond)} beyond the model's "
+                     + (f"{window:,}-token window" if window else "window"))
     return "; ".join(parts)
 
 
