@@ -48,22 +48,25 @@ def test_the_reading_across_sizes_follows_the_declared_rule(points, direction, e
 def test_a_claim_reads_all_its_primaries_and_mixed_meanings_cannot_tell():
     readings = pd.DataFrame([
         {"primary": "outside_share_static_10pct", "reading": "flat across size", "meaning": "not at these sizes",
-         "models": "a b", "left_out": ""},
+         "models": "a b", "left_out": "", "statuses": ""},
         {"primary": "adjacent_jaccard_over_bound", "reading": "undetermined", "meaning": "the size axis cannot tell",
          "models": "a b", "left_out": ""},
         {"primary": "fair_previous_step_vs_static", "reading": "flat across size", "meaning": "not at these sizes",
          "models": "a b", "left_out": ""},
         {"primary": "predicted_vs_static", "reading": "shrinks with size", "meaning": "not at these sizes",
-         "models": "a", "left_out": "b"},
+         "models": "a c", "left_out": "b", "statuses": "a: not supported; b: no headroom; c: not supported"},
         {"primary": "probe_k1_vs_step_token_prior", "reading": "grows with size",
-         "meaning": "the models may be too small", "models": "a b", "left_out": ""}])
+         "meaning": "the models may be too small", "models": "a b", "left_out": "",
+         "statuses": "a: not supported; b: undetermined"}])
     sentences = size_axis.claim_sentences(readings, ["a", "b"])
     assert sentences["Claim 1, dynamism"].endswith("so **the size axis cannot tell**.")
     assert sentences["Claim 2, irreplaceability"].startswith("Claim 2, irreplaceability, across 2 of the 4 declared "
                                                              "sizes (a, b): ")
     assert sentences["Claim 2, irreplaceability"].endswith("so **not at these sizes**.")
-    assert "(without b: no headroom or no estimate)" in sentences["Claim 2, irreplaceability"]
-    assert sentences["Claim 3, predictability"].endswith("so **the models may be too small**.")
+    # a trend names the largest model's status, which its meaning reads, beside the models it leaves out
+    assert "(largest, c: not supported; without b: no headroom or no estimate)" in sentences["Claim 2, irreplaceability"]
+    assert sentences["Claim 3, predictability"].endswith("grows with size (largest, b: undetermined), so **the models "
+                                                         "may be too small**.")
 
 
 def test_models_are_read_in_the_order_of_their_block_parameters_not_the_lists(tmp_path):

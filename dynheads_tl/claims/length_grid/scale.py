@@ -131,6 +131,16 @@ def _claim_verdict(meanings: list[str]) -> str:
     return "the size axis cannot tell"
 
 
+def _largest(row) -> str:
+    """For a trend across sizes, the largest model's status (which the meaning reads): "largest, M: supported";
+    empty for a flat or undetermined reading."""
+    if row.reading not in ("grows with size", "shrinks with size") or not row.models:
+        return ""
+    largest = str(row.models).split()[-1]
+    status = dict(part.split(": ", 1) for part in str(row.statuses).split("; ")).get(largest, "?")
+    return f"largest, {largest}: {status}"
+
+
 def claim_sentences(readings: pd.DataFrame, models: list[str]) -> dict[str, str]:
     """One computed sentence per claim: what its primaries' readings across sizes say (the deviation of 2026-12-06,
     (4)), over ``models`` (every model run, in parameter order), naming any a primary leaves out."""
@@ -139,8 +149,11 @@ def claim_sentences(readings: pd.DataFrame, models: list[str]) -> dict[str, str]
     for claim, primaries in CLAIM_PRIMARIES.items():
         rows = readings[readings["primary"].isin(primaries)]
         verdict = _claim_verdict(rows["meaning"].tolist())
-        parts = [f"{label(r.primary)} {r.reading}" + (f" (without {r.left_out}: no headroom or no estimate)"
-                                                        if r.left_out else "") for r in rows.itertuples()]
+        parts = []
+        for r in rows.itertuples():
+            notes = [_largest(r)] + ([f"without {r.left_out}: no headroom or no estimate"] if r.left_out else [])
+            notes = [note for note in notes if note]
+            parts.append(f"{label(r.primary)} {r.reading}" + (f" ({'; '.join(notes)})" if notes else ""))
         out[claim] = (f"{claim}, across {len(models)} of the {total} declared sizes ({', '.join(models)}): "
                       + "; ".join(parts) + f", so **{verdict}**.")
     return out
