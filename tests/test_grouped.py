@@ -375,6 +375,45 @@ def test_the_prefix_store_keeps_the_recently_used_within_its_budget(tiny_llama):
     assert not tiny.entries and tiny.bytes == 0
 
 
+def test_a_store_entry_too_large_for_the_budget_keeps_only_the_window_on_sliding_layers(tmp_path, monkeypatch):
+    """On a model with sliding layers (the tiny Gemma 3: window 16 on layers 0 and 2), an entry whose full keys and
+    values exceed the budget is kept as a WindowedPrefix: its sliding layers hold the last 15 positions, the global
+    one all of them. The same prompt in a later decoder then copies all of it, and decodes as if nothing were shared;
+    a prompt sharing only part of it prefills on its own; bounded_windows(False) keeps no such entry."""
+    from dynheads_tl.engine.decoder import PrefixStore, bounded_windows, prefix_sharing, shared_prefill
+    from dynheads_tl.engine.models import fast_twin
+    from dynheads_tl.engine.sharing import WindowedPrefix
+
+    gemma = dynheads_tl.load_model(str(build_tiny_model("gemma3", tmp_path / "gemma3")), device="cpu")
+    prompt = [1] + list(range(40, 100))  # 61 tokens: 60 cached positions, beyond the 16-token window
+    full = PrefixStore._size(BatchDecoder._prefill(gemma, torch.tensor(prompt), "fast"))
+    store = PrefixStore(full // 2)  # a full entry does not fit; a windowed one (15 + 60 + 15 of 3 x 60) does
+    with shared_prefill(store):
+        BatchDecoder(gemma, [prompt])
+        [(entry, size)] = store.entries.values()
+        assert isinstance(entry, WindowedPrefix) and entry.n == 60 and entry.starts == [45, 0, 45]
+        assert size == full * (15 + 60 + 15) // (3 * 60)
+        twin = fast_twin(gemma)
+        calls, original = [], twin.forward
+        monkeypatch.setattr(twin, "forward",
+                            lambda *a, **k: calls.append(k["input_ids"].shape[1]) or original(*a, **k))
+        again = BatchDecoder(gemma, [prompt])
+        assert again.stored_positions == 60 and again.prefilled_positions == 0 and calls == []
+        partly = BatchDecoder(gemma, [prompt[:30] + [7, 8, 9]])
+    assert partly.stored_positions == 0 and calls == [32], "a shorter shared prefix needs keys the entry dropped"
+    monkeypatch.undo()
+    with prefix_sharing(False):
+        alone = BatchDecoder(gemma, [prompt])
+    for got, want in zip(again.cache.layers, alone.cache.layers):
+        torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-4)
+    for _ in range(3):  # the window's edge moves past the zeros the entry left: every step as without sharing
+        torch.testing.assert_close(again.step(), alone.step(), atol=1e-5, rtol=1e-4)
+    with bounded_windows(False), shared_prefill(PrefixStore(full // 2)) as unbounded:
+        BatchDecoder(gemma, [prompt])
+    assert not unbounded.entries
+
+
 def test_the_local_executor_shares_prefixes_across_its_batches(tiny_llama):
     from dynheads_tl.executors import LocalExecutor
 

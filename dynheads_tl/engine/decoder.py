@@ -25,7 +25,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from dynheads_tl.engine.grouped import (AttentionPath, choose_path, default_attention, grouped_forward,
-                                        grouped_unsupported, kept_windows, layer_attention, scores_hooked)
+                                        grouped_unsupported, kept_windows, layer_attention, layer_windows,
+                                        scores_hooked)
 from dynheads_tl.engine.kv_cache import StaticKVCache, check_dropped_keys, window_starts
 from dynheads_tl.engine.models import fast_twin
 from dynheads_tl.engine.sharing import (DEFAULT_STORE_MB, PrefixStore, bounded_windows, bounding_windows,  # noqa: F401
@@ -56,8 +57,14 @@ def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None)
     padded = torch.tensor(ids + ids[-1:], device=next(model.parameters()).device)
     cache = BatchDecoder._prefill(model, padded, "fast", reuse=found)
     if store is not None:
-        store.add(model, ids, cache, len(ids))
+        store.add(model, ids, cache, len(ids), windows=store_windows(model))
     return cache
+
+
+def store_windows(model) -> list[int | None] | None:
+    """The sliding windows a :class:`PrefixStore` may bound an entry of ``model`` by (the twin masks with them):
+    :func:`~dynheads_tl.engine.grouped.layer_windows` inside :func:`bounded_windows` (the default), None outside."""
+    return layer_windows(model) if bounding_windows() else None
 
 
 class BatchDecoder:
@@ -195,7 +202,7 @@ class BatchDecoder:
             caches[index] = self._prefill(model, torch.tensor(ids, device=self.device), prefill, until, reuse=reuse)
             self.prefilled_positions += max(len(ids) - 1, 0) - shared
             if store is not None:
-                store.add(model, ids, caches[index], splits[index])
+                store.add(model, ids, caches[index], splits[index], windows=store_windows(model))
         return caches
 
     @staticmethod
