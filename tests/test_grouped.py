@@ -382,6 +382,7 @@ def test_a_store_entry_too_large_for_the_budget_keeps_only_the_window_on_sliding
     a prompt sharing only part of it prefills on its own; bounded_windows(False) keeps no such entry."""
     from dynheads_tl.engine.decoder import PrefixStore, bounded_windows, prefix_sharing, shared_prefill
     from dynheads_tl.engine.models import fast_twin
+    from dynheads_tl.engine import decoder as decoder_module
     from dynheads_tl.engine.sharing import WindowedPrefix
 
     gemma = dynheads_tl.load_model(str(build_tiny_model("gemma3", tmp_path / "gemma3")), device="cpu")
@@ -412,6 +413,22 @@ def test_a_store_entry_too_large_for_the_budget_keeps_only_the_window_on_sliding
     with bounded_windows(False), shared_prefill(PrefixStore(full // 2)) as unbounded:
         BatchDecoder(gemma, [prompt])
     assert not unbounded.entries
+    # a decoder that keeps every key (and could rewind into the dropped positions) never takes a windowed entry
+    with shared_prefill(store), bounded_windows(False):
+        keeping = BatchDecoder(gemma, [prompt])
+    assert keeping.stored_positions == 0
+    # a longer prompt beginning with the whole entry: the twin prefills the rest against the rebuilt cache, in
+    # chunks of 4, and every step decodes as without sharing
+    longer = prompt + list(range(110, 130))
+    monkeypatch.setattr(decoder_module, "PREFILL_CHUNK", 4)
+    with shared_prefill(PrefixStore(full // 2)):  # the budget holds one windowed entry: the prompt's alone
+        BatchDecoder(gemma, [prompt])
+        continued = BatchDecoder(gemma, [longer])
+    with prefix_sharing(False):
+        fresh = BatchDecoder(gemma, [longer])
+    assert continued.stored_positions == 60 and continued.prefilled_positions == 20
+    for _ in range(3):
+        torch.testing.assert_close(continued.step(), fresh.step(), atol=1e-5, rtol=1e-4)
 
 
 def test_the_local_executor_shares_prefixes_across_its_batches(tiny_llama):

@@ -25,8 +25,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from dynheads_tl.engine.grouped import (AttentionPath, choose_path, default_attention, grouped_forward,
-                                        grouped_unsupported, kept_windows, layer_attention, layer_windows,
-                                        scores_hooked)
+                                        grouped_unsupported, kept_windows, layer_attention, scores_hooked)
 from dynheads_tl.engine.kv_cache import StaticKVCache, check_dropped_keys, window_starts
 from dynheads_tl.engine.models import fast_twin
 from dynheads_tl.engine.sharing import (DEFAULT_STORE_MB, PrefixStore, bounded_windows, bounding_windows,  # noqa: F401
@@ -47,24 +46,29 @@ def prefill_context(model, ids: Sequence[int], store: PrefixStore | None = None)
     """A ``DynamicCache`` of every position of ``ids``, prefilled by the SDPA twin, for a caller that runs further
     tokens through the hooked bridge itself (the query-focused scores). With ``store`` (:func:`prefix_store`), the
     longest prefix an earlier prompt in it shares is copied instead of prefilled (counted in ``hits`` /
-    ``reused_positions``), and ``ids`` joins the store: the returned cache is then the store's entry, so a caller
-    that runs further tokens against it passes a copy (a forward appends to the cache it is given)."""
+    ``reused_positions``), and ``ids`` joins the store: the returned cache is then the store's entry (unless the
+    store keeps it windowed, :class:`~dynheads_tl.engine.sharing.WindowedPrefix`), so a caller that runs further
+    tokens against it passes a copy (a forward appends to the cache it is given)."""
     ids = [int(i) for i in ids]
     if not ids:
         raise ValueError("The context to prefill is empty.")
-    found = store.take(model, ids, len(ids)) if store is not None else None
+    windows = store_windows(model) if store is not None else None
+    found = store.take(model, ids, len(ids), windowed=windows is not None) if store is not None else None
     # _prefill caches a prompt minus its last token: one more (never run) makes it cache all of ids
     padded = torch.tensor(ids + ids[-1:], device=next(model.parameters()).device)
     cache = BatchDecoder._prefill(model, padded, "fast", reuse=found)
     if store is not None:
-        store.add(model, ids, cache, len(ids), windows=store_windows(model))
+        store.add(model, ids, cache, len(ids), windows=windows)
     return cache
 
 
 def store_windows(model) -> list[int | None] | None:
-    """The sliding windows a :class:`PrefixStore` may bound an entry of ``model`` by (the twin masks with them):
-    :func:`~dynheads_tl.engine.grouped.layer_windows` inside :func:`bounded_windows` (the default), None outside."""
-    return layer_windows(model) if bounding_windows() else None
+    """The sliding windows a :class:`PrefixStore` may bound an entry of ``model`` by, and whether a consumer may take
+    such an entry: the windows a decoder built now bounds its own cache by
+    (:func:`~dynheads_tl.engine.grouped.kept_windows` inside :func:`bounded_windows`, the default), so that the
+    positions an entry dropped are ones the consumer drops too and its refusals (a rewind before the prompt's end, a
+    hook reaching a dropped key) guard them; None where the decoder keeps every key."""
+    return kept_windows(model) if bounding_windows() else None
 
 
 class BatchDecoder:
@@ -190,19 +194,21 @@ class BatchDecoder:
         plan = prefix_plan([ids for ids, _ in prompts], splits) if share_prefixes else [
             (index, None, 0) for index in range(len(prompts))]
         store = open_store() if share_prefixes else None
+        windows = store_windows(model) if store is not None else None
         self.prefilled_positions = self.stored_positions = 0
         for index, source, shared in plan:
             ids, until = prompts[index]
             reuse = (caches[source], shared) if shared > 0 else None
             # an earlier batch's prompt may share more than this batch's
-            found = store.take(model, ids, splits[index], longer_than=shared) if store is not None else None
+            found = (store.take(model, ids, splits[index], longer_than=shared, windowed=windows is not None)
+                     if store is not None else None)
             if found is not None:
                 reuse, shared = found, found[1]
                 self.stored_positions += shared
             caches[index] = self._prefill(model, torch.tensor(ids, device=self.device), prefill, until, reuse=reuse)
             self.prefilled_positions += max(len(ids) - 1, 0) - shared
             if store is not None:
-                store.add(model, ids, caches[index], splits[index], windows=store_windows(model))
+                store.add(model, ids, caches[index], splits[index], windows=windows)
         return caches
 
     @staticmethod

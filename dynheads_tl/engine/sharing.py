@@ -94,14 +94,14 @@ class PrefixStore:
         if n < 1:
             return
         key = (id(model), tuple(int(i) for i in ids[:n]))
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return
         size = self._size(cache)
         if size > self.max_bytes and windows is not None and any(w is not None for w in windows):
             cache = WindowedPrefix(cache, n, windows)
             size = self._size(cache)
         if size > self.max_bytes:
-            return
-        if key in self.entries:
-            self.entries.move_to_end(key)
             return
         self.entries[key] = (cache, size)
         self.bytes += size
@@ -109,9 +109,10 @@ class PrefixStore:
             _, (_, dropped) = self.entries.popitem(last=False)
             self.bytes -= dropped
 
-    def longest(self, model, ids: Sequence[int], limit: int) -> tuple[Any, int] | None:
+    def longest(self, model, ids: Sequence[int], limit: int, *, windowed: bool = True) -> tuple[Any, int] | None:
         """``(cache, n)``: the entry sharing the longest prefix with ``ids`` (at most ``limit`` positions) and the
-        length of that prefix; None when no entry shares a position."""
+        length of that prefix; None when no entry shares a position. ``windowed=False`` passes over every
+        :class:`WindowedPrefix` (for a consumer that keeps every key and could read the positions it dropped)."""
         query = np.asarray(ids[:limit], dtype=np.int64)
         best, best_n, best_key = None, 0, None
         for key, (cache, _) in self.entries.items():
@@ -122,8 +123,8 @@ class PrefixStore:
                 continue
             differ = np.flatnonzero(query[:n] != np.asarray(key[1][:n], dtype=np.int64))
             shared = int(differ[0]) if len(differ) else n
-            if isinstance(cache, WindowedPrefix) and shared < cache.n:
-                continue  # its sliding layers dropped keys a shorter shared prefix would need
+            if isinstance(cache, WindowedPrefix) and (shared < cache.n or not windowed):
+                continue  # its sliding layers dropped keys a shorter shared prefix (or this consumer) would need
             if shared > best_n:
                 best, best_n, best_key = cache, shared, key
         if best is None:
@@ -131,10 +132,11 @@ class PrefixStore:
         self.entries.move_to_end(best_key)
         return best, best_n
 
-    def take(self, model, ids: Sequence[int], limit: int, *, longer_than: int = 0) -> tuple[Any, int] | None:
-        """:meth:`longest`, when it shares more than ``longer_than`` positions (what the caller has already), counted
-        in ``hits`` / ``reused_positions``; None otherwise."""
-        found = self.longest(model, ids, limit) if limit > 0 else None
+    def take(self, model, ids: Sequence[int], limit: int, *, longer_than: int = 0,
+             windowed: bool = True) -> tuple[Any, int] | None:
+        """:meth:`longest` (``windowed`` as there), when it shares more than ``longer_than`` positions (what the
+        caller has already), counted in ``hits`` / ``reused_positions``; None otherwise."""
+        found = self.longest(model, ids, limit, windowed=windowed) if limit > 0 else None
         if found is None or found[1] <= longer_than:
             return None
         self.hits += 1
