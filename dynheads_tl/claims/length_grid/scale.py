@@ -182,6 +182,7 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
     """Each primary (and the raw adjacent Jaccard and heads per step) against block parameters, log scale: our models
     with 95% intervals, the sesoi as a band, the paper's models beside the measures Table 1 gives."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator
 
     panels = list(readings["primary"]) + ["jaccard_adjacent", "heads_per_step"]
     fig, axes = plt.subplots(2, 4, figsize=(17, 8))
@@ -215,10 +216,12 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
                                              if primary == "heads_per_step" else 1)
             ax.scatter(PAPER_MODELS["parameters"], paper, marker="s", color="C3", label="the paper's models (Table 1)")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))  # 2 and 5 x 10^n: 3 and 4 ran into each other
+        ax.margins(x=0.15, y=0.15)  # room for the labels inside the frame
         ax.set_xlabel("transformer-block parameters")
         name = "heads per step, as a share of the heads" if primary == "heads_per_step" else label(primary)
         ax.set_title(name + (f"\n{found}" if found else ""), fontsize=9)
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="best", framealpha=0.6)  # a label under the legend still shows
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title)
