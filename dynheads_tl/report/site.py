@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import itertools
 import re
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from bs4 import BeautifulSoup
+from bs4 import BeautifulSoup, SoupStrainer
 
 from dynheads_tl import verdicts
 from dynheads_tl.claims import claim_for
@@ -259,12 +260,21 @@ def page_outline(page: str, cell_files: dict[str, list[str]]) -> Outline:
     return Outline(found, sections)
 
 
+@functools.lru_cache(maxsize=256)
+def _file_headings(path: str, mtime_ns: int, size: int) -> tuple[Heading, ...]:
+    """:func:`headings` of the page file at ``path``, parsed once per version of the file (its modification time
+    and size are part of the key): the findings and the index look up many sections of the same pages."""
+    return tuple(headings(Path(path).read_text(encoding="utf-8")))
+
+
 def section_anchor(page_path: Path, section: str) -> str:
     """``#anchor`` of the heading whose text is ``section`` in the rendered page at ``page_path``, or "" when the
     page or the heading is missing."""
     if not section or not Path(page_path).exists():
         return ""
-    return next((f"#{h.anchor}" for h in headings(Path(page_path).read_text(encoding="utf-8")) if h.text == section), "")
+    stat = Path(page_path).stat()
+    found = _file_headings(str(Path(page_path).resolve()), stat.st_mtime_ns, stat.st_size)
+    return next((f"#{h.anchor}" for h in found if h.text == section), "")
 
 
 def page_sections(output_dir: Path, stem: str) -> dict[str, str]:
@@ -415,7 +425,7 @@ _REMOTE_IMPORT = re.compile(r"""\bimport\s*(?:\(\s*|[\w{}\s,*]*?\bfrom\s*)["'](?
 def remote_resources(page: str) -> list[str]:
     """Scripts, stylesheets and module imports that ``page`` would fetch from the network ("script URL", "link URL"
     and the import statement)."""
-    soup = BeautifulSoup(page, "html.parser")
+    soup = BeautifulSoup(page, "html.parser", parse_only=SoupStrainer(["script", "link"]))  # 4x faster on a page
     found = {f"script {tag['src']}" for tag in soup.find_all("script", src=_REMOTE_URL)}
     found |= {f"link {tag['href']}" for tag in soup.find_all("link", href=_REMOTE_URL)}
     found |= {m.group(0) for script in soup.find_all("script") for m in _REMOTE_IMPORT.finditer(script.string or "")}
