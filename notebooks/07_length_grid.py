@@ -175,7 +175,7 @@ display(Markdown(length_grid.claim2_verdict(by_length, config.model, config.hays
 # length's unmasked accuracy (Wilson 95%); the masking slope reads only the lengths with headroom.
 
 # %%
-headroom = length_grid.headroom_by_length(grid if len(grid) else None)
+headroom = length_grid.headroom_by_length(by_length)  # Fig 2's unmasked-accuracy rows, per length
 figures.save_table(headroom, "length_headroom", out_dir, run_config)
 display(headroom.round(3))
 units = length_grid.primary_units(samples, grid if len(grid) else None, headroom)

@@ -262,16 +262,17 @@ def _masked_grid(accuracy: dict[int, list[int]]) -> pd.DataFrame:
         for j, right in enumerate(answers):
             keys = {"context": length, "layout": f"{length}|{j}", "depth": 0.5, "run": j}
             drop = 0.1 * np.log2(length / 1000) + 0.01 * j
-            rows += [{**keys, "condition": "none", "accuracy": right, "tf_drop_t1": 0.0},
-                     {**keys, "condition": "previous_step", "accuracy": right, "tf_drop_t1": 0.5 + drop},
-                     {**keys, "condition": "static_previous", "accuracy": right, "tf_drop_t1": 0.5}]
+            rows += [{**keys, "condition": "none", "accuracy": right, "tf_drop": 0.0, "tf_drop_t1": 0.0},
+                     {**keys, "condition": "previous_step", "accuracy": right, "tf_drop": 0.5 + drop,
+                      "tf_drop_t1": 0.5 + drop},
+                     {**keys, "condition": "static_previous", "accuracy": right, "tf_drop": 0.5, "tf_drop_t1": 0.5}]
     return pd.DataFrame(rows)
 
 
 def test_a_length_without_headroom_leaves_the_masking_slope_and_is_said_to(tmp_path):
     grid = _masked_grid({1000: [1] * 6, 2000: [1, 1, 1, 0, 0, 0], 4000: [0] * 6, 8000: [1, 0, 0, 0, 0, 0],
                          500: [0, 0, 0]})
-    headroom = length_grid.headroom_by_length(grid).set_index("length")
+    headroom = length_grid.headroom_by_length(length_grid.masking_by_length(grid, n_resamples=50)).set_index("length")
     # Wilson 95% upper bounds: 6/6 and 3/6 clear 0.5, 1/6's 0.56 too; 0/6's is 0.39; 0/3's 0.56 clears the floor,
     # but no answer is right: nothing for masking to take away
     assert headroom["headroom"].to_dict() == {500: False, 1000: True, 2000: True, 4000: False, 8000: True}
@@ -311,14 +312,15 @@ def test_a_length_without_headroom_leaves_the_masking_slope_and_is_said_to(tmp_p
     # with no length left with headroom the masking slope is not tested, and the verdict gives that reason; with the
     # fair pair not run, that reason
     none_grid = _masked_grid({1000: [0] * 6, 2000: [0] * 6})
-    none = length_grid.headroom_by_length(none_grid)
+    none = length_grid.headroom_by_length(length_grid.masking_by_length(none_grid, n_resamples=50))
     table = trend_table(primary_units(samples, none_grid, none), n_resamples=200)
     row = table.set_index("primary").loc["irreplaceability_vs_length"]
     assert row["reading"] == "not tested" and row["n_units"] == 0 and row["lengths_no_headroom"] == "1000 2000"
     assert "(no length with headroom)" in length_grid.trend_verdict(table, "m", "essays")
     assert not length_grid.trend_verdict(table, "m", "essays").quote("beyond_window")
     unpaired = none_grid[none_grid["condition"] == "none"]
-    table = trend_table(primary_units(samples, unpaired, length_grid.headroom_by_length(unpaired)), n_resamples=50)
+    unpaired_headroom = length_grid.headroom_by_length(length_grid.masking_by_length(unpaired, n_resamples=50))
+    table = trend_table(primary_units(samples, unpaired, unpaired_headroom), n_resamples=50)
     assert table.set_index("primary").loc["irreplaceability_vs_length", "lengths_no_headroom"] == ""
     assert "(the fair masking pair was not run)" in length_grid.trend_verdict(table, "m", "essays")
 

@@ -40,7 +40,7 @@ from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 
 __all__ = ["grid_samples", "calibration_samples", "grid_traces", "StaticSets", "static_sets", "sample_table",
            "table1_by_length", "heatmap_data", "conditions", "calibration_probe", "masking_grid", "masking_by_length",
-           "layout_ratio", "headroom_by_length", "primary_units", "cluster_bca", "prefill_share"]
+           "layout_ratio", "headroom_floor", "headroom_by_length", "primary_units", "cluster_bca", "prefill_share"]
 
 
 logger = logging.getLogger(__name__)
@@ -353,23 +353,25 @@ def layout_ratio(samples: pd.DataFrame, numerator: str, denominator: str, *,
                          "value": (1 - ratio if complement else ratio).astype(float)}).dropna(subset=["value"])
 
 
-def headroom_by_length(grid: pd.DataFrame | None, floor: float | None = None) -> pd.DataFrame:
-    """Per length of the masking runs, the unmasked accuracy with its Wilson 95% interval and whether the length
-    has headroom (preregistration.yaml, deviation of 2026-12-06): its upper bound reaches ``floor`` (Fig 2's
-    headroom_floor, read from the file when None) and its estimate is above 0. Empty without masking runs."""
-    floor = float(preregistration.item_rule("irreplaceability", "Fig 2")["headroom_floor"]) if floor is None else floor
+def headroom_floor() -> float:
+    """The unmasked accuracy a length needs to have headroom: Fig 2's declared headroom_floor."""
+    return float(preregistration.item_rule("irreplaceability", "Fig 2")["headroom_floor"])
+
+
+def headroom_by_length(by_length: pd.DataFrame | None, floor: float | None = None) -> pd.DataFrame:
+    """Per length of the masking runs, the unmasked accuracy with its Wilson 95% interval, as
+    :func:`masking_by_length` computed it for Fig 2's rule (its ``accuracy_none`` rows), and whether the length has
+    headroom (preregistration.yaml, deviation of 2026-12-06): its upper bound reaches ``floor`` (default
+    :func:`headroom_floor`) and its estimate is above 0. Empty without masking runs."""
+    floor = headroom_floor() if floor is None else floor
     columns = ["length", "accuracy", "low", "high", "n", "headroom"]
-    if grid is None or not len(grid):
+    if by_length is None or not len(by_length):
         return pd.DataFrame(columns=columns)
-    rows = []
-    for length in sorted(grid["context"].unique()):
-        values = grid[(grid["context"] == length) & (grid["condition"] == "none")]["accuracy"].dropna()
-        if not len(values):
-            continue
-        ci = wilson_interval(int(values.sum()), len(values))
-        rows.append({"length": int(length), "accuracy": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n,
-                     "headroom": bool(ci.high >= floor and ci.estimate > 0)})
-    return pd.DataFrame(rows, columns=columns)
+    none = by_length[by_length["comparison"] == "accuracy_none"].sort_values("length")
+    return pd.DataFrame({"length": none["length"].astype(int), "accuracy": none["value"], "low": none["low"],
+                         "high": none["high"], "n": none["n"].astype(int),
+                         "headroom": (none["high"] >= floor) & (none["value"] > 0)},
+                        columns=columns).reset_index(drop=True)
 
 
 def primary_units(samples: pd.DataFrame, grid: pd.DataFrame | None,

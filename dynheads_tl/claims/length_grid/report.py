@@ -20,11 +20,12 @@ from dynheads_tl.analysis.statistics import Interval, n_to_resolve
 from dynheads_tl.claim import Claim, Finding, PaperItem, Status, Verdict, ci_text, is_true, sidecar
 
 from .config import EASY_CONTROL, SEEDS, LengthGridConfig
+from .pipeline import headroom_floor
 from .trend import holm_family, slope_reading, slope_test
 from .scale import size_axis_section
 from .window import LayerKinds, window_verdict
 
-__all__ = ["MIN_LAYOUTS_PER_LENGTH", "HEADROOM_PRIMARIES", "headroom_floor", "declared", "trend_table", "trend_verdict",
+__all__ = ["MIN_LAYOUTS_PER_LENGTH", "HEADROOM_PRIMARIES", "declared", "trend_table", "trend_verdict",
            "window_sentence", "table1_status", "fig2_status", "table1_statuses", "fig2_statuses", "claim1_verdict",
            "claim2_verdict", "CLAIM"]
 
@@ -34,11 +35,6 @@ __all__ = ["MIN_LAYOUTS_PER_LENGTH", "HEADROOM_PRIMARIES", "headroom_floor", "de
 MIN_LAYOUTS_PER_LENGTH = 5
 # The length primaries that read a masking drop: they keep only the lengths with headroom (deviation of 2026-12-06).
 HEADROOM_PRIMARIES = ("irreplaceability_vs_length",)
-
-
-def headroom_floor() -> float:
-    """The unmasked accuracy a length needs to have headroom: Fig 2's declared headroom_floor."""
-    return float(preregistration.item_rule("irreplaceability", "Fig 2")["headroom_floor"])
 
 
 def declared() -> dict:
