@@ -185,7 +185,7 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
     from matplotlib.ticker import LogLocator
 
     panels = list(readings["primary"]) + ["jaccard_adjacent", "heads_per_step"]
-    fig, axes = plt.subplots(2, 4, figsize=(17, 8))
+    fig, axes = plt.subplots(2, 4, figsize=(17, 9))
     # the grey band: effects short of the smallest effect of interest, between no effect and the sesoi
     bands = {"outside_share_static_10pct": lambda s: (0.0, s), "adjacent_jaccard_over_bound": lambda s: (1 - s, 1.0)}
     left_out = {r.primary: set(str(r.left_out).split()) for r in readings.itertuples()}
@@ -201,9 +201,11 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
             if keep.any():
                 ax.errorbar(x[keep], y[keep], yerr=[y[keep] - low[keep], high[keep] - y[keep]], fmt="o", color="C0",
                             markerfacecolor=face, capsize=4, label=text)
-        for i, (xi, yi, name) in enumerate(zip(x, y, rows["model"])):
+        for xi, yi, name in zip(x, y, rows["model"]):
+            # beside a model of nearly the same size (Gemma 3 and SmolLM2), the lower point's label goes below it
+            below = any(abs(np.log10(xi / xj)) < 0.15 and yj > yi for xj, yj in zip(x, y))
             ax.annotate(str(name).split("-instruct")[0], (xi, yi), textcoords="offset points",
-                        xytext=(5, 5 if i % 2 == 0 else -11), fontsize=7)
+                        xytext=(5, -11 if below else 5), fontsize=7)
         found = readings.set_index("primary")["reading"].get(primary)
         if found is not None:
             sesoi = float(readings.set_index("primary").loc[primary, "sesoi"])
@@ -221,7 +223,8 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
         ax.set_xlabel("transformer-block parameters")
         name = "heads per step, as a share of the heads" if primary == "heads_per_step" else label(primary)
         ax.set_title(name + (f"\n{found}" if found else ""), fontsize=9)
-        ax.legend(fontsize=7, loc="best", framealpha=0.6)  # a label under the legend still shows
+        # under the panel, where no point or label can be
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title)
