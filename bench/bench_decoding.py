@@ -519,6 +519,7 @@ import dynheads_tl
 from dynheads_tl import TraceConfig, trace_generation
 from dynheads_tl.engine import decoder as decoder_module
 from dynheads_tl.engine.decoder import BatchDecoder
+from dynheads_tl.engine.grouped import layer_windows
 from dynheads_tl.engine.sharing import bounded_windows
 from dynheads_tl.tasks import make_niah_samples
 length, steps, haystack, name, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -543,7 +544,8 @@ with bounded_windows(bounded):
 kv = decoder.cache.nbytes / 2**20
 stored = sum(v.numel() * v.element_size() for v in vars(trace).values() if isinstance(v, torch.Tensor)) / 2**20
 print(json.dumps({"prompt": len(sample.prompt_ids), "loaded": loaded, "peak": peak, "kv": kv, "trace": stored,
-                  "traced_s": traced, "prefill_s": prefill}))
+                  "traced_s": traced, "prefill_s": prefill,
+                  "sliding": any(window is not None for window in layer_windows(model))}))
 """
 
 
@@ -567,7 +569,7 @@ def part_length_memory(model, args) -> None:
                                      capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
                 row = json.loads(out)
                 above = row["peak"] - row["loaded"]
-                keeps = "its window" if bounded == "window" else "every key"
+                keeps = ("its window" if bounded == "window" else "every key") if row["sliding"] else "(no sliding layer)"
                 print(f"| {keeps} | {chunk or 'whole prompt'} | {length} | {row['prompt']} | {above:.0f} | "
                       f"{row['kv']:.1f} | {row['trace']:.2f} | {1000 * above / row['prompt']:.0f} | "
                       f"{row['traced_s']:.1f} | {row['prefill_s']:.1f} | "
