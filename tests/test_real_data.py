@@ -250,7 +250,6 @@ AWAITING_REAL_DATA = {
     "long/01_dynamism", "long/03_correlation", "long/05_error_signal",
     "long/models/gemma-3-270m/01_dynamism", "long/models/gemma-3-270m/03_correlation",
     "long/models/gemma-3-270m/05_error_signal",
-    "models/qwen2.5-coder-0.5b-instruct/02_irreplaceability",
 }
 
 
