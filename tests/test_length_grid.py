@@ -4,6 +4,13 @@ checks before any model work."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -735,3 +742,85 @@ def test_the_size_axis_table_computes_each_primary_from_its_units():
         row = table.loc[primary]
         assert row["low"] <= row["low90"] <= row["estimate"] <= row["high90"] <= row["high"]
     assert set(table["model"]) == {"toy"} and set(table["static_size"]) == {4}
+
+
+# --- an interrupted long run resumes (issue #64) -----------------------------------------------------------------
+RESUME_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+
+import dynheads_tl
+from dynheads_tl import executors
+from dynheads_tl.claims import length_grid
+from dynheads_tl.claims.length_grid import LengthGridConfig
+from dynheads_tl.engine import decoder
+
+decoder.PREFILL_CHUNK = 32  # a 200-token prompt in chunks, as a 32k prompt is in chunks of 4096
+folder, out, delay = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+saved = []
+real = executors.save_cached_json
+
+
+def slow(key, result, **kwargs):  # each masking run cached, then a pause the test kills the run in
+    saved.append(1)
+    real(key, result, **kwargs)
+    time.sleep(delay)
+    return result
+
+
+executors.save_cached_json = slow
+model = dynheads_tl.load_model(str(folder), device="cpu")
+config = LengthGridConfig(model=str(folder), lengths=[100, 200], depths=[0.5], runs_per_cell=1,
+                          n_calibration=2, max_new_tokens=4, n_resamples=50, batch_size=1)
+cells = length_grid.grid_samples(model, config)
+statics, _ = length_grid.static_sets(model, config)
+traces = length_grid.grid_traces(model, config, cells)
+names, _ = length_grid.conditions()
+(out / "masking.started").write_text("")
+grid = length_grid.masking_grid(model, config, cells, statics, names)
+(out / "computed.json").write_text(json.dumps(len(saved)))
+grid.drop(columns=[c for c in grid.columns if grid[c].map(lambda v: isinstance(v, (list, dict))).any()]).to_csv(
+    out / "grid.csv", index=False)
+"""
+
+
+def _grid_run(folder, cache, out, delay):
+    out.mkdir(exist_ok=True)
+    env = {**os.environ, "DYNHEADS_CACHE": str(cache)}
+    return subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, str(folder), str(out), str(delay)], env=env,
+                            cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp_path):
+    """Issue #64: a killed run of notebook 07's grid (Gemma 3's shape: sliding layers with a window shorter than
+    the prompts, prefilled in chunks as at 32k) restarts at the first masking run it had not cached: the finished
+    runs' files are not rewritten, the rest are computed once, and the grid equals an uninterrupted run's."""
+    from conftest import build_tiny_model
+
+    folder = build_tiny_model("gemma3", tmp_path / "gemma3")
+    cache, first = tmp_path / "cache", tmp_path / "first"
+    process = _grid_run(folder, cache, first, delay=1.0)
+    results = cache / "results"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (first / "masking.started").exists():
+        time.sleep(0.05)
+    assert (first / "masking.started").exists(), "the run never reached the masking grid"
+    before = len(list(results.glob("*.json")))
+    while time.time() < deadline and len(list(results.glob("*.json"))) < before + 3:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    finished = {p: p.stat().st_mtime_ns for p in [*results.glob("*.json"), *(cache / "traces").glob("*.pt")]}
+    masked = len(finished) - before - len(list((cache / "traces").glob("*.pt")))
+    assert masked >= 3 and not (first / "grid.csv").exists(), "killed inside the masking grid"
+
+    resumed = tmp_path / "resumed"
+    assert _grid_run(folder, cache, resumed, delay=0).wait() == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items()), "a finished run was recomputed"
+    fresh = tmp_path / "fresh"
+    assert _grid_run(folder, tmp_path / "fresh_cache", fresh, delay=0).wait() == 0
+    total = json.loads((fresh / "computed.json").read_text())
+    # the resumed run computed exactly the masking runs the killed one had not cached
+    assert json.loads((resumed / "computed.json").read_text()) == total - masked > 0
+    pd.testing.assert_frame_equal(pd.read_csv(resumed / "grid.csv"), pd.read_csv(fresh / "grid.csv"))
+    assert not list(results.glob("*.tmp*")), "no half-written file is left under a final name"
