@@ -202,10 +202,13 @@ def size_figure(table: pd.DataFrame, readings: pd.DataFrame, title: str):
                 ax.errorbar(x[keep], y[keep], yerr=[y[keep] - low[keep], high[keep] - y[keep]], fmt="o", color="C0",
                             markerfacecolor=face, capsize=4, label=text)
         for xi, yi, name in zip(x, y, rows["model"]):
-            # beside a model of nearly the same size (Gemma 3 and SmolLM2), the lower point's label goes below it
+            # beside a model of nearly the same size (Gemma 3 and SmolLM2), the lower point's label goes below it;
+            # the largest model's goes to its left, inside the frame and clear of the paper's models to its right
             below = any(abs(np.log10(xi / xj)) < 0.15 and yj > yi for xj, yj in zip(x, y))
+            largest = len(x) > 1 and xi == x.max()
             ax.annotate(str(name).split("-instruct")[0], (xi, yi), textcoords="offset points",
-                        xytext=(5, -11 if below else 5), fontsize=7)
+                        xytext=(-5 if largest else 5, -11 if below or largest else 5), fontsize=7,
+                        ha="right" if largest else "left")
         found = readings.set_index("primary")["reading"].get(primary)
         if found is not None:
             sesoi = float(readings.set_index("primary").loc[primary, "sesoi"])
