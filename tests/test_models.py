@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 
 import dynheads_tl
 from dynheads_tl.engine import models
+from dynheads_tl.engine.windowed import ATTENTION
 from conftest import TINY_CONFIGS, build_tiny_model
 
 
@@ -65,7 +66,7 @@ def test_fast_twin_shares_weights(embedded_model):
     twin = dynheads_tl.fast_twin(embedded_model)
     eager = embedded_model.original_model
     assert twin is not eager
-    assert twin.config._attn_implementation == "sdpa"
+    assert twin.config._attn_implementation == ATTENTION == "dynheads_sdpa"
     # Same storage, not copies: an 8B model cannot afford its weights twice.
     assert twin.model.embed_tokens.weight.data_ptr() == eager.model.embed_tokens.weight.data_ptr()
     assert twin.model.layers[7].mlp.up_proj.weight.data_ptr() == eager.model.layers[7].mlp.up_proj.weight.data_ptr()

@@ -35,6 +35,7 @@ from dynheads_tl.engine.embedded import DEFAULT_MODEL, EMBEDDED_MODELS, PAPER_MO
 from dynheads_tl.engine.checksums import (MANIFEST_NAME, ManifestCheck, file_sha256, manifest_problem,  # noqa: F401
                                           write_manifest)
 from dynheads_tl.engine.fingerprint import model_fingerprint  # noqa: F401
+from dynheads_tl.engine.windowed import register_attention
 from dynheads_tl.progress import note
 from dynheads_tl.store import cache_dir
 
@@ -390,7 +391,9 @@ def load_model(
     ``device="auto"``: CUDA when a GPU is present, else the CPU. ``dtype="auto"``: bfloat16 on a GPU, float32
     on the CPU. The fast twin prefills with PyTorch's SDPA, which on a GPU dispatches to its flash or
     memory-efficient kernels (each prompt is prefilled alone and unpadded, with no explicit mask), so a long
-    prefill never builds a [head, T, T] matrix.
+    prefill never builds a [head, T, T] matrix. On a sliding-window layer it meets a chunk's queries with only the
+    keys they can see (:func:`~dynheads_tl.engine.windowed.windowed_sdpa`, transformers' SDPA otherwise unchanged;
+    its cache still keeps every position).
     """
     from transformer_lens.model_bridge import TransformerBridge
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -401,7 +404,7 @@ def load_model(
     if device.type == "cpu":
         tune_cpu_allocator()
     fast = AutoModelForCausalLM.from_pretrained(
-        source, dtype=torch_dtype, attn_implementation="sdpa"
+        source, dtype=torch_dtype, attn_implementation=register_attention()
     ).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(source)
     eager = _eager_twin(fast)
@@ -447,7 +450,9 @@ def tune_cpu_allocator() -> bool:
 
 
 def fast_twin(model) -> torch.nn.Module:
-    """The SDPA transformers model that shares ``model``'s weights (see :func:`load_model`)."""
+    """The SDPA transformers model that shares ``model``'s weights (see :func:`load_model`; its attention is
+    :data:`~dynheads_tl.engine.windowed.ATTENTION`, :func:`~dynheads_tl.engine.windowed.stock_attention` switches it
+    to plain "sdpa" for a block)."""
     twin = model.__dict__.get("_dynheads_fast_twin")
     if twin is None:
         raise ValueError(
