@@ -6,9 +6,13 @@ Tolerances as in ``tests/test_grouped.py``: tokens, top-1 sources and Eq. 1 sets
 """
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AttentionInterface, AutoModelForCausalLM
+from transformers.integrations import sdpa_attention
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 import dynheads_tl
 from dynheads_tl import TraceConfig
@@ -16,8 +20,9 @@ from dynheads_tl.engine import decoder as decoder_module
 from dynheads_tl.engine.decoder import BatchDecoder, bounded_windows, prefix_sharing
 from dynheads_tl.engine.grouped import _fired_hook_points, attention_path, grouped_unsupported, layer_windows
 from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention
-from dynheads_tl.engine.models import EMBEDDED_MODELS, embedded_installed
+from dynheads_tl.engine.models import EMBEDDED_MODELS, embedded_installed, fast_twin
 from dynheads_tl.engine.tracing import trace_batch, trace_generation
+from dynheads_tl.engine.windowed import ATTENTION, stock_attention, visible_keys, windowed_sdpa
 from dynheads_tl.tasks import make_niah_samples
 from conftest import build_tiny_model
 from test_grouped import assert_same_traces
@@ -268,3 +273,112 @@ def test_a_prompt_prefilled_in_chunks_decodes_as_one_prefilled_at_once(tiny_gemm
         torch.testing.assert_close(parts.layers[layer].values, whole.layers[layer].values, atol=1e-4, rtol=1e-4)
     assert_same_traces([trace_generation(tiny_gemma, s, config) for s in gemma_samples], expected)
     assert_same_traces(trace_batch(tiny_gemma, gemma_samples, config), expected)
+
+
+def _twin_prefill(model, ids: torch.Tensor, implementation: str | None = None):
+    """The twin's chunked prefill of ``ids`` (the cache of all but the last token), the logits its last chunk gave
+    and the key count SDPA met per call and layer, under ``implementation`` (None: the twin's own)."""
+    twin = fast_twin(model)
+    outputs, met, original, forward = [], [], twin.forward, sdpa_attention.sdpa_attention_forward
+
+    def recording(*args, **kwargs):
+        out = original(*args, **kwargs)
+        outputs.append(out.logits[0, -1])
+        return out
+
+    def counting(module, query, key, *args, **kwargs):
+        met.append((module.layer_idx, query.shape[2], key.shape[2]))
+        return forward(module, query, key, *args, **kwargs)
+
+    with stock_attention(twin, implementation or twin.config._attn_implementation):
+        twin.forward, sdpa_attention.sdpa_attention_forward = recording, counting
+        try:
+            cache = BatchDecoder._prefill(model, ids, "fast")
+        finally:
+            del twin.forward
+            sdpa_attention.sdpa_attention_forward = forward
+    return cache, outputs[-1], met
+
+
+def _short_by_one(module, query, key, value, attention_mask, sliding_window=None, **kwargs):
+    """A deliberately wrong windowed SDPA: one key fewer than a sliding layer's earliest query sees, unchecked."""
+    keep = visible_keys(query.shape[2], key.shape[2], sliding_window)
+    if keep is not None and attention_mask is not None:
+        key, value, attention_mask = key[:, :, 1 - keep:], value[:, :, 1 - keep:], attention_mask[..., 1 - keep:]
+    return sdpa_attention.sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def test_visible_keys_of_a_sliding_layer():
+    assert visible_keys(7, 100, WINDOW) == 7 + WINDOW - 1 and visible_keys(7, 7 + WINDOW, WINDOW) == 7 + WINDOW - 1
+    assert visible_keys(7, 7 + WINDOW - 1, WINDOW) is None and visible_keys(7, 100, None) is None
+
+
+@pytest.mark.parametrize("chunk", [5, 23])
+def test_the_windowed_twin_prefills_in_chunks_as_stock_sdpa_does(tiny_gemma, monkeypatch, chunk):
+    """A prompt several windows long, prefilled in chunks shorter and longer than the window: the twin's sliding
+    layers meet each chunk with only the chunk + WINDOW - 1 keys its queries see, and its cache (every position of
+    every layer), last logits and greedy tokens equal stock SDPA's to float rounding; cutting one key more changes
+    them (the comparison bites); transformers' generate (its own sliding cache) is unchanged too."""
+    monkeypatch.setattr(decoder_module, "PREFILL_CHUNK", chunk)
+    ids = torch.tensor([1] + list(range(40, 140)))  # 100 cached positions: 6 windows
+    twin = fast_twin(tiny_gemma)
+    assert twin.config._attn_implementation == ATTENTION
+    windowed, windowed_logits, met = _twin_prefill(tiny_gemma, ids)
+    stock, stock_logits, _ = _twin_prefill(tiny_gemma, ids, "sdpa")
+    windows = layer_windows(tiny_gemma)
+    ends = list(itertools.accumulate(queries for layer, queries, _ in met if layer == 0))  # each chunk's end
+    assert ends[-1] == len(ids) - 1 and len(met) == len(ends) * len(windows)
+    for call, (layer, queries, keys) in enumerate(met):
+        every = ends[call // len(windows)]
+        assert keys == (min(every, queries + WINDOW - 1) if windows[layer] else every)
+    assert max(keys for layer, _, keys in met if windows[layer]) == chunk + WINDOW - 1 < len(ids) - 1, "the cut bites"
+    for got, want in zip(windowed.layers, stock.layers):
+        assert got.keys.shape == want.keys.shape == (1, 1, len(ids) - 1, 16)
+        torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(windowed_logits, stock_logits, atol=1e-5, rtol=1e-5)
+    monkeypatch.setitem(AttentionInterface._global_mapping, "test_short_by_one", _short_by_one)
+    monkeypatch.setitem(AttentionMaskInterface._global_mapping, "test_short_by_one", sdpa_mask)
+    wrong, wrong_logits, _ = _twin_prefill(tiny_gemma, ids, "test_short_by_one")
+    # one key short: the cache moves by tenths, the last logits by 10x the tolerance the windowed twin meets
+    assert max(float((w.keys - s.keys).abs().max()) for w, s in zip(wrong.layers, stock.layers)) > 0.1
+    assert float((wrong_logits - stock_logits).abs().max()) > 1e-4
+    tokens = {}
+    for implementation in (ATTENTION, "sdpa"):
+        with stock_attention(twin, implementation):
+            decoder = BatchDecoder(tiny_gemma, [ids.tolist()], max_new_tokens=8)
+            tokens[implementation] = [int(step.argmax()) for step in _decode(decoder, 8)]
+            generated = twin.generate(ids[None], max_new_tokens=6, do_sample=False)
+            tokens[implementation, "generate"] = generated[0, len(ids):].tolist()
+    assert tokens[ATTENTION] == tokens["sdpa"] and tokens[ATTENTION, "generate"] == tokens["sdpa", "generate"]
+    assert twin.config._attn_implementation == ATTENTION
+
+
+def test_the_windowed_sdpa_passes_a_mask_that_reaches_further_through_unchanged(tiny_gemma):
+    """A causal mask handed to a layer that names a window (the window would drop keys it shows) and no mask at all:
+    windowed_sdpa cuts nothing, bit for bit transformers' SDPA."""
+    module = fast_twin(tiny_gemma).model.layers[0].self_attn
+    query, key, value = torch.randn(1, 4, 3, 16), torch.randn(1, 1, 40, 16), torch.randn(1, 1, 40, 16)
+    causal = torch.ones(40, 40, dtype=torch.bool).tril()[None, None, -3:]
+    for mask in (causal, None):
+        got, _ = windowed_sdpa(module, query, key, value, mask, sliding_window=WINDOW, scaling=0.25)
+        want, _ = sdpa_attention.sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+        assert torch.equal(got, want)
+    window = causal & (torch.arange(40) > torch.arange(37, 40)[:, None] - WINDOW)
+    got, _ = windowed_sdpa(module, query, key, value, window, sliding_window=WINDOW, scaling=0.25)
+    want, _ = sdpa_attention.sdpa_attention_forward(module, query, key, value, window, scaling=0.25)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_a_model_without_sliding_layers_is_unchanged_bit_for_bit(tmp_path, monkeypatch):
+    """Every layer global (a tiny Llama): the windowed twin's chunked prefill is stock SDPA's, keys, values and
+    last logits equal bit for bit."""
+    llama = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu")
+    monkeypatch.setattr(decoder_module, "PREFILL_CHUNK", 7)
+    ids = torch.tensor([1] + list(range(40, 90)))
+    windowed, windowed_logits, _ = _twin_prefill(llama, ids)
+    stock, stock_logits, _ = _twin_prefill(llama, ids, "sdpa")
+    assert fast_twin(llama).config._attn_implementation == ATTENTION
+    assert torch.equal(windowed_logits, stock_logits)
+    for got, want in zip(windowed.layers, stock.layers):
+        assert torch.equal(got.keys, want.keys) and torch.equal(got.values, want.values)
