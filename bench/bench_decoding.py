@@ -47,6 +47,9 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   run through the hooked bridge (``query_focused_scores``), against one hooked pass over each whole prompt (the
   reference), per sample, with the largest difference in a score.
 
+Every transformers baseline runs the fast twin with transformers' stock SDPA (``stock_attention``), not the windowed
+attention it prefills with (``dynheads_tl.engine.windowed``).
+
 Timings of one part are taken in one process, interleaved, minimum over ``--repeats``: compare ratios within a
 run (other jobs may share the cores).
 """
@@ -61,6 +64,7 @@ import dynheads_tl
 from dynheads_tl import TraceConfig, fast_twin, trace_batch, trace_generation
 from dynheads_tl.engine.grouped import attention_path
 from dynheads_tl.engine.decoder import BatchDecoder, prefix_plan, prefix_sharing, shared_prompts
+from dynheads_tl.engine.windowed import stock_attention
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -72,6 +76,12 @@ def best_of(runs: dict, repeats: int) -> tuple[dict[str, float], dict]:
             last[name] = run()
             best[name] = min(best[name], time.perf_counter() - start)
     return best, last
+
+
+def stock_generate(twin, ids, **kwargs):
+    """transformers' own ``generate`` with its stock SDPA (the twin otherwise runs the windowed attention)."""
+    with stock_attention(twin):
+        return twin.generate(ids, **kwargs)
 
 
 def niah_batch(model, rows: int, length: int, steps: int):
@@ -113,7 +123,7 @@ def part_decode(model, args) -> None:
         for index in range(len(decoder.cache.keys)):
             past.update(*decoder.cache.padded(index, base), index)
         tokens = first
-        with torch.no_grad():
+        with torch.no_grad(), stock_attention(twin):
             for step in range(k):
                 end = base + step + 1
                 positions = torch.arange(end)[None, :] - offsets[:, None]
@@ -154,8 +164,8 @@ def _trace_row(model, args, rows: int) -> None:
             return trace_batch(model, samples, config)
 
     best, last = best_of({
-        "transformers": lambda: twin.generate(ids, attention_mask=mask, max_new_tokens=args.steps,
-                                              min_new_tokens=args.steps, do_sample=False),
+        "transformers": lambda: stock_generate(twin, ids, attention_mask=mask, max_new_tokens=args.steps,
+                                               min_new_tokens=args.steps, do_sample=False),
         "traced": lambda: trace_batch(model, samples, config),
         "today": today,
     }, args.repeats)
@@ -473,8 +483,8 @@ def part_length(model, args) -> None:
                                     haystack=args.haystack, max_tokens=int(model.cfg.n_ctx))
         ids, mask = left_padded(model, samples)
         best, last = best_of({
-            "transformers": lambda: twin.generate(ids, attention_mask=mask, max_new_tokens=steps,
-                                                  min_new_tokens=steps, do_sample=False),
+            "transformers": lambda: stock_generate(twin, ids, attention_mask=mask, max_new_tokens=steps,
+                                                   min_new_tokens=steps, do_sample=False),
             "traced": lambda: trace_batch(model, samples, config),
         }, args.repeats)
         same = sum(a.tokens.tolist() == row[ids.shape[1]:].tolist() for a, row in zip(last["traced"], last["transformers"]))
@@ -498,7 +508,7 @@ def part_length(model, args) -> None:
         for index in range(len(decoder.cache.keys)):
             past.update(*(t.clone() for t in decoder.cache.padded(index, base)), index)
         tokens = first
-        with torch.no_grad():
+        with torch.no_grad(), stock_attention(twin):
             for step in range(steps):
                 out = twin(input_ids=tokens[:, None], past_key_values=past, use_cache=True,
                            position_ids=torch.tensor([[base + step]]))

@@ -1,4 +1,4 @@
-"""Speed and memory of traced generation against plain transformers generate (SDPA).
+"""Speed and memory of traced generation against plain transformers generate (stock SDPA: ``stock_attention``).
 
     python bench/bench_tracing.py                 # 1k, 2k, 4k context, 24 steps
     python bench/bench_tracing.py --lengths 2000 --steps 24 --repeats 3
@@ -20,7 +20,14 @@ import torch
 
 import dynheads_tl
 from dynheads_tl import TraceConfig, fast_twin, trace_generation
+from dynheads_tl.engine.windowed import stock_attention
 from dynheads_tl.tasks import make_niah_samples
+
+
+def stock_generate(twin, ids, **kwargs):
+    """transformers' own ``generate`` with its stock SDPA (the twin otherwise runs the windowed attention)."""
+    with stock_attention(twin):
+        return twin.generate(ids, **kwargs)
 
 
 def _sample(model, length):
@@ -35,7 +42,8 @@ def timings(model, length: int, steps: int, repeats: int, bridge_generate: bool)
     signals_config = TraceConfig(max_new_tokens=steps, stop_at_eos=False, signals=True)
     twin = fast_twin(model)
     runs = {
-        "transformers_generate_sdpa": lambda: twin.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False),
+        "transformers_generate_sdpa": lambda: stock_generate(twin, ids, max_new_tokens=steps, min_new_tokens=steps,
+                                                             do_sample=False),
         "traced": lambda: trace_generation(model, sample, config),
         "traced_evidence_attention": lambda: trace_generation(model, sample, evidence_config),
         "traced_signals": lambda: trace_generation(model, sample, signals_config),
