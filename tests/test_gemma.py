@@ -22,6 +22,7 @@ from dynheads_tl.engine.grouped import _fired_hook_points, attention_path, group
 from dynheads_tl.engine.hooks import StepState, ablate_heads, restrict_attention
 from dynheads_tl.engine.models import EMBEDDED_MODELS, embedded_installed, fast_twin
 from dynheads_tl.engine.tracing import trace_batch, trace_generation
+from dynheads_tl.engine import windowed as windowed_module
 from dynheads_tl.engine.windowed import ATTENTION, stock_attention, visible_keys, windowed_sdpa
 from dynheads_tl.tasks import make_niah_samples
 from conftest import build_tiny_model
@@ -78,15 +79,20 @@ def test_tiny_gemma_takes_the_grouped_path(tiny_gemma):
     assert decoder.last_path == "grouped"
 
 
-def test_tiny_gemma_grouped_eager_and_transformers_agree(tiny_gemma, tiny_gemma_folder, gemma_samples):
+def test_tiny_gemma_grouped_eager_and_transformers_agree(tiny_gemma, tiny_gemma_folder, gemma_samples, monkeypatch):
     """Single prompts longer than the window, then the same prompts as one left-padded batch with shared prefixes:
-    the grouped path, the eager bridge and plain transformers give the same tokens, top-1 sources and Eq. 1 sets."""
+    the grouped path, the eager bridge and plain transformers give the same tokens, top-1 sources and Eq. 1 sets.
+    The twin's prefill of a prompt after its cached shared prefix meets the windowed cut (engine/windowed.py)."""
     reference = AutoModelForCausalLM.from_pretrained(tiny_gemma_folder, attn_implementation="eager",
                                                      dtype=torch.float32).eval()
     config = TraceConfig(max_new_tokens=6, stop_at_eos=False, local_window=8, signals=True)
+    cuts, cuttable = [], windowed_module._cuttable
+    monkeypatch.setattr(windowed_module, "_cuttable", lambda *args: cuts.append(cuttable(*args)) or cuts[-1])
     with attention_path("grouped"):
         grouped = [trace_generation(tiny_gemma, s, config) for s in gemma_samples]
+        alone = len(cuts)
         batched = trace_batch(tiny_gemma, gemma_samples, config)
+    assert any(cuts[alone:]), "the batch's prefill after its shared prefix cut a sliding layer's keys"
     # The reference keeps every key (bounded_windows(False)); the grouped runs keep a sliding layer's window only.
     with attention_path("eager"), prefix_sharing(False), bounded_windows(False):
         eager = [trace_generation(tiny_gemma, s, config) for s in gemma_samples]

@@ -89,6 +89,10 @@ def stock_attention(twin: torch.nn.Module, implementation: str = "sdpa") -> Iter
     back to the one it had: a baseline that times stock transformers, not :func:`windowed_sdpa`."""
     before = twin.config._attn_implementation
     twin.set_attn_implementation(implementation)
+    if twin.config._attn_implementation != implementation:  # transformers only warns when a model refuses it
+        twin.set_attn_implementation(before)
+        raise ValueError(f"The model refused attention {implementation!r} (it kept {before!r}); a baseline timed "
+                         "with it would not be stock transformers.")
     try:
         yield twin
     finally:
