@@ -36,8 +36,9 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   each in a fresh process (the model loaded first, then its resident size subtracted), beside the KV cache the
   decoder holds per row: linear in the context when no whole-prompt score matrix is kept; once per each of
   ``--prefill-chunks`` (the SDPA twin's ``PREFILL_CHUNK``; 0: the whole prompt in one call) and of ``--windows``
-  (sliding layers bounded by their window, or keeping every key); with the traced generation's seconds and, apart,
-  the prefill's (a decoder built on the same prompt);
+  (sliding layers bounded by their window, or keeping every key) and of ``--twin-attention`` (the twin's windowed
+  SDPA, or transformers' stock SDPA); with the traced generation's seconds and, apart, the prefill's (a decoder
+  built on the same prompt);
 - ``length_share``: notebook 07's default grid (its default configuration): the share of prompt positions
   actually prefilled when the rows of one length share their haystack up to the needle, for its traces and for
   its masking runs (every condition of a sample, generated and teacher-forced, shares the sample's prompt)
@@ -531,11 +532,13 @@ from dynheads_tl.engine import decoder as decoder_module
 from dynheads_tl.engine.decoder import BatchDecoder
 from dynheads_tl.engine.grouped import layer_windows
 from dynheads_tl.engine.sharing import bounded_windows
+from dynheads_tl.engine.windowed import ATTENTION, stock_attention
 from dynheads_tl.tasks import make_niah_samples
 length, steps, haystack, name, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
-bounded = sys.argv[6] == "1"
+bounded, attention = sys.argv[6] == "1", sys.argv[7]
 decoder_module.PREFILL_CHUNK = chunk or 1 << 30
 model = dynheads_tl.load_model(name, device="cpu")
+twin = dynheads_tl.fast_twin(model)
 sample = make_niah_samples(model.tokenizer, n=1, context_tokens=length, seed=7, max_new_tokens=steps,
                            haystack=haystack, max_tokens=int(model.cfg.n_ctx))[0]
 def status_mib(field):  # VmRSS (now) or VmHWM (peak since the last reset), from /proc
@@ -543,7 +546,7 @@ def status_mib(field):  # VmRSS (now) or VmHWM (peak since the last reset), from
     return int(line.split()[1]) / 1024
 loaded = status_mib("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # reset the peak to the current resident size
-with bounded_windows(bounded):
+with bounded_windows(bounded), stock_attention(twin, ATTENTION if attention == "windowed" else "sdpa"):
     begin = time.perf_counter()
     trace = trace_generation(model, sample, TraceConfig(max_new_tokens=steps, stop_at_eos=False))
     traced = time.perf_counter() - begin
@@ -567,23 +570,25 @@ def part_length_memory(model, args) -> None:
     import subprocess
     import sys
 
-    print("| sliding layers keep | prefill chunk | context tokens | prompt tokens | peak above the loaded model MiB | "
-          "KV cache per row MiB | trace tensors MiB | peak per 1k prompt tokens MiB | traced generation s | "
-          "prefill s | prefill ms per prompt token |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for bounded in args.windows:
-        for chunk in args.prefill_chunks:
-            for length in args.memory_lengths:
-                out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(length), str(args.steps), args.haystack,
-                                      args.model, str(chunk), "1" if bounded == "window" else "0"],
-                                     capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-                row = json.loads(out)
-                above = row["peak"] - row["loaded"]
-                keeps = ("its window" if bounded == "window" else "every key") if row["sliding"] else "(no sliding layer)"
-                print(f"| {keeps} | {chunk or 'whole prompt'} | {length} | {row['prompt']} | {above:.0f} | "
-                      f"{row['kv']:.1f} | {row['trace']:.2f} | {1000 * above / row['prompt']:.0f} | "
-                      f"{row['traced_s']:.1f} | {row['prefill_s']:.1f} | "
-                      f"{1000 * row['prefill_s'] / row['prompt']:.2f} |", flush=True)
+    print("| twin attention | sliding layers keep | prefill chunk | context tokens | prompt tokens | "
+          "peak above the loaded model MiB | KV cache per row MiB | trace tensors MiB | peak per 1k prompt tokens MiB | "
+          "traced generation s | prefill s | prefill ms per prompt token |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for length in args.memory_lengths:  # the lengths outermost: each length's rows in one stretch of the machine's load
+        for attention in args.twin_attention:
+            for bounded in args.windows:
+                for chunk in args.prefill_chunks:
+                    out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(length), str(args.steps),
+                                          args.haystack, args.model, str(chunk), "1" if bounded == "window" else "0",
+                                          attention], capture_output=True, text=True, check=True)
+                    row = json.loads(out.stdout.strip().splitlines()[-1])
+                    above = row["peak"] - row["loaded"]
+                    keeps = (("its window" if bounded == "window" else "every key") if row["sliding"]
+                             else "(no sliding layer)")
+                    print(f"| {attention} | {keeps} | {chunk or 'whole prompt'} | {length} | {row['prompt']} | {above:.0f} | "
+                          f"{row['kv']:.1f} | {row['trace']:.2f} | {1000 * above / row['prompt']:.0f} | "
+                          f"{row['traced_s']:.1f} | {row['prefill_s']:.1f} | "
+                          f"{1000 * row['prefill_s'] / row['prompt']:.2f} |", flush=True)
 
 
 def part_length_share(model, args) -> None:
@@ -644,6 +649,9 @@ def main() -> None:
     parser.add_argument("--windows", nargs="+", choices=["window", "all"], default=["window"],
                         help="the length_memory part's sliding-layer caches: bounded by the window (the default "
                              "path) and/or keeping all keys (all: bounded_windows(False), as before the bound)")
+    parser.add_argument("--twin-attention", nargs="+", choices=["windowed", "stock"], default=["windowed"],
+                        help="the length_memory part's twin attention: the windowed SDPA it prefills with "
+                             "(engine/windowed.py) and/or transformers' stock SDPA (every key on every layer)")
     parser.add_argument("--haystack", default="prose", help="haystack of the length parts")
     args = parser.parse_args()
     model = dynheads_tl.load_model(args.model, device="cpu")
