@@ -143,8 +143,9 @@ def test_readme_is_a_front_door():
     for command in ("make report", "make test", "dynheads report --only", "from dynheads_tl.claims import"):
         assert command in text
     assert "https://arxiv.org/abs/2602.11162" in text
-    # 5,500: the answer table, its reading lines and the size axis's one line per claim (issue 63) come first
-    assert text.index("## The answer") < text.index("## Two commands") < 5_500, "the answer and commands come first"
+    # 6,000: the answer table (three families and the long settings), its reading lines and the size axis's one line
+    # per claim (issue 63) come first
+    assert text.index("## The answer") < text.index("## Two commands") < 6_000, "the answer and commands come first"
     long_prose = [line for line in text.splitlines() if len(line) > 125 and not line.startswith("|")]
     assert not long_prose, long_prose
     block = answer.readme_answer(text)
