@@ -746,7 +746,7 @@ def test_the_size_axis_table_computes_each_primary_from_its_units():
 
 # --- an interrupted long run resumes (issue #64) -----------------------------------------------------------------
 RESUME_SCRIPT = """
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 
 import dynheads_tl
@@ -770,13 +770,15 @@ def slow(key, result, **kwargs):  # each masking run cached, then a pause the te
 
 executors.save_cached_json = slow
 model = dynheads_tl.load_model(str(folder), device="cpu")
-config = LengthGridConfig(model=str(folder), lengths=[100, 200], depths=[0.5], runs_per_cell=1,
+config = LengthGridConfig(model=str(folder), lengths=[120], depths=[0.5], runs_per_cell=1,
                           n_calibration=2, max_new_tokens=4, n_resamples=50, batch_size=1)
 cells = length_grid.grid_samples(model, config)
 statics, _ = length_grid.static_sets(model, config)
 traces = length_grid.grid_traces(model, config, cells)
 names, _ = length_grid.conditions()
-(out / "masking.started").write_text("")
+cached = sorted(p.name for p in (Path(os.environ["DYNHEADS_CACHE"]) / "results").glob("*.json"))
+(out / "masking.tmp").write_text(json.dumps(cached))  # what was cached before the first masking run, atomically
+(out / "masking.tmp").rename(out / "masking.started")
 grid = length_grid.masking_grid(model, config, cells, statics, names)
 (out / "computed.json").write_text(json.dumps(len(saved)))
 grid.drop(columns=[c for c in grid.columns if grid[c].map(lambda v: isinstance(v, (list, dict))).any()]).to_csv(
@@ -805,13 +807,13 @@ def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp
     while time.time() < deadline and not (first / "masking.started").exists():
         time.sleep(0.05)
     assert (first / "masking.started").exists(), "the run never reached the masking grid"
-    before = len(list(results.glob("*.json")))
-    while time.time() < deadline and len(list(results.glob("*.json"))) < before + 3:
+    before = set(json.loads((first / "masking.started").read_text()))
+    while time.time() < deadline and len({p.name for p in results.glob("*.json")} - before) < 3:
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
     finished = {p: p.stat().st_mtime_ns for p in [*results.glob("*.json"), *(cache / "traces").glob("*.pt")]}
-    masked = len(finished) - before - len(list((cache / "traces").glob("*.pt")))
+    masked = len({p.name for p in results.glob("*.json")} - before)  # masking runs cached before the kill
     assert masked >= 3 and not (first / "grid.csv").exists(), "killed inside the masking grid"
 
     resumed = tmp_path / "resumed"

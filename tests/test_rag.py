@@ -487,8 +487,10 @@ def alone_runs():
 
 @pytest.mark.parametrize("case", ["fork_on_last_step", "never_fires", "without_none"])
 def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_model, samples, alone_runs, case):
-    """Bit for bit against each strategy alone: every recorded step (tokens, argmax positions, Eq. 2 shares, hidden
-    states), every sentence's RIND value, the windows and heads. The paths: the trunk forks on its last step (every
+    """Against each strategy alone: every recorded step's tokens and argmax positions, the response, the windows and
+    heads exactly; the Eq. 2 shares, hidden states and every sentence's RIND value to float rounding (one full-suite
+    run on 2026-12-06 saw a RIND value differ by 7e-8 relative, which the file run alone never showed: by inference the
+    kernels' rounding followed the process's earlier work, not the fork). The paths: the trunk forks on its last step (every
     strategy but full, one retrieval at most: the default; the recorded-runs test above forks at a sentence end with
     none decoding on), it never fires (every strategy gets the trunk), and a group without none (the retrieval pass
     right at the fork)."""
@@ -509,11 +511,15 @@ def test_strategies_answered_together_record_the_same_traces_as_alone(embedded_m
             alone_runs[key] = rag_generate(embedded_model, samples[0], make(strategy), config, sample_seed=7)
         alone = alone_runs[key]
         assert shared.strategy == strategy
-        assert shared.response == alone.response and shared.rind_values == alone.rind_values, strategy
+        assert shared.response == alone.response, strategy
+        assert shared.rind_values == pytest.approx(alone.rind_values, rel=1e-5, abs=1e-6), strategy
         assert shared.opened == alone.opened and shared.heads_used == alone.heads_used, strategy
         assert shared.visible_context_tokens == alone.visible_context_tokens
-        for name in ("tokens", "argmax_pos", "support_score", "hidden"):
+        for name in ("tokens", "argmax_pos"):
             assert torch.equal(getattr(shared.trace, name), getattr(alone.trace, name)), (strategy, name)
+        for name in ("support_score", "hidden"):
+            torch.testing.assert_close(getattr(shared.trace, name), getattr(alone.trace, name), rtol=1e-5, atol=1e-5,
+                                       msg=f"{strategy} {name}")
     if case == "fork_on_last_step":  # RIND first fired on the last step: none was done at the fork
         none = together[strategies.index("none")]
         assert len(none.rind_values) == 1 and len(none.trace.tokens) == steps
