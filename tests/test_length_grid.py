@@ -788,7 +788,9 @@ grid.drop(columns=[c for c in grid.columns if grid[c].map(lambda v: isinstance(v
 
 def _grid_run(folder, cache, out, delay):
     out.mkdir(exist_ok=True)
-    env = {**os.environ, "DYNHEADS_CACHE": str(cache)}
+    # the child takes this process's torch threads: fewer while the suite's notebook smoke runs hold the other cores
+    # (a tiny model's threads spin while they wait for a core)
+    env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads())}
     return subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, str(folder), str(out), str(delay)], env=env,
                             cwd=Path(__file__).resolve().parent.parent)
 
