@@ -65,7 +65,7 @@ import dynheads_tl
 from dynheads_tl import TraceConfig, fast_twin, trace_batch, trace_generation
 from dynheads_tl.engine.grouped import attention_path
 from dynheads_tl.engine.decoder import BatchDecoder, prefix_plan, prefix_sharing, shared_prompts
-from dynheads_tl.engine.windowed import stock_attention
+from dynheads_tl.engine.windowed import stock_attention, stock_generate
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -77,12 +77,6 @@ def best_of(runs: dict, repeats: int) -> tuple[dict[str, float], dict]:
             last[name] = run()
             best[name] = min(best[name], time.perf_counter() - start)
     return best, last
-
-
-def stock_generate(twin, ids, **kwargs):
-    """transformers' own ``generate`` with its stock SDPA (the twin otherwise runs the windowed attention)."""
-    with stock_attention(twin):
-        return twin.generate(ids, **kwargs)
 
 
 def niah_batch(model, rows: int, length: int, steps: int):

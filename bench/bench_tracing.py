@@ -20,14 +20,8 @@ import torch
 
 import dynheads_tl
 from dynheads_tl import TraceConfig, fast_twin, trace_generation
-from dynheads_tl.engine.windowed import stock_attention
+from dynheads_tl.engine.windowed import stock_generate
 from dynheads_tl.tasks import make_niah_samples
-
-
-def stock_generate(twin, ids, **kwargs):
-    """transformers' own ``generate`` with its stock SDPA (the twin otherwise runs the windowed attention)."""
-    with stock_attention(twin):
-        return twin.generate(ids, **kwargs)
 
 
 def _sample(model, length):

@@ -97,3 +97,10 @@ def stock_attention(twin: torch.nn.Module, implementation: str = "sdpa") -> Iter
         yield twin
     finally:
         twin.set_attn_implementation(before)
+
+
+def stock_generate(twin: torch.nn.Module, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    """transformers' own ``generate`` on ``twin`` with its stock SDPA (:func:`stock_attention`): the benchmarks'
+    untraced baseline."""
+    with stock_attention(twin):
+        return twin.generate(ids, **kwargs)
