@@ -15,8 +15,8 @@ TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",/\1/p' pyproject.toml)
 PRESET ?= default
 # MODEL=NAME runs every notebook on another model (--model: an embedded name, a paper alias, a local Hugging Face
 # folder or a hub id); OUT=DIR sends a report elsewhere (--output-dir). `make report` writes a git-ignored folder,
-# runs/<preset>/, or runs/<preset>/models/<model>/ for a model other than the default one; only `make report-all`
-# (`dynheads report --committed`) writes the committed report.
+# runs/<preset>/<model>/ (and the indexes runs/<preset>/index.html and runs/index.html that list it); only
+# `make report-all` (`dynheads report --committed`) writes the committed report.
 MODEL  ?=
 OUT    ?=
 
@@ -52,14 +52,15 @@ test-unit: setup
 	$(BIN)/python -m pytest -q -m unit tests
 
 # The suite on the default model (SmolLM2-135M-Instruct), the default preset: every notebook, about 42 minutes from
-# an empty cache on a 2-core CPU (docs/benchmarks.md), into runs/default/.
+# an empty cache on a 2-core CPU (docs/benchmarks.md), into runs/default/smollm2-135m-instruct/.
 report: setup
 	$(BIN)/dynheads report --preset $(PRESET)$(if $(strip $(MODEL)), --model $(strip $(MODEL)))$(if $(strip $(OUT)), --output-dir $(strip $(OUT)))
 
 # The whole committed report: each embedded model's default report and committed presets' runs (notebook 07's long
-# grid, ...) as its declaration says (EmbeddedModel.committed), the top index, papers_figures/findings.md and the
-# README's answer. The SmolLM2 and Gemma 3 runs' recorded minutes add up to about 7.5 hours on a 2-core CPU;
-# Qwen2.5-Coder-0.5B's add to that. An interrupted run resumes from its cache.
+# grid, ...) as its declaration says (EmbeddedModel.committed), each into papers_figures/<preset>/<model>/; each
+# preset's index, the top index, papers_figures/findings.md and the README's answer. The SmolLM2 and Gemma 3 runs'
+# recorded minutes add up to about 7.5 hours on a 2-core CPU; Qwen2.5-Coder-0.5B's add to that. An interrupted run
+# resumes from its cache.
 report-all: setup setup-qwen-0.5b
 	$(BIN)/dynheads report --committed
 

@@ -1,8 +1,8 @@
 """A notebook run's results as data: ``<output folder>/verdicts.json``, beside the figures and tables.
 
-One file per notebook output folder (``papers_figures/02_irreplaceability/verdicts.json``), computed from the files
-the notebook wrote by its claim's own functions (:class:`~dynheads_tl.claim.Claim`), so that it can be recomputed
-from a committed report without running a model. It holds:
+One file per notebook output folder (``papers_figures/<preset>/<model>/02_irreplaceability/verdicts.json``),
+computed from the files the notebook wrote by its claim's own functions (:class:`~dynheads_tl.claim.Claim`), so that
+it can be recomputed from a committed report without running a model. It holds:
 
 - ``schema_version``: the version of the declared schema (:mod:`dynheads_tl.results_schema`) the file follows;
 - ``model``, ``preset`` and ``run`` (date, minutes, parameters: the runner's record of the run);

@@ -14,6 +14,8 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "papers_figures"
+SMOLLM2 = COMMITTED / "default" / "smollm2-135m-instruct"
+GEMMA = COMMITTED / "default" / "gemma-3-270m"
 
 
 def _copy_model(source: Path, target: Path, model: str, notebooks=("02_irreplaceability", "03_correlation")) -> None:
@@ -30,10 +32,10 @@ def _copy_model(source: Path, target: Path, model: str, notebooks=("02_irreplace
 def test_a_third_model_is_one_more_folder_and_one_more_column(tmp_path):
     """Adding a model to the report changes nothing in report/: the aggregator finds every model's folder, and the
     table and the figure gain a column and a row for it, read from its results file."""
-    _copy_model(COMMITTED, tmp_path, "model-a")
-    _copy_model(COMMITTED / "models" / "gemma-3-270m", tmp_path / "models" / "model-b", "model-b")
-    third = tmp_path / "models" / "model-c"
-    _copy_model(COMMITTED / "models" / "gemma-3-270m", third, "model-c", notebooks=("02_irreplaceability",))
+    _copy_model(SMOLLM2, tmp_path / "default" / "model-a", "model-a")
+    _copy_model(GEMMA, tmp_path / "default" / "model-b", "model-b")
+    third = tmp_path / "default" / "model-c"
+    _copy_model(GEMMA, third, "model-c", notebooks=("02_irreplaceability",))
     # the third model's claim 2 primary is made different, so its cell is read from its own file
     path = third / "02_irreplaceability" / verdicts.FILE
     data = json.loads(path.read_text())
@@ -48,18 +50,18 @@ def test_a_third_model_is_one_more_folder_and_one_more_column(tmp_path):
     rows = {r.item: r for r in answer.answer_rows(columns)}
     claim2 = rows["Fig 2"]
     assert claim2.cells[2].status == "reproduced" and (claim2.cells[2].estimate, claim2.cells[2].low) == (0.5, 0.25)
-    assert claim2.cells[0].estimate == json.loads((COMMITTED / "02_irreplaceability" / verdicts.FILE).read_text())[
+    assert claim2.cells[0].estimate == json.loads((SMOLLM2 / "02_irreplaceability" / verdicts.FILE).read_text())[
         "primary"]["observed"]["estimate"]
     assert rows["Table 2"].cells[2].status is None, "model-c did not run notebook 03: its cell says so"
     table = answer.answer_markdown(tmp_path, link_prefix="")
-    assert "[model-c · default](models/model-c/index.html)" in table
+    assert "[model-c · default](default/model-c/index.html)" in table
     assert "**reproduced**; primary +0.500 [+0.250, +0.750], above 0" in table and "| – |" in table
     assert answer.answer_figure(tmp_path).stat().st_size > 10_000
 
 
 def test_a_damaged_results_file_is_refused_not_shown_as_not_run(tmp_path):
-    _copy_model(COMMITTED, tmp_path, "model-a", notebooks=("02_irreplaceability",))
-    path = tmp_path / "02_irreplaceability" / verdicts.FILE
+    _copy_model(SMOLLM2, tmp_path / "default" / "model-a", "model-a", notebooks=("02_irreplaceability",))
+    path = tmp_path / "default" / "model-a" / "02_irreplaceability" / verdicts.FILE
     data = json.loads(path.read_text())
     data["items"][0]["status"] = "fine"
     path.write_text(json.dumps(data))
@@ -75,7 +77,7 @@ def test_the_cell_states_the_primarys_own_side_of_zero():
 
 
 def test_silent_rows_are_left_out_and_a_missing_results_file_is_not_a_column(tmp_path):
-    _copy_model(COMMITTED, tmp_path, "model-a", notebooks=("01_dynamism",))
+    _copy_model(SMOLLM2, tmp_path / "default" / "model-a", "model-a", notebooks=("01_dynamism",))
     rows = answer.answer_rows(answer.settings(tmp_path))
     assert [r.item for r in rows][0] == "Table 1"
     assert not any(r.item in ("Beyond 0", "Beyond 1", "Beyond 1b") for r in rows), "descriptive rows answer nothing"
@@ -90,8 +92,8 @@ def test_the_readme_answer_block_is_refused_without_its_markers(tmp_path):
     with pytest.raises(ValueError, match="answer:start"):
         answer.update_answer(readme, tmp_path)
     readme.write_text(f"# x\n{answer.ANSWER_START}\nold\n{answer.ANSWER_END}\nrest\n")
-    _copy_model(COMMITTED, tmp_path / "report", "model-a")
+    _copy_model(SMOLLM2, tmp_path / "report" / "default" / "model-a", "model-a")
     assert answer.update_answer(readme, tmp_path / "report", link_prefix="report/")
     text = readme.read_text()
-    assert "old" not in text and text.endswith("rest\n") and "[model-a · default](report/index.html)" in text
+    assert "old" not in text and text.endswith("rest\n") and "[model-a · default](report/default/model-a/index.html)" in text
     assert not answer.update_answer(readme, tmp_path / "report", link_prefix="report/"), "a second pass changes nothing"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from dynheads_tl.analysis.plots import INLINE_WIDTH_PX
-from dynheads_tl.report.browser import NARROW, WIDE, Browser, Server, browser_problems, find_chromium
+from dynheads_tl.report.browser import (NARROW, WIDE, Browser, Server, browser_problems, find_chromium,
+                                        report_pages)
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "papers_figures"
@@ -46,8 +47,11 @@ def test_the_committed_report_reads_cleanly_in_a_browser(chromium, tmp_path):
     problems = browser_problems(COMMITTED, chromium, screenshots=tmp_path)
     assert not problems, f"{len(problems)} problem(s) in papers_figures/ in a browser:\n" + "\n".join(problems)
     shots = sorted(tmp_path.glob("*.png"))
-    pages = 1 + len(list((COMMITTED / "executed").glob("*.html")))
-    assert len(shots) == pages >= 8
+    indexes = {p.relative_to(COMMITTED).as_posix() for p in COMMITTED.glob("**/index.html")}
+    pages = report_pages(COMMITTED)
+    assert indexes <= set(pages), "every index of the report: the root's, each preset's, each model's"
+    assert len([p for p in pages if "/executed/" in p]) >= 8, "every notebook page of one model's report"
+    assert len(shots) == len(pages)
     assert {_png_width(shot) for shot in shots} == {NARROW}
 
 

@@ -33,10 +33,10 @@ def test_the_committed_report_has_no_problems():
     when this fails."""
     from dynheads_tl.report.results import model_reports, preset_reports
 
-    folders = [r.folder for r in model_reports(COMMITTED)]
-    folders += [r.folder for preset in preset_reports(COMMITTED) for r in model_reports(preset.folder)]
-    problems = [f"{folder.relative_to(COMMITTED.parent)}: {problem}" for folder in folders
-                for problem in report_problems(folder)]
+    presets = preset_reports(COMMITTED)
+    assert [p.preset for p in presets] == ["default", "long", "scale"], "the committed presets, default first"
+    assert sum(len(model_reports(p.folder)) for p in presets) >= 9, "every model's run of every committed preset"
+    problems = report_problems(COMMITTED)
     assert not problems, f"{len(problems)} problem(s) in papers_figures/:\n" + "\n".join(problems)
 
 
@@ -247,111 +247,131 @@ def test_no_committed_page_embeds_an_image():
     assert not embedded, embedded
 
 
-def test_a_second_models_report_lands_beside_the_first_and_the_index_reads_both(clean_report):
-    """The default model's report is where it always was; another model's is a report of its own under
-    models/<model>/ (nothing of the first is renamed), and the top index puts their statuses side by side."""
+def _layout(clean_report: Path, root: Path, reports: dict[str, tuple[str, str]], only: tuple[str, ...] = ()) -> None:
+    """``root/<preset>/<model>/`` for each folder name -> (preset, model) in ``reports``: the clean report's notebook
+    folders and executed notebooks (``only`` those notebooks), its runs recorded under that preset and model."""
     import shutil
 
+    runs = json.loads((clean_report / "runs.json").read_text())
+    for name, (preset, model) in reports.items():
+        target = root / preset / name
+        for folder in ("01_dynamism", "02_irreplaceability", "executed"):
+            if not only or folder in only or folder == "executed":
+                shutil.copytree(clean_report / folder, target / folder)
+        kept = {k: {**v, "preset": preset, "model": model} for k, v in runs.items() if not only or k in only}
+        for stem in {"01_dynamism", "02_irreplaceability"} - set(kept):
+            (target / "executed" / f"{stem}.ipynb").unlink()
+        (target / "runs.json").write_text(json.dumps(kept))
+
+
+def _index_all(root: Path) -> None:
+    """The indexes render_report builds, in its order (the root's, each preset's, then each model's, which link up
+    to them), without rendering the fixture's pages (its notebooks are stubs whose verdicts lack their files)."""
+    from dynheads_tl.report.results import model_reports, preset_reports
+
+    build_index(root)
+    for preset in preset_reports(root):
+        build_index(preset.folder)
+        for report in model_reports(preset.folder):
+            build_index(report.folder)
+
+
+def test_a_second_models_report_lands_beside_the_first_and_the_presets_index_reads_both(clean_report, tmp_path):
+    """One layout for every model: each model's run of a preset is a report of its own, <preset>/<model>/ (no model
+    is the report's root); the preset's index puts their statuses side by side, the root's lists the preset, and
+    each nested index links up to the ones that hold it."""
     from dynheads_tl.report.results import model_reports
     from dynheads_tl.report.runner import output_dir_for
 
-    # by hand (not --committed) a second model's run lands beside the first under runs/ the same way
-    assert output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
-    before = (clean_report / "README.md").read_text()
-    assert "## Every model" not in before, "one model: no second table"
-    second = clean_report / "models" / "gemma-3-270m"
-    for folder in ("01_dynamism", "02_irreplaceability", "executed"):
-        shutil.copytree(clean_report / folder, second / folder)
+    # by hand (not --committed) a run lands in the same layout under runs/
+    assert output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/gemma-3-270m")
+    assert output_dir_for("default", None, {}) == Path("runs/default/smollm2-135m-instruct")
+    root = tmp_path / "root"
+    preset = root / "default"
+    _layout(clean_report, root, {"m": ("default", "m"), "gemma-3-270m": ("default", "gemma-3-270m")})
+    first, second = preset / "m", preset / "gemma-3-270m"
     intervals = "task,metric,value,low,high,n_samples,n_seeds\nniah,jaccard_adjacent,{},{},{},60,3\n"
-    (clean_report / "01_dynamism" / "table1_intervals.csv").write_text(intervals.format(0.335, 0.30, 0.37))
+    (first / "01_dynamism" / "table1_intervals.csv").write_text(intervals.format(0.335, 0.30, 0.37))
     (second / "01_dynamism" / "table1_intervals.csv").write_text(intervals.format(0.94, 0.91, 0.97))
     shares = ("baseline,static_k,metric,value,low,high,n_samples\nwu,20,share_outside_static,{},{},{},60\n"
               "query_focused,20,share_outside_static,{},{},{},60\n")
-    (clean_report / "01_dynamism" / "static_baselines_niah.csv").write_text(shares.format(0.03, 0.02, 0.04, 0.30, 0.25, 0.35))
+    (first / "01_dynamism" / "static_baselines_niah.csv").write_text(shares.format(0.03, 0.02, 0.04, 0.30, 0.25, 0.35))
     (second / "01_dynamism" / "static_baselines_niah.csv").write_text(shares.format(0.02, 0.01, 0.03, 0.05, 0.03, 0.07))
-    runs = json.loads((clean_report / "runs.json").read_text())
-    (second / "runs.json").write_text(json.dumps({k: {**v, "model": "gemma-3-270m"} for k, v in runs.items()}))
-    build_index(second)
-    build_index(clean_report)
-    assert [(r.model, r.prefix) for r in model_reports(clean_report)] == [("m", ""), ("gemma-3-270m",
-                                                                                  "models/gemma-3-270m/")]
-    readme = (clean_report / "README.md").read_text()
+    _index_all(root)
+    # the embedded models in their declared order, then others by name: no model is first by being the default
+    assert [(r.model, r.prefix) for r in model_reports(preset)] == [("gemma-3-270m", "gemma-3-270m/"), ("m", "m/")]
+    assert "## Every model" not in (first / "README.md").read_text(), "a model's own index has its own rows only"
+    readme = (preset / "README.md").read_text()
+    assert "| item | what | paper | ours |" not in readme, "a preset's index lists reports, it has no item rows"
     table = readme.split("## Every model", 1)[1]
-    assert "| item | paper | [m](README.md) | [gemma-3-270m](models/gemma-3-270m/README.md) | statuses |" in table
+    assert "| item | paper | [gemma-3-270m](gemma-3-270m/README.md) | [m](m/README.md) | statuses |" in table
     table1 = next(line for line in table.splitlines() if line.startswith("| Table 1 |"))
     # Table 1 reads both halves (preregistration.yaml): the first rotates as in the paper with retrieval outside the
     # query-focused S_20 only (weaker); the second stays inside both static sets (absent in this setting)
-    assert "| weaker: adjacent-step Jaccard 0.34 [0.30, 0.37]" in table1, "the first model's, from its files"
-    assert "| absent in this setting: adjacent-step Jaccard 0.94 [0.91, 0.97]" in table1, "the second's, from its own"
+    assert "| weaker: adjacent-step Jaccard 0.34 [0.30, 0.37]" in table1, "m's, from its files"
+    assert "| absent in this setting: adjacent-step Jaccard 0.94 [0.91, 0.97]" in table1, "gemma's, from its own"
     assert table1.endswith("| differ |"), "the last column compares the two statuses"
     fig1 = next(line for line in table.splitlines() if line.startswith("| Fig 1 |"))
     assert fig1.count("not produced: –") == 2
-    assert report_problems(clean_report) == [] and report_problems(second) == []
-    page = (clean_report / "index.html").read_text()
-    assert '<th><a href="models/gemma-3-270m/index.html">gemma-3-270m</a></th>' in page
+    top = (root / "README.md").read_text().split("## Preset default", 1)[1]
+    assert "| item | paper | [gemma-3-270m](default/gemma-3-270m/README.md) | [m](default/m/README.md) | statuses |" in top
+    assert next(line for line in top.splitlines() if line.startswith("| Table 1 |")).endswith("| differ |")
+    for folder in (root, preset, first, second):
+        assert report_problems(folder) == [], folder
+    page = (preset / "index.html").read_text()
+    assert '<th><a href="gemma-3-270m/index.html">gemma-3-270m</a></th>' in page
+    assert '<a class="up" href="../index.html">' in page
+    nested = (first / "index.html").read_text()
+    assert '<a class="up" href="../../index.html">' in nested and '<a class="up" href="../index.html">' in nested
 
 
 def test_a_presets_report_beside_the_default_one_is_quoted_apart_with_its_contexts(clean_report, tmp_path):
-    """A named preset's runs kept in <report>/<preset>/ (notebook 07's long grid, say) are a report of their own:
-    the top index gives them a table of their own, labelled with the preset, each cell with its status, headline
-    and the longest context it read; the README's findings quote them under the preset; a folder whose runs.json
-    names another preset is not taken for one."""
-    import shutil
-
+    """A named preset's runs (<root>/<preset>/<model>/: notebook 07's long grid, say) are quoted apart: the top
+    index gives each preset a table of its own, labelled with the preset, each cell with its status, headline and
+    the longest context it read; the README's findings quote them under the preset; a folder not named after a
+    preset is not taken for one."""
     from dynheads_tl.report.findings import findings_markdown
     from dynheads_tl.report.results import preset_reports
 
-    long = clean_report / "long"
-    for folder in ("01_dynamism", "02_irreplaceability", "executed"):
-        shutil.copytree(clean_report / folder, long / folder)
-    (long / "01_dynamism" / "table1_niah.config.json").write_text(
-        json.dumps({"model": "m", "output_dir": "papers_figures/long", "context_tokens": 8000}))
-    runs = json.loads((clean_report / "runs.json").read_text())
-    (long / "runs.json").write_text(json.dumps({k: {**v, "preset": "long"} for k, v in runs.items()}))
-    stray = clean_report / "other"
-    stray.mkdir()
-    (stray / "runs.json").write_text(json.dumps({"01_dynamism": {"preset": "smoke"}}))
-    build_index(long)
-    build_index(clean_report)
-    assert [(p.preset, p.prefix) for p in preset_reports(clean_report)] == [("long", "long/")]
-    readme = (clean_report / "README.md").read_text()
+    root = tmp_path / "root"
+    _layout(clean_report, root, {"m": ("default", "m")})
+    _layout(clean_report, root, {"m": ("long", "m")})
+    (root / "long" / "m" / "01_dynamism" / "table1_niah.config.json").write_text(
+        json.dumps({"model": "m", "output_dir": "papers_figures/long/m", "context_tokens": 8000}))
+    _layout(clean_report, root, {"m": ("other", "m")})
+    _index_all(root)
+    assert [(p.preset, p.prefix) for p in preset_reports(root)] == [("default", "default/"), ("long", "long/")]
+    readme = (root / "README.md").read_text()
     section = readme.split("## Preset long", 1)[1]
-    assert "[Its index](long/README.md)" in section and "| item | paper | [m](long/README.md) |" in section
+    assert "[Its index](long/README.md)" in section and "| item | paper | [m](long/m/README.md) |" in section
     table1 = next(line for line in section.splitlines() if line.startswith("| Table 1 |"))
     assert table1.endswith("(NIAH 8,000 tokens) |"), table1
-    top = next(line for line in readme.splitlines() if line.startswith("| Table 1 |"))
-    assert "| NIAH 1,000 tokens |" in top, "the default run's own longest context, in its own column"
-    assert report_problems(clean_report) == [] and report_problems(long) == []
-    page = (clean_report / "index.html").read_text()
+    default = readme.split("## Preset default", 1)[1].split("## Preset long", 1)[0]
+    top = next(line for line in default.splitlines() if line.startswith("| Table 1 |"))
+    assert "(NIAH 1,000 tokens) |" in top, "the default run's own longest context, in its own table"
+    for folder in (root, root / "default", root / "long", root / "long" / "m"):
+        assert report_problems(folder) == [], folder
+    page = (root / "index.html").read_text()
     assert '<h2 id="preset-long">Preset long</h2>' in page and '<a href="long/index.html">' in page
-    block = findings_markdown(clean_report, link_prefix="")
+    block = findings_markdown(root, link_prefix="")
     assert "**Preset `long`** ([its index](long/index.html)" in block
+    assert "**m** ([default/m/](default/m/index.html)" in block
 
 
-def test_a_presets_report_holds_its_own_models_and_a_folder_with_other_runs_is_left_out(clean_report, caplog):
-    """long/models/<m>/ is the preset's run on another model: the top index links it through long/; a long/ whose
-    runs.json records another preset's runs is not quoted as the long grid (a warning says why)."""
-    import shutil
-
+def test_a_presets_report_holds_its_own_models_and_a_folder_with_other_runs_is_left_out(clean_report, tmp_path,
+                                                                                        caplog):
+    """long/<model>/ is the preset's run on each model: the top index links each through long/; a long/ where a
+    model's runs.json records another preset's runs is not quoted as the long grid (a warning says why)."""
     from dynheads_tl.report.results import preset_reports
 
-    long = clean_report / "long"
-    second = long / "models" / "g2"
-    for target in (long, second):
-        for folder in ("01_dynamism", "executed"):
-            shutil.copytree(clean_report / folder, target / folder)
-        runs = json.loads((clean_report / "runs.json").read_text())
-        (target / "runs.json").write_text(json.dumps(
-            {k: {**v, "preset": "long", "model": "g2" if target == second else "m"} for k, v in runs.items()
-             if k == "01_dynamism"}))
-        (target / "executed" / "02_irreplaceability.ipynb").unlink()  # the preset ran 01 only
-    build_index(second)
-    build_index(long)
-    build_index(clean_report)
-    readme = (clean_report / "README.md").read_text()
-    assert "[g2](long/models/g2/README.md)" in readme.split("## Preset long", 1)[1]
-    assert report_problems(clean_report) == [] and report_problems(long) == []
-    (long / "runs.json").write_text(json.dumps({"01_dynamism": {"preset": "smoke", "model": "m"}}))
+    root = tmp_path / "root"
+    _layout(clean_report, root, {"m": ("long", "m"), "g2": ("long", "g2")}, only=("01_dynamism",))
+    _index_all(root)
+    readme = (root / "README.md").read_text()
+    assert "[g2](long/g2/README.md)" in readme.split("## Preset long", 1)[1]
+    assert report_problems(root) == [] and report_problems(root / "long") == []
+    assert "not run in this preset" in (root / "long" / "m" / "README.md").read_text(), "02 is left out by design"
+    (root / "long" / "m" / "runs.json").write_text(json.dumps({"01_dynamism": {"preset": "smoke", "model": "m"}}))
     with caplog.at_level("WARNING"):
-        assert preset_reports(clean_report) == []
-    assert "records runs of preset(s) ['smoke']" in caplog.text
+        assert preset_reports(root) == []
+    assert "record runs of other presets" in caplog.text

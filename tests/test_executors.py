@@ -87,10 +87,11 @@ def test_choosing_the_backend_alone_still_writes_the_committed_report():
     from dynheads_tl.report.runner import (COMMITTED_REPORT, RUNS_DIR, committed_plan, output_dir_for,
                                            run_committed_report)
 
-    assert output_dir_for("default", None, {"backend": "ray", "ray_address": "auto"}) == RUNS_DIR / "default"
-    assert output_dir_for("default", None, {"device": "cuda"}) == RUNS_DIR / "default"
-    assert output_dir_for("smoke", None, {}) == RUNS_DIR / "smoke"
-    assert committed_plan()[0].output_dir == COMMITTED_REPORT
+    own = "smollm2-135m-instruct"  # the folder of a run of the presets' own model: runs/<preset>/<model>/
+    assert output_dir_for("default", None, {"backend": "ray", "ray_address": "auto"}) == RUNS_DIR / "default" / own
+    assert output_dir_for("default", None, {"device": "cuda"}) == RUNS_DIR / "default" / own
+    assert output_dir_for("smoke", None, {}) == RUNS_DIR / "smoke" / own
+    assert committed_plan()[0].output_dir == COMMITTED_REPORT / "default" / own
     with pytest.raises(ValueError, match="would change what it says"):
         run_committed_report(overrides={"backend": "ray", "device": "cuda"})
 

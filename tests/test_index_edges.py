@@ -1,5 +1,5 @@
 """Issue #65's edges of the index pages, on indexes built in tmp folders from hand-written CSVs (no notebook runs): a
-nested report (a model's, a preset's) links back up to the reports that hold it; the legend defines every status
+nested index (a model's report, a preset's folder) links back up to the indexes that hold it; the legend defines every status
 the index shows; a preset's index says "not run in this preset" (neutral) for the notebooks the preset leaves out by
 design; a status rule's docstring and the index's notes show their inline code as code, not as raw markup."""
 from __future__ import annotations
@@ -41,39 +41,43 @@ def _pills(page: str) -> dict[str, list[str]]:
 
 
 def test_a_nested_report_links_back_up_to_every_report_that_holds_it(tmp_path):
-    top = _report(tmp_path / "report")
-    gemma = _report(top / "models" / "gemma-3-270m", model="gemma-3-270m")
-    long = _report(top / "long", preset="long")
-    long_gemma = _report(long / "models" / "gemma-3-270m", preset="long", model="gemma-3-270m")
-    build_index(top)
+    """<root>/<preset>/<model>/ links up to its preset's index and the root's; a preset's index to the root's."""
+    root = tmp_path / "report"
+    first = _report(root / "default" / "m")
+    gemma = _report(root / "default" / "gemma-3-270m", model="gemma-3-270m")
+    long_gemma = _report(root / "long" / "gemma-3-270m", preset="long", model="gemma-3-270m")
+    for folder in (root, root / "default", root / "long", first, gemma, long_gemma):
+        build_index(folder)
 
-    assert "↑ [The report's top index](../../README.md)" in (gemma / "README.md").read_text()
+    assert ("↑ [The report's top index](../../README.md) · ↑ [Preset default's index](../README.md)"
+            in (gemma / "README.md").read_text())
     header = BeautifulSoup((gemma / "index.html").read_text(), "html.parser").find("header", class_="site")
     up = [(a["href"], a.get_text()) for a in header.select("a.up")]
-    assert up == [("../../index.html", "↑ The report's top index")]
-    assert "↑ [The report's top index](../README.md)" in (long / "README.md").read_text()
-    assert ("↑ [The report's top index](../../../README.md) · ↑ [Preset long's index](../../README.md)"
+    assert up == [("../../index.html", "↑ The report's top index"), ("../index.html", "↑ Preset default's index")]
+    assert "↑ [The report's top index](../README.md)" in (root / "long" / "README.md").read_text()
+    assert ("↑ [The report's top index](../../README.md) · ↑ [Preset long's index](../README.md)"
             in (long_gemma / "README.md").read_text())
-    assert 'href="../../../index.html"' in (long_gemma / "index.html").read_text()
-    for folder in (top, gemma, long, long_gemma):
+    for folder in (root, root / "default", root / "long", first, gemma, long_gemma):
         assert link_problems(folder) == [], folder  # the way up is the one link allowed to leave the folder
-    assert "↑" not in (top / "README.md").read_text(), "the top index holds no link up"
+    assert "↑" not in (root / "README.md").read_text(), "the top index holds no link up"
     readme = gemma / "README.md"
     readme.write_text(readme.read_text() + "\n[up](../../secret.md)\n")
-    (top / "secret.md").write_text("x")
+    (root / "secret.md").write_text("x")
     assert link_problems(gemma) == ["README.md links to ../../secret.md, outside the folder"], \
         "any other link that leaves the folder is still reported"
 
 
 def test_a_nested_report_built_alone_has_no_dead_link_up(tmp_path):
-    alone = _report(tmp_path / "runs" / "smoke" / "models" / "gemma-3-270m", preset="smoke", model="gemma-3-270m")
+    alone = _report(tmp_path / "runs" / "smoke" / "gemma-3-270m", preset="smoke", model="gemma-3-270m")
     assert "↑" not in (alone / "README.md").read_text() and 'class="up"' not in (alone / "index.html").read_text()
     assert link_problems(alone) == []
+    assert not (tmp_path / "runs" / "smoke" / "index.html").exists(), "no index is made for a folder that had none"
 
 
 def test_the_legend_defines_every_status_the_index_shows(tmp_path):
-    top = _report(tmp_path / "report")
-    _report(top / "models" / "gemma-3-270m", model="gemma-3-270m")
+    top = tmp_path / "report" / "default"  # a preset's index: every model's statuses side by side
+    _report(top / "m")
+    _report(top / "gemma-3-270m", model="gemma-3-270m")
     build_index(top)
     pills = _pills((top / "index.html").read_text())
     legend = pills.pop("legend")

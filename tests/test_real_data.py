@@ -247,9 +247,9 @@ def test_the_squad_setting_stays_out_of_the_pooled_primary_and_joins_the_holm_fa
 # cache), and Qwen2.5-Coder-0.5B's first two notebooks (run before it). The list may only shrink: a folder that
 # reads real data fails the test until it leaves the list.
 AWAITING_REAL_DATA = {
-    "long/01_dynamism", "long/03_correlation", "long/05_error_signal",
-    "long/models/gemma-3-270m/01_dynamism", "long/models/gemma-3-270m/03_correlation",
-    "long/models/gemma-3-270m/05_error_signal",
+    "long/smollm2-135m-instruct/01_dynamism", "long/smollm2-135m-instruct/03_correlation",
+    "long/smollm2-135m-instruct/05_error_signal",
+    "long/gemma-3-270m/01_dynamism", "long/gemma-3-270m/03_correlation", "long/gemma-3-270m/05_error_signal",
 }
 
 

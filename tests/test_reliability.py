@@ -30,6 +30,8 @@ from dynheads_tl.report import runner as report
 from factories import make_trace
 from test_runner import tiny_suite  # noqa: F401  (the one-cell notebook suite, a fixture)
 
+SMOLLM2 = "smollm2-135m-instruct"  # the folder a run of the default model gets: runs/<preset>/<model>/
+
 
 @pytest.fixture
 def no_model_work(monkeypatch, tmp_path):
@@ -370,7 +372,7 @@ def test_heal_warnings_and_progress_from_a_real_run_reach_the_terminal(tiny_suit
     for line, entry in zip(healed, entries):
         assert line.startswith(f"01_tiny: Cache entry {entry} is unreadable (JSONDecodeError: "), line
         assert line.endswith(f"moved it to {entry.name}.corrupt and recomputing it."), line
-    executed = (tiny_suite / "runs" / "default" / "executed" / "01_tiny.ipynb").read_text()
+    executed = (tiny_suite / "runs" / "default" / SMOLLM2 / "executed" / "01_tiny.ipynb").read_text()
     assert "WARNING:dynheads_tl.store:Cache entry" in executed, "the kernel printed the second behind the prefix"
     assert all(json.loads(entry.read_text())["result"]["value"] == 4 for entry in entries), "recomputed and saved"
     shown = [line.strip() for line in err if "tiny units" in line]
@@ -432,17 +434,17 @@ def test_a_run_waits_for_another_run_of_the_same_notebook_then_reuses_its_output
     thread.join(10)
     assert released and finished >= released[0], "the run started its notebook only after the other run ended"
     assert "Waiting: a dynheads run" in capsys.readouterr().out
-    assert (tiny_suite / "runs" / "default" / "executed" / "01_tiny.ipynb").exists()
+    assert (tiny_suite / "runs" / "default" / SMOLLM2 / "executed" / "01_tiny.ipynb").exists()
 
 
 def test_a_stale_partial_notebook_is_removed_and_the_run_completes(tiny_suite, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
-    executed = tiny_suite / "runs" / "default" / "executed"
+    executed = tiny_suite / "runs" / "default" / SMOLLM2 / "executed"
     executed.mkdir(parents=True)
     stale = executed / ".01_tiny.partial.ipynb"
     stale.write_text("{ left by a killed run")
     report.run_report(only="01_tiny", overrides={"value": 5}, cwd=tiny_suite, show_cells=False)
-    assert "Removed runs/default/executed/.01_tiny.partial.ipynb, left by an earlier run that was stopped." \
+    assert "Removed runs/default/smollm2-135m-instruct/executed/.01_tiny.partial.ipynb, left by an earlier run that was stopped." \
         in capsys.readouterr().out
     assert not stale.exists() and (executed / "01_tiny.ipynb").exists()
 
@@ -460,8 +462,8 @@ def test_an_interrupted_run_says_only_what_is_true(tiny_suite, capsys, tmp_path,
     with pytest.raises(KeyboardInterrupt):
         report.run_report(only="01_tiny", overrides={"value": 5}, cwd=tiny_suite, show_cells=False)
     out = capsys.readouterr().out
-    assert ("The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb; there is no finished "
-            "runs/default/executed/01_tiny.ipynb yet.") in out
+    assert ("The interrupted run is kept in runs/default/smollm2-135m-instruct/executed/01_tiny.failed.ipynb; there is no finished "
+            "runs/default/smollm2-135m-instruct/executed/01_tiny.ipynb yet.") in out
     assert "left as it was" not in out
 
 
@@ -522,7 +524,7 @@ def test_ctrl_c_in_a_terminal_ends_with_the_one_documented_line(tiny_suite, tmp_
     assert err.strip().splitlines()[-1] == ("Interrupted. Finished traces and ablation runs are cached; run the same "
                                             "command again to resume from where it stopped.")
     assert "Traceback" not in err and "Error" not in err, err
-    assert "The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb" in out  # --only: runs/
+    assert "The interrupted run is kept in runs/default/smollm2-135m-instruct/executed/01_tiny.failed.ipynb" in out  # --only: runs/
 
 
 def test_sigterm_takes_the_interrupted_path_and_says_so(tiny_suite, tmp_path):
@@ -536,7 +538,7 @@ def test_sigterm_takes_the_interrupted_path_and_says_so(tiny_suite, tmp_path):
     assert err.strip().splitlines()[-1] == ("Stopped by SIGTERM. Finished traces and ablation runs are cached; run the "
                                             "same command again to resume from where it stopped.")
     assert "Traceback" not in err, err
-    assert "The interrupted run is kept in runs/default/executed/01_tiny.failed.ipynb" in out
+    assert "The interrupted run is kept in runs/default/smollm2-135m-instruct/executed/01_tiny.failed.ipynb" in out
 
 
 # --- the shell --------------------------------------------------------------------------------------------
@@ -587,6 +589,6 @@ def test_a_run_keeps_the_runs_json_entries_another_run_wrote_meanwhile(tiny_suit
     monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
     _write_notebook(tiny_suite.parent / "notebooks" / "01_tiny.ipynb", _OTHER_RUN_CELL)
     report.run_report(only="01_tiny", overrides={"value": 6}, cwd=tiny_suite, show_cells=False)
-    runs = json.loads((tiny_suite / "runs" / "default" / "runs.json").read_text())
+    runs = json.loads((tiny_suite / "runs" / "default" / SMOLLM2 / "runs.json").read_text())
     assert set(runs) == {"01_tiny", "99_other"}
     assert runs["99_other"]["model"] == "other" and runs["01_tiny"]["computed"] in (True, False)

@@ -42,7 +42,8 @@ def test_the_committed_json_schema_is_the_models_own():
 
 
 def test_a_results_file_that_breaks_the_schema_is_refused_naming_the_field(tmp_path):
-    good = json.loads((ROOT / "papers_figures" / "02_irreplaceability" / verdicts.FILE).read_text())
+    good = json.loads((ROOT / "papers_figures" / "default" / "smollm2-135m-instruct" / "02_irreplaceability"
+                       / verdicts.FILE).read_text())
     bad = dict(good, items=[dict(good["items"][0], status="probably fine")] + good["items"][1:])
     (tmp_path / verdicts.FILE).write_text(json.dumps(bad))
     with pytest.raises(verdicts.ResultsError, match=r"items\.0\.status"):

@@ -24,6 +24,7 @@ from dynheads_tl.report.runner import (config_class, default_output_dir, list_no
 STEMS = [claim.notebook for claim in claims.all_claims()]
 
 ROOT = Path(__file__).resolve().parent.parent
+SMOLLM2 = "smollm2-135m-instruct"  # the folder a run of the default model gets: runs/<preset>/<model>/
 
 
 def test_every_claim_folder_is_found_without_a_list_and_ordered_by_notebook():
@@ -34,20 +35,22 @@ def test_every_claim_folder_is_found_without_a_list_and_ordered_by_notebook():
 
 
 def test_a_run_that_names_no_folder_writes_a_git_ignored_one_per_preset_and_model():
-    """Only `--committed` writes papers_figures/ (test_the_committed_plan_...); every other run writes runs/<preset>/,
-    nested by model where it runs another model than the preset's own, as the committed report nests models/."""
-    assert default_output_dir("default") == Path("runs/default")
-    assert default_output_dir("smoke") == Path("runs/smoke")
-    assert default_output_dir("smoke", "smollm2-135m-instruct") == Path("runs/smoke"), "the preset's own model"
-    assert default_output_dir("smoke", "gemma-3-270m") == Path("runs/smoke/models/gemma-3-270m")
-    assert default_output_dir("paper") == Path("runs/paper")
-    # the paper preset runs Llama-3.1-8B on every notebook but 00: a model named for all of them is another folder
-    assert default_output_dir("paper", "smollm2-135m-instruct") == Path("runs/paper/models/smollm2-135m-instruct")
-    assert report.output_dir_for("default", None, {}) == Path("runs/default")
-    assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
+    """Only `--committed` writes papers_figures/ (test_the_committed_plan_...); every other run writes
+    runs/<preset>/<model>/, the committed report's layout: no model is the folder's root."""
+    smollm2 = "smollm2-135m-instruct"
+    assert default_output_dir("default") == Path("runs/default") / smollm2, "the preset's own model, named"
+    assert default_output_dir("smoke") == Path("runs/smoke") / smollm2 == default_output_dir("smoke", smollm2)
+    assert default_output_dir("smoke", "gemma-3-270m") == Path("runs/smoke/gemma-3-270m")
+    # the paper preset runs Llama-3.1-8B on every notebook but 00: its folder is named after the model most run
+    assert default_output_dir("paper") == Path("runs/paper/meta-llama--Llama-3.1-8B-Instruct")
+    assert default_output_dir("paper", smollm2) == Path("runs/paper") / smollm2
+    assert report.output_dir_for("default", None, {}) == Path("runs/default") / smollm2
+    assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/gemma-3-270m")
     assert report.output_dir_for("default", None, {"model": "google/gemma-3-270m", "n_analysis": 4}) == \
-        Path("runs/default/models/google--gemma-3-270m"), "-p model= is --model"
-    assert report.output_dir_for("default", None, {"backend": "ray", "n_analysis": 4}) == Path("runs/default")
+        Path("runs/default/google--gemma-3-270m"), "-p model= is --model"
+    assert report.output_dir_for("default", None, {"backend": "ray", "n_analysis": 4}) == Path("runs/default") / smollm2
+    with pytest.raises(ValueError, match="also a preset's name"):
+        report.run_folder_name("long")
     assert report.run_folder_name("/data/models/my-model") == "my-model", "a local folder: its own name"
     with pytest.raises(ValueError, match="--output-dir"):
         report.run_folder_name("my model")
@@ -229,7 +232,7 @@ def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
     with pytest.raises(ValueError, match="01_tiny: Parameter 'value' must be >= 0"):
         run_report(only="01_tiny", overrides={"value": -1}, cwd=work, show_cells=False)
     run_report(only="01_tiny", preset="smoke", cwd=work, show_cells=False)
-    out = work / "runs" / "smoke"
+    out = work / "runs" / "smoke" / SMOLLM2
     assert (out / "01_tiny" / "value.txt").read_text() == "3", "the claim's smoke preset was applied"
     sentence = "The tiny value is 3, so the tiny hypothesis is not supported."
     results = json.loads((out / "01_tiny" / "verdicts.json").read_text())
@@ -245,10 +248,11 @@ def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
     index = (out / "README.md").read_text()
     row = next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
     assert "a tiny measurement" in row and "value 3" in row and "not supported" in row
-    readme = findings_markdown(out, "runs/smoke/")
-    assert (f"- **Tiny finding** ([notebook 01](runs/smoke/executed/01_tiny.html#The-tiny-figure)): {sentence}"
-            in readme.splitlines())
-    assert "Beyond 9 not supported" in readme
+    readme = findings_markdown(work / "runs", "runs/")  # runs/ is laid out as the committed report
+    assert (f"- **Tiny finding** ([notebook 01](runs/smoke/{SMOLLM2}/executed/01_tiny.html#The-tiny-figure)): "
+            f"{sentence}" in readme.splitlines())
+    assert "Beyond 9 not supported" in readme and readme == findings_markdown(out.parent.parent, "runs/")
+    assert f"[notebook 01](executed/01_tiny.html#The-tiny-figure)): {sentence}" in findings_markdown(out, "")
     page = (out / "executed" / "01_tiny.html").read_text()
     assert "01 · Tiny claim" in page, "the site titles the page from the claim"
     assert sentence in page and 'id="results"' in page, "the page shows the claim's results"
@@ -259,22 +263,22 @@ def test_a_new_claim_is_one_folder_and_the_report_reads_it(tiny_suite):
     assert index.index("Smoke-size runs (every notebook)") < index.index("| Beyond 9 |")
     assert "are not evidence for or against any claim" in (out / "index.html").read_text()
     run_report(only="01_tiny", overrides={"value": 7}, cwd=work, show_cells=False)
-    index = (work / "runs" / "default" / "README.md").read_text()
+    index = (work / "runs" / "default" / SMOLLM2 / "README.md").read_text()
     assert "| supported |" in next(line for line in index.splitlines() if line.startswith("| Beyond 9 |"))
-    assert "Smoke-size" not in index and "Smoke-size" not in (work / "runs" / "default" / "index.html").read_text()
+    assert "Smoke-size" not in index + (work / "runs" / "default" / SMOLLM2 / "index.html").read_text()
 
 
 def test_a_failed_run_keeps_the_finished_notebook_and_records_relative_paths(tiny_suite):
     work = tiny_suite
     run_report(only="01_tiny", overrides={"value": 7}, cwd=work, show_cells=False)
-    out = work / "runs" / "default"  # an override: not the committed report
+    out = work / "runs" / "default" / SMOLLM2  # an override: not the committed report
     assert not (work / "papers_figures").exists()
     executed = out / "executed" / "01_tiny.ipynb"
     finished = executed.read_bytes()
     nb = nbformat.reads(finished.decode(), as_version=4)
-    assert nb.metadata.papermill.parameters == {"value": 7, "output_dir": "runs/default"}
+    assert nb.metadata.papermill.parameters == {"value": 7, "output_dir": "runs/default/smollm2-135m-instruct"}
     assert nb.metadata.papermill.input_path.endswith("notebooks/01_tiny.ipynb")
-    assert nb.metadata.papermill.output_path == "runs/default/executed/01_tiny.ipynb"
+    assert nb.metadata.papermill.output_path == "runs/default/smollm2-135m-instruct/executed/01_tiny.ipynb"
     assert str(work) not in finished.decode(), "no absolute path of this machine in the executed notebook"
     assert (out / "01_tiny" / "value.txt").read_text() == "7"
     assert (out / "executed" / "01_tiny.html").exists()
@@ -297,7 +301,7 @@ def test_a_partial_default_run_writes_runs_and_output_dir_sends_it_elsewhere(tin
     """`dynheads report --only 02` with no preset writes runs/default/ (git-ignored), not the committed report."""
     work = tiny_suite
     run_report(only="01_tiny", cwd=work, show_cells=False)
-    assert (work / "runs" / "default" / "executed" / "01_tiny.ipynb").exists()
+    assert (work / "runs" / "default" / SMOLLM2 / "executed" / "01_tiny.ipynb").exists()
     assert not (work / "papers_figures").exists()
     elsewhere = tmp_path / "elsewhere"
     run_report(only="01_tiny", preset="smoke", output_dir=elsewhere, cwd=work, show_cells=False)
@@ -322,24 +326,29 @@ def model_suite(tiny_suite):
 
 
 def test_a_second_models_run_gets_its_own_folder_and_never_replaces_the_firsts(model_suite, capsys):
-    """`--preset smoke --model M` writes runs/smoke/models/M/ beside the preset's own run, which it leaves as it was;
+    """`--preset smoke --model M` writes runs/smoke/M/ beside the preset's own run, which it leaves as it was (the
+    preset's index, runs/smoke/, lists both);
     a folder named with --output-dir that holds another model's runs is refused before anything runs (runs.json
     records each notebook's model), and so is a folder an earlier version filled with two models."""
     work = model_suite
     run_report(only="01_tiny", preset="smoke", cwd=work, show_cells=False)
-    first = work / "runs" / "smoke"
+    first = work / "runs" / "smoke" / SMOLLM2
     before = {p: p.read_bytes() for p in first.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
     other = str(work / "other-model")  # a local model folder (never loaded: the tiny notebook takes any name)
     (work / "other-model").mkdir()
     run_report(only="01_tiny", preset="smoke", model=other, cwd=work, show_cells=False)
-    second = first / "models" / "other-model"
+    second = first.parent / "other-model"
     assert json.loads((second / "runs.json").read_text())["01_tiny"]["model"] == other
     assert (second / "executed" / "01_tiny.html").exists() and (second / "index.html").exists()
+    listing = (first.parent / "README.md").read_text()
+    assert f"[{other}](other-model/README.md)" in listing and f"[{SMOLLM2}]({SMOLLM2}/README.md)" in listing
+    assert "[smoke](smoke/index.html)" in (work / "runs" / "index.html").read_text() or \
+        'href="smoke/index.html"' in (work / "runs" / "index.html").read_text(), "the top index lists the preset"
     after = {p: p.read_bytes() for p in first.rglob("*") if p.is_file() and not p.name.endswith(".lock")
              and second not in p.parents}
     assert after.keys() == before.keys(), sorted(str(p) for p in after.keys() ^ before.keys())
     changed = [p for p in before if before[p] != after[p] and p.name not in ("index.html", "README.md")]
-    assert changed == [], "the first model's run is left as it was (only its index may list the second)"
+    assert changed == [], "the first model's run is left as it was"
     assert json.loads((first / "runs.json").read_text())["01_tiny"]["model"] == "smollm2-135m-instruct"
     capsys.readouterr()
     for asked in ({"output_dir": first, "model": other}, {"output_dir": second}):
@@ -511,28 +520,30 @@ def test_a_non_editable_install_ships_the_notebooks(tmp_path):
 
 
 def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its_folder():
+    """One layout for every model: each run names its model and lands in papers_figures/<preset>/<model>/; no run
+    writes the report's root."""
     from dynheads_tl.report.runner import PlannedRun, committed_plan
 
     plan = committed_plan(["smollm2-135m-instruct", "gemma-3-270m"])
-    assert plan[:2] == [PlannedRun("default", None, None, Path("papers_figures")),
-                        PlannedRun("default", "gemma-3-270m", None, Path("papers_figures/models/gemma-3-270m"))]
-    assert PlannedRun("long", None, "07_length_grid", Path("papers_figures/long")) in plan
-    assert PlannedRun("long", "gemma-3-270m", "07_length_grid",
-                      Path("papers_figures/long/models/gemma-3-270m")) in plan
-    # every run of the plan names its folder: a run that names none never writes the committed report
-    assert all(planned.output_dir.parts[0] == "papers_figures" for planned in plan)
-    assert report.output_dir_for("default", "gemma-3-270m", {}) == Path("runs/default/models/gemma-3-270m")
+    assert plan[:2] == [PlannedRun("default", SMOLLM2, None, Path("papers_figures/default") / SMOLLM2),
+                        PlannedRun("default", "gemma-3-270m", None, Path("papers_figures/default/gemma-3-270m"))]
+    assert PlannedRun("long", SMOLLM2, "07_length_grid", Path("papers_figures/long") / SMOLLM2) in plan
+    assert PlannedRun("long", "gemma-3-270m", "07_length_grid", Path("papers_figures/long/gemma-3-270m")) in plan
+    # every run of the plan names its model and folder: a run that names none never writes the committed report
+    assert all(planned.output_dir.parts[:-1] == ("papers_figures", planned.preset) for planned in plan)
+    assert all(planned.output_dir.name == planned.model for planned in plan)
     committed = {(claim.notebook, preset) for claim in claims.all_claims() for preset in claim.committed}
     assert len(plan) == 2 + 2 * len(committed) and ("07_length_grid", "long") in committed
-    # every embedded model by default, each only in the presets it declares: the 1.5B in the size axis's only
+    # every embedded model by default, in their declared order, each only in the presets it declares: the 1.5B in
+    # the size axis's only
     everything = committed_plan()
-    assert {p.model for p in everything} == {None, "gemma-3-270m", "qwen2.5-coder-0.5b-instruct",
-                                             "qwen2.5-coder-1.5b-instruct"}
+    assert [p.model for p in everything if p.preset == "default"] == [SMOLLM2, "gemma-3-270m",
+                                                                       "qwen2.5-coder-0.5b-instruct"]
     assert ("07_length_grid", "scale") in committed
     assert [(p.preset, p.only) for p in everything if p.model == "qwen2.5-coder-1.5b-instruct"] == [
         ("scale", "07_length_grid")]
     assert PlannedRun("scale", "qwen2.5-coder-1.5b-instruct", "07_length_grid",
-                      Path("papers_figures/scale/models/qwen2.5-coder-1.5b-instruct")) in everything
+                      Path("papers_figures/scale/qwen2.5-coder-1.5b-instruct")) in everything
     assert len(everything) == 3 + 3 * len(committed) + 1
 
 
@@ -542,7 +553,7 @@ def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the
 
     calls, rendered, updated = [], [], []
     monkeypatch.setattr(runner, "run_report", lambda **kw: calls.append(kw) or [])
-    monkeypatch.setattr(runner, "build_index", lambda folder: rendered.append(folder))
+    monkeypatch.setattr(runner, "render_report", lambda folder: rendered.append(folder))
     monkeypatch.setattr(runner, "update_readme", lambda path, folder, link_prefix: updated.append((path, link_prefix)))
     (tmp_path / "README.md").write_text(f"# x\n{ANSWER_START}\n{ANSWER_END}\n")
     runner.run_committed_report(models=["smollm2-135m-instruct", "gemma-3-270m"], overrides={"backend": "ray"},

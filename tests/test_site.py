@@ -16,6 +16,8 @@ from dynheads_tl.report.status import item_status
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "papers_figures"
+DEFAULT = COMMITTED / "default"  # every model's default report, <model>/
+SMOLLM2 = DEFAULT / "smollm2-135m-instruct"
 README = ROOT / "README.md"
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
@@ -28,7 +30,7 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     from dynheads_tl.report.results import model_reports
 
     expected = findings.findings_markdown(COMMITTED, link_prefix="")
-    reports = model_reports(COMMITTED)
+    reports = model_reports(DEFAULT)
     ran = sum(len([f for f in findings.declared_findings() if (report.folder / "executed" / f"{f[1]}.ipynb").exists()])
               + 2 for report in reports)
     per_model = expected.split("**Do the models agree?**")[0]
@@ -40,7 +42,8 @@ def test_readme_findings_are_the_committed_reports_verdicts():
     page = (COMMITTED / findings.FINDINGS_FILE).read_text()
     assert findings.page_findings(page) == findings.findings_markdown(COMMITTED, link_prefix="")
     assert page == findings.findings_page(COMMITTED), "refresh it: rerender papers_figures --readme README.md"
-    empty = [label for label, _, chosen in findings.findings(COMMITTED) if not chosen]
+    empty = [(report.model, label) for report in reports for label, _, chosen in findings.findings(report.folder)
+             if not chosen]
     assert not empty, f"declared findings whose pattern matched no sentence of their verdict: {empty}"
 
 
@@ -68,7 +71,7 @@ def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
     monkeypatch.undo()
     from dynheads_tl.report.results import model_reports
 
-    committed = findings.agreement_lines(COMMITTED, [report.model for report in model_reports(COMMITTED)])
+    committed = findings.agreement_lines(DEFAULT, [report.model for report in model_reports(DEFAULT)])
     assert committed and committed[0].startswith("**Do the models agree?**")
     assert "\n".join(committed) in (COMMITTED / findings.FINDINGS_FILE).read_text(), "the findings carry the lines"
 
@@ -94,8 +97,8 @@ def test_the_readme_quotes_every_declared_primary_comparison_first():
     Claim 3's quote once started with a secondary sentence labelled as the primary; it now quotes the primary."""
     from dynheads_tl.report.results import all_results
 
-    quoted = findings.findings(COMMITTED)  # in the order declared, a claim's findings together
-    results = {stem: typed.model_dump(mode="json") for stem, typed in all_results(COMMITTED).items()}
+    quoted = findings.findings(SMOLLM2)  # in the order declared, a claim's findings together
+    results = {stem: typed.model_dump(mode="json") for stem, typed in all_results(SMOLLM2).items()}
     first_quote = {}
     for label, page, chosen in quoted:
         first_quote.setdefault(page.split("/")[1].split(".")[0], chosen)
@@ -475,14 +478,30 @@ def test_every_figure_and_table_of_the_committed_report_is_linked_from_the_index
         def handle_starttag(self, tag, attrs):
             self.links |= {v for k, v in attrs if k in ("href", "src") and v}
 
-    parser = Links()
-    parser.feed((COMMITTED / "index.html").read_text(encoding="utf-8"))
-    # every notebook folder's files (models/ and preset reports such as long/ have indexes of their own)
-    outputs = {p.relative_to(COMMITTED).as_posix() for p in COMMITTED.glob("[0-9][0-9]_*/*")
-               if p.suffix in (".png", ".csv", ".md")}
-    assert len(outputs) > 60
-    assert sorted(outputs - parser.links) == []
-    index = (COMMITTED / "index.html").read_text(encoding="utf-8")
+    from dynheads_tl.report.results import model_reports, preset_reports
+
+    def links(page: Path) -> set[str]:
+        parser = Links()
+        parser.feed(page.read_text(encoding="utf-8"))
+        return parser.links
+
+    # the root links every preset's index, each preset's index every model's report, and each model's index every
+    # file its notebooks wrote
+    presets = preset_reports(COMMITTED)
+    assert {f"{p.prefix}index.html" for p in presets} <= links(COMMITTED / "index.html")
+    missing = []
+    for preset in presets:
+        reports = model_reports(preset.folder)
+        missing += sorted({f"{r.prefix}index.html" for r in reports} - links(preset.folder / "index.html"))
+        for report in reports:
+            outputs = {p.relative_to(report.folder).as_posix() for p in report.folder.glob("[0-9][0-9]_*/*")
+                       if p.suffix in (".png", ".csv", ".md")}
+            assert outputs, report.folder
+            missing += [f"{report.folder.relative_to(COMMITTED)}/{name}"
+                        for name in sorted(outputs - links(report.folder / "index.html"))]
+    assert missing == []
+    assert len({p.relative_to(SMOLLM2).as_posix() for p in SMOLLM2.glob("[0-9][0-9]_*/*")}) > 60
+    index = (SMOLLM2 / "index.html").read_text(encoding="utf-8")
     assert "<th>status</th>" in index and site.PAPER_URL in index
 
 

@@ -72,7 +72,7 @@ def test_a_claim_reads_all_its_primaries_and_mixed_meanings_cannot_tell():
 def test_models_are_read_in_the_order_of_their_block_parameters_not_the_lists(tmp_path):
     flat = {"outside_share_static_10pct": (0.0, 0.01)}
     for name, parameters in (("smollm2-135m-instruct", 106_200_000), ("gemma-3-270m", 100_300_000)):
-        folder = tmp_path / "models" / name / "07_length_grid"
+        folder = tmp_path / name / "07_length_grid"  # scale/<model>/
         folder.mkdir(parents=True)
         _model_table(name, parameters, flat).to_csv(folder / "size_axis.csv", index=False)
     assert list(dict.fromkeys(size_axis.scale_tables(tmp_path)["model"])) == ["gemma-3-270m", "smollm2-135m-instruct"]
@@ -112,8 +112,8 @@ def test_the_scale_report_reads_every_models_runs_draws_the_figure_and_states_on
     small = _model_table("small-model", 10 ** 8, flat)
     large = _model_table("large-model", 10 ** 9, big)
     large.loc[large["primary"] == "fair_previous_step_vs_static", "status"] = "undetermined"
-    for folder, table in ((tmp_path / "07_length_grid", large), (tmp_path / "models" / "small" / "07_length_grid",
-                                                                 small)):
+    # a model's report read on its own (the folder itself) and one in the preset's folder layout (<model>/)
+    for folder, table in ((tmp_path / "07_length_grid", large), (tmp_path / "small" / "07_length_grid", small)):
         folder.mkdir(parents=True)
         table.to_csv(folder / "size_axis.csv", index=False)
     readings, models = size_axis.write_size_axis(tmp_path)
@@ -152,7 +152,7 @@ def test_the_readmes_answer_quotes_the_size_axis_sentences_and_gives_its_models_
 
     from dynheads_tl.report.answer import answer_markdown, settings
 
-    scale = tmp_path / "scale"
+    scale = tmp_path / "scale" / "small-model"
     flat = {p: (0.0, 0.01) for p in ("outside_share_static_10pct", "adjacent_jaccard_over_bound",
                                      "fair_previous_step_vs_static", "predicted_vs_static",
                                      "probe_k1_vs_step_token_prior")}

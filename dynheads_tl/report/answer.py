@@ -1,9 +1,9 @@
 """The answer: does the paper hold on these models? One table and one figure, rendered from every results file of
 a report (``verdicts.json``, read through the schema as typed data), with no sentence selected by its words.
 
-- **Columns** are settings: every model's report (the report's own and each ``models/<model>/``) of the default
-  preset, then of each committed preset (``<preset>/``, ``<preset>/models/<model>/``). They are found by walking
-  the report, so a third model is one more folder and no change here.
+- **Columns** are settings: every model's report of the default preset (``default/<model>/``), then of each
+  committed preset (``<preset>/<model>/``). They are found by walking the report, so a third model is one more
+  folder and no change here.
 - **Rows** are each claim's primary (the row its status decides, ``Primary.item``: its status with the primary's
   estimate and interval), then every item beyond the paper that some setting gives a verdict (descriptive and
   qualitative rows say nothing to a reader skimming for the answer; the index has them).
@@ -107,13 +107,14 @@ def settings(output_dir: Path) -> list[Setting]:
     output_dir = Path(output_dir)
     found = []
     summed = summed_presets()  # quoted by their claims' sections, not a column per model
-    groups = [("default", "", output_dir)] + [(p.preset, p.prefix, p.folder) for p in preset_reports(output_dir)
-                                              if p.preset not in summed]
-    for preset, prefix, folder in groups:
-        for report in model_reports(folder):
+    for preset in preset_reports(output_dir):
+        if preset.preset in summed:
+            continue
+        for report in model_reports(preset.folder):
             results = all_results(report.folder)
             if results:
-                found.append(Setting(report.model, preset, report.folder, f"{prefix}{report.prefix}", results))
+                found.append(Setting(report.model, preset.preset, report.folder, f"{preset.prefix}{report.prefix}",
+                                     results))
     return found
 
 

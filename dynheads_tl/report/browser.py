@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dynheads_tl.analysis.plots import INLINE_WIDTH_PX
+from dynheads_tl.report.results import is_model_report, model_reports, preset_reports
 from dynheads_tl.report.text import raw_tex
 
 NARROW = 420  # px: the page must not scroll sideways at this width, except inside its table boxes
@@ -317,8 +318,18 @@ def page_problems(browser: Browser, url: str, name: str, screenshot: Path | None
 
 
 def report_pages(report: Path) -> list[str]:
-    """The index and every notebook page, relative to the report folder."""
-    return ["index.html"] + sorted(p.relative_to(report).as_posix() for p in (report / "executed").glob("*.html"))
+    """The pages to check, relative to the report folder: its index and, for a whole report, every index under it
+    (each preset's, each model's report's), then every notebook page of one model's report (the folder's own, else
+    the first of the first preset): the pages of one model share their templates with every other's."""
+    report = Path(report)
+    indexes = ["index.html"]
+    if not is_model_report(report):
+        for preset in preset_reports(report):
+            indexes.append(f"{preset.prefix}index.html")
+            indexes += [f"{preset.prefix}{model.prefix}index.html" for model in model_reports(preset.folder)]
+    sampled = report if is_model_report(report) else next(
+        (model.folder for preset in preset_reports(report) for model in model_reports(preset.folder)), report)
+    return indexes + sorted(p.relative_to(report).as_posix() for p in (sampled / "executed").glob("*.html"))
 
 
 def browser_problems(report: Path, executable: str | None = None, screenshots: Path | None = None) -> list[str]:

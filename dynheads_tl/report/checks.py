@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from dynheads_tl.report.index import _rel, enclosing_reports, index_items, ours_text
-from dynheads_tl.report.results import read_runs
+from dynheads_tl.report.results import is_model_report, model_reports, preset_reports, read_runs
 from dynheads_tl.report.site import remote_resources
 
 # --- checks over a finished report -----------------------------------------------------------------
@@ -223,6 +223,22 @@ def offline_problems(output_dir: Path) -> list[str]:
 
 
 def report_problems(output_dir: Path) -> list[str]:
-    """Everything that keeps ``output_dir`` from being a report to commit; empty when it is one."""
-    return (notebook_problems(output_dir) + path_problems(output_dir) + link_problems(output_dir)
-            + headline_problems(output_dir) + offline_problems(output_dir))
+    """Everything that keeps ``output_dir`` from being a report to commit; empty when it is one. A folder that lists
+    reports (the report's root, a preset's folder) is checked whole: its own indexes' links, and every model's report
+    under it as one report (notebooks, links, headlines), each problem prefixed with its folder."""
+    output_dir = Path(output_dir)
+    presets = [] if is_model_report(output_dir) else preset_reports(output_dir)
+    listing = [preset.folder for preset in presets] + ([] if is_model_report(output_dir) else [output_dir])
+    reports = [report.folder for folder in listing for report in model_reports(folder)
+               if not is_model_report(folder)]
+    if not reports:
+        return (notebook_problems(output_dir) + path_problems(output_dir) + link_problems(output_dir)
+                + headline_problems(output_dir) + offline_problems(output_dir))
+    problems = path_problems(output_dir) + offline_problems(output_dir)
+    for folder in listing:
+        problems += [f"{_rel(folder, output_dir)}/: {problem}" if folder != output_dir else problem
+                     for problem in link_problems(folder)]
+    for folder in reports:
+        problems += [f"{_rel(folder, output_dir)}/: {problem}" for problem in
+                     notebook_problems(folder) + link_problems(folder) + headline_problems(folder)]
+    return problems

@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "report", help="run every notebook through papermill and rebuild the report's index", allow_abbrev=False,
         description="Run the notebooks in order through papermill. Outputs (relative to the working directory): "
                     "only --committed writes the committed report papers_figures/; every other run writes "
-                    "runs/<preset>/ (git-ignored), or runs/<preset>/models/<model>/ for a model other than the "
-                    "preset's own, so no model's run replaces another's; --output-dir sends a run anywhere except "
+                    "runs/<preset>/<model>/ (git-ignored; runs/<preset>/index.html and runs/index.html list them), "
+                    "so no model's run replaces another's; --output-dir sends a run anywhere except "
                     "into a folder that holds another model's runs. Each output folder gets <notebook>/ figures and "
                     "tables, executed/ "
                     "notebooks (.ipynb and .html), runs.json and index.html. Every parameter is checked before "
@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                           help="run one notebook: its exact name (01_dynamism) or a prefix that matches only it (01); the "
                                "notebooks are listed below")
     p_report.add_argument("--output-dir", default=None,
-                          help="where outputs go (default: runs/<preset>/, or runs/<preset>/models/<model>/ for a "
-                               "--model other than the preset's own, relative to the working directory; "
+                          help="where outputs go (default: runs/<preset>/<model>/, the model --model names or the "
+                               "preset's own, relative to the working directory; "
                                "papers_figures/ is --committed's); refused when the folder holds another model's runs")
     p_report.add_argument("--device", default=None,
                           help="where every notebook's model runs: auto (CUDA when a GPU is present, else the CPU), "

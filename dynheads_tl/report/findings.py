@@ -11,7 +11,8 @@ from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.answer import preset_sections, update_answer
 from dynheads_tl.report.index import agreement, model_agreement
-from dynheads_tl.report.results import all_results, contexts_phrase, model_reports, preset_reports, read_runs
+from dynheads_tl.report.results import (all_results, contexts_phrase, is_model_report, model_reports, preset_reports,
+                                        read_runs)
 from dynheads_tl.report.site import section_anchor
 from dynheads_tl.store import atomic_write_text
 
@@ -65,32 +66,35 @@ def statuses(output_dir: Path) -> list[tuple[str, str, bool]]:
 
 
 def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") -> str:
-    """The README's findings block (between its markers): the report's own model's findings, statuses and runs
-    (:func:`findings`), then the same for every other model's report under ``models/<model>/``, each under a line
-    naming its model."""
-    reports = model_reports(output_dir)
-    blocks = []
-    for report in reports:
-        lines = _model_findings(report.folder, f"{link_prefix}{report.prefix}")
-        if len(reports) > 1 and lines:
-            where = f"[{report.prefix or 'the report'}]({link_prefix}{report.prefix}index.html)"
-            declared = preregistration.standing(report.model)
-            declared = f"; preregistration.yaml: {declared}" if declared else ""
-            lines.insert(0, f"**{report.model}** ({where}{declared}):\n")
-        blocks.append("\n".join(lines))
-    agreeing = agreement_lines(output_dir, [report.model for report in reports])
-    if agreeing:
-        blocks.append("\n".join(agreeing))
-    for preset in preset_reports(output_dir):
-        blocks.append(preset_block(preset, link_prefix))
+    """The README's findings block (between its markers): each model's findings, statuses and runs in the default
+    preset (:func:`findings`, ``default/<model>/``), each under a line naming its model, and whether the models agree;
+    then each other preset's (:func:`preset_block`); then the pre-registration's deviations. A folder that is one
+    model's report (``runs.json``) gives that report's findings."""
+    blocks = ["\n".join(_model_findings(output_dir, link_prefix))] if is_model_report(output_dir) else []
+    for preset in [] if blocks else preset_reports(output_dir):
+        if preset.preset != "default":
+            blocks.append(preset_block(preset, link_prefix))
+            continue
+        reports = model_reports(preset.folder)
+        for report in reports:
+            where = f"{link_prefix}{preset.prefix}{report.prefix}"
+            lines = _model_findings(report.folder, where)
+            if lines:
+                declared = preregistration.standing(report.model)
+                declared = f"; preregistration.yaml: {declared}" if declared else ""
+                lines.insert(0, f"**{report.model}** ([{preset.prefix}{report.prefix}]({where}index.html){declared}):\n")
+            blocks.append("\n".join(lines))
+        agreeing = agreement_lines(preset.folder, [report.model for report in reports])
+        if agreeing:
+            blocks.append("\n".join(agreeing))
     blocks.append("\n".join(deviation_lines()))
     return "\n\n".join(block for block in blocks if block)
 
 
 def preset_block(preset, link_prefix: str) -> str:
-    """The findings of a named preset's runs kept beside the default report (``<report>/<preset>/``, such as
+    """The findings of a named preset's runs beside the default ones (``<report>/<preset>/<model>/``, such as
     notebook 07's ``long`` grid): a heading line, then each model's findings, statuses and runs as for the default
-    report, and whether the models agree."""
+    preset, and whether the models agree."""
     reports = model_reports(preset.folder)
     where = f"{link_prefix}{preset.prefix}"
     lines = [f"**Preset `{preset.preset}`** ([its index]({where}index.html); runs the committed report keeps beside "

@@ -1,20 +1,22 @@
-"""Where a report run writes when no folder is named: ``runs/<preset>/``, or ``runs/<preset>/models/<model>/`` for a
-model other than the preset's own, so that no model's run replaces another's; and the refusal of a folder that holds
-another model's runs. Only ``dynheads report --committed`` writes the committed report (:mod:`~dynheads_tl.report.runner`).
+"""Where a report run writes when no folder is named: ``runs/<preset>/<model>/``, the layout of the committed report
+(:mod:`~dynheads_tl.report.results`), so that no model's run replaces another's; and the refusal of a folder that
+holds another model's runs. Only ``dynheads report --committed`` writes the committed report
+(:mod:`~dynheads_tl.report.runner`).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from dynheads_tl.claims import all_claims
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.params import field_default
-from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs
+from dynheads_tl.report.results import model_folder_name, read_runs
 
-RUNS_DIR = Path("runs")  # every run but --committed: runs/<preset>/[models/<model>/] (git-ignored)
+RUNS_DIR = Path("runs")  # every run but --committed: runs/<preset>/<model>/ (git-ignored)
 
 
 def preset_models(preset: str) -> dict[str, str]:
@@ -34,7 +36,7 @@ def run_models(preset: str, model: str | None) -> dict[str, str]:
 
 
 def run_folder_name(model: str) -> str:
-    """A model as the name of its runs' folder under ``models/``: :func:`~dynheads_tl.report.results.model_folder_name`
+    """A model as the name of its runs' folder under its preset's: :func:`~dynheads_tl.report.results.model_folder_name`
     of a model name or hub id (``google/gemma-3-270m`` -> ``google--gemma-3-270m``), the folder's own name for a
     local model folder."""
     text = str(model).strip()
@@ -59,13 +61,12 @@ def output_dir_for(preset: str, model: str | None, overrides: dict[str, Any]) ->
 
 
 def default_output_dir(preset: str, model: str | None = None) -> Path:
-    """``runs/<preset>/`` for a run of the preset's own models (``model`` None, or the one model every notebook of the
-    preset runs anyway); ``runs/<preset>/models/<model>/`` for another model, a report of its own, as the committed
-    report nests ``models/<model>/``."""
-    folder = RUNS_DIR / preset
-    if model is None or set(preset_models(preset).values()) == {str(model)}:
-        return folder
-    return folder / MODELS_DIR / run_folder_name(model)
+    """``runs/<preset>/<model>/``: ``model``, else the model the preset gives most of its notebooks (the embedded
+    SmolLM2-135M for every preset but ``paper``, whose notebooks run Llama-3.1-8B-Instruct but for 00)."""
+    if model is None:
+        counts = Counter(preset_models(preset).values())
+        model = min(counts, key=lambda name: (-counts[name], name))
+    return RUNS_DIR / preset / run_folder_name(model)
 
 
 def other_model_runs(output_dir: Path, preset: str, model: str | None) -> dict[str, str]:

@@ -18,13 +18,14 @@ from dynheads_tl import verdicts
 from dynheads_tl.claim import ReportSection
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.answer import ANSWER_ALT, FIGURE as ANSWER_FIGURE
-from dynheads_tl.report.results import (MODELS_DIR, ModelReport, PresetReport, all_results, longest_context, model_reports, preset_reports, read_runs)
+from dynheads_tl.report.results import (ModelReport, PresetReport, all_results, is_model_report, longest_context,
+                                        model_reports, preset_names, preset_reports, read_runs)
 from dynheads_tl.results_schema import ItemResult, Results
 from dynheads_tl.report.site import (PAPER_TITLE, PAPER_URL, Link, notebook_order, notebook_title, output_groups,
                                      page_sections, render_page, run_meta)
 from dynheads_tl.report.templating import INDEX_TEMPLATE, render
-from dynheads_tl.report.legend import (MISSING, NOT_IN_PRESET, STATUS_LEGEND, UpLink, enclosing_reports,  # noqa: F401
-                                       status_legend, up_links)
+from dynheads_tl.report.legend import (MISSING, NOT_IN_PRESET, SMOKE_PRESETS, STATUS_LEGEND, UpLink,  # noqa: F401
+                                       enclosing_reports, smoke_banner, status_legend, up_links)
 from dynheads_tl.store import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -234,10 +235,12 @@ class ModelCell:
 
 
 def model_cells(output_dir: Path) -> tuple[list[ModelReport], list[tuple[Any, Any, list[ModelCell]]]]:
-    """Every index row on every model, when the report holds more than one (``models/<model>/`` beside the default
-    one): (the models, [(claim, item, [cell per model])]) in the paper's order; no rows with one model."""
+    """Every index row on every model of a preset's folder (``<preset>/<model>/``): (the models, [(claim, item, [cell
+    per model])]) in the paper's order; no rows in a model's own report (its main table says it all)."""
+    if is_model_report(output_dir):
+        return model_reports(output_dir), []
     reports = model_reports(output_dir)
-    if len(reports) < 2:
+    if not reports:
         return reports, []
     return reports, _cells([report.folder for report in reports])
 
@@ -259,28 +262,31 @@ def _cells(folders: list[Path]) -> list[tuple[Any, Any, list[ModelCell]]]:
 
 @dataclass(frozen=True)
 class PresetTable:
-    """A named preset's report kept beside the default one (:func:`~dynheads_tl.report.results.preset_reports`):
-    its models and, for every row it produced on some model, that row's cell on each model."""
+    """A preset's runs in a report (:func:`~dynheads_tl.report.results.preset_reports`): its models and, for every row
+    it produced on some model, that row's cell on each model and what they say together (:func:`agreement`, "" with
+    one model)."""
 
     preset: PresetReport
     models: list[ModelReport]
-    rows: list[tuple[str, str, list[ModelCell]]]  # (item, paper, [cell per model])
+    rows: list[tuple[str, str, list[ModelCell], str]]  # (item, paper, [cell per model], agreement)
 
 
 def preset_tables(output_dir: Path) -> list[PresetTable]:
-    """One :class:`PresetTable` per preset report under ``output_dir`` (``long/``...), in name order."""
+    """One :class:`PresetTable` per preset's folder under ``output_dir`` (``default/`` first, then ``long/``...)."""
     tables = []
     for preset in preset_reports(output_dir):
         reports = model_reports(preset.folder)
-        rows = [(item.item, item.paper, cells) for _, item, cells in _cells([r.folder for r in reports])
+        rows = [(item.item, item.paper, cells, agreement([c.status for c in cells]) if len(cells) > 1 else "")
+                for _, item, cells in _cells([r.folder for r in reports])
                 if any(c.status != "not produced" for c in cells)]
         tables.append(PresetTable(preset, reports, rows))
     return tables
 
 
-PRESETS_NOTE = ("Runs of a named preset kept beside the default report, as a report of their own with its own index "
-                "(larger grids that do not fit the default report's hour, such as notebook 07's pre-registered "
-                "`long` length grid); their statuses come from the same notebooks and rules, at the contexts shown.")
+PRESETS_NOTE = ("Each preset's runs, one report per model (`<preset>/<model>/`, each with its own index), and the "
+                "preset's index, which puts the models side by side: `default` is the default report's hour, the "
+                "others larger grids (such as notebook 07's pre-registered `long` length grid and `scale` size axis); "
+                "every status comes from the same notebooks and rules, at the contexts shown.")
 
 
 def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, str, list[tuple[str, str]]]]]:
@@ -303,25 +309,8 @@ def model_agreement(output_dir: Path) -> list[tuple[str, list[tuple[str, list[Mo
     return list(out.items())
 
 
-MODELS_NOTE = ("Each model's results sit in a report of their own (the default model's in this folder, every other "
-               "model's under models/<model>/), computed by the same notebooks and the same rules; this table puts "
-               "their statuses side by side.")
-
-
-# Presets whose sizes only exercise the code (a few samples per cell: the tests' notebook runs); an index of such runs
-# says, above its table, that its statuses are no evidence either way.
-SMOKE_PRESETS = ("smoke",)
-
-
-def smoke_banner(runs: dict[str, Any]) -> str:
-    """The warning an index of smoke-size runs carries, or "" when no run of this folder used a smoke preset."""
-    smoke = sorted(notebook for notebook, run in runs.items() if run.get("preset") in SMOKE_PRESETS)
-    if not smoke:
-        return ""
-    which = "every notebook" if len(smoke) == len(runs) else ", ".join(smoke)
-    return (f"Smoke-size runs ({which}): a few samples per cell, enough to run every code path and no more. Their "
-            "statuses and intervals are not evidence for or against any claim (a 'not reproduced' here means nothing); "
-            "the report's findings come from the default preset.")
+MODELS_NOTE = ("Each model's results sit in a report of their own (`<model>/` in this preset's folder), computed by "
+               "the same notebooks and the same rules; this table puts their statuses side by side.")
 
 
 @dataclass(frozen=True)
@@ -330,34 +319,41 @@ class _Tables:
 
     heads: list[dict[str, str]]  # head_score_files
     reports: list[ModelReport]  # model_table's models
-    by_model: list[tuple[str, str, list[tuple[str, str]]]]  # model_table's rows (empty with one model)
+    by_model: list[tuple[str, str, list[tuple[str, str]]]]  # model_table's rows (empty in a model's own report)
     presets: list[PresetTable]
     answer: bool  # the report's root holds the answer's figure (report/answer.py), shown first
     sections: list[ReportSection]  # the claims' sections across the report's models (the size axis), after the answer
+    banner: str  # smoke_banner of the folder's runs, or of every run of the reports it lists
 
     @classmethod
     def read(cls, output_dir: Path) -> "_Tables":
         reports, by_model = model_table(output_dir)
-        nested = Path(output_dir).parent.name == MODELS_DIR  # a model's report inside another: its report draws them
+        # A model's report inside its preset's folder leaves the sections across models to that folder's index.
+        nested = is_model_report(output_dir) and Path(output_dir).parent.name in preset_names()
         sections = [] if nested else [s for s in (c.section(Path(output_dir)) for c in all_claims() if c.section) if s]
-        return cls(head_score_files(output_dir), reports, by_model, preset_tables(output_dir),
-                   (Path(output_dir) / ANSWER_FIGURE).is_file(), sections)
+        presets = preset_tables(output_dir)
+        listed = [r.folder for r in reports] + [m.folder for table in presets for m in table.models]
+        runs = read_runs(output_dir) or {f"{folder}/{stem}": run for folder in listed
+                                         for stem, run in read_runs(folder).items()}
+        return cls(head_score_files(output_dir), reports, by_model, presets,
+                   (Path(output_dir) / ANSWER_FIGURE).is_file(), sections, smoke_banner(runs))
 
 
 def _markdown(rows: list[_Row], runs: dict[str, Any], tables: _Tables, up: list[UpLink]) -> str:
     md = ["# The reproduction at a glance", ""]
     if up:
         md += [" · ".join(f"↑ [{link.title}]({link.markdown})" for link in up), ""]
-    if smoke_banner(runs):
-        md += [f"> **{smoke_banner(runs)}**", ""]
+    if tables.banner:
+        md += [f"> **{tables.banner}**", ""]
     md += [f"![{ANSWER_ALT}]({ANSWER_FIGURE})", ""] if tables.answer else []
     md += [line for section in tables.sections for line in section.markdown()]
     md += [INTRO, "", STATUS_NOTE, ""]
     md += [f"- **{status}**: {meaning}" for status, meaning in status_legend()] + [""]
     if runs:
         md += [f"Runs: {run_meta(runs)}. {RUN_TIME_NOTE}", ""]
-    md += ["| item | what | paper | ours | status | headline | longest context | files | notebook |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    if rows:
+        md += ["| item | what | paper | ours | status | headline | longest context | files | notebook |",
+               "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         links = " ".join(f"[{_file_label(name)}]({name})" for name in row.files) or "–"
         notebook = f"[{row.notebook}]({row.ipynb_link})" if row.ipynb_link else "–"
@@ -372,11 +368,13 @@ def _markdown(rows: list[_Row], runs: dict[str, Any], tables: _Tables, up: list[
         md += [f"| {item} | {paper} | " + " | ".join(f"{status}: {headline}" for status, headline in cells[:-1])
                + f" | {cells[-1][0]} |" for item, paper, cells in by_model]
     for table in tables.presets:
+        several = len(table.models) > 1
         md += ["", f"## Preset {table.preset.preset}", "", f"{PRESETS_NOTE} [Its index]({table.preset.prefix}README.md).",
                "", "| item | paper | " + " | ".join(f"[{r.model}]({table.preset.prefix}{r.prefix}README.md)"
-                                                   for r in table.models) + " |",
-               "|---|---|" + "---|" * len(table.models)]
-        md += [f"| {item} | {paper} | " + " | ".join(_cell_text(c) for c in cells) + " |" for item, paper, cells in table.rows]
+                                                   for r in table.models) + (" | statuses |" if several else " |"),
+               "|---|---|" + "---|" * (len(table.models) + several)]
+        md += [f"| {item} | {paper} | " + " | ".join(_cell_text(c) for c in cells) + (f" | {agree} |" if several else " |")
+               for item, paper, cells, agree in table.rows]
     if heads:
         md += ["", "## Head-score files", "", HEAD_FILES_NOTE, "", "| model | score | n | file | provenance |",
                "|---|---|---|---|---|"]
@@ -449,7 +447,7 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path, tables:
                             "groups": output_groups(output_dir / folder, f"{folder}/"),
                             "sections": page_sections(output_dir, folder) if page else {}})
     return render(
-        INDEX_TEMPLATE, paper_url=PAPER_URL, paper_title=PAPER_TITLE, smoke_banner=smoke_banner(runs),
+        INDEX_TEMPLATE, paper_url=PAPER_URL, paper_title=PAPER_TITLE, smoke_banner=tables.banner,
         run_meta=run_meta(runs), pages=pages, intro=INTRO, status_note=STATUS_NOTE, legend=status_legend(),
         up_links=up, not_in_preset=NOT_IN_PRESET, rows=shown,
         left_out=[item.item for claim, item in index_items() if left_out_by_preset(claim, runs)],
@@ -466,16 +464,20 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path, tables:
 def build_index(output_dir: Path) -> Path:
     """Write ``README.md`` and ``index.html`` in ``output_dir`` from the outputs actually present.
 
-    Every link is relative to ``output_dir`` and stays inside it, so the folder can be moved or published as it is,
-    except the links of a nested report (a model's, a preset's) back up to the index of each report that holds it
-    (:func:`up_links`), which is published with it. Call it after :func:`render_notebook_html`, so notebook links
-    go to the renderings. A claim's section across the report's models (``Claim.section``: notebook 07's size axis in
-    the ``scale`` report, drawn afresh here) follows the answer on both pages. Returns the README path.
+    Three kinds of folder get an index: a model's report (``<preset>/<model>/``: every item's row, its pages, files
+    and runs), a preset's folder (the models side by side) and the report's root (the answer, then each preset's
+    table). Every link is relative to ``output_dir`` and stays inside it, so the folder can be moved or published as
+    it is, except the links of a nested index back up to each index that holds it (:func:`up_links`), which is
+    published with it. Call it after :func:`render_notebook_html`, so notebook links go to the renderings. A claim's
+    section across a preset's models (``Claim.section``: notebook 07's size axis in the ``scale`` preset's folder,
+    drawn afresh here) follows the answer on both pages. Returns the README path.
     """
     output_dir = Path(output_dir)
     runs = read_runs(output_dir)
-    rows = _rows(output_dir, runs)
     tables = _Tables.read(output_dir)
+    # A preset's folder and the report's root list reports; only a model's report (or an empty folder) has item rows.
+    lists = not runs and bool(tables.by_model or tables.presets)
+    rows = [] if lists else _rows(output_dir, runs)
     up = up_links(output_dir)
     atomic_write_text(output_dir / "README.md", _markdown(rows, runs, tables, up))
     atomic_write_text(output_dir / "index.html", _html_page(rows, runs, output_dir, tables, up))

@@ -1,12 +1,14 @@
-"""What an index shows beside its rows: the legend of every status it can show, and the links from a nested report
-(a model's under ``models/<model>/``, a preset's under ``<preset>/``) back up to the indexes that hold it."""
+"""What an index shows beside its rows: the legend of every status it can show, the banner of smoke-size runs, and
+the links from a nested index (a model's report in ``<preset>/<model>/``, a preset's folder ``<preset>/``) back up to
+the indexes that hold it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dynheads_tl.claim import BEYOND_STATUSES, PAPER_STATUSES
-from dynheads_tl.report.results import MODELS_DIR, committed_presets
+from dynheads_tl.report.results import is_model_report, preset_names
 
 MISSING = "missing"
 NOT_IN_PRESET = "not run in this preset"
@@ -47,37 +49,51 @@ def status_legend() -> list[tuple[str, str]]:
     return list(STATUS_LEGEND)
 
 
+# Presets whose sizes only exercise the code (a few samples per cell: the tests' notebook runs); an index of such runs
+# says, above its table, that its statuses are no evidence either way.
+SMOKE_PRESETS = ("smoke",)
+
+
+def smoke_banner(runs: dict[str, Any]) -> str:
+    """The warning an index of smoke-size runs carries, or "" when no run of this folder used a smoke preset."""
+    smoke = sorted(notebook for notebook, run in runs.items() if run.get("preset") in SMOKE_PRESETS)
+    if not smoke:
+        return ""
+    which = "every notebook" if len(smoke) == len(runs) else ", ".join(smoke)
+    return (f"Smoke-size runs ({which}): a few samples per cell, enough to run every code path and no more. Their "
+            "statuses and intervals are not evidence for or against any claim (a 'not reproduced' here means nothing); "
+            "the report's findings come from the default preset.")
+
+
 @dataclass(frozen=True)
 class UpLink:
-    """A link from a report nested in another (a model's under ``models/<model>/``, a preset's under ``<preset>/``)
-    back to the index of a report that holds it: ``href`` (relative, ``../../index.html``) and ``markdown`` (the
-    same to its README.md), ``title``."""
+    """A link from a nested index (a model's report in ``<preset>/<model>/``, a preset's folder ``<preset>/``) back
+    to an index that holds it: ``href`` (relative, ``../../index.html``) and ``markdown`` (the same to its README.md),
+    ``title``."""
     title: str
     href: str
     markdown: str
 
 
 def enclosing_reports(output_dir: Path) -> list[tuple[str, Path]]:
-    """The reports that hold ``output_dir`` and list it, outermost first, each with its title: a model's report under
-    ``<report>/models/<model>/`` is held by ``<report>``; a preset's under ``<report>/<preset>/`` (a committed preset,
-    :func:`~dynheads_tl.report.results.committed_presets`) by ``<report>``. Only folders that hold a report
-    (``runs.json`` or an index) count."""
-    def is_report(folder: Path) -> bool:
-        return any((folder / name).is_file() for name in ("runs.json", "index.html"))
-
+    """The indexes that hold ``output_dir`` and list it, outermost first, each with its title: a model's report
+    (``runs.json``) in a folder named after a preset is held by that preset's folder, and a preset's folder by the
+    folder above it (the report's root). Only folders whose index exists count: a folder a user named is never
+    given an index it did not have."""
+    presets = set(preset_names())
     found, folder = [], Path(output_dir).resolve()
     while True:
-        if folder.parent.name == MODELS_DIR and is_report(folder.parent.parent):
-            holder = folder.parent.parent
-        elif folder.name in committed_presets() and is_report(folder.parent):
-            holder = folder.parent
+        parent = folder.parent
+        if not (parent / "index.html").is_file() or is_model_report(parent) or parent == folder:
+            break
+        if is_model_report(folder) and parent.name in presets:
+            found.append((f"Preset {parent.name}'s index", parent))
+        elif not is_model_report(folder) and folder.name in presets:
+            found.append(("The report's top index", parent))
         else:
             break
-        found.append(holder)
-        folder = holder
-    outermost_first = found[::-1]
-    return [("The report's top index" if i == 0 else f"Preset {f.name}'s index", f)
-            for i, f in enumerate(outermost_first)]
+        folder = parent
+    return found[::-1]
 
 
 def up_links(output_dir: Path) -> list[UpLink]:

@@ -6,9 +6,8 @@
 
 ``--results`` recomputes every notebook folder's ``verdicts.json`` from the CSVs it holds, by the claims' own
 functions (the ones the notebooks call), under the current ``preregistration.yaml``; without it a missing file is
-computed in memory and a present one is read as it is. Each model's report under ``models/<model>/`` is re-rendered
-too, and so is each preset's report kept beside the default one (``<preset>/``, with its own models); the top index
-lists every model and every preset.
+computed in memory and a present one is read as it is. Every model's report of every preset (``<preset>/<model>/``)
+is re-rendered, with each preset's index and the top index, which lists every preset and model.
 """
 from __future__ import annotations
 
@@ -19,7 +18,8 @@ from typing import Iterable
 
 from dynheads_tl.report.findings import update_readme
 from dynheads_tl.report.index import build_index
-from dynheads_tl.report.results import MODELS_DIR, model_reports, preset_reports, read_runs, write_results
+from dynheads_tl.report.legend import enclosing_reports
+from dynheads_tl.report.results import is_model_report, model_reports, preset_reports, read_runs, write_results
 from dynheads_tl.report.site import notebook_order, render_page, run_meta
 
 
@@ -32,15 +32,38 @@ def _pages(output_dir: Path, notebooks: Iterable[str] | None) -> list[Path]:
 
 def render_site(output_dir: Path, notebooks: Iterable[str] | None = None, *, results: bool = False) -> list[Path]:
     """Render every executed notebook of ``output_dir`` (or those named) as a page, then the index; with
-    ``results``, first recompute each notebook folder's ``verdicts.json``. A model's report under
-    ``<report>/models/<model>/`` also rebuilds the index of ``<report>``, which lists every model."""
+    ``results``, first recompute each notebook folder's ``verdicts.json``. The indexes that list it (its preset's
+    folder, the report's root: :func:`~dynheads_tl.report.legend.enclosing_reports`, where they exist) are rebuilt
+    after it, innermost first."""
     output_dir = Path(output_dir)
     if results:
         write_results(output_dir, list(notebooks) if notebooks is not None else None)
     pages = _pages(output_dir, notebooks)
     build_index(output_dir)
-    if output_dir.parent.name == MODELS_DIR and (output_dir.parent.parent / "runs.json").exists():
-        build_index(output_dir.parent.parent)
+    for _, holder in reversed(enclosing_reports(output_dir)):
+        build_index(holder)
+    return pages
+
+
+def render_report(output_dir: Path, *, results: bool = False) -> list[Path]:
+    """Re-render a whole report: (with ``results``, every model's ``verdicts.json`` first,) the root's index, each
+    preset's, then every model's report of every preset (``<preset>/<model>/``: pages and index, which link up to the
+    indexes built before them); for a folder that is one model's report, that report. Returns the pages written."""
+    output_dir = Path(output_dir)
+    if is_model_report(output_dir):
+        return render_site(output_dir, results=results)
+    presets = preset_reports(output_dir)
+    reports = [report for preset in presets for report in model_reports(preset.folder)]
+    if results:
+        for report in reports:
+            write_results(report.folder)
+    build_index(output_dir)
+    for preset in presets:
+        build_index(preset.folder)
+    pages = []
+    for report in reports:
+        pages += _pages(report.folder, None)
+        build_index(report.folder)
     return pages
 
 
@@ -54,12 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", default=None, help="also refresh this README's answer table and figure, and the report's findings.md")
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir)
-    pages = []
-    # every preset report's models and its own index, every other model's report, then this one (its index lists them)
-    for folder in [preset.folder for preset in preset_reports(output_dir)] + [output_dir]:
-        for report in model_reports(folder)[1:]:
-            pages += render_site(report.folder, results=args.results)
-        pages += render_site(folder, results=args.results)
+    pages = render_report(output_dir, results=args.results)
     print(f"Rendered {len(pages)} page(s) and the index in {args.output_dir}"
           + (" after recomputing every verdicts.json." if args.results else "."))
     if args.readme:

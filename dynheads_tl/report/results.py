@@ -1,13 +1,11 @@
-"""The report's data: each notebook folder's ``verdicts.json`` (:mod:`dynheads_tl.verdicts`), for every model a
-report holds.
+"""The report's data: each notebook folder's ``verdicts.json`` (:mod:`dynheads_tl.verdicts`), for every model and
+preset a report holds.
 
-A report folder holds the default model's results at its top (``papers_figures/NN_name/``) and each
-other model's beside them, as a report of its own: ``papers_figures/models/<model>/NN_name/`` (with its own
-``executed/``, ``runs.json`` and index). :func:`model_reports` lists them; the top index reads all of them.
-
-A report may also hold the runs of a named preset beside the default ones, as a report of its own (with its own
-``models/``): ``papers_figures/<preset>/``, such as notebook 07's ``long`` grid (:func:`preset_reports`); the top
-index and the README quote them apart, labelled with the preset.
+One layout for every model: ``<report>/<preset>/<model>/NN_name/``. A model's run of a preset is a report of its own
+(``<report>/<preset>/<model>/``, with its ``executed/``, ``runs.json`` and index; :func:`model_reports`); a preset's
+folder holds one such report per model and an index that puts them side by side (:func:`preset_reports`); the report's
+root holds only the indexes and pages that read all of them (the top index, ``findings.md``, the answer's figure).
+No model is the report's root: the default model is the CLI's default, nothing more.
 
 A folder without ``verdicts.json`` (a report written without one) is computed in memory from its CSVs
 by the same claim functions that write the file (:func:`dynheads_tl.verdicts.build`);
@@ -23,11 +21,20 @@ from typing import Any
 
 from dynheads_tl import verdicts
 from dynheads_tl.claims import all_claims
+from dynheads_tl.engine.embedded import EMBEDDED_MODELS
 from dynheads_tl.results_schema import Results
 
 logger = logging.getLogger(__name__)
 
-MODELS_DIR = "models"  # <report>/models/<model>/: every model's report beside the default one's
+# Presets every claim may fill in: ``default`` is each config's own defaults, ``smoke`` the smallest run that takes
+# every code path (the tests' notebook runs), ``paper`` the paper's grid on its model. Each claim declares its own
+# overrides (``Claim.presets``); a claim may add a preset of its own.
+BUILTIN_PRESETS = ("default", "smoke", "paper")
+
+
+def preset_names() -> list[str]:
+    """Every preset a run may name: the built-in ones and any a claim declares."""
+    return sorted(set(BUILTIN_PRESETS) | {name for claim in all_claims() for name in claim.presets})
 
 
 def read_runs(output_dir: Path) -> dict[str, Any]:
@@ -83,11 +90,16 @@ def write_results(output_dir: Path, notebooks: list[str] | None = None) -> list[
 
 @dataclass(frozen=True)
 class ModelReport:
-    """One model's results in a report: its name, its folder and the link prefix from the report's root."""
+    """One model's run of one preset: its model's name, its folder and the link prefix from the folder listing it."""
 
     model: str
     folder: Path
-    prefix: str  # "" for the report's own folder, "models/<model>/" for the others
+    prefix: str  # "<model>/" from its preset's folder; "" for a report read on its own
+
+
+def is_model_report(folder: Path) -> bool:
+    """Whether ``folder`` holds one model's runs (its ``runs.json``), as opposed to a folder that lists reports."""
+    return (Path(folder) / "runs.json").is_file()
 
 
 def report_model(output_dir: Path) -> str:
@@ -103,31 +115,42 @@ def report_model(output_dir: Path) -> str:
     return "?"
 
 
-def model_reports(output_dir: Path) -> list[ModelReport]:
-    """The report's own model first, then every ``models/<model>/`` report beside it (by name)."""
-    output_dir = Path(output_dir)
-    found = [ModelReport(report_model(output_dir), output_dir, "")]
-    models = output_dir / MODELS_DIR
-    if models.is_dir():
-        for folder in sorted(p for p in models.iterdir() if p.is_dir()):
-            found.append(ModelReport(report_model(folder) if (folder / "runs.json").exists() else folder.name,
-                                     folder, f"{MODELS_DIR}/{folder.name}/"))
-    return found
+def _model_order(name: str) -> tuple[int, str]:
+    """The embedded models in their declared order (smallest family first), then any other by name: an order for
+    tables and columns, the same for every preset; no model decides a path."""
+    order = list(EMBEDDED_MODELS)
+    return (order.index(name), name) if name in order else (len(order), name)
+
+
+def model_reports(folder: Path) -> list[ModelReport]:
+    """The model reports ``folder`` holds: itself when it is one (:func:`is_model_report`), else every subfolder that
+    is one (``<preset>/<model>/``), the embedded models in their declared order, then others by name."""
+    folder = Path(folder)
+    if is_model_report(folder):
+        return [ModelReport(report_model(folder), folder, "")]
+    if not folder.is_dir():
+        return []
+    found = [ModelReport(report_model(sub), sub, f"{sub.name}/") for sub in folder.iterdir()
+             if sub.is_dir() and is_model_report(sub)]
+    return sorted(found, key=lambda report: _model_order(report.folder.name))
 
 
 def model_folder_name(model: str) -> str:
-    """A model name as a folder name under ``models/`` (``google/gemma-3-270m`` -> ``google--gemma-3-270m``)."""
+    """A model name as a folder name under a preset's folder (``google/gemma-3-270m`` -> ``google--gemma-3-270m``)."""
     name = model.strip().replace("/", "--")
     if not name or name.startswith(".") or any(c in name for c in "\\:*?\"<>| "):
         raise ValueError(f"The model name {model!r} cannot name a report folder; give a plain name such as "
                          "'gemma-3-270m'.")
+    if name in preset_names():
+        raise ValueError(f"The model name {model!r} is also a preset's name, and would be read as that preset's "
+                         "folder; name the output folder with --output-dir.")
     return name
 
 
 @dataclass(frozen=True)
 class PresetReport:
-    """The runs of one named preset kept in a report beside the default ones: ``<report>/<preset>/``, a report of
-    its own (its own ``executed/``, ``runs.json``, index and ``models/``)."""
+    """The runs of one preset in a report: ``<report>/<preset>/``, one model report per model (:func:`model_reports`)
+    and an index that lists them."""
 
     preset: str
     folder: Path
@@ -140,22 +163,22 @@ def committed_presets() -> set[str]:
 
 
 def preset_reports(output_dir: Path) -> list[PresetReport]:
-    """Every folder directly under ``output_dir`` named after a committed preset (:func:`committed_presets`:
-    ``long/``) whose ``runs.json`` records runs of that preset only; by name. A folder of that name holding runs
-    of another preset is left out with a warning (it would be quoted as the preset's)."""
+    """Every folder directly under ``output_dir`` named after a preset (:func:`preset_names`) that holds model reports
+    recording runs of that preset only: ``default`` first, then the others by name. A preset's folder where a model's
+    ``runs.json`` records runs of another preset is left out with a warning (they would be quoted as the preset's)."""
     output_dir = Path(output_dir)
     found = []
-    for preset in sorted(committed_presets()):
+    for preset in sorted(preset_names(), key=lambda name: (name != "default", name)):
         folder = output_dir / preset
-        runs = read_runs(folder) if folder.is_dir() else {}
-        if not runs:
-            continue
-        others = sorted({str(r.get("preset")) for r in runs.values()} - {preset})
-        if others:
-            logger.warning("%s is left out of the report: its runs.json records runs of preset(s) %s, not only %r.",
-                           folder, others, preset)
-            continue
-        found.append(PresetReport(preset, folder, f"{preset}/"))
+        if is_model_report(folder):
+            continue  # a model's report that happens to be named after a preset, not a preset's folder
+        mixed = {report.folder.name: sorted({str(r.get("preset")) for r in read_runs(report.folder).values()} - {preset})
+                 for report in model_reports(folder)}
+        if any(mixed.values()):
+            logger.warning("%s is left out of the report: its model folders %s record runs of other presets, not only "
+                           "%r.", folder, {name: others for name, others in mixed.items() if others}, preset)
+        elif mixed:
+            found.append(PresetReport(preset, folder, f"{preset}/"))
     return found
 
 

@@ -2,10 +2,10 @@
 
 Where outputs go (relative to the working directory). Only ``dynheads report --committed`` writes the committed
 report, ``papers_figures/`` (:func:`run_committed_report`, naming each of its folders). Every other run writes
-``runs/<preset>/`` (git-ignored), or ``runs/<preset>/models/<model>/`` for a model other than the preset's own, so a
-quick look (a preset, ``--only``, ``-p``) never overwrites the committed report and no model's run replaces
-another's. ``output_dir`` (``--output-dir`` on the command line) sends a run anywhere, except into a folder that
-holds another model's runs (``runs.json`` records each notebook's model).
+``runs/<preset>/<model>/`` (git-ignored; ``runs/<preset>/`` and ``runs/`` get the indexes that list them, as the
+committed report's preset folders and root do), so a quick look (a preset, ``--only``, ``-p``) never overwrites the
+committed report and no model's run replaces another's. ``output_dir`` (``--output-dir`` on the command line) sends a
+run anywhere, except into a folder that holds another model's runs (``runs.json`` records each notebook's model).
 
 What a run leaves. ``<out>/<notebook>/`` holds figures and tables, ``<out>/executed/<notebook>.ipynb`` the
 executed notebook and ``.html`` its rendering, ``<out>/runs.json`` what ran with which parameters, and
@@ -40,8 +40,9 @@ from dynheads_tl.params import check_parameters
 from dynheads_tl.report.answer import has_answer_block
 from dynheads_tl.report.findings import update_readme
 from dynheads_tl.report.index import build_index, render_notebook_html
-from dynheads_tl.report.rerender import render_site
-from dynheads_tl.report.results import MODELS_DIR, model_folder_name, read_runs, write_results
+from dynheads_tl.report.rerender import render_report, render_site
+from dynheads_tl.report.results import (BUILTIN_PRESETS, model_folder_name, preset_names, preset_reports,  # noqa: F401
+                                        read_runs, write_results)
 from dynheads_tl.store import atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
 from dynheads_tl.report.terminal import ProgressRelay, repeat_heal_warnings, repeat_kernel_log
 from dynheads_tl.report.folders import (RUNS_DIR, default_output_dir, other_model_runs, output_dir_for,  # noqa: F401
@@ -60,17 +61,6 @@ EXECUTION_ONLY = {"backend", "ray_address"}
 # runner's own "[i/n] … min so far, about … left" line and the progress relay say how far the work is). The bar keeps
 # the cell count and the time spent.
 CELL_BAR = {"desc": "cells", "bar_format": "{desc}: {n_fmt}/{total_fmt} [{elapsed} so far]"}
-
-# Presets every claim may fill in: ``default`` is each config's own defaults, ``smoke`` the smallest run that takes
-# every code path (the tests' notebook runs), ``paper`` the paper's grid on its model. Each claim declares its own
-# overrides (``Claim.presets``); a claim may add a preset of its own.
-BUILTIN_PRESETS = ("default", "smoke", "paper")
-
-
-def preset_names() -> list[str]:
-    """Every preset a run may name: the built-in ones and any a claim declares."""
-    return sorted(set(BUILTIN_PRESETS) | {name for claim in all_claims() for name in claim.presets})
-
 
 def parameters_help(width: int = 100) -> str:
     """``dynheads report --help``'s list of the notebooks (for ``--only``) and of each one's parameters (for ``-p``),
@@ -415,16 +405,21 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             write_results(output_dir, [notebook.stem])  # <folder>/verdicts.json, from the files it wrote
             done.append(final)
     finally:
-        render_site(output_dir)  # every page (their previous / next links) and the index
+        if not named and (output_dir / "runs.json").is_file():  # runs/<preset>/ and runs/ list every run, as the
+            # committed report's preset folders and root do
+            build_index(output_dir.parent)
+            build_index(output_dir.parent.parent)
+        render_site(output_dir)  # every page (their previous / next links), the index, then the indexes listing it
     print(f"Report done in {(time.time() - started) / 60:.1f} min: {len(done)} notebook(s) in "
-          f"{_shown_path(executed_dir, cwd)}; index: {_shown_path(output_dir / 'index.html', cwd)}", flush=True)
+          f"{_shown_path(executed_dir, cwd)}; index: {_shown_path(output_dir / 'index.html', cwd)}"
+          + ("" if named else f" (every run: {_shown_path(output_dir.parent.parent / 'index.html', cwd)})"), flush=True)
     return done
 
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRun:
-    """One :func:`run_report` call of :func:`committed_plan`: ``model`` None is each notebook's own (the default
-    model), ``only`` None every notebook, ``output_dir`` its folder of the committed report."""
+    """One :func:`run_report` call of :func:`committed_plan`: ``model`` None is each notebook's own, ``only`` None
+    every notebook, ``output_dir`` its folder of the committed report."""
 
     preset: str
     model: str | None = None
@@ -433,29 +428,24 @@ class PlannedRun:
 
 
 def committed_plan(models: list[str] | None = None) -> list[PlannedRun]:
-    """The runs that regenerate the whole committed report, in order: every embedded model's default report (the
-    default model's in ``papers_figures/``, each other's in ``papers_figures/models/<model>/``), then each claim's
-    committed presets (``Claim.committed``: the ``long`` preset of notebooks 01, 03, 05, 06 and 07) on every model, into
-    ``papers_figures/<preset>/`` and ``papers_figures/<preset>/models/<model>/``; an embedded model only in the
-    presets it declares (``EmbeddedModel.committed``)."""
-    models = list(models) if models else [DEFAULT_MODEL] + sorted(set(EMBEDDED_MODELS) - {DEFAULT_MODEL})
+    """The runs that regenerate the whole committed report, in order: every embedded model's default report, then each
+    claim's committed presets (``Claim.committed``: the ``long`` preset of notebooks 01, 03, 05, 06 and 07, the
+    ``scale`` preset of 07) on every model, each into ``papers_figures/<preset>/<model>/``; an embedded model only in
+    the presets it declares (``EmbeddedModel.committed``). Every run names its model; the embedded models in their
+    declared order."""
+    models = list(models) if models else list(EMBEDDED_MODELS)
     runs_in = lambda model, preset: model not in EMBEDDED_MODELS or preset in EMBEDDED_MODELS[model].committed  # noqa: E731
 
-    def folder(report: Path, model: str | None) -> Path:
-        return report if model is None else report / MODELS_DIR / model_folder_name(model)
-
-    def own(model: str) -> str | None:
-        return None if model == DEFAULT_MODEL else model
+    def folder(preset: str, model: str) -> Path:
+        return COMMITTED_REPORT / preset / model_folder_name(model)
 
     # Each folder named: a run that names none writes runs/ (output_dir_for), never the committed report.
-    plan = [PlannedRun("default", own(model), None, folder(COMMITTED_REPORT, own(model)))
-            for model in models if runs_in(model, "default")]
+    plan = [PlannedRun("default", model, None, folder("default", model)) for model in models if runs_in(model, "default")]
     for claim in all_claims():
         for preset in claim.committed:
             for model in models:
                 if runs_in(model, preset):
-                    plan.append(PlannedRun(preset, own(model), claim.notebook,
-                                           folder(COMMITTED_REPORT / preset, own(model))))
+                    plan.append(PlannedRun(preset, model, claim.notebook, folder(preset, model)))
     return plan
 
 
@@ -489,9 +479,9 @@ def run_committed_report(*, models: list[str] | None = None, overrides: dict[str
         done += run_report(preset=planned.preset, model=planned.model, only=planned.only, overrides=overrides,
                            output_dir=planned.output_dir, cwd=cwd)
     report = cwd / COMMITTED_REPORT
-    # The default model's run rendered its pages, and each other model's run rebuilt the top index; the preset runs
-    # rebuilt their own indexes, so only the top index (which lists the presets) is left.
-    build_index(report)
+    # Each run rendered its own pages and index; the indexes that list them (each preset's, then the root's) are
+    # built from every run, then each model's index again, to link up to them.
+    render_report(report)
     if has_findings:
         prefix = Path(os.path.relpath(report, path.resolve().parent)).as_posix()
         update_readme(path, report, link_prefix=f"{prefix}/")

@@ -368,7 +368,7 @@ CLAIM = Claim(
                   "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                   "probe_preset": "paper"},
     },
-    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/, for both models
+    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/<model>/
     items=(
         PaperItem("Fig 4", "NIAH CCA vs lag k",
                   f"leading correlation {_bare(PAPER_FIG4[0])} (k = 0) → {_bare(PAPER_FIG4[10])} (k = 10)",

@@ -459,7 +459,7 @@ CLAIM = Claim(
                   "context_tokens": 20000, "max_new_tokens": 64, "n_hotpot": 100, "seeds": [0, 1, 2],
                   "niah_settings": ["filler:5000", "filler:20000", "prose:5000", "prose:20000"], "n_setting": 100, "n_setting_calibration": 20},
     },
-    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/, for both models
+    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/<model>/
     items=(
         PaperItem("Table 1", "NIAH dynamism metrics",
                   f"Llama-3.1-8B: Jaccard top-20 {_T1['jaccard_static']:.4f}, adjacent {_T1['jaccard_adjacent']:.4f}, "

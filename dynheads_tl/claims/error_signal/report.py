@@ -261,7 +261,7 @@ CLAIM = Claim(
                   "n_setting": 100, "n_setting_calibration": 20, "max_new_tokens": 64, "n_hotpot": 200,
                   "hotpot_setting": "multihop"},
     },
-    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/, for both models
+    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/<model>/
     items=(
         PaperItem("Beyond 5", "Is the answer wrong? Dynamic-head features against a Lookback-style ratio and the "
                   "logits (out-of-fold AUROC, 95% bootstrap CI)",

@@ -359,7 +359,7 @@ CLAIM = Claim(
                   "n_setting_calibration": 20, "n_samples": 100, "max_new_tokens": 64,
                   "budgets": [0.01, 0.02, 0.05, 0.1, 0.25, 0.5], "granularities": ["query", "kv"], "batch_size": 4},
     },
-    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/, for both models
+    committed=("long",),  # the committed report keeps the long setting's runs in papers_figures/long/<model>/
     items=(
         PaperItem("Beyond 6", "Per-step KV retention: NIAH accuracy when only R_t keeps the full cache, static vs "
                   "predicted vs oracle vs random at equal budgets (Wilson 95%)",

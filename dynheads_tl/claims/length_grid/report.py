@@ -463,8 +463,8 @@ CLAIM = Claim(
                   "lengths": [1000, 2000, 4000, 8000, 16000, 32000], "depths": [0.0, 0.25, 0.5, 0.75, 1.0],
                   "runs_per_cell": 5, "n_calibration": 20, "max_new_tokens": 64, "batch_size": 8},
     },
-    # the committed report keeps the long grid's runs in papers_figures/long/ and the size axis's in
-    # papers_figures/scale/, each for every model run
+    # the committed report keeps the long grid's runs in papers_figures/long/<model>/ and the size axis's in
+    # papers_figures/scale/<model>/, one folder for every model run
     committed=("long", "scale"),
     section=size_axis_section,  # the size axis across the scale report's models, in its index
     section_presets=("scale",),  # the README's answer quotes the size axis's sentences, not a column per model

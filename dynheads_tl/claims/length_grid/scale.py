@@ -1,14 +1,14 @@
 """The size axis across models (``preregistration.yaml``, section ``scale:`` and its deviation of 2026-12-06): each
-model's ``size_axis.csv`` from notebook 07's ``scale`` runs in the committed report (``scale/07_length_grid/`` and
-``scale/models/<model>/07_length_grid/``), ordered by their block parameters; per primary the declared reading across
+model's ``size_axis.csv`` from notebook 07's ``scale`` runs in the committed report (``scale/<model>/07_length_grid/``),
+ordered by their block parameters; per primary the declared reading across
 sizes (grows, shrinks, flat, undetermined) and what it says (the ``meaning:`` list); per claim one computed sentence;
 and the size figure: each primary against block parameters (log scale), one point per model with its 95% interval,
 the smallest effect of interest as a band, and the paper's five models beside ours where the paper gives the measure
 (the raw adjacent-step Jaccard and heads per step of Table 1).
 
-Written into the ``scale/`` report by :func:`write_size_axis` (``size_axis_reading.csv``, ``size_axis.png``) when its
-index is built (:func:`size_axis_section`, the claim's ``section``), which shows them after the answer; the README's
-answer and the findings read the same section without drawing it again (``write=False``).
+Written into the ``scale/`` preset's folder by :func:`write_size_axis` (``size_axis_reading.csv``, ``size_axis.png``)
+when its index is built (:func:`size_axis_section`, the claim's ``section``), which shows them after the answer; the
+README's answer and the findings read the same section without drawing it again (``write=False``).
 """
 from __future__ import annotations
 
@@ -48,11 +48,12 @@ PAPER_MODELS["parameters"] = PAPER_MODELS.layers * (
 
 
 def scale_tables(scale_dir: Path) -> pd.DataFrame:
-    """Every model's ``size_axis.csv`` under the ``scale`` report folder, one frame, models in order of their block
-    parameters; empty when no scale run exists."""
+    """Every model's ``size_axis.csv`` in the ``scale`` preset's folder (``scale/<model>/07_length_grid/``; a single
+    model's report read on its own: its own), one frame, models in order of their block parameters; empty when no
+    scale run exists."""
     scale_dir = Path(scale_dir)
     files = sorted(scale_dir.glob("07_length_grid/size_axis.csv")) + sorted(
-        scale_dir.glob("models/*/07_length_grid/size_axis.csv"))
+        scale_dir.glob("*/07_length_grid/size_axis.csv"))
     if not files:
         return pd.DataFrame()
     table = pd.concat([restatus(pd.read_csv(f)) for f in files], ignore_index=True)
