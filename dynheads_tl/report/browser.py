@@ -318,18 +318,17 @@ def page_problems(browser: Browser, url: str, name: str, screenshot: Path | None
 
 
 def report_pages(report: Path) -> list[str]:
-    """The pages to check, relative to the report folder: its index and, for a whole report, every index under it
-    (each preset's, each model's report's), then every notebook page of one model's report (the folder's own, else
-    the first of the first preset): the pages of one model share their templates with every other's."""
+    """The pages to check, relative to the report folder: its index and, for a whole report, each preset's index, then
+    one model's report (the folder itself, else the first of the first preset): its index and every notebook page.
+    Every model's pages come from the same templates; the static checks (report/checks.py) read every link of every
+    page."""
     report = Path(report)
-    indexes = ["index.html"]
-    if not is_model_report(report):
-        for preset in preset_reports(report):
-            indexes.append(f"{preset.prefix}index.html")
-            indexes += [f"{preset.prefix}{model.prefix}index.html" for model in model_reports(preset.folder)]
-    sampled = report if is_model_report(report) else next(
-        (model.folder for preset in preset_reports(report) for model in model_reports(preset.folder)), report)
-    return indexes + sorted(p.relative_to(report).as_posix() for p in (sampled / "executed").glob("*.html"))
+    presets = [] if is_model_report(report) else preset_reports(report)
+    sampled = next((model.folder for preset in presets for model in model_reports(preset.folder)), report)
+    pages = ["index.html"] + [f"{preset.prefix}index.html" for preset in presets]
+    if sampled != report:
+        pages.append(f"{sampled.relative_to(report).as_posix()}/index.html")
+    return pages + sorted(p.relative_to(report).as_posix() for p in (sampled / "executed").glob("*.html"))
 
 
 def browser_problems(report: Path, executable: str | None = None, screenshots: Path | None = None) -> list[str]:
