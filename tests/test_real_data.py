@@ -242,13 +242,12 @@ def test_the_squad_setting_stays_out_of_the_pooled_primary_and_joins_the_holm_fa
 
 
 # The committed runs still on synthetic HotpotQA-format questions, each awaiting its regeneration on the real dev set
-# (issue 62): the long preset's 01, 03 and 05 on both families (their HotpotQA parts ran before the real-data
-# default), Gemma 3 270M's default 04 and 05 (its regeneration stopped after 03 on 2026-12-06; it resumes from its
-# cache), and Qwen2.5-Coder-0.5B's first two notebooks (run before it). The list may only shrink: a folder that
-# reads real data fails the test until it leaves the list.
+# (issue 62): the long preset's 01 on SmolLM2 (on the essays it stops: no NIAH calibration answer of its first seed
+# passes Wu's ROUGE filter at 4,000 tokens; docs/report.md) and 01, 03 and 05 on Gemma 3 270M (their HotpotQA parts
+# ran before the real-data default). The list may only shrink: a folder that reads real data fails the test until it
+# leaves the list.
 AWAITING_REAL_DATA = {
-    "long/smollm2-135m-instruct/01_dynamism", "long/smollm2-135m-instruct/03_correlation",
-    "long/smollm2-135m-instruct/05_error_signal",
+    "long/smollm2-135m-instruct/01_dynamism",
     "long/gemma-3-270m/01_dynamism", "long/gemma-3-270m/03_correlation", "long/gemma-3-270m/05_error_signal",
 }
 
