@@ -227,10 +227,8 @@ def report_problems(output_dir: Path) -> list[str]:
     reports (the report's root, a preset's folder) is checked whole: its own indexes' links, and every model's report
     under it as one report (notebooks, links, headlines), each problem prefixed with its folder."""
     output_dir = Path(output_dir)
-    presets = [] if is_model_report(output_dir) else preset_reports(output_dir)
-    listing = [preset.folder for preset in presets] + ([] if is_model_report(output_dir) else [output_dir])
-    reports = [report.folder for folder in listing for report in model_reports(folder)
-               if not is_model_report(folder)]
+    listing = [] if is_model_report(output_dir) else [p.folder for p in preset_reports(output_dir)] + [output_dir]
+    reports = [report.folder for folder in listing for report in model_reports(folder)]
     if not reports:
         return (notebook_problems(output_dir) + path_problems(output_dir) + link_problems(output_dir)
                 + headline_problems(output_dir) + offline_problems(output_dir))

@@ -70,8 +70,11 @@ def findings_markdown(output_dir: Path, link_prefix: str = "papers_figures/") ->
     preset (:func:`findings`, ``default/<model>/``), each under a line naming its model, and whether the models agree;
     then each other preset's (:func:`preset_block`); then the pre-registration's deviations. A folder that is one
     model's report (``runs.json``) gives that report's findings."""
-    blocks = ["\n".join(_model_findings(output_dir, link_prefix))] if is_model_report(output_dir) else []
-    for preset in [] if blocks else preset_reports(output_dir):
+    if is_model_report(output_dir):
+        return "\n\n".join(block for block in ("\n".join(_model_findings(output_dir, link_prefix)),
+                                                "\n".join(deviation_lines())) if block)
+    blocks = []
+    for preset in preset_reports(output_dir):
         if preset.preset != "default":
             blocks.append(preset_block(preset, link_prefix))
             continue

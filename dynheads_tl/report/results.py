@@ -157,11 +157,6 @@ class PresetReport:
     prefix: str  # "<preset>/": the link prefix from the report's root
 
 
-def committed_presets() -> set[str]:
-    """The presets whose runs the committed report keeps beside the default one (``Claim.committed``)."""
-    return {preset for claim in all_claims() for preset in claim.committed}
-
-
 def preset_reports(output_dir: Path) -> list[PresetReport]:
     """Every folder directly under ``output_dir`` named after a preset (:func:`preset_names`) that holds model reports
     recording runs of that preset only: ``default`` first, then the others by name. A preset's folder where a model's

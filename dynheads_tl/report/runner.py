@@ -406,9 +406,10 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
             done.append(final)
     finally:
         if not named and (output_dir / "runs.json").is_file():  # runs/<preset>/ and runs/ list every run, as the
-            # committed report's preset folders and root do
-            build_index(output_dir.parent)
-            build_index(output_dir.parent.parent)
+            # committed report's preset folders and root do: made here where missing, rebuilt by render_site
+            for holder in (output_dir.parent, output_dir.parent.parent):
+                if not (holder / "index.html").is_file():
+                    build_index(holder)
         render_site(output_dir)  # every page (their previous / next links), the index, then the indexes listing it
     print(f"Report done in {(time.time() - started) / 60:.1f} min: {len(done)} notebook(s) in "
           f"{_shown_path(executed_dir, cwd)}; index: {_shown_path(output_dir / 'index.html', cwd)}"
