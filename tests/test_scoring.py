@@ -9,7 +9,7 @@ import torch
 from factories import make_trace
 from dynheads_tl.analysis.scoring import (
     activation_frequency, calibrate_chance_factor, distinct_heads_curve, dynamic_sets, dynamism_metrics, eq2_rule_curve,
-    jaccard, static_retrieval_scores, static_top_k,
+    jaccard, static_retrieval_scores, static_top_k, wu_static_scores, WU_FILTER, WU_UNFILTERED,
 )
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.tasks.metrics import rouge1_recall, rouge_l
@@ -111,6 +111,18 @@ def test_wu_static_score_known_answer():
     torch.testing.assert_close(static_retrieval_scores([a, b_failed]), torch.tensor([[2 / 3, 0.0]]))
     with pytest.raises(ValueError, match="ROUGE"):
         static_retrieval_scores([b_failed])
+
+
+def test_wu_scores_keep_the_filter_and_fall_back_to_every_sample_only_when_none_passes():
+    a = hand_trace([[[3, 0]], [[4, 0]]], [30, 31], PROMPT, (3, 6))
+    b_failed = hand_trace([[[0, 3]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response="no idea")
+    kept = wu_static_scores([a, b_failed])  # one passes: exactly the filtered score, the failed sample left out
+    assert (kept.filter, kept.n_kept, kept.n_calibration, kept.filtered) == (WU_FILTER, 1, 2, True)
+    torch.testing.assert_close(kept.scores, static_retrieval_scores([a, b_failed]))
+    c_failed = hand_trace([[[3, 0]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response="no idea")
+    none = wu_static_scores([b_failed, c_failed])  # none passes: every sample counts, and the filter says so
+    assert (none.filter, none.n_kept, none.filtered) == (WU_UNFILTERED, 2, False)
+    torch.testing.assert_close(none.scores, torch.tensor([[1 / 6, 1 / 6]]))
 
 
 UUID = "e3e70682-c209-4cac-a29f-6fbed82c07cd"  # NiahConfig(seed=0)'s answer

@@ -2,12 +2,14 @@
 
 - Eq. 1 (dynamic, NIAH): :attr:`Trace.retrieval_mask`.
 - Eq. 2 (dynamic, HotpotQA): :attr:`Trace.support_score`, thresholded by :func:`dynamic_sets`.
-- Wu et al.'s static retrieval score: :func:`static_retrieval_scores`, and :func:`static_top_k`.
+- Wu et al.'s static retrieval score: :func:`static_retrieval_scores` (with the filter it used,
+  :func:`wu_static_scores`), and :func:`static_top_k`.
 - Table 1's metrics: :func:`dynamism_metrics`.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from typing import Literal, Sequence
@@ -47,6 +49,37 @@ def static_retrieval_scores(
     needle sentence), kept if above 0.5. Raises if no sample passes.
     """
     return static_retrieval_per_sample(traces, rouge_filter=rouge_filter).mean(0)
+
+
+WU_FILTER = "ROUGE-1 recall > 0.5 (Wu et al.)"
+WU_UNFILTERED = "none (no calibration answer passed Wu et al.'s ROUGE filter)"
+
+
+@dataclass(frozen=True)
+class WuScores:
+    """Wu et al.'s static scores of one calibration split, with the filter they were computed under: Wu's ROUGE
+    filter (:data:`WU_FILTER`), or none (:data:`WU_UNFILTERED`) when no calibration answer passed it, in which case
+    every sample counts (preregistration.yaml, deviation of 2026-12-06). ``n_kept`` is how many samples the
+    scores average, of ``n_calibration``."""
+    scores: Float[Tensor, "layer head"]
+    filter: str
+    n_kept: int
+    n_calibration: int
+
+    @property
+    def filtered(self) -> bool:
+        return self.filter == WU_FILTER
+
+
+def wu_static_scores(traces: Sequence[Trace]) -> WuScores:
+    """:func:`static_retrieval_scores` under Wu et al.'s filter, or without it when no calibration answer passes:
+    the model then never reproduced more than half of an answer, so the filtered score is undefined, and the
+    unfiltered one (every step at which a head copies a needle token, whatever the answer) is what is left to rank
+    heads by. The filter used travels with the scores; a caller reports it beside every result they decide."""
+    kept = sum(rouge1_recall(t.response, t.answers[0]) > 0.5 for t in traces)
+    if kept:
+        return WuScores(static_retrieval_scores(traces, rouge_filter=0.5), WU_FILTER, kept, len(traces))
+    return WuScores(static_retrieval_scores(traces, rouge_filter=None), WU_UNFILTERED, len(traces), len(traces))
 
 
 def static_retrieval_per_sample(

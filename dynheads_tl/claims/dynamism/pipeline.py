@@ -22,7 +22,8 @@ from dynheads_tl.analysis.query_focus import query_focused_scores
 from dynheads_tl.analysis.scoring import (activation_frequency, adjacent_counts, dynamic_sets, dynamism_metrics,
                                           eq2_placebo_ratio, eq2_rule_curve, size_aware_counts, size_aware_metrics,
                                           static_eq2_scores,
-                                          static_retrieval_per_sample, static_retrieval_scores, static_top_k)
+                                          static_retrieval_per_sample, static_top_k, wu_static_scores)
+from dynheads_tl.analysis.statistics import wilson_interval
 from dynheads_tl.analysis.stability import source_overlap, split_half_curve, stability_verdict
 from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_split_samples, niah_traces
 from dynheads_tl.engine.equations import Eq2Rule, head_labels
@@ -33,7 +34,7 @@ from dynheads_tl.tasks.wu_detect import is_wu_spec
 from .config import DynamismConfig
 
 __all__ = [
-    "TaskResult", "analyse_task", "eq2_calibration", "dynamism_fixed_threshold_row", "run_claim1",
+    "TaskResult", "analyse_task", "niah_headroom", "eq2_calibration", "dynamism_fixed_threshold_row", "run_claim1",
     "records_skipped", "TABLE1_COLUMNS", "table1_intervals", "static_size_sweep", "seed_robustness",
     "frequency_frame", "heatmap_data", "size_aware_table", "write_head_files", "static_stability",
     "query_focused_tables",
@@ -54,6 +55,8 @@ class TaskResult:
     metrics: dict[str, float]
     quality: dict[str, float]
     eq2_rule: Eq2Rule | None = None  # HotpotQA: the rule that marked D_t
+    static_filter: str = ""  # NIAH: the filter Wu et al.'s scores used (WU_FILTER, or WU_UNFILTERED when none passed)
+    n_kept: int | None = None  # NIAH: how many calibration samples the static scores average
 
     def static_mask(self, k: int) -> torch.Tensor:
         return static_top_k(self.static_scores, min(k, self.static_scores.numel()))
@@ -67,8 +70,16 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
         raise ValueError("eq2_rule='chance' needs the calibrated rule: pass eq2_calibration(model, config)[0].")
     eq2_rule = eq2_rule or Eq2Rule("fixed", config.eq2_threshold)
     override = config.static_override(config.model)  # static_source: a head-score file replaces the calibration's scores
+    static_filter, n_kept = "", None
     if task == "niah":
-        scores = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
+        if override is None:
+            wu = wu_static_scores(calibration)
+            scores, static_filter, n_kept = wu.scores, wu.filter, wu.n_kept
+            if not wu.filtered:
+                logger.warning("NIAH seed %s: none of %s calibration answers passed Wu et al.'s ROUGE filter; its "
+                               "static scores are unfiltered.", seed, len(calibration))
+        else:
+            scores, static_filter = override, f"static_source {config.static_source}"
         sets = [dynamic_sets(t, "eq1") for t in analysis]
         quality = {"accuracy": float(np.mean([niah_accuracy(t.response, t.answers[0]) for t in analysis]))}
     else:
@@ -79,7 +90,7 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
     static = static_top_k(scores, min(config.static_k, scores.numel()))
     metrics = dynamism_metrics(sets, static)
     return TaskResult(task, seed, calibration, analysis, scores, sets, metrics, quality,
-                      eq2_rule if task == "hotpot" else None)
+                      eq2_rule if task == "hotpot" else None, static_filter, n_kept)
 
 
 def eq2_calibration(model, config: DynamismConfig) -> tuple[Eq2Rule, pd.DataFrame]:
@@ -134,6 +145,24 @@ def records_skipped(source: str, skip_incomplete: bool) -> int:
     """How many records of a HotpotQA file were left out as incomplete (supporting paragraphs missing
     from their context; see :func:`dynheads_tl.tasks.load_hotpot_records`), for reporting beside results."""
     return load_hotpot_records(source, skip_incomplete=skip_incomplete).skipped
+
+
+def niah_headroom(results: list[TaskResult]) -> pd.DataFrame:
+    """Headroom first (SCIENCE 7): per NIAH seed, how many analysis answers hold the exact UUID (the paper's
+    accuracy; the first seed's with its Wilson 95% interval, its samples being distinct layouts; later seeds change
+    only the UUID of the same layouts, so they are not pooled into one interval) and how many calibration answers
+    Wu et al.'s ROUGE filter kept, with the filter the seed's static scores used."""
+    rows = []
+    for i, result in enumerate(results):
+        correct = int(sum(niah_accuracy(t.response, t.answers[0]) for t in result.analysis))
+        n = len(result.analysis)
+        interval = wilson_interval(correct, n) if i == 0 and n else None
+        rows.append({"seed": result.seed, "correct": correct, "n_analysis": n, "accuracy": correct / n if n else np.nan,
+                     "low": interval.low if interval else np.nan, "high": interval.high if interval else np.nan,
+                     "n_calibration": len(result.calibration),
+                     "n_kept": result.n_kept if result.n_kept is not None else np.nan,
+                     "static_filter": result.static_filter})
+    return pd.DataFrame(rows)
 
 
 # --- tables ----------------------------------------------------------------------------------
@@ -303,7 +332,8 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
     folder, stem = Path(out_dir) / "head_scores", _file_stem(config.model)
     calibration = [t for r in niah for t in r.calibration]
     analysis = [t for r in niah for t in r.analysis]
-    static = static_retrieval_per_sample(calibration, rouge_filter=0.5)
+    wu = wu_static_scores(calibration)  # Wu's filter, or none when no pooled calibration answer passes it
+    static = static_retrieval_per_sample(calibration, rouge_filter=0.5 if wu.filtered else None)
     frequency = [t.retrieval_mask.float().mean(0) if t.n_steps else torch.zeros(t.n_layers, t.n_heads) for t in analysis]
     prompt_format = (f"Wu et al.'s detection protocol on {config.haystack!r} (prompt kind: "
                      f"{calibration[0].meta.get('prompt_kind', '?') if calibration else '?'}; 50-step decode, newline "
@@ -317,7 +347,8 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
     files = [
         (folder / f"{stem}_static_wu.json", static,
          provenance(model, score="Wu et al. retrieval score (per kept calibration sample)", n=len(calibration),
-                    n_kept=len(static), filter="rouge-score ROUGE-1 recall of the answer > 0.5 (Wu et al.)",
+                    n_kept=len(static), filter=("rouge-score ROUGE-1 recall of the answer > 0.5 (Wu et al.)"
+                                                if wu.filtered else wu.filter),
                     split="calibration", **common)),
         (folder / f"{stem}_dynamic_frequency.json", frequency,
          provenance(model, score="Eq. 1 activation frequency (per analysis sample: share of its steps with the head "
@@ -350,7 +381,9 @@ def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int
         except ValueError:  # no kept calibration sample for this seed
             continue
     if not per_seed:
-        raise ValueError("No seed has a calibration sample that passes Wu et al.'s filter: S_k has no stability to measure.")
+        return pd.DataFrame(), pd.DataFrame(), (
+            "No calibration answer of any seed passed Wu et al.'s ROUGE filter, so the filtered static set S_k does "
+            "not exist and has no stability to measure (each seed's static scores are unfiltered).")
     pooled = torch.cat(list(per_seed.values()))
     k = min(k, pooled[0].numel())
     curve = split_half_curve(pooled, k, n_resamples=n_resamples, seed=seed) if len(pooled) >= 2 else pd.DataFrame()

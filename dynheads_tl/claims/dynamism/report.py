@@ -15,12 +15,12 @@ from dynheads_tl.tasks.hotpot import hotpot_label
 
 from .config import DynamismConfig
 from .pipeline import TABLE1_COLUMNS, TaskResult, query_focused_tables
-from .rules import _size_aware_status, _table1_status, _top20
+from .rules import _size_aware_status, _table1_status, _top20, niah_headroom_sentence
 
 __all__ = [
     "PAPER_TABLE1_LLAMA31_8B", "eq2_rule_sentence", "table1", "OUTSIDE_READINGS", "outside_category",
     "outside_reading", "size_aware_verdict", "SOFT_READINGS", "soft_verdict", "task_name", "summary_markdown",
-    "query_focused_comparison", "query_focused_verdict",
+    "query_focused_comparison", "query_focused_verdict", "niah_headroom_sentence",
 ]
 
 

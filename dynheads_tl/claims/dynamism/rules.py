@@ -11,7 +11,7 @@ import pandas as pd
 from dynheads_tl import preregistration
 from dynheads_tl.claim import Status, ci_text, sidecar
 
-__all__ = ["outside_present", "table1_rule"]
+__all__ = ["niah_headroom_sentence", "outside_present", "table1_rule"]
 
 
 def _top20(folder: Path) -> pd.DataFrame:
@@ -71,6 +71,30 @@ def table1_rule(adjacent: pd.Series, shares: dict[str, pd.Series], rule: dict) -
     return verdict, {"rotation": rotation, "outside": reading, "top": top}
 
 
+def niah_headroom_sentence(frame: pd.DataFrame) -> str:
+    """The NIAH task's headroom and the filter of Wu et al.'s static scores, from :func:`~.pipeline.niah_headroom`'s
+    table: the first seed's accuracy with its Wilson 95% interval over its layouts, the later seeds' counts (the same
+    layouts, other UUIDs), and the seeds whose static scores are unfiltered because no calibration answer passed
+    Wu's ROUGE filter (preregistration.yaml, deviation of 2026-12-06)."""
+    first = frame.iloc[0]
+    text = (f"NIAH accuracy {int(first.correct)}/{int(first.n_analysis)} "
+            f"{ci_text(first.accuracy, first.low, first.high)} (seed {int(first.seed)}, Wilson 95% over its layouts)")
+    rest = frame.iloc[1:]
+    if len(rest):
+        text += ("; other seeds (the same layouts, other UUIDs) "
+                 + ", ".join(f"{int(r.correct)}/{int(r.n_analysis)}" for r in rest.itertuples()))
+    kept = frame["n_kept"].fillna(-1).astype(int)
+    if (kept >= 0).all():
+        text += ("; Wu's ROUGE filter kept " + ", ".join(f"{k}/{int(n)}" for k, n in zip(kept, frame["n_calibration"]))
+                 + " calibration answers")
+    unfiltered = frame[frame["static_filter"].astype(str).str.startswith("none")]
+    if len(unfiltered):
+        seeds = ", ".join(str(int(x)) for x in unfiltered["seed"])
+        text += (f"; no answer passed it on seed{'s' if len(unfiltered) > 1 else ''} {seeds}, whose Wu static scores "
+                 "are unfiltered (every calibration step that copies a needle token counts)")
+    return text
+
+
 def _table1_status(folder: Path) -> Status:
     """The declared Table 1 rule (preregistration.yaml; :func:`table1_rule`): the adjacent-step Jaccard against the
     paper's range over its models (``table1_intervals.csv``) and the share of activations outside S_20 against
@@ -88,6 +112,8 @@ def _table1_status(folder: Path) -> Status:
                         if b in shares else f"outside {names[b]} S_20: missing" for b in names)
     headline = (f"adjacent-step Jaccard {ci_text(row.value, row.low, row.high)} (paper {low:.2f}–{high:.2f} over its "
                 f"models); {outside}; n = {units}, bootstrap 95% over layouts")
+    if (folder / "niah_headroom.csv").exists():  # runs before the headroom table do not have it
+        headline += "; " + niah_headroom_sentence(pd.read_csv(folder / "niah_headroom.csv"))
     why = (f"rotation {read['rotation']} (upper bound against {read['top']:.3f}); share outside: Wu "
            f"{read['outside']['wu']}, query-focused {read['outside']['query_focused']} (smallest effect of interest "
            f"{rule['outside_sesoi']:g}); Wu's static score averages the same Eq. 1 event over calibration, so its "

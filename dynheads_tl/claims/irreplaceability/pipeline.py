@@ -15,7 +15,8 @@ from dynheads_tl.corpus import collect_traces, placebo_traces
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import StepState, z_hook_name
 from dynheads_tl.analysis.head_probe import next_step_probe
-from dynheads_tl.analysis.scoring import calibrate_chance_factor, dynamic_sets, static_eq2_scores, static_retrieval_scores, static_top_k
+from dynheads_tl.analysis.scoring import (calibrate_chance_factor, dynamic_sets, static_eq2_scores, static_top_k,
+                                          wu_static_scores)
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_hotpot_samples, make_niah_samples
 from dynheads_tl.tasks.common import mix_seed
 from dynheads_tl.tasks.hotpot import HotpotConfig, build_hotpot_sample, hotpot_label, synthetic_hotpot_records
@@ -72,7 +73,11 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
                             batch_size=config.trace_batch_size, desc=f"{task} calibration")
     rule = Eq2Rule("fixed", config.eq2_threshold)
     if task == "niah":
-        scores = static_retrieval_scores(traces, rouge_filter=0.5)
+        wu = wu_static_scores(traces)
+        if not wu.filtered:
+            logging.getLogger(__name__).warning("None of %s NIAH calibration answers passed Wu et al.'s ROUGE filter; "
+                                                "the static heads are ranked by unfiltered scores.", len(traces))
+        scores = wu.scores
         sets = [dynamic_sets(t, "eq1") for t in traces]
     else:
         scores = static_eq2_scores(traces)

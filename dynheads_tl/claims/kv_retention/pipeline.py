@@ -10,7 +10,7 @@ import pandas as pd
 from dynheads_tl.analysis.correlation import SetProbe
 from dynheads_tl.analysis.head_files import scores_digest
 from dynheads_tl.analysis.query_focus import query_focused_scores
-from dynheads_tl.analysis.scoring import static_retrieval_scores
+from dynheads_tl.analysis.scoring import wu_static_scores
 from dynheads_tl.corpus import layout_split_samples, layout_traces
 from dynheads_tl.engine.models import model_identity
 from dynheads_tl.executors import cached_units
@@ -41,7 +41,14 @@ def training(model, config: RetentionConfig):
                                           seed=config.seed, use_cache=config.use_cache,
                                           batch_size=config.trace_batch_size)
     override = config.static_override(config.model)  # static_source: the file's scores are the static strategy's ranking
-    static = static_retrieval_scores(calibration, rouge_filter=0.5) if override is None else override
+    if override is None:
+        wu = wu_static_scores(calibration)
+        if not wu.filtered:
+            logger.warning("None of %s calibration answers passed Wu et al.'s ROUGE filter; the static strategy ranks "
+                           "heads by unfiltered scores.", len(calibration))
+        static = wu.scores
+    else:
+        static = override
     probe = SetProbe.fit(calibration + analysis)
     if probe is None:
         raise ValueError("No training answer has two steps: the probe cannot be fitted.")

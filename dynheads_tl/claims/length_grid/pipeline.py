@@ -24,14 +24,14 @@ import torch
 
 from dynheads_tl import preregistration
 from dynheads_tl.analysis.head_probe import next_step_probe
-from dynheads_tl.analysis.scoring import adjacent_counts, bound_ratio_counts, static_retrieval_scores, static_top_k
+from dynheads_tl.analysis.scoring import adjacent_counts, bound_ratio_counts, static_top_k, wu_static_scores
 from dynheads_tl.analysis.statistics import bootstrap_interval, paired_sign_test, wilson_interval
 from dynheads_tl.corpus import collect_traces
 from dynheads_tl.engine.equations import head_labels
 from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.tasks import NiahConfig, build_niah_sample, make_niah_samples
 from dynheads_tl.tasks.common import Sample, mix_seed
-from dynheads_tl.tasks.metrics import niah_accuracy, rouge1_recall
+from dynheads_tl.tasks.metrics import niah_accuracy
 
 from .config import GRID_CONDITIONS, PREDICTED_CONDITION, PREVIOUS_BASELINE, PREVIOUS_CONDITION, SEEDS, LengthGridConfig
 from dynheads_tl.analysis.query_focus import query_focused_scores
@@ -125,18 +125,13 @@ def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace
             "lengths": config.grid_lengths(), "seed": SEEDS["length_calibration"] + config.seed}
     traces = collect_traces(model, samples, config.trace_config("niah"), spec, use_cache=config.use_cache,
                             batch_size=config.trace_batch_size, desc="length grid calibration")
-    try:
-        wu = static_retrieval_scores(traces, rouge_filter=0.5)
-        kept = sum(1 for t in traces if _passes(t))
-        rule = "ROUGE-1 recall > 0.5 (Wu et al.)"
-    except ValueError:
+    wu = wu_static_scores(traces)
+    if not wu.filtered:
         logger.warning("No calibration answer passed Wu et al.'s ROUGE filter; the Wu scores are unfiltered.")
-        wu, kept, rule = static_retrieval_scores(traces, rouge_filter=None), len(traces), \
-            "none (no calibration answer passed Wu et al.'s ROUGE filter)"
     query = query_focused_scores(model, samples, use_cache=config.use_cache).mean(0).float()
     sizes = torch.cat([t.retrieval_mask.flatten(1).sum(1) for t in traces]).float()
     k = max(int(round(float(sizes.mean()))), 1) if len(sizes) else 1
-    return StaticSets(wu.float(), query, k, rule, len(traces), kept), traces
+    return StaticSets(wu.scores.float(), query, k, wu.filter, len(traces), wu.n_kept), traces
 
 
 def calibration_probe(calibration: list[Trace], config: LengthGridConfig):
@@ -144,10 +139,6 @@ def calibration_probe(calibration: list[Trace], config: LengthGridConfig):
     sets' calibration traces alone (never a grid sample), seeded and cached; None when no calibration answer has two
     steps."""
     return next_step_probe(calibration, "classification", config.probe_config(), use_cache=config.use_cache)
-
-
-def _passes(trace: Trace) -> bool:
-    return rouge1_recall(trace.response, trace.answers[0]) > 0.5
 
 
 # --- claim 1 per length -----------------------------------------------------------------------------------------
