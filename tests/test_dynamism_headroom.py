@@ -27,13 +27,13 @@ def test_a_seed_whose_calibration_never_passes_the_filter_is_scored_unfiltered_a
     wrong = "The magic word is \"don't give information outside the document\""
     config = DynamismConfig()
     failed = analyse_task("niah", [_trace(0, wrong), _trace(1, wrong), _trace(1, wrong)], [_trace(1, wrong)], config, 0)
-    assert (failed.static_filter, failed.n_kept) == (WU_UNFILTERED, 3)
+    assert (failed.static_filter, failed.n_passed) == (WU_UNFILTERED, 0)
     torch.testing.assert_close(failed.static_scores, static_retrieval_scores(failed.calibration, rouge_filter=None))
     assert failed.static_scores[0, 1] > failed.static_scores[0, 0] > 0  # head 1 copied in two of three samples
     assert not math.isnan(failed.metrics["jaccard_static"])
     # one answer that passes: the filtered score as before, that sample alone
     passed = analyse_task("niah", [_trace(0, UUID), _trace(1, wrong)], [_trace(1, UUID)], config, 1)
-    assert (passed.static_filter, passed.n_kept) == (WU_FILTER, 1)
+    assert (passed.static_filter, passed.n_passed) == (WU_FILTER, 1)
     assert passed.static_scores[0, 0] > 0 and passed.static_scores[0, 1] == 0
 
 
@@ -42,14 +42,14 @@ def test_niah_headroom_counts_exact_uuids_and_gives_the_first_seed_a_wilson_inte
     seeds = [analyse_task("niah", [_trace(0, wrong)] * 2, [_trace(0, UUID)] + [_trace(0, wrong)] * 19, config, 0),
              analyse_task("niah", [_trace(0, UUID), _trace(0, wrong)], [_trace(0, wrong)] * 20, config, 1)]
     frame = niah_headroom(seeds)
-    assert frame[["seed", "correct", "n_analysis", "n_calibration", "n_kept"]].values.tolist() == [[0, 1, 20, 2, 2],
-                                                                                                  [1, 0, 20, 2, 1]]
+    assert frame[["seed", "correct", "n_analysis", "n_calibration", "n_passed"]].values.tolist() == [[0, 1, 20, 2, 0],
+                                                                                                    [1, 0, 20, 2, 1]]
     assert frame["static_filter"].tolist() == [WU_UNFILTERED, WU_FILTER]
     first = frame.iloc[0]
     assert first.accuracy == 0.05 and 0.008 < first.low < 0.01 and 0.23 < first.high < 0.25  # Wilson 1/20
     assert frame.iloc[1][["low", "high"]].isna().all()  # the same layouts again: no second interval
     sentence = niah_headroom_sentence(frame)
-    assert "1/20" in sentence and "0/20" in sentence and "2/2, 1/2" in sentence and "seed 0," in sentence
+    assert "1/20" in sentence and "0/20" in sentence and "0/2, 1/2" in sentence and "seed 0," in sentence
 
 
 def test_table1_headline_quotes_the_headroom_table_when_the_run_wrote_it(tmp_path):
@@ -59,7 +59,7 @@ def test_table1_headline_quotes_the_headroom_table_when_the_run_wrote_it(tmp_pat
     root = _table1(tmp_path, 0.47, 0.50, (0.03, 0.04), (0.05, 0.08))
     before = item_status(root, "Table 1")
     pd.DataFrame([{"seed": 0, "correct": 1, "n_analysis": 20, "accuracy": 0.05, "low": 0.009, "high": 0.236,
-                   "n_calibration": 10, "n_kept": 10, "static_filter": WU_UNFILTERED}]).to_csv(
+                   "n_calibration": 10, "n_passed": 0, "static_filter": WU_UNFILTERED}]).to_csv(
         next(root.glob("*/table1_intervals.csv")).parent / "niah_headroom.csv", index=False)
     after = item_status(root, "Table 1")
     assert after.status == before.status == "absent in this setting"  # the declared rule does not read headroom

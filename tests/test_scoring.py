@@ -117,11 +117,11 @@ def test_wu_scores_keep_the_filter_and_fall_back_to_every_sample_only_when_none_
     a = hand_trace([[[3, 0]], [[4, 0]]], [30, 31], PROMPT, (3, 6))
     b_failed = hand_trace([[[0, 3]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response="no idea")
     kept = wu_static_scores([a, b_failed])  # one passes: exactly the filtered score, the failed sample left out
-    assert (kept.filter, kept.n_kept, kept.n_calibration, kept.filtered) == (WU_FILTER, 1, 2, True)
+    assert (kept.filter, kept.n_passed, kept.n_kept, kept.n_calibration, kept.filtered) == (WU_FILTER, 1, 1, 2, True)
     torch.testing.assert_close(kept.scores, static_retrieval_scores([a, b_failed]))
     c_failed = hand_trace([[[3, 0]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response="no idea")
     none = wu_static_scores([b_failed, c_failed])  # none passes: every sample counts, and the filter says so
-    assert (none.filter, none.n_kept, none.filtered) == (WU_UNFILTERED, 2, False)
+    assert (none.filter, none.n_passed, none.n_kept, none.filtered) == (WU_UNFILTERED, 0, 2, False)
     torch.testing.assert_close(none.scores, torch.tensor([[1 / 6, 1 / 6]]))
 
 

@@ -59,16 +59,20 @@ WU_UNFILTERED = "none (no calibration answer passed Wu et al.'s ROUGE filter)"
 class WuScores:
     """Wu et al.'s static scores of one calibration split, with the filter they were computed under: Wu's ROUGE
     filter (:data:`WU_FILTER`), or none (:data:`WU_UNFILTERED`) when no calibration answer passed it, in which case
-    every sample counts (preregistration.yaml, deviation of 2026-12-06). ``n_kept`` is how many samples the
-    scores average, of ``n_calibration``."""
+    every sample counts (preregistration.yaml, deviation of 2026-12-06). ``n_passed`` of the ``n_calibration``
+    samples passed the filter; ``n_kept`` is how many the scores average."""
     scores: Float[Tensor, "layer head"]
     filter: str
-    n_kept: int
+    n_passed: int
     n_calibration: int
 
     @property
     def filtered(self) -> bool:
         return self.filter == WU_FILTER
+
+    @property
+    def n_kept(self) -> int:
+        return self.n_passed if self.filtered else self.n_calibration
 
 
 def wu_static_scores(traces: Sequence[Trace]) -> WuScores:
@@ -76,10 +80,10 @@ def wu_static_scores(traces: Sequence[Trace]) -> WuScores:
     the model then never reproduced more than half of an answer, so the filtered score is undefined, and the
     unfiltered one (every step at which a head copies a needle token, whatever the answer) is what is left to rank
     heads by. The filter used travels with the scores; a caller reports it beside every result they decide."""
-    kept = sum(rouge1_recall(t.response, t.answers[0]) > 0.5 for t in traces)
-    if kept:
-        return WuScores(static_retrieval_scores(traces, rouge_filter=0.5), WU_FILTER, kept, len(traces))
-    return WuScores(static_retrieval_scores(traces, rouge_filter=None), WU_UNFILTERED, len(traces), len(traces))
+    passed = sum(rouge1_recall(t.response, t.answers[0]) > 0.5 for t in traces)
+    if passed:
+        return WuScores(static_retrieval_scores(traces, rouge_filter=0.5), WU_FILTER, passed, len(traces))
+    return WuScores(static_retrieval_scores(traces, rouge_filter=None), WU_UNFILTERED, 0, len(traces))
 
 
 def static_retrieval_per_sample(

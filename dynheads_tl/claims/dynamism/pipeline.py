@@ -56,7 +56,7 @@ class TaskResult:
     quality: dict[str, float]
     eq2_rule: Eq2Rule | None = None  # HotpotQA: the rule that marked D_t
     static_filter: str = ""  # NIAH: the filter Wu et al.'s scores used (WU_FILTER, or WU_UNFILTERED when none passed)
-    n_kept: int | None = None  # NIAH: how many calibration samples the static scores average
+    n_passed: int | None = None  # NIAH: how many calibration answers passed Wu et al.'s filter
 
     def static_mask(self, k: int) -> torch.Tensor:
         return static_top_k(self.static_scores, min(k, self.static_scores.numel()))
@@ -70,11 +70,11 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
         raise ValueError("eq2_rule='chance' needs the calibrated rule: pass eq2_calibration(model, config)[0].")
     eq2_rule = eq2_rule or Eq2Rule("fixed", config.eq2_threshold)
     override = config.static_override(config.model)  # static_source: a head-score file replaces the calibration's scores
-    static_filter, n_kept = "", None
+    static_filter, n_passed = "", None
     if task == "niah":
         if override is None:
             wu = wu_static_scores(calibration)
-            scores, static_filter, n_kept = wu.scores, wu.filter, wu.n_kept
+            scores, static_filter, n_passed = wu.scores, wu.filter, wu.n_passed
             if not wu.filtered:
                 logger.warning("NIAH seed %s: none of %s calibration answers passed Wu et al.'s ROUGE filter; its "
                                "static scores are unfiltered.", seed, len(calibration))
@@ -90,7 +90,7 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
     static = static_top_k(scores, min(config.static_k, scores.numel()))
     metrics = dynamism_metrics(sets, static)
     return TaskResult(task, seed, calibration, analysis, scores, sets, metrics, quality,
-                      eq2_rule if task == "hotpot" else None, static_filter, n_kept)
+                      eq2_rule if task == "hotpot" else None, static_filter, n_passed)
 
 
 def eq2_calibration(model, config: DynamismConfig) -> tuple[Eq2Rule, pd.DataFrame]:
@@ -151,7 +151,7 @@ def niah_headroom(results: list[TaskResult]) -> pd.DataFrame:
     """Headroom first (SCIENCE 7): per NIAH seed, how many analysis answers hold the exact UUID (the paper's
     accuracy; the first seed's with its Wilson 95% interval, its samples being distinct layouts; later seeds change
     only the UUID of the same layouts, so they are not pooled into one interval) and how many calibration answers
-    Wu et al.'s ROUGE filter kept, with the filter the seed's static scores used."""
+    passed Wu et al.'s ROUGE filter, with the filter the seed's static scores used."""
     rows = []
     for i, result in enumerate(results):
         correct = int(sum(niah_accuracy(t.response, t.answers[0]) for t in result.analysis))
@@ -160,7 +160,7 @@ def niah_headroom(results: list[TaskResult]) -> pd.DataFrame:
         rows.append({"seed": result.seed, "correct": correct, "n_analysis": n, "accuracy": correct / n if n else np.nan,
                      "low": interval.low if interval else np.nan, "high": interval.high if interval else np.nan,
                      "n_calibration": len(result.calibration),
-                     "n_kept": result.n_kept if result.n_kept is not None else np.nan,
+                     "n_passed": result.n_passed if result.n_passed is not None else np.nan,
                      "static_filter": result.static_filter})
     return pd.DataFrame(rows)
 

@@ -83,10 +83,10 @@ def niah_headroom_sentence(frame: pd.DataFrame) -> str:
     if len(rest):
         text += ("; other seeds (the same layouts, other UUIDs) "
                  + ", ".join(f"{int(r.correct)}/{int(r.n_analysis)}" for r in rest.itertuples()))
-    kept = frame["n_kept"].fillna(-1).astype(int)
-    if (kept >= 0).all():
-        text += ("; Wu's ROUGE filter kept " + ", ".join(f"{k}/{int(n)}" for k, n in zip(kept, frame["n_calibration"]))
-                 + " calibration answers")
+    passed = frame["n_passed"].fillna(-1).astype(int)
+    if (passed >= 0).all():
+        text += ("; calibration answers passing Wu's ROUGE filter "
+                 + ", ".join(f"{k}/{int(n)}" for k, n in zip(passed, frame["n_calibration"])))
     unfiltered = frame[frame["static_filter"].astype(str).str.startswith("none")]
     if len(unfiltered):
         seeds = ", ".join(str(int(x)) for x in unfiltered["seed"])
