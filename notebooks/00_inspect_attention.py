@@ -25,7 +25,7 @@ step = -1  # decoding step shown head by head; -1 picks the step with most retri
 n_view_heads = 12  # heads per circuitsvis view (each head adds 20 px of tooltip room below the text)
 device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is present)
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
-output_dir = "papers_figures"  # where the static figures are written
+output_dir = "runs/notebooks"  # where the static figures are written (the runner passes its own)
 
 # %%
 from IPython.display import Image, display

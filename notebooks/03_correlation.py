@@ -58,7 +58,7 @@ device = "auto"  # auto, cpu, cuda or cuda:N (auto picks CUDA when a GPU is pres
 dtype = "auto"  # auto, float32, bfloat16 or float16 (auto picks bfloat16 on a GPU, float32 on the CPU)
 backend = "local"  # local, or ray to compute the units on a Ray cluster (README, Scaling out)
 ray_address = ""  # with ray, a cluster address, or empty for a local cluster of this machine
-output_dir = "papers_figures"  # where figures and tables are written
+output_dir = "runs/notebooks"  # where figures and tables are written (the runner passes its own)
 use_cache = True  # reuse traces cached on disk for the same model and config
 
 # %%

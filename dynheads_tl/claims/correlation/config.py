@@ -55,7 +55,7 @@ class PredictabilityConfig(NotebookConfig):
     n_splits: int = param(5, "splits by layout that every interval is taken over", _n_splits)
     probe_min_test: int = param(MIN_PROBE_TEST_SAMPLES, "probe test parts hold at least this many samples where "
                                                         "the data allow", integer())
-    output_dir: str = param("papers_figures", "where figures and tables are written")
+    output_dir: str = param("runs/notebooks", "where figures and tables are written (the runner passes its own)")
 
     def hotpot_splits(self) -> list[tuple[str, int, int, int]]:
         """The HotpotQA splits a real source gives this run: claim 1's (recorded by ``_id`` beside its results)."""

@@ -42,7 +42,7 @@ class RagStudyConfig(NotebookConfig):
     n_hotpot_train: int = param(20, "training questions per seed (multihop: claim 1's HotpotQA analysis split size)",
                                 integer())
     trace_batch_size: int = param(24, "training questions traced together when not cached (speed only)", integer())
-    output_dir: str = param("papers_figures", "where figures and tables are written")
+    output_dir: str = param("runs/notebooks", "where figures and tables are written (the runner passes its own)")
     use_cache: bool = param(True, "reuse cached traces and answers")
 
     @property

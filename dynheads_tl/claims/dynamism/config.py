@@ -47,7 +47,7 @@ class DynamismConfig(NotebookConfig):
     copy_thresholds: list[float] = param([0.1, 0.3, 0.5], "soft dynamism: copy / evidence mass thresholds",
                                          _copy_thresholds)
     soft_threshold: float = param(0.3, "soft dynamism: the threshold the verdict reads", open_unit)
-    output_dir: str = param("papers_figures", "where figures and tables are written")
+    output_dir: str = param("runs/notebooks", "where figures and tables are written (the runner passes its own)")
 
     def check(self) -> None:
         if not any(abs(float(self.soft_threshold) - float(t)) < 1e-12 for t in self.copy_thresholds):

@@ -117,7 +117,7 @@ class ErrorSignalConfig(NotebookConfig):
     static_k: int = param(20, "static heads whose evidence mass is a feature (top by Eq. 1 rate on the training answers)", integer())
     n_folds: int = param(5, "stratified folds over answers", integer(2))
     seed: int = param(0, "seeds the samples, the folds and the bootstrap", integer(0))
-    output_dir: str = param("papers_figures", "where figures and tables are written")
+    output_dir: str = param("runs/notebooks", "where figures and tables are written (the runner passes its own)")
     use_cache: bool = param(True, "reuse cached traces")
 
     def check(self) -> None:

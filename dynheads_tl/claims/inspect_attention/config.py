@@ -24,7 +24,7 @@ class InspectConfig(NotebookConfig):
     max_new_tokens: int = param(32, "decoding steps", integer())
     step: int = param(-1, "decoding step shown head by head; -1 picks the step with most retrieval heads", integer(-1))
     n_view_heads: int = param(12, "heads per circuitsvis view (each head adds 20 px of tooltip room below the text)", integer())
-    output_dir: str = param("papers_figures", "where the static figures are written")
+    output_dir: str = param("runs/notebooks", "where the static figures are written (the runner passes its own)")
 
     def context_lengths(self) -> dict[str, list[int]]:
         return {"NIAH": [self.context_tokens]}

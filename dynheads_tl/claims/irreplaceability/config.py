@@ -72,7 +72,7 @@ class IrreplaceabilityConfig(NotebookConfig):
     # (bench/bench_decoding.py --parts cell); memory grows with them (the KV cache of every row).
     batch_size: int = param(225, "generations decoded together: a grid cell's runs in one batch, teacher-forced in "
                                  "another", integer())
-    output_dir: str = param("papers_figures", "where figures and tables are written")
+    output_dir: str = param("runs/notebooks", "where figures and tables are written (the runner passes its own)")
     use_cache: bool = param(True, "reuse cached traces and ablation runs")
 
     def context_lengths(self) -> dict[str, list[int]]:

@@ -64,7 +64,7 @@ class RetentionConfig(NotebookConfig):
                                      _granularities)
     seed: int = param(0, "seeds the samples and, with the sample, the random strategy's draws", integer(0))
     batch_size: int = param(180, "rows decoded together (the conditions of as many samples as fit)", integer())
-    output_dir: str = param("papers_figures", "where figures and tables are written")
+    output_dir: str = param("runs/notebooks", "where figures and tables are written (the runner passes its own)")
     use_cache: bool = param(True, "reuse cached traces and runs")
 
     def check(self) -> None:

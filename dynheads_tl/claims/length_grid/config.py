@@ -95,7 +95,7 @@ class LengthGridConfig(NotebookConfig):
     seed: int = param(0, "seeds the samples, offsets and random baselines", integer(0))
     n_resamples: int = param(2000, "bootstrap resamples of every interval", integer())
     batch_size: int = param(64, "masking runs decoded together (a cell's samples x conditions)", integer())
-    output_dir: str = param("papers_figures", "where figures and tables are written")
+    output_dir: str = param("runs/notebooks", "where figures and tables are written (the runner passes its own)")
     use_cache: bool = param(True, "reuse cached traces and masking runs")
 
     def probe_config(self) -> ProbeConfig:
