@@ -152,6 +152,35 @@ def record_output(folder: Path, stem: str, kind: str, caption: str = "", *, cell
     atomic_write_text(folder / RECORDED, _dump(_finite(outputs)))
 
 
+def begin_outputs(folder: Path) -> dict[str, Any]:
+    """Start a notebook run's record of outputs in ``folder``: returns the previous run's record and leaves an empty
+    one, so that the run's record holds only what it writes (:func:`end_outputs` settles the rest)."""
+    folder = Path(folder)
+    before = recorded_outputs(folder)
+    if before:
+        atomic_write_text(folder / RECORDED, _dump({}))
+    return before
+
+
+def end_outputs(folder: Path, before: dict[str, Any], *, finished: bool) -> list[str]:
+    """Settle a run's record against the previous run's (``before``, from :func:`begin_outputs`). A finished run:
+    the files of every output the previous run recorded and this one did not write are removed, so that no table of
+    an earlier run (one this run left out, an empty one say) is listed as this run's; returns those stems. A
+    stopped run: its record keeps the previous entries it did not replace, since their files are still there."""
+    folder = Path(folder)
+    now = recorded_outputs(folder)
+    stale = [stem for stem in before if stem not in now]
+    if not stale:
+        return []
+    if finished:
+        for stem in stale:
+            for name in _files(folder, stem):
+                (folder / name).unlink()
+        return stale
+    atomic_write_text(folder / RECORDED, _dump(_finite({**{stem: before[stem] for stem in stale}, **now})))
+    return []
+
+
 def recorded_outputs(folder: Path) -> dict[str, Any]:
     """What :func:`record_output` recorded in ``folder``: its ``recorded_outputs.json``, else (a folder written
     before that file existed) the record a results file of any version kept; empty when neither says."""

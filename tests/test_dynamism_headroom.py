@@ -3,14 +3,13 @@ calibration answers passes Wu et al.'s ROUGE filter is scored without it and say
 counts the answers that hold the UUID. Hand-built traces, no model."""
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import torch
 
 from factories import make_trace
 from dynheads_tl.analysis.scoring import WU_FILTER, WU_UNFILTERED, static_retrieval_scores
-from dynheads_tl.claims.dynamism import DynamismConfig, analyse_task, niah_headroom, niah_headroom_sentence
+from dynheads_tl.claims.dynamism import (DynamismConfig, analyse_task, niah_headroom, niah_headroom_sentence,
+                                         static_stability)
 
 PROMPT = [10, 11, 12, 30, 31, 32, 13, 14]  # the needle span [3, 6) holds tokens 30, 31, 32
 UUID = "e3e70682-c209-4cac-a29f-6fbed82c07cd"
@@ -30,7 +29,7 @@ def test_a_seed_whose_calibration_never_passes_the_filter_is_scored_unfiltered_a
     assert (failed.static_filter, failed.n_passed) == (WU_UNFILTERED, 0)
     torch.testing.assert_close(failed.static_scores, static_retrieval_scores(failed.calibration, rouge_filter=None))
     assert failed.static_scores[0, 1] > failed.static_scores[0, 0] > 0  # head 1 copied in two of three samples
-    assert not math.isnan(failed.metrics["jaccard_static"])
+    assert failed.metrics["jaccard_static"] == 0.5  # D_t = {head 1} at both steps; S_20 holds both heads of two
     # one answer that passes: the filtered score as before, that sample alone
     passed = analyse_task("niah", [_trace(0, UUID), _trace(1, wrong)], [_trace(1, UUID)], config, 1)
     assert (passed.static_filter, passed.n_passed) == (WU_FILTER, 1)
@@ -49,7 +48,8 @@ def test_niah_headroom_counts_exact_uuids_and_gives_the_first_seed_a_wilson_inte
     assert first.accuracy == 0.05 and 0.008 < first.low < 0.01 and 0.23 < first.high < 0.25  # Wilson 1/20
     assert frame.iloc[1][["low", "high"]].isna().all()  # the same layouts again: no second interval
     sentence = niah_headroom_sentence(frame)
-    assert "1/20" in sentence and "0/20" in sentence and "0/2, 1/2" in sentence and "seed 0," in sentence
+    assert "1/20" in sentence and "0/20" in sentence and "0/2, 1/2" in sentence
+    assert "on seed 0, whose Wu static scores are unfiltered" in sentence and "seeds 0, 1" not in sentence
 
 
 def test_table1_headline_quotes_the_headroom_table_when_the_run_wrote_it(tmp_path):
@@ -65,3 +65,16 @@ def test_table1_headline_quotes_the_headroom_table_when_the_run_wrote_it(tmp_pat
     assert after.status == before.status == "absent in this setting"  # the declared rule does not read headroom
     assert after.headline.startswith(before.headline) and "NIAH accuracy 1/20" in after.headline
     assert "seed 0" in after.headline and "unfiltered" in after.headline
+
+
+def test_static_stability_reads_each_seed_under_its_own_filter_and_names_the_unfiltered_ones():
+    config, wrong = DynamismConfig(), "no idea"
+    unfiltered = analyse_task("niah", [_trace(0, wrong), _trace(1, wrong), _trace(1, wrong)], [_trace(1, wrong)],
+                              config, 0)
+    filtered = analyse_task("niah", [_trace(0, UUID), _trace(1, wrong), _trace(0, UUID)], [_trace(1, wrong)], config, 1)
+    curve, pairs, sentence = static_stability([unfiltered, filtered], k=1, n_resamples=20)
+    assert pairs[["seed_a", "seed_b"]].values.tolist() == [[0, 1]]  # the unfiltered seed is compared, not dropped
+    assert pairs["n_a"].tolist() == [3] and pairs["n_b"].tolist() == [2]  # every sample of 0; the two that passed of 1
+    assert sentence.endswith("Seed 0: no calibration answer passed Wu et al.'s ROUGE filter, so their terms are "
+                             "unfiltered (every calibration sample).")
+    assert "Seed" not in static_stability([filtered, filtered], k=1, n_resamples=20)[2]

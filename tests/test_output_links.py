@@ -222,3 +222,27 @@ def test_the_running_cell_is_read_from_ipython(monkeypatch):
     monkeypatch.setattr(IPython, "get_ipython", lambda: Shell)
     assert verdicts._current_cell() == {"cell_id": "abc-123",
                                         "cell_source": hashlib.sha256(Info.raw_cell.encode()).hexdigest()}
+
+
+def test_a_finished_run_drops_the_outputs_of_an_earlier_run_that_it_did_not_write(tmp_path):
+    """A notebook that leaves a table out this time (an empty one, say) must not keep the previous run's file listed as
+    its own; a stopped run keeps the earlier entries whose files are still there."""
+    folder = tmp_path / "01_dynamism"
+    folder.mkdir()
+    for stem in ("kept", "dropped"):
+        for suffix in (".csv", ".md", ".config.json"):
+            (folder / f"{stem}{suffix}").write_text("x")
+        verdicts.record_output(folder, stem, "table", cell_source=verdicts.source_digest("a()"))
+    (folder / "dropped_other.csv").write_text("another stem sharing a prefix")
+    before = verdicts.begin_outputs(folder)
+    assert set(before) == {"kept", "dropped"} and verdicts.recorded_outputs(folder) == {}
+    verdicts.record_output(folder, "kept", "table", cell_source=verdicts.source_digest("b()"))
+    assert verdicts.end_outputs(folder, before, finished=True) == ["dropped"]
+    assert sorted(p.name for p in folder.iterdir()) == ["dropped_other.csv", "kept.config.json", "kept.csv", "kept.md",
+                                                        verdicts.RECORDED]
+    assert set(verdicts.recorded_outputs(folder)) == {"kept"}
+
+    again = verdicts.begin_outputs(folder)  # stopped before writing anything: the earlier entries stay, files too
+    assert verdicts.end_outputs(folder, again, finished=False) == []
+    assert verdicts.recorded_outputs(folder) == again and (folder / "kept.csv").exists()
+    assert verdicts.begin_outputs(tmp_path / "new") == {} and not (tmp_path / "new").exists()  # a first run

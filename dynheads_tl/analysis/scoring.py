@@ -86,6 +86,14 @@ def wu_static_scores(traces: Sequence[Trace]) -> WuScores:
     return WuScores(static_retrieval_scores(traces, rouge_filter=None), WU_UNFILTERED, 0, len(traces))
 
 
+def wu_static_per_sample(traces: Sequence[Trace]) -> tuple[Float[Tensor, "sample layer head"], WuScores]:
+    """The per-sample terms of :func:`wu_static_scores` under the filter it chose for ``traces`` (Wu's, or none when
+    no answer passes), with its :class:`WuScores`: what a per-seed stability, overlap or head-score file reads, so
+    that each rests on the same samples as the seed's static set."""
+    wu = wu_static_scores(traces)
+    return static_retrieval_per_sample(traces, rouge_filter=0.5 if wu.filtered else None), wu
+
+
 def static_retrieval_per_sample(
     traces: Sequence[Trace], *, rouge_filter: float | None = 0.5
 ) -> Float[Tensor, "sample layer head"]:

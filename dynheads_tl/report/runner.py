@@ -43,6 +43,7 @@ from dynheads_tl.report.index import build_index, render_notebook_html
 from dynheads_tl.report.rerender import render_report, render_site
 from dynheads_tl.report.results import (BUILTIN_PRESETS, model_folder_name, preset_names, preset_reports,  # noqa: F401
                                         read_runs, write_results)
+from dynheads_tl.verdicts import begin_outputs, end_outputs
 from dynheads_tl.store import atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
 from dynheads_tl.report.terminal import ProgressRelay, repeat_heal_warnings, repeat_kernel_log
 from dynheads_tl.report.folders import (RUNS_DIR, default_output_dir, other_model_runs, output_dir_for,  # noqa: F401
@@ -356,6 +357,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                     partial.unlink()
                     print(f"Removed {_shown_path(partial, cwd)}, left by an earlier run that was stopped.", flush=True)
                 t0, entries_before = time.time(), cache_entries()
+                earlier_outputs = begin_outputs(output_dir / notebook.stem)  # the run records only what it writes
                 kernel_log = tempfile.TemporaryFile()
                 kernel_manager = ipc_kernel_manager(kernel_log)
                 try:
@@ -373,6 +375,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                         kernel_log.seek(0)
                         failure = _kernel_failure(error, notebook.stem, logged=bool(kernel_log.read().strip()))
                     kernel_log.close()
+                    end_outputs(output_dir / notebook.stem, earlier_outputs, finished=False)
                     if partial.exists():
                         _relocate(partial, notebook, _shown_path(failed, cwd), cwd)
                         partial.replace(failed)
@@ -390,6 +393,10 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                 kernel_log.close()
                 _relocate(partial, notebook, shown_final, cwd)
                 partial.replace(final)
+                removed = end_outputs(output_dir / notebook.stem, earlier_outputs, finished=True)
+                if removed:
+                    print(f"Removed {len(removed)} output(s) of an earlier run that this run did not write: "
+                          f"{', '.join(removed)}.", flush=True)
             failed.unlink(missing_ok=True)
             repeat_heal_warnings(final)
             render_notebook_html(final)

@@ -22,7 +22,7 @@ from dynheads_tl.analysis.query_focus import query_focused_scores
 from dynheads_tl.analysis.scoring import (activation_frequency, adjacent_counts, dynamic_sets, dynamism_metrics,
                                           eq2_placebo_ratio, eq2_rule_curve, size_aware_counts, size_aware_metrics,
                                           static_eq2_scores,
-                                          static_retrieval_per_sample, static_top_k, wu_static_scores)
+                                          static_top_k, wu_static_per_sample, wu_static_scores)
 from dynheads_tl.analysis.statistics import wilson_interval
 from dynheads_tl.analysis.stability import source_overlap, split_half_curve, stability_verdict
 from dynheads_tl.corpus import TraceSets, calibrated_eq2_rule, hotpot_traces, niah_split_samples, niah_traces
@@ -323,8 +323,8 @@ def _file_stem(model_label: str) -> str:
 
 
 def write_head_files(model, config: DynamismConfig, results: dict[str, list[TaskResult]], out_dir: str) -> pd.DataFrame:
-    """The NIAH static scores (Wu et al.'s score, one entry per calibration sample the ROUGE filter keeps, every
-    seed pooled) and the per-head dynamic frequencies (per analysis sample, the share of its steps at which the
+    """The NIAH static scores (Wu et al.'s score, one entry per calibration sample each seed's static set averages:
+    those the ROUGE filter keeps, or every sample of a seed none of whose answers passes; every seed pooled) and the per-head dynamic frequencies (per analysis sample, the share of its steps at which the
     head is in the Eq. 1 set D_t) in Wu et al.'s ``head_score`` JSON format, each beside its provenance file
     (:func:`dynheads_tl.analysis.head_files.provenance`). The static file is the suite's own calibration even
     when ``static_source`` names a file. Returns one row per file written (path, what, n, head count)."""
@@ -332,8 +332,11 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
     folder, stem = Path(out_dir) / "head_scores", _file_stem(config.model)
     calibration = [t for r in niah for t in r.calibration]
     analysis = [t for r in niah for t in r.analysis]
-    wu = wu_static_scores(calibration)  # Wu's filter, or none when no pooled calibration answer passes it
-    static = static_retrieval_per_sample(calibration, rouge_filter=0.5 if wu.filtered else None)
+    per_seed = {r.seed: wu_static_per_sample(r.calibration) for r in niah}  # each seed under its own filter
+    static = torch.cat([terms for terms, _ in per_seed.values()])
+    unfiltered = [seed for seed, (_, wu) in per_seed.items() if not wu.filtered]
+    wu_filter = "rouge-score ROUGE-1 recall of the answer > 0.5 (Wu et al.)" + (
+        f"; none on seed(s) {', '.join(map(str, unfiltered))}, where no calibration answer passed it" if unfiltered else "")
     frequency = [t.retrieval_mask.float().mean(0) if t.n_steps else torch.zeros(t.n_layers, t.n_heads) for t in analysis]
     prompt_format = (f"Wu et al.'s detection protocol on {config.haystack!r} (prompt kind: "
                      f"{calibration[0].meta.get('prompt_kind', '?') if calibration else '?'}; 50-step decode, newline "
@@ -347,8 +350,7 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
     files = [
         (folder / f"{stem}_static_wu.json", static,
          provenance(model, score="Wu et al. retrieval score (per kept calibration sample)", n=len(calibration),
-                    n_kept=len(static), filter=("rouge-score ROUGE-1 recall of the answer > 0.5 (Wu et al.)"
-                                                if wu.filtered else wu.filter),
+                    n_kept=len(static), filter=wu_filter,
                     split="calibration", **common)),
         (folder / f"{stem}_dynamic_frequency.json", frequency,
          provenance(model, score="Eq. 1 activation frequency (per analysis sample: share of its steps with the head "
@@ -367,23 +369,19 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
 def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int = 200, seed: int = 0,
                      check_calibration: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """How much the NIAH static set S_k moves with its calibration: the split-half curve over calibration sizes on
-    every seed's kept calibration samples pooled (:func:`~dynheads_tl.analysis.stability.split_half_curve`), the
+    every seed's kept calibration samples pooled (each seed under its own filter, :func:`wu_static_per_sample`) (:func:`~dynheads_tl.analysis.stability.split_half_curve`), the
     overlap of S_k between each pair of seeds' calibration splits with bootstrap intervals
     (:func:`~dynheads_tl.analysis.stability.source_overlap`), and the computed sentence. The calibration splits of
     different seeds share their depths and haystack (only the UUID changes), so both understate how much S_k would
     move across prompts of other layouts. With ``check_calibration`` (off when the run's static set comes from a
-    file, ``static_source``), the samples this run's S_k rests on (per seed, those Wu's filter keeps; the fewest of
+    file, ``static_source``), the samples this run's S_k rests on (per seed, those its filter keeps; the fewest of
     any seed) are checked against the size at which the curve settles."""
-    per_seed = {}
-    for result in results:
-        try:
-            per_seed[result.seed] = static_retrieval_per_sample(result.calibration, rouge_filter=0.5)
-        except ValueError:  # no kept calibration sample for this seed
-            continue
-    if not per_seed:
-        return pd.DataFrame(), pd.DataFrame(), (
-            "No calibration answer of any seed passed Wu et al.'s ROUGE filter, so the filtered static set S_k does "
-            "not exist and has no stability to measure (each seed's static scores are unfiltered).")
+    scored = {result.seed: wu_static_per_sample(result.calibration) for result in results}
+    per_seed = {s: terms for s, (terms, _) in scored.items()}  # each seed's terms under its own filter
+    unfiltered = [s for s, (_, wu) in scored.items() if not wu.filtered]
+    note = (f" Seed{'s' if len(unfiltered) > 1 else ''} {', '.join(map(str, unfiltered))}: no calibration answer "
+            "passed Wu et al.'s ROUGE filter, so their terms are unfiltered (every calibration sample)."
+            if unfiltered else "")
     pooled = torch.cat(list(per_seed.values()))
     k = min(k, pooled[0].numel())
     curve = split_half_curve(pooled, k, n_resamples=n_resamples, seed=seed) if len(pooled) >= 2 else pd.DataFrame()
@@ -391,8 +389,8 @@ def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int
                           for a, b in combinations(sorted(per_seed), 2)])
     kept = min(len(scores) for scores in per_seed.values()) if check_calibration else None
     verdict = (stability_verdict(curve, pairs, calibration_size=kept) if len(curve) else
-               f"Only {len(pooled)} calibration sample passed the filter: no split-half curve.")
-    return curve, pairs, verdict
+               f"Only {len(pooled)} calibration sample: no split-half curve.")
+    return curve, pairs, verdict + note
 
 
 # --- a second static baseline: QRHead-style query-focused scores ------------------------------------------
@@ -408,10 +406,7 @@ def query_focused_tables(model, config: DynamismConfig, results: list[TaskResult
     for result in results:
         per_sample = query_focused_scores(model, niah_split_samples(model, sets, result.seed), use_cache=config.use_cache)
         query_results.append(replace(result, static_scores=per_sample.mean(0).float()))
-        try:
-            wu = static_retrieval_per_sample(result.calibration, rouge_filter=0.5)
-        except ValueError:
-            continue
+        wu, _ = wu_static_per_sample(result.calibration)  # the terms the seed's own static set averages
         k = min(config.static_k, per_sample[0].numel())
         overlaps.append({"seed": result.seed, **source_overlap(wu, per_sample, k, seed=result.seed)})
     table = pd.concat([size_aware_table(results, config.sweep_sizes).assign(baseline="wu"),

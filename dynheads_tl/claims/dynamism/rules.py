@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynheads_tl import preregistration
+from dynheads_tl.analysis.scoring import WU_UNFILTERED
 from dynheads_tl.claim import Status, ci_text, sidecar
 
 __all__ = ["niah_headroom_sentence", "outside_present", "table1_rule"]
@@ -87,7 +88,7 @@ def niah_headroom_sentence(frame: pd.DataFrame) -> str:
     if (passed >= 0).all():
         text += ("; calibration answers passing Wu's ROUGE filter "
                  + ", ".join(f"{k}/{int(n)}" for k, n in zip(passed, frame["n_calibration"])))
-    unfiltered = frame[frame["static_filter"].astype(str).str.startswith("none")]
+    unfiltered = frame[frame["static_filter"].astype(str) == WU_UNFILTERED]
     if len(unfiltered):
         seeds = ", ".join(str(int(x)) for x in unfiltered["seed"])
         text += (f"; no answer passed it on seed{'s' if len(unfiltered) > 1 else ''} {seeds}, whose Wu static scores "
