@@ -90,6 +90,20 @@ def test_a_clean_partial_report_passes_every_check(clean_report):
     assert "## Runs" in readme
 
 
+def test_a_file_its_run_did_not_record_is_reported_as_an_earlier_runs(clean_report):
+    from dynheads_tl import verdicts
+    from dynheads_tl.report.checks import stale_output_problems
+
+    folder = clean_report / "01_dynamism"
+    verdicts.record_output(folder, "table1_niah", "table", cell_source=verdicts.source_digest("a()"))
+    (folder / "hotpot_questions.csv").write_text("_id\n")  # written by the setup line, never recorded: not stale
+    assert stale_output_problems(clean_report) == []
+    (folder / "fig4_niah_cca_table.csv").write_text("k\n")
+    assert stale_output_problems(clean_report) == [
+        "01_dynamism/ holds files its run did not write (an earlier run's): fig4_niah_cca_table.csv"]
+    assert any("fig4_niah_cca_table.csv" in problem for problem in report_problems(clean_report))
+
+
 def test_a_failed_notebook_is_reported(clean_report):
     _executed_notebook(clean_report / "executed" / "01_dynamism.ipynb", {"n_analysis": 4}, failed=True)
     problems = notebook_problems(clean_report)

@@ -11,6 +11,7 @@ from urllib.parse import unquote
 from dynheads_tl.report.index import _rel, enclosing_reports, index_items, ours_text
 from dynheads_tl.report.results import is_model_report, model_reports, preset_reports, read_runs
 from dynheads_tl.report.site import remote_resources
+from dynheads_tl.verdicts import FILE, RECORDED, recorded_outputs
 
 # --- checks over a finished report -----------------------------------------------------------------
 
@@ -222,6 +223,23 @@ def offline_problems(output_dir: Path) -> list[str]:
     return problems
 
 
+NOT_OUTPUTS = frozenset({RECORDED, FILE, "hotpot_questions.csv"})  # a notebook folder's files that no cell records
+
+
+def stale_output_problems(output_dir: Path) -> list[str]:
+    """Files in a notebook folder that its run did not record as an output (:func:`~dynheads_tl.verdicts.record_output`):
+    an earlier run's, which the pages would list beside this run's as if this run had written them."""
+    problems = []
+    for record in sorted(Path(output_dir).glob(f"*/{RECORDED}")):
+        stems = set(recorded_outputs(record.parent))
+        stale = sorted(p.name for p in record.parent.iterdir()
+                       if p.is_file() and p.name not in NOT_OUTPUTS and p.name.split(".")[0] not in stems)
+        if stale:
+            problems.append(f"{record.parent.name}/ holds files its run did not write (an earlier run's): "
+                            f"{', '.join(stale)}")
+    return problems
+
+
 def report_problems(output_dir: Path) -> list[str]:
     """Everything that keeps ``output_dir`` from being a report to commit; empty when it is one. A folder that lists
     reports (the report's root, a preset's folder) is checked whole: its own indexes' links, and every model's report
@@ -231,12 +249,13 @@ def report_problems(output_dir: Path) -> list[str]:
     reports = [report.folder for folder in listing for report in model_reports(folder)]
     if not reports:
         return (notebook_problems(output_dir) + path_problems(output_dir) + link_problems(output_dir)
-                + headline_problems(output_dir) + offline_problems(output_dir))
+                + headline_problems(output_dir) + offline_problems(output_dir) + stale_output_problems(output_dir))
     problems = path_problems(output_dir) + offline_problems(output_dir)
     for folder in listing:
         problems += [f"{_rel(folder, output_dir)}/: {problem}" if folder != output_dir else problem
                      for problem in link_problems(folder)]
     for folder in reports:
         problems += [f"{_rel(folder, output_dir)}/: {problem}" for problem in
-                     notebook_problems(folder) + link_problems(folder) + headline_problems(folder)]
+                     notebook_problems(folder) + link_problems(folder) + headline_problems(folder)
+                     + stale_output_problems(folder)]
     return problems
