@@ -80,18 +80,16 @@ def wu_static_scores(traces: Sequence[Trace]) -> WuScores:
     the model then never reproduced more than half of an answer, so the filtered score is undefined, and the
     unfiltered one (every step at which a head copies a needle token, whatever the answer) is what is left to rank
     heads by. The filter used travels with the scores; a caller reports it beside every result they decide."""
-    passed = sum(rouge1_recall(t.response, t.answers[0]) > 0.5 for t in traces)
-    if passed:
-        return WuScores(static_retrieval_scores(traces, rouge_filter=0.5), WU_FILTER, passed, len(traces))
-    return WuScores(static_retrieval_scores(traces, rouge_filter=None), WU_UNFILTERED, 0, len(traces))
+    return wu_static_per_sample(traces)[1]
 
 
 def wu_static_per_sample(traces: Sequence[Trace]) -> tuple[Float[Tensor, "sample layer head"], WuScores]:
-    """The per-sample terms of :func:`wu_static_scores` under the filter it chose for ``traces`` (Wu's, or none when
-    no answer passes), with its :class:`WuScores`: what a per-seed stability, overlap or head-score file reads, so
-    that each rests on the same samples as the seed's static set."""
-    wu = wu_static_scores(traces)
-    return static_retrieval_per_sample(traces, rouge_filter=0.5 if wu.filtered else None), wu
+    """The per-sample terms of :func:`wu_static_scores` under the filter it chooses for ``traces`` (Wu's, or none
+    when no answer passes), with its :class:`WuScores` (their mean): what a per-seed stability, overlap or
+    head-score file reads, so that each rests on the same samples as the seed's static set."""
+    passed = sum(rouge1_recall(t.response, t.answers[0]) > 0.5 for t in traces)
+    terms = static_retrieval_per_sample(traces, rouge_filter=0.5 if passed else None)
+    return terms, WuScores(terms.mean(0), WU_FILTER if passed else WU_UNFILTERED, passed, len(traces))
 
 
 def static_retrieval_per_sample(

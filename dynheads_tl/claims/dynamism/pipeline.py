@@ -324,8 +324,9 @@ def _file_stem(model_label: str) -> str:
 
 def write_head_files(model, config: DynamismConfig, results: dict[str, list[TaskResult]], out_dir: str) -> pd.DataFrame:
     """The NIAH static scores (Wu et al.'s score, one entry per calibration sample each seed's static set averages:
-    those the ROUGE filter keeps, or every sample of a seed none of whose answers passes; every seed pooled) and the per-head dynamic frequencies (per analysis sample, the share of its steps at which the
-    head is in the Eq. 1 set D_t) in Wu et al.'s ``head_score`` JSON format, each beside its provenance file
+    those the ROUGE filter keeps, or every sample of a seed none of whose answers passes; every seed pooled) and
+    the per-head dynamic frequencies (per analysis sample, the share of its steps at which the head is in the Eq. 1
+    set D_t) in Wu et al.'s ``head_score`` JSON format, each beside its provenance file
     (:func:`dynheads_tl.analysis.head_files.provenance`). The static file is the suite's own calibration even
     when ``static_source`` names a file. Returns one row per file written (path, what, n, head count)."""
     niah = results["niah"]
@@ -369,7 +370,8 @@ def write_head_files(model, config: DynamismConfig, results: dict[str, list[Task
 def static_stability(results: list[TaskResult], k: int = 20, *, n_resamples: int = 200, seed: int = 0,
                      check_calibration: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """How much the NIAH static set S_k moves with its calibration: the split-half curve over calibration sizes on
-    every seed's kept calibration samples pooled (each seed under its own filter, :func:`wu_static_per_sample`) (:func:`~dynheads_tl.analysis.stability.split_half_curve`), the
+    every seed's kept calibration samples pooled (each seed under its own filter, :func:`wu_static_per_sample`;
+    :func:`~dynheads_tl.analysis.stability.split_half_curve`), the
     overlap of S_k between each pair of seeds' calibration splits with bootstrap intervals
     (:func:`~dynheads_tl.analysis.stability.source_overlap`), and the computed sentence. The calibration splits of
     different seeds share their depths and haystack (only the UUID changes), so both understate how much S_k would
