@@ -1,6 +1,7 @@
 """Eq. 1, Eq. 2, Wu's static score and Table 1's metrics on hand-built traces."""
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -113,14 +114,20 @@ def test_wu_static_score_known_answer():
         static_retrieval_scores([b_failed])
 
 
-def test_wu_scores_keep_the_filter_and_fall_back_to_every_sample_only_when_none_passes():
+def test_wu_scores_keep_the_filter_and_fall_back_to_every_sample_only_when_none_passes(caplog):
     a = hand_trace([[[3, 0]], [[4, 0]]], [30, 31], PROMPT, (3, 6))
     b_failed = hand_trace([[[0, 3]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response="no idea")
-    kept = wu_static_scores([a, b_failed])  # one passes: exactly the filtered score, the failed sample left out
+    with caplog.at_level(logging.WARNING, logger="dynheads_tl.analysis.scoring"):
+        kept = wu_static_scores([a, b_failed])  # one passes: exactly the filtered score, the failed sample left out
+    assert not caplog.records  # the filter held: nothing to warn about
     assert (kept.filter, kept.n_passed, kept.n_kept, kept.n_calibration, kept.filtered) == (WU_FILTER, 1, 1, 2, True)
     torch.testing.assert_close(kept.scores, static_retrieval_scores([a, b_failed]))
     c_failed = hand_trace([[[3, 0]], [[0, 0]]], [30, 31], PROMPT, (3, 6), response="no idea")
-    none = wu_static_scores([b_failed, c_failed])  # none passes: every sample counts, and the filter says so
+    with caplog.at_level(logging.WARNING, logger="dynheads_tl.analysis.scoring"):
+        none = wu_static_scores([b_failed, c_failed], "NIAH calibration, seed 7")  # none passes: every sample counts
+    assert [r.getMessage() for r in caplog.records] == [  # and the filter says so, once, naming the split
+        "NIAH calibration, seed 7: none of 2 answers passed Wu et al.'s ROUGE filter; the static heads are ranked by "
+        "unfiltered scores."]
     assert (none.filter, none.n_passed, none.n_kept, none.filtered) == (WU_UNFILTERED, 0, 2, False)
     torch.testing.assert_close(none.scores, torch.tensor([[1 / 6, 1 / 6]]))
 

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from dynheads_tl.tasks.metrics import rouge1_recall
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.analysis.statistics import bootstrap_interval, ratio_of_sums
+
+logger = logging.getLogger(__name__)
 
 DynamicKind = Literal["eq1", "eq2"]
 
@@ -75,12 +78,17 @@ class WuScores:
         return self.n_passed if self.filtered else self.n_calibration
 
 
-def wu_static_scores(traces: Sequence[Trace]) -> WuScores:
+def wu_static_scores(traces: Sequence[Trace], label: str = "NIAH calibration") -> WuScores:
     """:func:`static_retrieval_scores` under Wu et al.'s filter, or without it when no calibration answer passes:
     the model then never reproduced more than half of an answer, so the filtered score is undefined, and the
     unfiltered one (every step at which a head copies a needle token, whatever the answer) is what is left to rank
-    heads by. The filter used travels with the scores; a caller reports it beside every result they decide."""
-    return wu_static_per_sample(traces)[1]
+    heads by. The filter used travels with the scores; a caller reports it beside every result they decide. The
+    fallback is logged as a warning naming ``label`` (which split, which seed)."""
+    wu = wu_static_per_sample(traces)[1]
+    if not wu.filtered:
+        logger.warning("%s: none of %s answers passed Wu et al.'s ROUGE filter; the static heads are ranked by "
+                       "unfiltered scores.", label, wu.n_calibration)
+    return wu
 
 
 def wu_static_per_sample(traces: Sequence[Trace]) -> tuple[Float[Tensor, "sample layer head"], WuScores]:

@@ -7,7 +7,6 @@ spans of the calibration split (:func:`eq2_calibration`); the paper's fixed thre
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
@@ -41,9 +40,6 @@ __all__ = [
 ]
 
 
-logger = logging.getLogger(__name__)
-
-
 @dataclass
 class TaskResult:
     task: str
@@ -73,11 +69,8 @@ def analyse_task(task: str, calibration: list[Trace], analysis: list[Trace], con
     static_filter, n_passed = "", None
     if task == "niah":
         if override is None:
-            wu = wu_static_scores(calibration)
+            wu = wu_static_scores(calibration, f"NIAH calibration, seed {seed}")
             scores, static_filter, n_passed = wu.scores, wu.filter, wu.n_passed
-            if not wu.filtered:
-                logger.warning("NIAH seed %s: none of %s calibration answers passed Wu et al.'s ROUGE filter; its "
-                               "static scores are unfiltered.", seed, len(calibration))
         else:
             scores, static_filter = override, f"static_source {config.static_source}"
         sets = [dynamic_sets(t, "eq1") for t in analysis]

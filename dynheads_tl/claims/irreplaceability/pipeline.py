@@ -73,11 +73,7 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
                             batch_size=config.trace_batch_size, desc=f"{task} calibration")
     rule = Eq2Rule("fixed", config.eq2_threshold)
     if task == "niah":
-        wu = wu_static_scores(traces)
-        if not wu.filtered:
-            logging.getLogger(__name__).warning("None of %s NIAH calibration answers passed Wu et al.'s ROUGE filter; "
-                                                "the static heads are ranked by unfiltered scores.", len(traces))
-        scores = wu.scores
+        scores = wu_static_scores(traces, "NIAH calibration").scores
         sets = [dynamic_sets(t, "eq1") for t in traces]
     else:
         scores = static_eq2_scores(traces)

@@ -4,7 +4,6 @@ teacher-forced, as cached units on the retention policy (:mod:`dynheads_tl.proto
 """
 from __future__ import annotations
 
-import logging
 import pandas as pd
 
 from dynheads_tl.analysis.correlation import SetProbe
@@ -31,9 +30,6 @@ __all__ = [
 ]
 
 
-logger = logging.getLogger(__name__)
-
-
 def training(model, config: RetentionConfig):
     """(static scores [layer, head], probe: hidden -> per-head scores) from the setting's notebook-01 traces."""
     calibration, analysis = layout_traces(model, config, haystack=config.haystack, context_tokens=config.context_tokens,
@@ -42,11 +38,7 @@ def training(model, config: RetentionConfig):
                                           batch_size=config.trace_batch_size)
     override = config.static_override(config.model)  # static_source: the file's scores are the static strategy's ranking
     if override is None:
-        wu = wu_static_scores(calibration)
-        if not wu.filtered:
-            logger.warning("None of %s calibration answers passed Wu et al.'s ROUGE filter; the static strategy ranks "
-                           "heads by unfiltered scores.", len(calibration))
-        static = wu.scores
+        static = wu_static_scores(calibration, "KV retention calibration").scores
     else:
         static = override
     probe = SetProbe.fit(calibration + analysis)

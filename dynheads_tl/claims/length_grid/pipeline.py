@@ -14,7 +14,6 @@ alone.
 """
 from __future__ import annotations
 
-import logging
 import random
 from dataclasses import dataclass
 
@@ -41,9 +40,6 @@ from dynheads_tl.protocols.ablation import AblationSetup, Job, cached_runs
 __all__ = ["grid_samples", "calibration_samples", "grid_traces", "StaticSets", "static_sets", "sample_table",
            "table1_by_length", "heatmap_data", "conditions", "calibration_probe", "masking_grid", "masking_by_length",
            "layout_ratio", "headroom_floor", "headroom_by_length", "primary_units", "cluster_bca", "prefill_share"]
-
-
-logger = logging.getLogger(__name__)
 
 
 def _offset(config: LengthGridConfig, length: int, run: int) -> int:
@@ -125,9 +121,7 @@ def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace
             "lengths": config.grid_lengths(), "seed": SEEDS["length_calibration"] + config.seed}
     traces = collect_traces(model, samples, config.trace_config("niah"), spec, use_cache=config.use_cache,
                             batch_size=config.trace_batch_size, desc="length grid calibration")
-    wu = wu_static_scores(traces)
-    if not wu.filtered:
-        logger.warning("No calibration answer passed Wu et al.'s ROUGE filter; the Wu scores are unfiltered.")
+    wu = wu_static_scores(traces, "length grid calibration")
     query = query_focused_scores(model, samples, use_cache=config.use_cache).mean(0).float()
     sizes = torch.cat([t.retrieval_mask.flatten(1).sum(1) for t in traces]).float()
     k = max(int(round(float(sizes.mean()))), 1) if len(sizes) else 1
