@@ -194,6 +194,8 @@ def test_synthetic_hotpot_results_say_so(tmp_path):
             text = (out / name).read_text()
             fig6 = next(line for line in text.splitlines() if "Fig 6" in line and "0.50" in line)
             assert (SYNTHETIC_NOTE in fig6) == labelled, (source, name)
+            # the opening paragraph explains the mark only on a page that shows it
+            assert ("seeded synthetic generator" in text) == labelled, (source, name)
         table1 = next(line for line in (out / "README.md").read_text().splitlines() if line.startswith("| Table 1"))
         assert SYNTHETIC_NOTE not in table1  # NIAH items are never labelled
 
