@@ -190,6 +190,21 @@ display(Image(filename=str(figures.save_figure(fig, "length_trends_figure", out_
 display(Markdown("**Verdict.** " + length_grid.trend_verdict(trends, config.model, config.haystack)))
 
 # %% [markdown]
+# ## Exploratory: rotation against its size bound (not pre-registered)
+# Added after Gemma 3 270M's grid to 32k had been seen (`preregistration.yaml`, `deviations:`, 2026-12-06): no
+# status reads it. Two sets of a and b heads have a Jaccard of at most min(a, b) / max(a, b), and a step with one
+# head next to a step with none has a Jaccard of 0, so the raw adjacent Jaccard falls wherever $D_t$ thins out.
+# Per length, the raw and the bound-normalised Jaccard per layout (pairs of two non-empty sets; BCa 95% over
+# layouts) and heads per step; the normalised one's slope per doubling by the primaries' test, uncorrected.
+
+# %%
+bounded = length_grid.rotation_bound_table(samples, n_resamples=config.n_resamples, seed=config.seed)
+figures.save_table(bounded, "rotation_bound", out_dir, run_config)
+display(bounded.round(4))
+display(Markdown("**Exploratory.** " + length_grid.rotation_bound_verdict(bounded, trends, config.model,
+                                                                           config.haystack)))
+
+# %% [markdown]
 # ## The size axis: five primaries on this model (the `scale` preset)
 # `preregistration.yaml` (`scale:` and its deviation of 2026-12-06) declares five primaries measured alike on every
 # model, with static sets of 10% of its heads: the share of Eq. 1 activations outside the query-focused static set

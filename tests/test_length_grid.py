@@ -828,3 +828,45 @@ def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp
     assert json.loads((resumed / "computed.json").read_text()) == total - masked > 0
     pd.testing.assert_frame_equal(pd.read_csv(resumed / "grid.csv"), pd.read_csv(fresh / "grid.csv"))
     assert not list(results.glob("*.tmp*")), "no half-written file is left under a final name"
+
+
+def _bounded_samples(raw: dict[int, float], bound: dict[int, float], per_length: int = 6) -> pd.DataFrame:
+    """One sample per layout, per_length layouts per length: adjacent Jaccard ``raw[length]`` and bound-normalised
+    Jaccard ``bound[length]`` (each layout off by a small spread), 2 heads per step at the first length, 1 after."""
+    rows = []
+    for n, length in enumerate(raw):
+        for i in range(per_length):
+            wobble = 0.01 * (i - per_length / 2)
+            rows.append({"context": length, "layout": f"essays|{length}|{i}", "steps": 10.0,
+                         "activations": 20.0 if n == 0 else 10.0,
+                         "adjacent_sum": 4 * (raw[length] + wobble), "adjacent_pairs": 4.0,
+                         "bound_ratio_sum": 2 * (bound[length] + wobble), "bound_pairs": 2.0})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("bound, reading, said", [
+    ({1000: 0.95, 2000: 0.95, 4000: 0.95}, "flat within the sesoi", "is not shown to be more than"),
+    ({1000: 0.9, 2000: 0.6, 4000: 0.3}, "decreases", "repeats it: turnover beyond"),
+])
+def test_the_size_bound_tells_shrinking_sets_from_rotation(bound, reading, said):
+    samples = _bounded_samples({1000: 0.8, 2000: 0.5, 4000: 0.2}, bound)
+    table = length_grid.rotation_bound_table(samples, n_resamples=200)
+    per = table[table["length"] != "slope"].set_index(["length", "measure"])
+    assert per.loc[("2000", "jaccard_adjacent"), "value"] == pytest.approx(0.5 - 0.005)  # the layouts' mean
+    assert per.loc[("1000", "over_bound"), "value"] == pytest.approx(bound[1000] - 0.005)
+    assert per.loc[("1000", "over_bound"), "n_layouts"] == 6
+    assert per.loc[("1000", "over_bound"), "heads_per_step"] == 2.0 and per.loc[("4000", "over_bound"), "heads_per_step"] == 1.0
+    slope = table[table["length"] == "slope"].iloc[0]
+    assert slope["reading"] == reading and slope["n_layouts"] == 18
+    assert slope["value"] == pytest.approx((bound[4000] - bound[1000]) / 2)
+    trends = pd.DataFrame({"primary": ["rotation_vs_length"], "reading": ["decreases"]})
+    text = length_grid.rotation_bound_verdict(table, trends, "toy", "essays")
+    assert said in text and "18 layouts" in text and "2.00 heads per step" in text
+    # without the primary's table the sentence says so rather than guessing
+    assert "was not computed" in length_grid.rotation_bound_verdict(table, None, "toy", "essays")
+
+
+def test_the_size_bound_sentence_says_when_no_pair_has_two_sets():
+    samples = _bounded_samples({1000: 0.5, 2000: 0.5}, {1000: 0.5, 2000: 0.5}).assign(bound_pairs=0.0)
+    table = length_grid.rotation_bound_table(samples, n_resamples=50)
+    assert "undefined" in length_grid.rotation_bound_verdict(table, None, "toy", "essays")

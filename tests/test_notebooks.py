@@ -512,7 +512,8 @@ def test_kv_retention_notebook_runs_with_tiny_parameters(smoke):
 def test_length_grid_notebook_runs_with_tiny_parameters(smoke):
     run = smoke("07_length_grid")
     folder = run.figures
-    for name in ("table1_by_length", "fig2_by_length", "length_headroom", "length_trends", "window_layers"):
+    for name in ("table1_by_length", "fig2_by_length", "length_headroom", "length_trends", "window_layers",
+                 "rotation_bound"):
         for ext in ("csv", "md", "config.json"):
             assert (folder / f"{name}.{ext}").exists()
     # headroom per length beside the slopes (deviation of 2026-12-06): one row per length of the masking runs
@@ -524,6 +525,13 @@ def test_length_grid_notebook_runs_with_tiny_parameters(smoke):
     trends = pd.read_csv(folder / "length_trends.csv", keep_default_na=False)
     assert {"lengths_no_headroom", "lengths_run", "lengths_beyond_window", "context_window"} <= set(trends.columns)
     assert (trends["lengths_run"] == "200 400").all() and (trends["lengths_beyond_window"] == "").all()
+    # the rotation slope's size bound (exploratory, deviation of 2026-12-06): per length and the slope, quoted
+    bound = pd.read_csv(folder / "rotation_bound.csv", keep_default_na=False)
+    assert bound["length"].tolist() == ["200", "200", "400", "400", "slope"]
+    from dynheads_tl.claims.length_grid.report import _bound_finding
+
+    [said] = _bound_finding(folder)
+    assert said.startswith("On smollm2-135m-instruct, NIAH on the") and said in run.executed.read_text()
     # SmolLM2 has no sliding-window layer: the exploratory analysis says so in one computed sentence and is skipped
     layers = pd.read_csv(folder / "window_layers.csv")
     assert len(layers) == 30 and set(layers["kind"]) == {"global"}

@@ -18,6 +18,7 @@ from .figures import *  # noqa: F401,F403
 from .trend import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
 from .window import *  # noqa: F401,F403
+from .bounded import *  # noqa: F401,F403
 from .size_axis import *  # noqa: F401,F403
 from .scale import *  # noqa: F401,F403
 from .report import CLAIM  # noqa: F401

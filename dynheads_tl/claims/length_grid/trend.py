@@ -18,7 +18,11 @@ import numpy as np
 from dynheads_tl.analysis.bca import bca_bounds, bca_p_value
 from dynheads_tl.analysis.statistics import holm_adjust
 
-__all__ = ["Slope", "log2_slope", "slope_test", "holm_family", "slope_reading"]
+__all__ = ["Slope", "log2_slope", "slope_test", "holm_family", "slope_reading", "MIN_LAYOUTS_PER_LENGTH"]
+
+# A slope is tested only when every length has at least this many layouts: a bootstrap within fewer clusters gives
+# an interval too narrow to trust (claim 2 asks the same minimum of its comparisons).
+MIN_LAYOUTS_PER_LENGTH = 5
 
 
 @dataclass(frozen=True)
