@@ -830,40 +830,74 @@ def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp
     assert not list(results.glob("*.tmp*")), "no half-written file is left under a final name"
 
 
-def _bounded_samples(raw: dict[int, float], bound: dict[int, float], per_length: int = 6) -> pd.DataFrame:
-    """One sample per layout, per_length layouts per length: adjacent Jaccard ``raw[length]`` and bound-normalised
-    Jaccard ``bound[length]`` (each layout off by a small spread), 2 heads per step at the first length, 1 after."""
+def _bounded_samples(raw: dict[int, float], bound: dict[int, float], per_length: int = 6,
+                     spread: float = 0.01) -> pd.DataFrame:
+    """One sample per layout, per_length layouts per length: layout i's adjacent Jaccard is ``raw[length]`` and its
+    bound-normalised Jaccard ``bound[length]``, each plus spread * (i - 3) (so their mean over 6 layouts is 0.5 *
+    spread below), over 2 + i pairs (so a pooled ratio would differ from the mean of the layouts' ratios); 2 heads
+    per step at the first length, 1 after; one pair in four of a layout has an empty side."""
     rows = []
     for n, length in enumerate(raw):
         for i in range(per_length):
-            wobble = 0.01 * (i - per_length / 2)
+            wobble, pairs = spread * (i - 3), 4.0 * (2 + i)
             rows.append({"context": length, "layout": f"essays|{length}|{i}", "steps": 10.0,
                          "activations": 20.0 if n == 0 else 10.0,
-                         "adjacent_sum": 4 * (raw[length] + wobble), "adjacent_pairs": 4.0,
-                         "bound_ratio_sum": 2 * (bound[length] + wobble), "bound_pairs": 2.0})
+                         "adjacent_sum": pairs * (raw[length] + wobble), "adjacent_pairs": pairs,
+                         "bound_ratio_sum": 0.75 * pairs * (bound[length] + wobble), "bound_pairs": 0.75 * pairs})
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("bound, reading, said", [
-    ({1000: 0.95, 2000: 0.95, 4000: 0.95}, "flat within the sesoi", "is not shown to be more than"),
-    ({1000: 0.9, 2000: 0.6, 4000: 0.3}, "decreases", "repeats it: turnover beyond"),
+@pytest.mark.parametrize("raw_reading, bound, spread, reading, said", [
+    ("decreases", {1000: 0.95, 2000: 0.95, 4000: 0.95}, 0.01, "flat within the sesoi",
+     "is flat: the raw fall is accounted for by the sets' sizes (2.00 to 1.00 heads per step), not by more turnover"),
+    ("decreases", {1000: 0.9, 2000: 0.6, 4000: 0.3}, 0.01, "decreases",
+     "the normalised one decreases too: the sets turn over more with length than their sizes force"),
+    ("increases", {1000: 0.3, 2000: 0.6, 4000: 0.9}, 0.01, "increases",
+     "the normalised one increases too: the sets turn over less with length than their sizes force"),
+    ("decreases", {1000: 0.3, 2000: 0.6, 4000: 0.9}, 0.01, "increases",
+     "while the normalised one increases: the raw fall comes from the sets' sizes (2.00 to 1.00 heads per step), "
+     "beyond which they turn over less"),
+    ("decreases", {1000: 0.5, 2000: 0.5, 4000: 0.55}, 0.3, "undetermined",
+     "whether that is more turnover or only the sets' sizes (2.00 to 1.00 heads per step) is not settled"),
+    ("flat within the sesoi", {1000: 0.9, 2000: 0.6, 4000: 0.3}, 0.01, "decreases",
+     "the rotation primary reads 'flat within the sesoi', the normalised Jaccard 'decreases'"),
 ])
-def test_the_size_bound_tells_shrinking_sets_from_rotation(bound, reading, said):
-    samples = _bounded_samples({1000: 0.8, 2000: 0.5, 4000: 0.2}, bound)
-    table = length_grid.rotation_bound_table(samples, n_resamples=200)
+def test_the_size_bound_tells_shrinking_sets_from_rotation(raw_reading, bound, spread, reading, said):
+    samples = _bounded_samples({1000: 0.8, 2000: 0.5, 4000: 0.2}, bound, spread=spread)
+    table = length_grid.rotation_bound_table(samples, n_resamples=400)
     per = table[table["length"] != "slope"].set_index(["length", "measure"])
-    assert per.loc[("2000", "jaccard_adjacent"), "value"] == pytest.approx(0.5 - 0.005)  # the layouts' mean
-    assert per.loc[("1000", "over_bound"), "value"] == pytest.approx(bound[1000] - 0.005)
-    assert per.loc[("1000", "over_bound"), "n_layouts"] == 6
-    assert per.loc[("1000", "over_bound"), "heads_per_step"] == 2.0 and per.loc[("4000", "over_bound"), "heads_per_step"] == 1.0
+    # the mean of the layouts' ratios (the rotation primary's units), not the pairs pooled
+    assert per.loc[("2000", "raw_layout_mean"), "value"] == pytest.approx(0.5 - 0.5 * spread)
+    assert per.loc[("1000", "over_bound_layout_mean"), "value"] == pytest.approx(bound[1000] - 0.5 * spread)
+    assert (per["low"] <= per["value"]).all() and (per["value"] <= per["high"]).all()
+    assert per.loc[("1000", "over_bound_layout_mean"), "n_layouts"] == 6
+    assert per.loc[("1000", "raw_layout_mean"), "heads_per_step"] == 2.0
+    assert per.loc[("4000", "raw_layout_mean"), "heads_per_step"] == 1.0
+    assert per.loc[("4000", "raw_layout_mean"), "empty_side_share"] == pytest.approx(0.25)
     slope = table[table["length"] == "slope"].iloc[0]
-    assert slope["reading"] == reading and slope["n_layouts"] == 18
-    assert slope["value"] == pytest.approx((bound[4000] - bound[1000]) / 2)
-    trends = pd.DataFrame({"primary": ["rotation_vs_length"], "reading": ["decreases"]})
+    assert slope["reading"] == reading and slope["n_layouts"] == 18 and slope["short_lengths"] == ""
+    assert slope["low"] <= slope["value"] <= slope["high"]
+    assert slope["value"] == pytest.approx((bound[4000] - bound[1000]) / 2, abs=0.02 if spread > 0.1 else 1e-9)
+    trends = pd.DataFrame({"primary": ["rotation_vs_length"], "reading": [raw_reading]})
     text = length_grid.rotation_bound_verdict(table, trends, "toy", "essays")
-    assert said in text and "18 layouts" in text and "2.00 heads per step" in text
+    assert said in text, text
+    assert f"it {reading} with length" in text if reading in ("increases", "decreases") else True
+    assert "18 layouts" in text and "±0.02" in text and "25% of its adjacent pairs with an empty side" in text
     # without the primary's table the sentence says so rather than guessing
     assert "was not computed" in length_grid.rotation_bound_verdict(table, None, "toy", "essays")
+
+
+def test_a_length_with_too_few_layouts_leaves_the_normalised_slope_untested_and_is_named():
+    samples = _bounded_samples({1000: 0.8, 2000: 0.5, 4000: 0.2}, {1000: 0.9, 2000: 0.6, 4000: 0.3})
+    samples = samples[~((samples["context"] == 4000) & (samples["layout"].str.endswith(("|3", "|4", "|5"))))]
+    table = length_grid.rotation_bound_table(samples, n_resamples=200)
+    slope = table[table["length"] == "slope"].iloc[0]
+    assert slope["reading"] == "not tested" and slope["short_lengths"] == "4000"
+    trends = pd.DataFrame({"primary": ["rotation_vs_length"], "reading": ["decreases"]})
+    text = length_grid.rotation_bound_verdict(table, trends, "toy", "filler")
+    assert "its slope is not tested" in text and "4,000 tokens hold fewer" in text
+    assert "(3 layouts, fewer than 5: too few to trust its interval" in text and "is not settled" in text
+    assert "filler (the easy control)" in text
 
 
 def test_the_size_bound_sentence_says_when_no_pair_has_two_sets():

@@ -7,8 +7,10 @@ window, or as retrieval fails), the raw Jaccard falls with them. The bound-norma
 non-empty sets' Jaccard over its bound, pooled per layout: the scale section's measure) is 1 when a step keeps as
 many of the last step's heads as the sizes allow. Per length: both, and heads per step; across lengths: the
 normalised Jaccard's slope per doubling by the primaries' own test (:func:`~.trend.slope_test`, BCa over layouts
-within each length, at least :data:`~.trend.MIN_LAYOUTS_PER_LENGTH` layouts per length) at the rotation primary's
-smallest effect of interest. One exploratory test, uncorrected; no status reads it.
+within each length, at least :data:`~.trend.MIN_LAYOUTS_PER_LENGTH` layouts per length, or no test) at the rotation
+primary's smallest effect of interest. One exploratory test, uncorrected; no status reads it. The normalised measure
+leaves out the pairs with an empty side, which are those that pull the raw Jaccard to 0, so each length also gives
+their share of its adjacent pairs (descriptive; the second deviation of 2026-12-06 on the size bound).
 """
 from __future__ import annotations
 
@@ -17,54 +19,71 @@ import pandas as pd
 from dynheads_tl import preregistration
 from dynheads_tl.claim import Verdict, ci_text, is_true
 
+from .config import EASY_CONTROL
 from .pipeline import cluster_bca, layout_ratio
 from .trend import MIN_LAYOUTS_PER_LENGTH, slope_reading, slope_test
 
 __all__ = ["rotation_bound_table", "rotation_bound_verdict", "ROTATION_PRIMARY"]
 
 ROTATION_PRIMARY = "rotation_vs_length"
-_MEASURES = {"jaccard_adjacent": ("adjacent_sum", "adjacent_pairs"),
-             "over_bound": ("bound_ratio_sum", "bound_pairs")}
+# per layout, the mean over layouts of (sum of numerator) / (sum of denominator) over the layout's samples: the
+# raw one is the rotation primary's own unit (Table 1 by length pools the pairs instead, so its value differs)
+_MEASURES = {"raw_layout_mean": ("adjacent_sum", "adjacent_pairs"),
+             "over_bound_layout_mean": ("bound_ratio_sum", "bound_pairs")}
+NORMALISED = "over_bound_layout_mean"
 
 
 def _rotation_sesoi() -> float:
     return next(float(p["sesoi"]) for p in preregistration.lengths()["primaries"] if p["id"] == ROTATION_PRIMARY)
 
 
+def _interval(values, layouts, n_resamples: int, seed: int) -> tuple[float, float, float, bool]:
+    if not len(values):
+        return float("nan"), float("nan"), float("nan"), False
+    return cluster_bca(len(values), layouts, lambda i: float(values[i].mean()), n_resamples=n_resamples, seed=seed)
+
+
 def rotation_bound_table(samples: pd.DataFrame, *, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """From :func:`~.pipeline.sample_table`'s rows: per length (``length`` an int), the layouts' mean raw adjacent
-    Jaccard (``jaccard_adjacent``, pairs with a non-empty union) and bound-normalised one (``over_bound``, pairs of
-    two non-empty sets), each with a BCa 95% interval over layouts and its n, and the pooled heads per step
-    (``heads_per_step``, every step); then one row ``length`` = "slope" for ``over_bound``: slope per doubling,
-    BCa 95% interval, the 90% interval TOST reads, p (uncorrected), its reading at the rotation primary's sesoi."""
+    """From :func:`~.pipeline.sample_table`'s rows: per length (``length`` as text), for each measure of
+    :data:`_MEASURES` (the raw adjacent Jaccard over the pairs with a non-empty union, and the bound-normalised one
+    over the pairs of two non-empty sets), the mean of the layouts' ratios with a BCa 95% interval over layouts and
+    its n (``n_layouts``: the layouts holding such a pair); beside them the length's heads per step (a mean over
+    layouts of their heads per step) with a BCa 95% interval over layouts, and ``empty_side_share``, the share of its adjacent pairs
+    with an empty side (pooled; the pairs the normalised measure leaves out). Then one row ``length`` = "slope" for
+    the normalised measure: slope per doubling, BCa 95% interval, the 90% interval TOST reads, p (uncorrected), its
+    reading at the rotation primary's sesoi, and ``short_lengths``: the lengths with fewer than
+    :data:`~.trend.MIN_LAYOUTS_PER_LENGTH` layouts, any of which leaves the slope untested."""
     alpha = float(preregistration.lengths()["alpha"])
     sesoi = _rotation_sesoi()
     units = {name: layout_ratio(samples, *columns) for name, columns in _MEASURES.items()}
+    heads = layout_ratio(samples, "activations", "steps")
     rows = []
     for length in sorted(int(x) for x in samples["context"].unique()):
         at = samples[samples["context"].astype(int) == length]
-        steps = float(at["steps"].sum())
+        per_step = heads[heads["length"] == length].reset_index(drop=True)
+        pairs = float(at["adjacent_pairs"].sum())
+        h = _interval(per_step["value"].to_numpy(float), per_step["layout"], n_resamples, seed)
+        beside = {"heads_per_step": h[0], "heads_per_step_low": h[1], "heads_per_step_high": h[2],
+                  "empty_side_share": (pairs - float(at["bound_pairs"].sum())) / pairs if pairs else float("nan"),
+                  "adjacent_pairs": int(pairs)}
         for measure, frame in units.items():
             part = frame[frame["length"] == length].reset_index(drop=True)
             values = part["value"].to_numpy(float)
-            if len(values):
-                value, low, high, degenerate = cluster_bca(len(values), part["layout"],
-                                                           lambda i: float(values[i].mean()),
-                                                           n_resamples=n_resamples, seed=seed)
-            else:
-                value = low = high = float("nan")
-                degenerate = False
+            value, low, high, degenerate = _interval(values, part["layout"], n_resamples, seed)
             rows.append({"length": str(length), "measure": measure, "value": value, "low": low, "high": high,
-                         "degenerate": degenerate, "n_layouts": len(values),
-                         "heads_per_step": float(at["activations"].sum()) / steps if steps else float("nan")})
-    frame = units["over_bound"]
+                         "degenerate": degenerate, "n_layouts": len(values), **beside})
+    frame = units[NORMALISED]
+    counts = frame.groupby("length")["layout"].nunique()
+    short = [int(x) for x in sorted(samples["context"].astype(int).unique())
+             if int(counts.get(x, 0)) < MIN_LAYOUTS_PER_LENGTH]
     slope = slope_test(frame["value"].to_numpy(float), frame["length"].to_numpy(int),
                        frame["layout"].astype(str).to_numpy(), alpha=alpha, n_resamples=n_resamples, seed=seed,
                        min_layouts=MIN_LAYOUTS_PER_LENGTH)
-    rows.append({"length": "slope", "measure": "over_bound", "value": slope.estimate, "low": slope.low,
+    rows.append({"length": "slope", "measure": NORMALISED, "value": slope.estimate, "low": slope.low,
                  "high": slope.high, "degenerate": slope.degenerate, "n_layouts": slope.layouts,
                  "tost_low": slope.tost_low, "tost_high": slope.tost_high, "p": slope.p, "sesoi": sesoi,
-                 "n_lengths": slope.lengths, "reading": slope_reading(slope, slope.p, sesoi, alpha)})
+                 "n_lengths": slope.lengths, "short_lengths": " ".join(map(str, short)),
+                 "reading": slope_reading(slope, slope.p, sesoi, alpha)})
     return pd.DataFrame(rows)
 
 
@@ -74,55 +93,90 @@ def _per_length(table: pd.DataFrame, measure: str) -> pd.DataFrame:
     return rows.sort_values("tokens")
 
 
+def _signed(value: float) -> str:
+    return f"{value:+.3f}".replace("-", "−")
+
+
+def _short(value) -> list[int]:
+    text = "" if value is None or (isinstance(value, float) and value != value) else str(value)
+    return [int(float(x)) for x in text.split()]
+
+
+def _end(row, label: str) -> str:
+    few = (f", fewer than {MIN_LAYOUTS_PER_LENGTH}: too few to trust its interval"
+           if int(row["n_layouts"]) < MIN_LAYOUTS_PER_LENGTH else "")
+    return (f"{ci_text(row['value'], row['low'], row['high'], digits=2)} at {label} ({int(row['n_layouts'])} "
+            f"layouts{few}; {row['heads_per_step']:.2f} heads per step, {row['empty_side_share']:.0%} of its "
+            "adjacent pairs with an empty side)")
+
+
+# What the normalised slope says of a raw change, per (raw reading, normalised reading): the sentence's last clause.
+_TURNOVER = {"decreases": "more", "increases": "less"}
+
+
+def _comparison(raw: str | None, normalised: str, sizes: str) -> str:
+    if raw is None:
+        return "the rotation primary was not computed"
+    if raw not in _TURNOVER:
+        return f"the rotation primary reads '{raw}', the normalised Jaccard '{normalised}'"
+    more = _TURNOVER[raw]
+    change = {"decreases": "fall", "increases": "rise"}[raw]
+    if normalised == raw:
+        return (f"the rotation primary's raw Jaccard {raw} with length and the normalised one {raw} too: the sets "
+                f"turn over {more} with length than their sizes force")
+    if normalised == "flat within the sesoi":
+        return (f"the rotation primary's raw Jaccard {raw} with length while the normalised one is flat: the raw "
+                f"{change} is accounted for by the sets' sizes ({sizes}), not by {more} turnover")
+    if normalised in _TURNOVER:
+        return (f"the rotation primary's raw Jaccard {raw} with length while the normalised one {normalised}: the "
+                f"raw {change} comes from the sets' sizes ({sizes}), beyond which they turn over "
+                f"{_TURNOVER[normalised]}")
+    return (f"the rotation primary's raw Jaccard {raw} with length; whether that is {more} turnover or only the "
+            f"sets' sizes ({sizes}) is not settled by this measure")
+
+
 def rotation_bound_verdict(table: pd.DataFrame, trends: pd.DataFrame | None, model: str, haystack: str) -> Verdict:
-    """One computed sentence: the bound-normalised Jaccard at the shortest and the longest length (heads per step
-    beside it), its slope per doubling and reading, and what it says of the rotation primary's reading
-    (``trends``: :func:`~.report.trend_table`'s table, or None): a raw fall (or rise) that the normalised Jaccard
-    repeats in its direction is turnover beyond what the set sizes force; one it does not repeat is not shown to be
-    more than the sets' sizes changing."""
+    """One computed sentence: the bound-normalised Jaccard at the shortest and the longest length (with its n, heads
+    per step and the share of pairs it leaves out), its slope per doubling and reading, and, per pair of readings
+    (the rotation primary's in ``trends``, :func:`~.report.trend_table`'s table or None, and the normalised one's),
+    what the normalised slope says of the raw one: the same direction is turnover beyond what the sizes force; flat
+    (TOST) is the sizes alone; the other direction is the sizes, with turnover the other way; undetermined or
+    untested settles nothing."""
     slope_rows = table[table["length"].astype(str) == "slope"]
-    bound = _per_length(table, "over_bound").dropna(subset=["value"])
+    bound = _per_length(table, NORMALISED).dropna(subset=["value"])
     if not len(slope_rows) or not len(bound):
         return Verdict(("bound", "No step pair with two non-empty sets: the bound-normalised Jaccard is undefined."),
                        declared=("bound",))
     s = slope_rows.iloc[0]
     first, last = bound.iloc[0], bound.iloc[-1]
-    ends = (f"{ci_text(first['value'], first['low'], first['high'], digits=2)} at {first['tokens']:,} tokens "
-            f"({first['heads_per_step']:.2f} heads per step, {int(first['n_layouts'])} layouts) and "
-            f"{ci_text(last['value'], last['low'], last['high'], digits=2)} at {last['tokens']:,} "
-            f"({last['heads_per_step']:.2f} heads per step, {int(last['n_layouts'])} layouts)")
+    first_at, last_at = f"{int(first['tokens']):,} tokens", f"{int(last['tokens']):,}"
+    ends = f"{_end(first, first_at)} and {_end(last, last_at)}"
     reading = str(s["reading"])
+    sesoi = float(s["sesoi"])
     if reading == "not tested":
-        trend = (f"its slope is not tested (a slope needs two lengths with at least {MIN_LAYOUTS_PER_LENGTH} "
-                 "layouts that hold a pair of two non-empty sets)")
+        short = _short(s.get("short_lengths"))
+        why = (f"{', '.join(f'{x:,}' for x in short)} tokens hold fewer" if short else "a length holds fewer")
+        trend = (f"its slope is not tested (every length needs at least {MIN_LAYOUTS_PER_LENGTH} layouts holding "
+                 f"a pair of two non-empty sets; {why})")
     else:
         numbers = (f"{ci_text(s['value'], s['low'], s['high'], digits=3, signed=True)} per doubling"
                    + (" (degenerate)" if is_true(s["degenerate"]) else "") + f", p = {float(s['p']):.3g} uncorrected, "
-                   f"{int(s['n_layouts'])} layouts, smallest effect of interest ±{float(s['sesoi']):g}")
+                   f"{int(s['n_layouts'])} layouts, smallest effect of interest ±{sesoi:g}")
         trend = {"increases": f"it increases with length ({numbers})",
                  "decreases": f"it decreases with length ({numbers})",
-                 "flat within the sesoi": (f"it is flat with length within ±{float(s['sesoi']):g} (TOST: the 90% "
-                                           f"interval [{float(s['tost_low']):+.3f}, {float(s['tost_high']):+.3f}] "
+                 "flat within the sesoi": (f"it is flat with length within ±{sesoi:g} (TOST: the 90% interval "
+                                           f"[{_signed(float(s['tost_low']))}, {_signed(float(s['tost_high']))}] "
                                            f"lies inside; {numbers})"),
                  "undetermined": f"its change with length cannot be told ({numbers})"}[reading]
     raw = None
     if trends is not None and len(trends) and ROTATION_PRIMARY in set(trends["primary"]):
         raw = str(trends.set_index("primary").loc[ROTATION_PRIMARY, "reading"])
-    if raw in ("increases", "decreases"):
-        if reading == raw:
-            said = (f"the rotation primary's raw Jaccard {raw} too, and the normalised one repeats it: turnover "
-                    "beyond what the sets' sizes force")
-        else:
-            said = (f"the rotation primary's raw Jaccard {raw} with length, but the normalised one does not: that "
-                    "change is not shown to be more than the sets' sizes changing (fewer heads per step bound the "
-                    "Jaccard lower), so it is not read as more rotation")
-    elif raw is not None:
-        said = f"the rotation primary's raw Jaccard reads '{raw}'"
-    else:
-        said = "the rotation primary was not computed"
-    lengths = ", ".join(f"{x:,}" for x in bound["tokens"])
-    return Verdict(("bound", f"On {model}, NIAH on the {haystack} haystack at {lengths} tokens (exploratory, not "
-                             "pre-registered: preregistration.yaml, deviation of 2026-12-06 on the size bound), the "
-                             "adjacent-step Jaccard over its size bound (pairs of two non-empty sets; 1: a step keeps "
-                             f"as many of the last step's heads as the sizes allow) is {ends}; {trend}; {said}."),
+    sizes = f"{first['heads_per_step']:.2f} to {last['heads_per_step']:.2f} heads per step"
+    label = f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
+    lengths = ", ".join(f"{x:,}" for x in _per_length(table, NORMALISED)["tokens"])
+    return Verdict(("bound", f"On {model}, NIAH on the {label} haystack at {lengths} tokens (exploratory, not "
+                             "pre-registered: preregistration.yaml, deviations of 2026-12-06 on the size bound), the "
+                             "adjacent-step Jaccard over its size bound (a mean over layouts of their pairs of two "
+                             "non-empty sets; 1: a step keeps as many of the last step's heads as the sizes allow) is "
+                             f"{ends}; {trend}; {_comparison(raw, reading, sizes)}."),
                    declared=("bound",))

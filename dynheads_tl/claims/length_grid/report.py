@@ -494,9 +494,9 @@ CLAIM = Claim(
     ),
     findings=(Finding("Length grid: trends", _trend_finding,
                       "Do the phenomena change with length? The three pre-registered slopes"),
-              Finding("Length grid: rotation against its size bound (exploratory)", _bound_finding,
-                      "Exploratory: rotation against its size bound (not pre-registered)"),
               Finding("Length grid: global and sliding-window layers (exploratory)", _window_finding,
-                      "Exploratory: global and sliding-window layers (not pre-registered)")),
+                      "Exploratory: global and sliding-window layers (not pre-registered)"),
+              Finding("Length grid: rotation against its size bound (exploratory)", _bound_finding,
+                      "Exploratory: rotation against its size bound (not pre-registered)")),
     seeds=SEEDS,
 )
