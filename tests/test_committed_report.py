@@ -200,6 +200,23 @@ def test_synthetic_hotpot_results_say_so(tmp_path):
         assert SYNTHETIC_NOTE not in table1  # NIAH items are never labelled
 
 
+def test_a_presets_table_of_models_marks_synthetic_results_too(tmp_path):
+    from dynheads_tl.report.index import model_cells
+
+    preset = tmp_path / "default"
+    for model, source in (("m1", "synthetic"), ("m2", "data/hotpot_dev_distractor_v1.json")):
+        _write_outputs(preset / model, hotpot_source=source)
+        (preset / model / "runs.json").write_text(json.dumps({"02_irreplaceability": {"model": model}}))
+    _, rows = model_cells(preset)
+    [fig6] = [cells for _, item, cells in rows if item.item == "Fig 6"]
+    assert [SYNTHETIC_NOTE in cell.headline for cell in fig6] == [True, False]
+    assert [cell.synthetic for cell in fig6] == [True, False]
+    build_index(preset)
+    text = (preset / "README.md").read_text()
+    assert SYNTHETIC_NOTE in next(line for line in text.splitlines() if line.startswith("| Fig 6"))
+    assert "seeded synthetic generator" in text  # the intro explains the mark the table shows
+
+
 def test_index_html_links_renderings_thumbnails_and_runs(clean_report):
     (clean_report / "executed" / "02_irreplaceability.html").write_text("<html></html>")
     build_index(clean_report)

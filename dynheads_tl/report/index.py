@@ -260,9 +260,10 @@ def _cells(folders: list[Path]) -> list[tuple[Any, Any, list[ModelCell]]]:
         cells = []
         for found in results:
             row = _result_row(found, claim, item)
-            cells.append(ModelCell(row.status, row.headline, row.data == "synthetic",
-                                   longest_context(found[claim.notebook].contexts, item_task(item)))
-                         if row and row.produced else ModelCell("not produced"))
+            synthetic = bool(row and row.data == "synthetic")  # marked as in a model's own table (SCIENCE 9)
+            mark = f" {SYNTHETIC_NOTE}" if synthetic and row.status != "qualitative" else ""
+            cells.append(ModelCell(row.status, row.headline + mark, synthetic, longest_context(
+                found[claim.notebook].contexts, item_task(item))) if row and row.produced else ModelCell("not produced"))
         rows.append((claim, item, cells))
     return rows
 
