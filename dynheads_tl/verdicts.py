@@ -162,21 +162,27 @@ def begin_outputs(folder: Path) -> dict[str, Any]:
     return before
 
 
-def end_outputs(folder: Path, before: dict[str, Any], *, finished: bool) -> list[str]:
+def end_outputs(folder: Path, before: dict[str, Any], *, finished: bool, since: float | None = None) -> list[str]:
     """Settle a run's record against the previous run's (``before``, from :func:`begin_outputs`). A finished run:
-    the files of every output the previous run recorded and this one did not write are removed, so that no table of
-    an earlier run (one this run left out, an empty one say) is listed as this run's; returns those stems. A
-    stopped run: its record keeps the previous entries it did not replace, since their files are still there."""
+    the files of every output the previous run recorded and this one did not record are removed, so that no table
+    of an earlier run (one this run left out, an empty one say) is listed as this run's, except a file written at or
+    after ``since`` (the run's start, a POSIX time): this run wrote it outside the record (the HotpotQA questions'
+    ``_id`` list, say), so it is not stale. Returns the stems whose files were removed. A stopped run: its record
+    keeps the previous entries it did not replace, since their files are still there."""
     folder = Path(folder)
     now = recorded_outputs(folder)
     stale = [stem for stem in before if stem not in now]
     if not stale:
         return []
     if finished:
+        removed = []
         for stem in stale:
-            for name in _files(folder, stem):
+            old = [name for name in _files(folder, stem)
+                   if since is None or (folder / name).stat().st_mtime < since]
+            for name in old:
                 (folder / name).unlink()
-        return stale
+            removed += [stem] if old else []
+        return removed
     atomic_write_text(folder / RECORDED, _dump(_finite({**{stem: before[stem] for stem in stale}, **now})))
     return []
 

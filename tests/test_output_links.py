@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import time
 from pathlib import Path
 
 import nbformat
@@ -245,4 +247,14 @@ def test_a_finished_run_drops_the_outputs_of_an_earlier_run_that_it_did_not_writ
     again = verdicts.begin_outputs(folder)  # stopped before writing anything: the earlier entries stay, files too
     assert verdicts.end_outputs(folder, again, finished=False) == []
     assert verdicts.recorded_outputs(folder) == again and (folder / "kept.csv").exists()
+    # a file the run writes outside its record (notebooks list their HotpotQA questions so) is this run's, not stale:
+    # a finished run that did not record "kept" again removes only its files from before the run started
+    started = time.time()
+    os.utime(folder / "kept.md", (started - 60, started - 60))
+    os.utime(folder / "kept.config.json", (started - 60, started - 60))
+    os.utime(folder / "kept.csv", (started + 1, started + 1))  # rewritten by this run
+    third = verdicts.begin_outputs(folder)
+    assert verdicts.end_outputs(folder, third, finished=True, since=started) == ["kept"]
+    assert (folder / "kept.csv").exists() and not (folder / "kept.md").exists()
+    assert not (folder / "kept.config.json").exists()
     assert verdicts.begin_outputs(tmp_path / "new") == {} and not (tmp_path / "new").exists()  # a first run

@@ -393,7 +393,7 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
                 kernel_log.close()
                 _relocate(partial, notebook, shown_final, cwd)
                 partial.replace(final)
-                removed = end_outputs(output_dir / notebook.stem, earlier_outputs, finished=True)
+                removed = end_outputs(output_dir / notebook.stem, earlier_outputs, finished=True, since=t0)
                 if removed:
                     print(f"Removed {len(removed)} output(s) of an earlier run that this run did not write: "
                           f"{', '.join(removed)}.", flush=True)
