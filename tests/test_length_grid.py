@@ -904,3 +904,8 @@ def test_the_size_bound_sentence_says_when_no_pair_has_two_sets():
     samples = _bounded_samples({1000: 0.5, 2000: 0.5}, {1000: 0.5, 2000: 0.5}).assign(bound_pairs=0.0)
     table = length_grid.rotation_bound_table(samples, n_resamples=50)
     assert "undefined" in length_grid.rotation_bound_verdict(table, None, "toy", "essays")
+
+
+def test_a_run_from_before_the_size_bound_analysis_says_it_was_not_computed(tmp_path):
+    [said] = length_grid.bound_finding(tmp_path)
+    assert said.startswith("Not computed: this run of notebook 07 predates")

@@ -528,9 +528,9 @@ def test_length_grid_notebook_runs_with_tiny_parameters(smoke):
     # the rotation slope's size bound (exploratory, deviation of 2026-12-06): per length and the slope, quoted
     bound = pd.read_csv(folder / "rotation_bound.csv", keep_default_na=False)
     assert bound["length"].tolist() == ["200", "200", "400", "400", "slope"]
-    from dynheads_tl.claims.length_grid.report import _bound_finding
+    from dynheads_tl.claims.length_grid.bounded import bound_finding
 
-    [said] = _bound_finding(folder)
+    [said] = bound_finding(folder)
     assert said.startswith("On smollm2-135m-instruct, NIAH on the") and said in run.executed.read_text()
     # SmolLM2 has no sliding-window layer: the exploratory analysis says so in one computed sentence and is skipped
     layers = pd.read_csv(folder / "window_layers.csv")

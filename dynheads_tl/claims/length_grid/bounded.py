@@ -14,16 +14,18 @@ their share of its adjacent pairs (descriptive; the second deviation of 2026-12-
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from dynheads_tl import preregistration
-from dynheads_tl.claim import Verdict, ci_text, is_true
+from dynheads_tl.claim import Verdict, ci_text, is_true, sidecar
 
 from .config import EASY_CONTROL
 from .pipeline import cluster_bca, layout_ratio
 from .trend import MIN_LAYOUTS_PER_LENGTH, slope_reading, slope_test
 
-__all__ = ["rotation_bound_table", "rotation_bound_verdict", "ROTATION_PRIMARY"]
+__all__ = ["rotation_bound_table", "rotation_bound_verdict", "bound_finding", "ROTATION_PRIMARY"]
 
 ROTATION_PRIMARY = "rotation_vs_length"
 # per layout, the mean over layouts of (sum of numerator) / (sum of denominator) over the layout's samples: the
@@ -180,3 +182,14 @@ def rotation_bound_verdict(table: pd.DataFrame, trends: pd.DataFrame | None, mod
                              "non-empty sets; 1: a step keeps as many of the last step's heads as the sizes allow) is "
                              f"{ends}; {trend}; {_comparison(raw, reading, sizes)}."),
                    declared=("bound",))
+
+
+def bound_finding(folder: Path) -> list[str]:
+    """The exploratory size-bound sentence (:func:`~.bounded.rotation_bound_verdict`) from ``rotation_bound.csv``
+    and ``length_trends.csv``; a run from before the file says so."""
+    if not (folder / "rotation_bound.csv").is_file():
+        return ["Not computed: this run of notebook 07 predates the rotation-against-its-size-bound analysis "
+                "(preregistration.yaml, deviations of 2026-12-06 on the size bound); a new run computes it."]
+    run, trends = sidecar(folder, "rotation_bound"), folder / "length_trends.csv"
+    return rotation_bound_verdict(pd.read_csv(folder / "rotation_bound.csv"), pd.read_csv(trends) if trends.is_file()
+                                  else None, str(run.get("model", "?")), str(run.get("haystack", "prose"))).quote("bound")

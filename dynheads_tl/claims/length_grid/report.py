@@ -24,7 +24,7 @@ from .pipeline import headroom_floor
 from .trend import MIN_LAYOUTS_PER_LENGTH, holm_family, slope_reading, slope_test
 from .scale import size_axis_section
 from .window import LayerKinds, window_verdict
-from .bounded import rotation_bound_verdict
+from .bounded import bound_finding
 
 __all__ = ["MIN_LAYOUTS_PER_LENGTH", "HEADROOM_PRIMARIES", "declared", "trend_table", "trend_verdict",
            "window_sentence", "table1_status", "fig2_status", "table1_statuses", "fig2_statuses", "claim1_verdict",
@@ -426,18 +426,6 @@ def _trend_finding(folder: Path) -> list[str]:
     return text.quote(*text.keys)
 
 
-def _bound_finding(folder: Path) -> list[str]:
-    """The exploratory size-bound sentence (:func:`~.bounded.rotation_bound_verdict`) from ``rotation_bound.csv``
-    and ``length_trends.csv``; none for a run from before the file."""
-    if not (folder / "rotation_bound.csv").is_file():
-        return []
-    run = sidecar(folder, "rotation_bound")
-    trends = pd.read_csv(folder / "length_trends.csv") if (folder / "length_trends.csv").is_file() else None
-    text = rotation_bound_verdict(pd.read_csv(folder / "rotation_bound.csv"), trends,
-                                  str(run.get("model", "this model")), str(run.get("haystack", "prose")))
-    return text.quote(*text.keys)
-
-
 def _window_finding(folder: Path) -> list[str]:
     """The exploratory global vs sliding-window sentences (:func:`~.window.window_verdict`), from
     ``window_layers.csv`` and, on a model with sliding-window layers, ``window_shares.csv`` and
@@ -496,7 +484,7 @@ CLAIM = Claim(
                       "Do the phenomena change with length? The three pre-registered slopes"),
               Finding("Length grid: global and sliding-window layers (exploratory)", _window_finding,
                       "Exploratory: global and sliding-window layers (not pre-registered)"),
-              Finding("Length grid: rotation against its size bound (exploratory)", _bound_finding,
+              Finding("Length grid: rotation against its size bound (exploratory)", bound_finding,
                       "Exploratory: rotation against its size bound (not pre-registered)")),
     seeds=SEEDS,
 )
