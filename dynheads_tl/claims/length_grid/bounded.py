@@ -23,7 +23,7 @@ from dynheads_tl.claim import Verdict, ci_text, is_true, sidecar
 
 from .config import EASY_CONTROL
 from .pipeline import cluster_bca, layout_ratio
-from .trend import MIN_LAYOUTS_PER_LENGTH, slope_reading, slope_test
+from .trend import MIN_LAYOUTS_PER_LENGTH, int_list, slope_reading, slope_test
 
 __all__ = ["rotation_bound_table", "rotation_bound_verdict", "bound_finding", "ROTATION_PRIMARY"]
 
@@ -99,11 +99,6 @@ def _signed(value: float) -> str:
     return f"{value:+.3f}".replace("-", "−")
 
 
-def _short(value) -> list[int]:
-    text = "" if value is None or (isinstance(value, float) and value != value) else str(value)
-    return [int(float(x)) for x in text.split()]
-
-
 def _end(row, label: str) -> str:
     few = (f", fewer than {MIN_LAYOUTS_PER_LENGTH}: too few to trust its interval"
            if int(row["n_layouts"]) < MIN_LAYOUTS_PER_LENGTH else "")
@@ -156,7 +151,7 @@ def rotation_bound_verdict(table: pd.DataFrame, trends: pd.DataFrame | None, mod
     reading = str(s["reading"])
     sesoi = float(s["sesoi"])
     if reading == "not tested":
-        short = _short(s.get("short_lengths"))
+        short = int_list(s.get("short_lengths"))
         why = (f"{', '.join(f'{x:,}' for x in short)} tokens hold fewer" if short else "a length holds fewer")
         trend = (f"its slope is not tested (every length needs at least {MIN_LAYOUTS_PER_LENGTH} layouts holding "
                  f"a pair of two non-empty sets; {why})")

@@ -21,7 +21,7 @@ from dynheads_tl.claim import Claim, Finding, PaperItem, Status, Verdict, ci_tex
 
 from .config import EASY_CONTROL, SEEDS, LengthGridConfig
 from .pipeline import headroom_floor
-from .trend import MIN_LAYOUTS_PER_LENGTH, holm_family, slope_reading, slope_test
+from .trend import MIN_LAYOUTS_PER_LENGTH, int_list as _int_list, holm_family, slope_reading, slope_test
 from .scale import size_axis_section
 from .window import LayerKinds, window_verdict
 from .bounded import bound_finding
@@ -99,13 +99,6 @@ def _resolving(row) -> str:
     need = n_to_resolve(Interval(float(row.slope_per_doubling), float(row.low), float(row.high), int(row.n_layouts),
                                  int(row.n_layouts)))
     return f"; about {need:,} layouts would resolve the observed slope" if need else ""
-
-
-def _int_list(value) -> list[int]:
-    """A column of space-separated lengths as ints (a file from before the column, or an empty cell: none)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return []
-    return [int(float(x)) for x in str(value).split()]
 
 
 def _window(table: pd.DataFrame) -> int | None:

@@ -102,6 +102,13 @@ def slope_test(values: Sequence[float], lengths: Sequence[int], layouts: Sequenc
                  n_layouts, len(strata))
 
 
+def int_list(value) -> list[int]:
+    """A table column of space-separated lengths as ints (a file from before the column, or an empty cell: none)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return []
+    return [int(float(x)) for x in str(value).split()]
+
+
 def holm_family(p_values: Sequence[float]) -> list[float]:
     """Holm's adjustment over the defined p-values of the family (NaN stays NaN and leaves the family)."""
     defined = [i for i, p in enumerate(p_values) if p == p]
