@@ -22,7 +22,7 @@ from dynheads_tl import preregistration
 from dynheads_tl.claim import Verdict, ci_text, is_true, sidecar
 
 from .config import EASY_CONTROL
-from .pipeline import cluster_bca, layout_ratio
+from .pipeline import cluster_mean_bca, layout_ratio
 from .trend import MIN_LAYOUTS_PER_LENGTH, int_list, slope_reading, slope_test
 
 __all__ = ["rotation_bound_table", "rotation_bound_verdict", "bound_finding", "ROTATION_PRIMARY"]
@@ -39,19 +39,13 @@ def _rotation_sesoi() -> float:
     return next(float(p["sesoi"]) for p in preregistration.lengths()["primaries"] if p["id"] == ROTATION_PRIMARY)
 
 
-def _interval(values, layouts, n_resamples: int, seed: int) -> tuple[float, float, float, bool]:
-    if not len(values):
-        return float("nan"), float("nan"), float("nan"), False
-    return cluster_bca(len(values), layouts, lambda i: float(values[i].mean()), n_resamples=n_resamples, seed=seed)
-
-
 def rotation_bound_table(samples: pd.DataFrame, *, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
     """From :func:`~.pipeline.sample_table`'s rows: per length (``length`` as text), for each measure of
     :data:`_MEASURES` (the raw adjacent Jaccard over the pairs with a non-empty union, and the bound-normalised one
     over the pairs of two non-empty sets), the mean of the layouts' ratios with a BCa 95% interval over layouts and
     its n (``n_layouts``: the layouts holding such a pair); beside them the length's heads per step (a mean over
-    layouts of their heads per step) with a BCa 95% interval over layouts, and ``empty_side_share``, the share of its adjacent pairs
-    with an empty side (pooled; the pairs the normalised measure leaves out). Then one row ``length`` = "slope" for
+    layouts of their heads per step) with a BCa 95% interval over layouts, and ``empty_side_share``, the share of
+    its adjacent pairs with an empty side (pooled; the pairs the normalised measure leaves out). Then one row ``length`` = "slope" for
     the normalised measure: slope per doubling, BCa 95% interval, the 90% interval TOST reads, p (uncorrected), its
     reading at the rotation primary's sesoi, and ``short_lengths``: the lengths with fewer than
     :data:`~.trend.MIN_LAYOUTS_PER_LENGTH` layouts, any of which leaves the slope untested."""
@@ -64,14 +58,14 @@ def rotation_bound_table(samples: pd.DataFrame, *, n_resamples: int = 2000, seed
         at = samples[samples["context"].astype(int) == length]
         per_step = heads[heads["length"] == length].reset_index(drop=True)
         pairs = float(at["adjacent_pairs"].sum())
-        h = _interval(per_step["value"].to_numpy(float), per_step["layout"], n_resamples, seed)
+        h = cluster_mean_bca(per_step["value"], per_step["layout"], n_resamples=n_resamples, seed=seed)
         beside = {"heads_per_step": h[0], "heads_per_step_low": h[1], "heads_per_step_high": h[2],
                   "empty_side_share": (pairs - float(at["bound_pairs"].sum())) / pairs if pairs else float("nan"),
                   "adjacent_pairs": int(pairs)}
         for measure, frame in units.items():
             part = frame[frame["length"] == length].reset_index(drop=True)
             values = part["value"].to_numpy(float)
-            value, low, high, degenerate = _interval(values, part["layout"], n_resamples, seed)
+            value, low, high, degenerate = cluster_mean_bca(values, part["layout"], n_resamples=n_resamples, seed=seed)
             rows.append({"length": str(length), "measure": measure, "value": value, "low": low, "high": high,
                          "degenerate": degenerate, "n_layouts": len(values), **beside})
     frame = units[NORMALISED]

@@ -178,6 +178,17 @@ def cluster_bca(n: int, clusters, statistic, *, n_resamples: int = 2000, seed: i
     return interval.estimate, interval.low, interval.high, interval.method == "degenerate"
 
 
+def cluster_mean_bca(values, clusters, *, n_resamples: int = 2000, seed: int = 0,
+                     confidence: float = 0.95) -> tuple[float, float, float, bool]:
+    """:func:`cluster_bca` of the mean of ``values`` (one per unit, ``clusters`` their labels); all NaN and not
+    degenerate when there are no values."""
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return float("nan"), float("nan"), float("nan"), False
+    return cluster_bca(len(values), clusters, lambda index: float(values[index].mean()), n_resamples=n_resamples,
+                       seed=seed, confidence=confidence)
+
+
 def _ratio(frame: pd.DataFrame, numerator: str, denominator: str):
     num, den = frame[numerator].to_numpy(float), frame[denominator].to_numpy(float)
     return lambda index: float(num[index].sum() / den[index].sum()) if den[index].sum() > 0 else float("nan")
@@ -316,8 +327,7 @@ def masking_by_length(grid: pd.DataFrame, *, n_resamples: int = 2000, seed: int 
             if not len(pairs):
                 continue
             diff = (pairs["a"] - pairs["b"]).to_numpy(float)
-            value, low, high, degenerate = cluster_bca(len(diff), pairs["layout"], lambda i: float(diff[i].mean()),
-                                                       n_resamples=n_resamples, seed=seed)
+            value, low, high, degenerate = cluster_mean_bca(diff, pairs["layout"], n_resamples=n_resamples, seed=seed)
             test = paired_sign_test(pairs["a"], pairs["b"], seed=seed)
             rows.append({"length": int(length), "comparison": name, "value": value, "low": low, "high": high,
                          "n": len(diff), "n_layouts": pairs["layout"].nunique(), "a_better": test.a_better,

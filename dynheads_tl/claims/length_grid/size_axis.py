@@ -29,7 +29,7 @@ from dynheads_tl.analysis.probes import lead_differences, lead_probe_table
 from dynheads_tl.analysis.statistics import paired_sign_test, wilson_interval
 
 from .config import PREDICTED_CONDITION, PREVIOUS_BASELINE, PREVIOUS_CONDITION
-from .pipeline import _paired, cluster_bca, layout_ratio
+from .pipeline import _paired, cluster_mean_bca, layout_ratio
 
 __all__ = ["block_parameters", "size_axis_table", "primary_status", "restatus", "DESCRIPTIVE", "MASKING_PRIMARIES",
            "CLAIM_PRIMARIES", "MIN_SPLITS", "size_axis_verdict", "label"]
@@ -123,10 +123,8 @@ def _layout_mean(values: pd.DataFrame, primary: str, *, n_resamples: int, seed: 
     if not len(v):  # no layout has the quantity (no activation, no pair of non-empty sets)
         return _row(primary, np.nan, np.nan, np.nan, np.nan, np.nan, n=0, units="layouts",
                     test="BCa bootstrap 95% interval over layouts")
-    statistic = lambda index: float(v[index].mean())
-    value, low, high, _ = cluster_bca(len(v), values["layout"], statistic, n_resamples=n_resamples, seed=seed)
-    _, low90, high90, _ = cluster_bca(len(v), values["layout"], statistic, n_resamples=n_resamples, seed=seed,
-                                      confidence=0.90)
+    value, low, high, _ = cluster_mean_bca(v, values["layout"], n_resamples=n_resamples, seed=seed)
+    _, low90, high90, _ = cluster_mean_bca(v, values["layout"], n_resamples=n_resamples, seed=seed, confidence=0.90)
     return _row(primary, value, low, high, low90, high90, n=values["layout"].nunique(), units="layouts",
                 test="BCa bootstrap 95% interval over layouts")
 
@@ -138,10 +136,9 @@ def _drop(grid: pd.DataFrame, condition: str, primary: str, *, n_resamples: int,
     if not len(pairs):
         return _row(primary, np.nan, np.nan, np.nan, np.nan, np.nan, n=0, units="samples", test=test)
     diff = (pairs["a"] - pairs["b"]).to_numpy(float)
-    statistic = lambda index: float(diff[index].mean())
-    value, low, high, _ = cluster_bca(len(diff), pairs["layout"], statistic, n_resamples=n_resamples, seed=seed)
-    _, low90, high90, _ = cluster_bca(len(diff), pairs["layout"], statistic, n_resamples=n_resamples, seed=seed,
-                                      confidence=0.90)
+    value, low, high, _ = cluster_mean_bca(diff, pairs["layout"], n_resamples=n_resamples, seed=seed)
+    _, low90, high90, _ = cluster_mean_bca(diff, pairs["layout"], n_resamples=n_resamples, seed=seed,
+                                           confidence=0.90)
     sign = paired_sign_test(pairs["a"], pairs["b"], seed=seed)
     return _row(primary, value, low, high, low90, high90, n=len(diff), units="samples", test=test, p=sign.sign_p,
                 a_better=sign.a_better, b_better=sign.b_better)
