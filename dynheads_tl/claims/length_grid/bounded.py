@@ -21,7 +21,7 @@ import pandas as pd
 from dynheads_tl import preregistration
 from dynheads_tl.claim import Verdict, ci_text, is_true, sidecar
 
-from .config import EASY_CONTROL
+from .config import haystack_label
 from .pipeline import cluster_mean_bca, layout_ratio
 from .trend import MIN_LAYOUTS_PER_LENGTH, int_list, slope_reading, slope_test
 
@@ -163,7 +163,7 @@ def rotation_bound_verdict(table: pd.DataFrame, trends: pd.DataFrame | None, mod
     if trends is not None and len(trends) and ROTATION_PRIMARY in set(trends["primary"]):
         raw = str(trends.set_index("primary").loc[ROTATION_PRIMARY, "reading"])
     sizes = f"{first['heads_per_step']:.2f} to {last['heads_per_step']:.2f} heads per step"
-    label = f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
+    label = haystack_label(haystack)
     lengths = ", ".join(f"{x:,}" for x in _per_length(table, NORMALISED)["tokens"])
     return Verdict(("bound", f"On {model}, NIAH on the {label} haystack at {lengths} tokens (exploratory, not "
                              "pre-registered: preregistration.yaml, deviations of 2026-12-06 on the size bound), the "

@@ -11,7 +11,7 @@ from dynheads_tl.params import all_of, compose, fraction_list, integer, integer_
 from dynheads_tl.tasks import check_context_fits, check_haystack
 
 __all__ = ["SEEDS", "GRID_CONDITIONS", "PREVIOUS_CONDITION", "PREVIOUS_BASELINE", "PREDICTED_CONDITION", "EASY_CONTROL",
-           "LengthGridConfig"]
+           "haystack_label", "LengthGridConfig"]
 
 
 # Seed offsets of notebook 07's own sample splits (added to a run's seed; CLAIM.seeds).
@@ -32,6 +32,11 @@ PREDICTED_CONDITION = "predicted"  # the lag-1 probe's top-|D_{t-1}| heads (the 
 
 # The haystack of five repeated sentences: the easy control, labelled so wherever it is run.
 EASY_CONTROL = "filler"
+
+
+def haystack_label(haystack: str) -> str:
+    """The haystack's name as the grid's sentences and tables print it: the easy control says it is one."""
+    return f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
 
 
 def _distinct(name: str, value) -> None:
@@ -116,7 +121,7 @@ class LengthGridConfig(NotebookConfig):
 
     @property
     def haystack_label(self) -> str:
-        return f"{self.haystack} (the easy control)" if self.easy_control else self.haystack
+        return haystack_label(self.haystack)
 
     def context_window(self) -> int:
         """The model's context window in tokens, read from its config (no model loaded)."""

@@ -19,7 +19,7 @@ from dynheads_tl import preregistration
 from dynheads_tl.analysis.statistics import Interval, n_to_resolve
 from dynheads_tl.claim import Claim, Finding, PaperItem, Status, Verdict, ci_text, is_true, sidecar
 
-from .config import EASY_CONTROL, SEEDS, LengthGridConfig
+from .config import SEEDS, LengthGridConfig, haystack_label
 from .pipeline import headroom_floor
 from .trend import MIN_LAYOUTS_PER_LENGTH, int_list as _int_list, holm_family, slope_reading, slope_test
 from .scale import size_axis_section
@@ -89,7 +89,7 @@ _PHRASES = {"rotation_vs_length": "the adjacent-step Jaccard of D_t (rotation: l
 
 
 def _setting(model: str, haystack: str, lengths, units: str) -> str:
-    label = f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
+    label = haystack_label(haystack)
     return f"{model}, NIAH on the {label} haystack at {', '.join(f'{int(x):,}' for x in lengths)} tokens, {units}"
 
 
@@ -313,7 +313,7 @@ def _longest(statuses: dict[int, str]) -> tuple[str, str]:
 
 def _haystack(folder: Path) -> str:
     haystack = str(sidecar(folder, "table1_by_length").get("haystack", "?"))
-    return f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
+    return haystack_label(haystack)
 
 
 def _table1_headline(folder: Path) -> str:

@@ -32,7 +32,7 @@ from dynheads_tl.analysis.scoring import adjacent_counts
 from dynheads_tl.claim import Verdict, ci_text, is_true
 from dynheads_tl.engine.trace_data import Trace
 
-from .config import EASY_CONTROL
+from .config import haystack_label
 from .pipeline import cluster_bca
 from dynheads_tl.engine.grouped import layer_windows
 
@@ -340,7 +340,7 @@ def window_verdict(layers: pd.DataFrame, shares: pd.DataFrame | None, jaccard: p
     step), and one for the adjacent-step Jaccard among the global heads, the sliding heads and all heads beside the
     paper's range, pooled over the grid's lengths. Descriptive: no threshold decides anything here."""
     kinds = LayerKinds.from_table(layers)
-    label = f"{haystack} (the easy control)" if haystack == EASY_CONTROL else haystack
+    label = haystack_label(haystack)
     if not kinds.sliding:
         return Verdict(("applies", f"On {model}, every one of the {len(kinds.windows)} layers attends to the whole "
                                    "context (no sliding-window layer), so the global vs sliding-window analysis "
