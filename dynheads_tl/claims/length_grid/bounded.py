@@ -45,9 +45,9 @@ def rotation_bound_table(samples: pd.DataFrame, *, n_resamples: int = 2000, seed
     over the pairs of two non-empty sets), the mean of the layouts' ratios with a BCa 95% interval over layouts and
     its n (``n_layouts``: the layouts holding such a pair); beside them the length's heads per step (a mean over
     layouts of their heads per step) with a BCa 95% interval over layouts, and ``empty_side_share``, the share of
-    its adjacent pairs with an empty side (pooled; the pairs the normalised measure leaves out). Then one row ``length`` = "slope" for
-    the normalised measure: slope per doubling, BCa 95% interval, the 90% interval TOST reads, p (uncorrected), its
-    reading at the rotation primary's sesoi, and ``short_lengths``: the lengths with fewer than
+    its adjacent pairs with an empty side (pooled; the pairs the normalised measure leaves out). Then one row
+    ``length`` = "slope" for the normalised measure: slope per doubling, BCa 95% interval, the 90% interval TOST
+    reads, p (uncorrected), its reading at the rotation primary's sesoi, and ``short_lengths``: the lengths with fewer than
     :data:`~.trend.MIN_LAYOUTS_PER_LENGTH` layouts, any of which leaves the slope untested."""
     alpha = float(preregistration.lengths()["alpha"])
     sesoi = _rotation_sesoi()

@@ -21,7 +21,7 @@ from dynheads_tl.claim import Claim, Finding, PaperItem, Status, Verdict, ci_tex
 
 from .config import SEEDS, LengthGridConfig, haystack_label
 from .pipeline import headroom_floor
-from .trend import MIN_LAYOUTS_PER_LENGTH, int_list as _int_list, holm_family, slope_reading, slope_test
+from .trend import MIN_LAYOUTS_PER_LENGTH, int_list, holm_family, slope_reading, slope_test
 from .scale import size_axis_section
 from .window import LayerKinds, window_verdict
 from .bounded import bound_finding
@@ -112,8 +112,8 @@ def _window(table: pd.DataFrame) -> int | None:
 
 def _stops_at(table: pd.DataFrame) -> int:
     """The longest length the grid ran (``lengths_run``; a file without it: the longest with units)."""
-    run = _int_list(table["lengths_run"].iloc[0]) if "lengths_run" in table and len(table) else []
-    return max(run or [x for value in table["lengths"] for x in _int_list(value)] or [0])
+    run = int_list(table["lengths_run"].iloc[0]) if "lengths_run" in table and len(table) else []
+    return max(run or [x for value in table["lengths"] for x in int_list(value)] or [0])
 
 
 def _tokens(lengths: list[int]) -> str:
@@ -125,7 +125,7 @@ def window_sentence(table: pd.DataFrame, model: str) -> str:
     out."""
     if not len(table) or "lengths_beyond_window" not in table:
         return ""
-    beyond = _int_list(table["lengths_beyond_window"].iloc[0])
+    beyond = int_list(table["lengths_beyond_window"].iloc[0])
     if not beyond:
         return ""
     window = _window(table)
@@ -142,7 +142,7 @@ def trend_verdict(table: pd.DataFrame, model: str, haystack: str) -> Verdict:
     sentences = [("beyond_window", window_sentence(table, model))]
     for r in table.itertuples():
         what = _PHRASES.get(r.primary, r.measure)
-        no_headroom = _int_list(getattr(r, "lengths_no_headroom", None))
+        no_headroom = int_list(getattr(r, "lengths_no_headroom", None))
         left = (f" ({_tokens(no_headroom)} left out: no headroom, the unmasked accuracy's Wilson 95% upper bound below "
                 f"{headroom_floor():g} or no right answer)") if no_headroom else ""
         if r.reading == "not tested":
@@ -375,12 +375,12 @@ def _trend_headline(folder: Path) -> str:
     frame = pd.read_csv(folder / "length_trends.csv")
     parts = []
     for r in frame.itertuples():
-        no_headroom = _int_list(getattr(r, "lengths_no_headroom", None))
+        no_headroom = int_list(getattr(r, "lengths_no_headroom", None))
         left = f"; no headroom at {_tokens(no_headroom)}, left out" if no_headroom else ""
         parts.append(f"{r.primary}: " + (f"not tested (n = {int(r.n_layouts)} layouts{left})" if r.reading == "not tested"
                      else f"{ci_text(r.slope_per_doubling, r.low, r.high, digits=3, signed=True)}/doubling, "
                      f"Holm p = {r.p_holm:.3g} ({r.reading}; n = {int(r.n_layouts)} layouts at {r.lengths} tokens{left})"))
-    beyond = _int_list(frame["lengths_beyond_window"].iloc[0]) if "lengths_beyond_window" in frame and len(frame) else []
+    beyond = int_list(frame["lengths_beyond_window"].iloc[0]) if "lengths_beyond_window" in frame and len(frame) else []
     if beyond:
         window = _window(frame)
         parts.append(f"grid stops at {_stops_at(frame):,} tokens: {_tokens(beyond)} beyond the model's "
