@@ -16,8 +16,8 @@ from dynheads_tl.analysis.scoring import calibrate_chance_factor
 from dynheads_tl.config import Eq2Settings, HotpotSource
 from dynheads_tl.engine.models import model_identity
 from dynheads_tl.engine.preflight import model_context_window
-from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces
-from dynheads_tl.engine.tracing import trace_batch, trace_generation
+from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces, read_cached_traces
+from dynheads_tl.engine.tracing import trace_batch, trace_generation, trace_pairs
 from dynheads_tl.executors import compute_missing
 from dynheads_tl.store import traces_path
 from dynheads_tl.tasks import check_context_fits, check_haystack, make_hotpot_samples, make_niah_samples
@@ -126,8 +126,7 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
         finish = lambda trace: truncate_at_newline(trace, model.tokenizer)
     else:
         finish = lambda trace: trace
-    full_key = {**key, "trace": trace_config.key(), **model_identity(model)}
-    keys = [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
+    keys = trace_keys(model, samples, trace_config, key)
     traces: list[list[Trace]] = [[] for _ in samples]
     # Samples read back from the cache first; the missing ones go to the model's executor (progress is shown
     # only for those), in batches of ``batch_size``, and each is cached as its batch comes back.
@@ -142,6 +141,12 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
                                         desc=desc):
         traces[index] = cached_traces(keys[index], lambda trace=trace: [finish(trace)], use_cache=use_cache)
     return [trace for per_sample in traces for trace in per_sample]
+
+
+def trace_keys(model, samples, trace_config: TraceConfig, key: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each sample's cache key: ``key`` + the trace settings + the model + its index and prompt digest."""
+    full_key = {**key, "trace": trace_config.key(), **model_identity(model)}
+    return [{**full_key, "index": index, "prompt": prompt_digest(sample)} for index, sample in enumerate(samples)]
 
 
 def trace_units(model, samples, trace_config: TraceConfig) -> list[Trace]:
@@ -268,21 +273,52 @@ def hotpot_traces(model, config: TraceSets, seed: int) -> tuple[list[Trace], lis
     return splits[0], splits[1]
 
 
-def placebo_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *, seed: int,
-                   use_cache: bool = True, desc: str = "placebo", batch_size: int = 1) -> list[Trace]:
-    """``samples`` traced with their evidence moved to random context positions of the same sizes
-    (:func:`~dynheads_tl.tasks.common.placebo_sample`, seeded per sample from ``seed``): the generations are the
-    real ones, the Eq. 2 shares those of spans no head has reason to read. Cached under ``key`` + placebo."""
+def traces_with_placebo(model, samples, trace_config: TraceConfig, key: dict[str, Any], *, seed: int,
+                        use_cache: bool = True, desc: str = "tracing",
+                        batch_size: int = 1) -> tuple[list[Trace], list[Trace]]:
+    """(real, placebo) traces of ``samples``: :func:`collect_traces`'s under ``key``, and under ``key`` + placebo
+    the same generations with their evidence moved to random context positions of the same sizes
+    (:func:`~dynheads_tl.tasks.common.placebo_sample`, seeded per sample from ``seed``), whose Eq. 2 shares are
+    those of spans no head has reason to read. Every sample missing from either is generated once for both (:func:`~dynheads_tl.engine.tracing.trace_pairs`: the placebo's Eq. 2 shares are taken from the
+    real generation's attention rows, equal bit for bit to tracing it again)."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    if any(is_wu_sample(s) for s in samples):
+        raise ValueError("Placebo spans are for Eq. 2 (HotpotQA); Wu et al.'s NIAH samples have none.")
     placebo = [placebo_sample(sample, SEED_OFFSETS["placebo"] + mix_seed(seed, i, 1000)) for i, sample in enumerate(samples)]
-    return collect_traces(model, placebo, trace_config, {**key, "placebo": seed}, use_cache=use_cache, desc=desc,
-                          batch_size=batch_size)
+    keys = trace_keys(model, samples, trace_config, key)
+    placebo_keys = trace_keys(model, placebo, trace_config, {**key, "placebo": seed})
+    read = lambda k: (read_cached_traces(k) or [None])[0] if use_cache else None
+    real_out = [read(k) for k in keys]
+    placebo_out = [read(k) for k in placebo_keys]
+    todo = [i for i in range(len(samples)) if real_out[i] is None or placebo_out[i] is None]
+    chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
+    for i, (real, other) in compute_missing(model, pair_units, chunks, lambda i: (samples[i], placebo[i]),
+                                            args=(trace_config,), desc=desc):
+        if real_out[i] is None:  # a half already cached is kept as read (this one equals it)
+            real_out[i] = cached_traces(keys[i], lambda real=real: [real], use_cache=use_cache)[0]
+        if placebo_out[i] is None:
+            placebo_out[i] = cached_traces(placebo_keys[i], lambda other=other: [other], use_cache=use_cache)[0]
+    return list(real_out), list(placebo_out)
+
+
+def pair_units(model, pairs, trace_config: TraceConfig) -> list[tuple[Trace, Trace]]:
+    """One batch of (sample, placebo sample) units (the executors' ``compute``): one generation for both."""
+    return trace_pairs(model, [p[0] for p in pairs], [p[1] for p in pairs], trace_config)
 
 
 def hotpot_placebo_traces(model, config: TraceSets, seed: int) -> list[Trace]:
     """The HotpotQA calibration split of ``seed`` as :func:`placebo_traces`."""
+    return hotpot_calibration_pairs(model, config, seed)[1]
+
+
+def hotpot_calibration_pairs(model, config: TraceSets, seed: int) -> tuple[list[Trace], list[Trace]]:
+    """The HotpotQA calibration split of ``seed``: (its traces, as :func:`hotpot_traces`'s first split, and its
+    placebo traces), one generation for both (:func:`traces_with_placebo`)."""
     samples, spec = _hotpot_split(model, config, seed, "calibration")
-    return placebo_traces(model, samples, config.trace_config("hotpot"), spec, seed=seed, use_cache=config.use_cache,
-                          batch_size=config.trace_batch_size, desc=f"HotpotQA placebo calibration (seed {seed})")
+    return traces_with_placebo(model, samples, config.trace_config("hotpot"), spec, seed=seed,
+                               use_cache=config.use_cache, batch_size=config.trace_batch_size,
+                               desc=f"HotpotQA calibration with placebo spans (seed {seed})")
 
 
 def calibrated_eq2_rule(model, config: TraceSets, seeds: list[int], *, rule: str = "chance", threshold: float = 0.1,
@@ -297,6 +333,7 @@ def calibrated_eq2_rule(model, config: TraceSets, seeds: list[int], *, rule: str
         raise ValueError(f"The Eq. 2 rule must be 'chance' or 'fixed', got {rule!r}.")
     real, placebo = [], []
     for seed in seeds:
-        real += hotpot_traces(model, config, seed)[0]
-        placebo += hotpot_placebo_traces(model, config, seed)
+        own, moved = hotpot_calibration_pairs(model, config, seed)
+        real += own
+        placebo += moved
     return Eq2Rule("chance", calibrate_chance_factor(placebo, false_rate)), real, placebo

@@ -40,6 +40,34 @@ def test_tiny_padded_batch_matches_single_runs(family, tmp_path):
         assert int(trace.argmax_pos.max()) < len(sample.prompt_ids) + config.max_new_tokens
 
 
+def test_placebo_spans_ride_on_the_real_generation(tmp_path):
+    """trace_pairs: one generation records Eq. 2 on the real and on the placebo evidence; each half equals tracing
+    its own samples in the same batch bit for bit, and Eq. 2 of the two halves differs (other positions)."""
+    from dynheads_tl.engine.tracing import trace_pairs
+    from dynheads_tl.tasks.common import placebo_sample
+
+    model = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu")
+    samples = make_niah_samples(model.tokenizer, n=3, context_tokens=[150, 200, 175], seed=4, max_new_tokens=6)
+    placebo = [placebo_sample(s, seed=i) for i, s in enumerate(samples)]
+    config = TraceConfig(max_new_tokens=6, stop_at_eos=False, local_window=8)
+    pairs = trace_pairs(model, samples, placebo, config)
+    for (real, moved), alone, moved_alone in zip(pairs, trace_batch(model, samples, config),
+                                                 trace_batch(model, placebo, config)):
+        for got, want in ((real, alone), (moved, moved_alone)):
+            assert torch.equal(got.tokens, want.tokens) and torch.equal(got.argmax_pos, want.argmax_pos)
+            assert torch.equal(got.support_score, want.support_score) and torch.equal(got.hidden, want.hidden)
+            assert got.evidence_spans == want.evidence_spans and got.meta == want.meta
+        assert not torch.equal(real.support_score, moved.support_score)
+    [(one, one_moved)] = trace_pairs(model, samples[:1], placebo[:1], config)  # a batch of one: no padding
+    assert torch.equal(one_moved.support_score, trace_generation(model, placebo[0], config).support_score)
+    with pytest.raises(ValueError, match="another prompt"):
+        trace_pairs(model, samples[:2], placebo[1:], config)
+    with pytest.raises(ValueError, match="one per sample"):
+        trace_pairs(model, samples, placebo[:2], config)
+    with pytest.raises(ValueError, match="signals=False"):
+        trace_pairs(model, samples, placebo, TraceConfig(max_new_tokens=6, signals=True))
+
+
 def test_identical_prompts_are_prefilled_once(monkeypatch, embedded_model):
     [sample] = make_niah_samples(embedded_model.tokenizer, n=1, context_tokens=200, seed=9)
     twin = dynheads_tl.engine.models.fast_twin(embedded_model)

@@ -339,13 +339,15 @@ def test_trace_sets_are_traced_in_batches_of_trace_batch_size(tiny_long_model, c
     from dynheads_tl import corpus
 
     seen: list[int] = []
-    original = corpus.trace_units
 
-    def spy(model, samples, trace_config):
-        seen.append(len(samples))
-        return original(model, samples, trace_config)
+    def spying(original):
+        def spy(model, samples, trace_config):
+            seen.append(len(samples))
+            return original(model, samples, trace_config)
+        return spy
 
-    monkeypatch.setattr(corpus, "trace_units", spy)
+    monkeypatch.setattr(corpus, "trace_units", spying(corpus.trace_units))
+    monkeypatch.setattr(corpus, "pair_units", spying(corpus.pair_units))
     small = dict(context_tokens=60, n_calibration=2, n_analysis=3, n_hotpot=2, max_new_tokens=5,
                  hotpot_max_new_tokens=4, hotpot_source="synthetic")
     batched = corpus.TraceSets(**small, trace_batch_size=3)
@@ -371,6 +373,54 @@ def test_trace_sets_are_traced_in_batches_of_trace_batch_size(tiny_long_model, c
             assert torch.equal(a.tokens, b.tokens) and torch.equal(a.argmax_pos, b.argmax_pos)
             assert torch.equal(a.retrieval_mask, b.retrieval_mask)
             torch.testing.assert_close(a.support_score, b.support_score, atol=1e-4, rtol=0)
+
+
+def test_a_calibration_split_and_its_placebo_spans_are_generated_once(tiny_long_model, cache, monkeypatch):
+    """From an empty cache the Eq. 2 calibration (``calibrated_eq2_rule``) generates each calibration question once
+    for its real and placebo traces, caches both under the keys each is read by, and equals tracing the placebo
+    samples on their own; a second read computes nothing, and a lost placebo entry is generated again alone."""
+    from dynheads_tl import corpus
+    from dynheads_tl.engine.tracing import trace_batch
+    from dynheads_tl.store import traces_path
+    from dynheads_tl.tasks.common import placebo_sample
+
+    counts = {"trace": 0, "pair": 0}
+
+    def counting(name, original):
+        def spy(model, samples, trace_config):
+            counts[name] += len(samples)
+            return original(model, samples, trace_config)
+        return spy
+
+    monkeypatch.setattr(corpus, "trace_units", counting("trace", corpus.trace_units))
+    monkeypatch.setattr(corpus, "pair_units", counting("pair", corpus.pair_units))
+    sets = corpus.TraceSets(context_tokens=60, n_calibration=2, n_analysis=3, n_hotpot=4, max_new_tokens=5,
+                            hotpot_max_new_tokens=4, hotpot_source="synthetic", trace_batch_size=4)
+    model = tiny_long_model
+    rule, real, placebo = corpus.calibrated_eq2_rule(model, sets, [0, 1])
+    assert counts == {"trace": 0, "pair": 4}, "two seeds of two calibration questions, each generated once"
+    assert len(real) == len(placebo) == 4 and rule.kind == "chance"
+    assert all(torch.equal(r.tokens, p.tokens) for r, p in zip(real, placebo))
+    assert [r.evidence_spans for r in real] != [p.evidence_spans for p in placebo]
+    # the real half is what hotpot_traces reads: the calibration split costs nothing more
+    assert_same_traces(corpus.hotpot_traces(model, sets, 0)[0], real[:2])
+    assert counts == {"trace": 4, "pair": 4}, "only seed 0's four analysis questions"
+    samples, spec = corpus._hotpot_split(model, sets, 0, "calibration")
+    moved = [placebo_sample(s, corpus.SEED_OFFSETS["placebo"] + corpus.mix_seed(0, i, 1000)) for i, s in enumerate(samples)]
+    alone = trace_batch(model, moved, sets.trace_config("hotpot"))
+    for got, want in zip(placebo[:2], alone):
+        assert torch.equal(got.support_score, want.support_score) and got.evidence_spans == want.evidence_spans
+    again = corpus.calibrated_eq2_rule(model, sets, [0, 1])
+    assert counts == {"trace": 4, "pair": 4} and again[0] == rule
+    assert_same_traces(again[2], placebo)
+    placebo_key = corpus.trace_keys(model, moved, sets.trace_config("hotpot"), {**spec, "placebo": 0})[1]
+    traces_path(placebo_key).unlink()
+    healed = corpus.hotpot_placebo_traces(model, sets, 0)
+    assert counts == {"trace": 4, "pair": 5}, "the lost entry only"
+    assert_same_traces(healed[:1], placebo[:1])  # read back
+    # generated again in a batch of one, not of two: equal to float rounding
+    assert torch.equal(healed[1].argmax_pos, placebo[1].argmax_pos) and healed[1].evidence_spans == placebo[1].evidence_spans
+    torch.testing.assert_close(healed[1].support_score, placebo[1].support_score, atol=1e-5, rtol=0)
 
 
 def test_layout_traces_share_samples_across_sizes(cache, tiny_model, monkeypatch):

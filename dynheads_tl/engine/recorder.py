@@ -38,6 +38,9 @@ def reduction_hooks(state: StepState, buffers: dict[str, Tensor], masks: dict[st
             key_len = rows.shape[-1]
             buffers["support_score"][:, state.step, layer] = eq2_share(
                 rows, masks["evidence"][:, :key_len], masks["eligible"][:, :key_len])
+            if "placebo_support_score" in buffers:  # the same rows' share on a second evidence set (placebo spans)
+                buffers["placebo_support_score"][:, state.step, layer] = eq2_share(
+                    rows, masks["placebo_evidence"][:, :key_len], masks["eligible"][:, :key_len])
             if "evidence_attention" in buffers:  # each evidence position's weight (padding slots get 0)
                 index, valid = masks["evidence_index"], masks["evidence_valid"]
                 taken = rows.gather(-1, index[:, None, :].expand(-1, rows.shape[1], -1).clamp_max(key_len - 1))
@@ -75,10 +78,11 @@ def record_token_signals(buffers: dict[str, Tensor], step: int, logits: Float[Te
 
 
 def new_buffers(model, max_steps: int, batch: int = 1, evidence_width: int = 0,
-                signals: bool = False) -> dict[str, Tensor]:
+                signals: bool = False, placebo: bool = False) -> dict[str, Tensor]:
     """Per-row, per-step outputs of the reduction hooks, preallocated for ``max_steps`` steps; with
     ``evidence_width`` > 0 also the attention on up to that many evidence positions (float16); with ``signals``
-    the fields of :data:`SIGNALS`."""
+    the fields of :data:`SIGNALS`; with ``placebo`` Eq. 2's share on a second evidence set
+    (``"placebo_support_score"``, read from ``masks["placebo_evidence"]``)."""
     n_layers, n_heads, d_model = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model
     device = next(model.parameters()).device
     buffers = {
@@ -86,6 +90,8 @@ def new_buffers(model, max_steps: int, batch: int = 1, evidence_width: int = 0,
         "support_score": torch.zeros(batch, max_steps, n_layers, n_heads, dtype=torch.float32, device=device),
         "hidden": torch.zeros(batch, max_steps, d_model, dtype=torch.float32, device=device),
     }
+    if placebo:
+        buffers["placebo_support_score"] = torch.zeros_like(buffers["support_score"])
     if evidence_width > 0:
         buffers["evidence_attention"] = torch.zeros(batch, max_steps, n_layers, n_heads, evidence_width,
                                                     dtype=torch.float16, device=device)

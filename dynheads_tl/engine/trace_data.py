@@ -210,20 +210,31 @@ def _read_saved(path: str | Path, parse: Callable[[Any], Any]) -> Any:
         ) from error
 
 
+def read_cached_traces(config: dict[str, Any], root: Path | None = None) -> list[Trace] | None:
+    """The traces cached for ``config``, or None when there are none or they cannot be read (an unreadable entry
+    is set aside, see :func:`dynheads_tl.store.quarantine`)."""
+    path = traces_path(config, root)
+    if not path.exists():
+        return None
+    try:
+        traces = load_traces(path)
+        logger.info("cache hit %s", path.name)
+        return traces
+    except UnreadableFileError as error:
+        quarantine(path, error.__cause__ or error)
+    except (PermissionError, IsADirectoryError) as error:  # not damage, but this run cannot read it either
+        quarantine(path, error)
+    return None
+
+
 def cached_traces(config: dict[str, Any], compute: Callable[[], list[Trace]], *,
                   root: Path | None = None, use_cache: bool = True) -> list[Trace]:
     """Load the traces for ``config`` if present and readable, else compute, save atomically and
     return them (an unreadable entry is set aside, see :func:`dynheads_tl.store.quarantine`)."""
     path = traces_path(config, root)
-    if use_cache and path.exists():
-        try:
-            traces = load_traces(path)
-            logger.info("cache hit %s", path.name)
-            return traces
-        except UnreadableFileError as error:
-            quarantine(path, error.__cause__ or error)
-        except (PermissionError, IsADirectoryError) as error:  # not damage, but this run cannot read it either
-            quarantine(path, error)
+    traces = read_cached_traces(config, root) if use_cache else None
+    if traces is not None:
+        return traces
     traces = compute()
     if use_cache:
         save_traces(traces, path)

@@ -93,11 +93,10 @@ class BatchLoop:
         # Each row's prompt + generated ids and evidence, in its own coordinates (for Eq. 1) ...
         self.ids = torch.zeros(len(samples), longest, dtype=torch.long, device=device)
         self.evidence = torch.stack([evidence_positions(s.evidence_spans, longest, device) for s in samples])
-        # ... and the evidence in padded coordinates (for the reduction hooks).
-        padded_evidence = torch.zeros_like(self.evidence)
         for b, sample in enumerate(samples):
             self.ids[b, : len(sample.prompt_ids)] = torch.as_tensor(sample.prompt_ids, device=device)
-            padded_evidence[b, offsets[b]:] = self.evidence[b, : longest - offsets[b]]
+        # ... and the evidence in padded coordinates (for the reduction hooks).
+        padded_evidence = self.padded(self.evidence)
         masks.update(evidence=padded_evidence, eligible=None, offsets=self.decoder.offsets)
         # The evidence positions of each row (padded coordinates), for recording evidence attention.
         positions = [torch.nonzero(padded_evidence[b]).flatten() for b in range(len(samples))]
@@ -121,6 +120,15 @@ class BatchLoop:
         self.done = torch.zeros(len(samples), dtype=torch.bool)
         self.next_input: Tensor | None = None
         self.step = 0  # the next decoding step to run
+
+    def padded(self, evidence: Bool[Tensor, "batch key"]) -> Bool[Tensor, "batch key"]:
+        """Per-row positions given in each row's own coordinates (``[batch, key]``, as :attr:`evidence`), moved
+        to the batch's left-padded coordinates (the reduction hooks')."""
+        out = torch.zeros_like(evidence)
+        longest = evidence.shape[1]
+        for b, offset in enumerate(self.decoder.offsets.tolist()):
+            out[b, offset:] = evidence[b, : longest - offset]
+        return out
 
     def prepare(self, step: int) -> None:
         """Point the hooks at decoding step ``step``."""
@@ -217,6 +225,7 @@ def decode(
     hooks: HookList | None = None,
     state: StepState | None = None,
     record: bool = True,
+    placebo: list[Sample] | None = None,
 ) -> tuple["BatchLoop", dict[str, Tensor]]:
     """THE decoding loop: greedy steps over a left-padded batch of ``samples`` under ``policy``.
 
@@ -227,18 +236,27 @@ def decode(
     and gives the policy its say after the step (:meth:`StepPolicy.after_step`, which may retract), until
     every row has stopped or ``max_new_tokens`` steps are kept. Returns the loop (tokens, masks, decoder)
     and the recorded buffers.
+
+    ``placebo``: the same prompts with other evidence spans, one per sample; the recorder also keeps Eq. 2's
+    share on their evidence (``buffers["placebo_support_score"]``), from the very attention rows it reduces for
+    the real evidence, so one generation serves both (:func:`trace_pairs`).
     """
     check_context_length(model, samples, config.max_new_tokens)
+    if placebo is not None:
+        check_placebo(samples, placebo, config)
     state = state or StepState()
     buffers = new_buffers(model, config.max_new_tokens, batch=len(samples),
                           evidence_width=max_evidence(samples) if config.evidence_attention else 0,
-                          signals=config.signals and record)
+                          signals=config.signals and record, placebo=placebo is not None and record)
     policy.buffers(buffers)
     masks: dict[str, Tensor] = {}
     all_hooks = ((reduction_hooks(state, buffers, masks, model.cfg.n_layers) if record else [])
                  + list(policy.hooks(state)) + list(hooks or []))
     with model.hooks(fwd_hooks=all_hooks):
         loop = BatchLoop(model, samples, config, state, masks, fast_until=policy.fast_until(samples))
+        if placebo is not None:  # before the first step: the prefill records nothing
+            masks["placebo_evidence"] = loop.padded(torch.stack(
+                [evidence_positions(s.evidence_spans, loop.evidence.shape[1], loop.decoder.device) for s in placebo]))
         while loop.step < config.max_new_tokens:
             step = loop.step
             loop.prepare(step)
@@ -273,6 +291,34 @@ def trace_batch(
     config = config or TraceConfig()
     loop, buffers = decode(model, samples, config, Greedy(), hooks=hooks, state=state, record=record)
     return [build_trace(model, sample, config, loop.tokens[b], buffers, row=b) for b, sample in enumerate(samples)]
+
+
+def trace_pairs(model, samples: list[Sample], placebo: list[Sample],
+                config: TraceConfig | None = None) -> list[tuple[Trace, Trace]]:
+    """:func:`trace_batch` of ``samples`` that also records Eq. 2 on ``placebo``'s evidence (the same prompts,
+    other spans): per sample, (its trace, the placebo's trace). Both come from one generation, so each equals
+    what :func:`trace_batch` gives for its own samples in the same batch, bit for bit: the attention rows are the
+    same, only the evidence each share is taken over differs. Half the work of tracing the two apart."""
+    config = config or TraceConfig()
+    loop, buffers = decode(model, samples, config, Greedy(), placebo=placebo)
+    swapped = {**buffers, "support_score": buffers["placebo_support_score"]}
+    return [(build_trace(model, sample, config, loop.tokens[b], buffers, row=b),
+             build_trace(model, placebo[b], config, loop.tokens[b], swapped, row=b))
+            for b, sample in enumerate(samples)]
+
+
+def check_placebo(samples: Sequence[Sample], placebo: Sequence[Sample], config: TraceConfig) -> None:
+    """Refuse placebo samples that are not ``samples`` with other evidence (one each, the same prompt ids), or a
+    config whose other recordings (evidence attention, signals) would describe only the real evidence."""
+    if len(placebo) != len(samples):
+        raise ValueError(f"{len(placebo)} placebo samples for {len(samples)} samples: pass one per sample.")
+    for index, (sample, other) in enumerate(zip(samples, placebo)):
+        if list(other.prompt_ids) != list(sample.prompt_ids):
+            raise ValueError(f"Placebo sample {index} has another prompt than sample {index}: a placebo only moves "
+                             "the evidence spans of the same prompt.")
+    if config.evidence_attention or config.signals:
+        raise ValueError("Placebo spans are recorded for Eq. 2's share only: trace with evidence_attention=False "
+                         "and signals=False, or trace the placebo samples on their own.")
 
 
 def check_context_length(model, samples: Sequence[Sample], max_new_tokens: int) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from dynheads_tl.protocols.ablation import (AblationSetup, compensation_table, grid_conditions, grid_experiment,
                                            progressive_experiment)
-from dynheads_tl.corpus import collect_traces, placebo_traces
+from dynheads_tl.corpus import collect_traces, traces_with_placebo
 from dynheads_tl.engine.equations import Eq2Rule
 from dynheads_tl.engine.hooks import StepState, z_hook_name
 from dynheads_tl.analysis.head_probe import next_step_probe
@@ -69,18 +69,21 @@ def calibrate(model, config: IrreplaceabilityConfig, task: str) -> AblationSetup
                                       records=split_records(config, "calibration"))
         spec = dict(task="hotpot", split="calibration", n=config.n_calibration, seed=seed,
                     **source_key(config.hotpot_source, samples))
-    traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
-                            batch_size=config.trace_batch_size, desc=f"{task} calibration")
+    placebo = None
+    if task == "hotpot" and config.eq2_rule == "chance":  # the factor from this split's own placebo spans
+        traces, placebo = traces_with_placebo(model, samples, trace_config, spec, seed=seed, use_cache=config.use_cache,
+                                              batch_size=config.trace_batch_size,
+                                              desc="hotpot calibration with placebo spans")
+    else:
+        traces = collect_traces(model, samples, trace_config, spec, use_cache=config.use_cache,
+                                batch_size=config.trace_batch_size, desc=f"{task} calibration")
     rule = Eq2Rule("fixed", config.eq2_threshold)
     if task == "niah":
         scores = wu_static_scores(traces, "NIAH calibration").scores
         sets = [dynamic_sets(t, "eq1") for t in traces]
     else:
         scores = static_eq2_scores(traces)
-        if config.eq2_rule == "chance":  # the factor from this split's own placebo spans
-            placebo = placebo_traces(model, samples, trace_config, spec, seed=seed, use_cache=config.use_cache,
-                                     batch_size=config.trace_batch_size,
-                                     desc="hotpot placebo calibration")
+        if placebo is not None:
             rule = Eq2Rule("chance", calibrate_chance_factor(placebo, config.eq2_false_rate))
         sets = [dynamic_sets(t, "eq2", rule) for t in traces]
     override = config.static_override(config.model)  # static_source: the file's scores rank the static heads; k stays |D_t|'s
