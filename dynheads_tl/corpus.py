@@ -279,8 +279,9 @@ def traces_with_placebo(model, samples, trace_config: TraceConfig, key: dict[str
     """(real, placebo) traces of ``samples``: :func:`collect_traces`'s under ``key``, and under ``key`` + placebo
     the same generations with their evidence moved to random context positions of the same sizes
     (:func:`~dynheads_tl.tasks.common.placebo_sample`, seeded per sample from ``seed``), whose Eq. 2 shares are
-    those of spans no head has reason to read. Every sample missing from either is generated once for both (:func:`~dynheads_tl.engine.tracing.trace_pairs`: the placebo's Eq. 2 shares are taken from the
-    real generation's attention rows, equal bit for bit to tracing it again)."""
+    those of spans no head has reason to read. Every sample missing from either is generated once for both
+    (:func:`~dynheads_tl.engine.tracing.trace_pairs`: the placebo's Eq. 2 shares are taken from the real
+    generation's attention rows, equal bit for bit to tracing it again)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     if any(is_wu_sample(s) for s in samples):
@@ -308,7 +309,7 @@ def pair_units(model, pairs, trace_config: TraceConfig) -> list[tuple[Trace, Tra
 
 
 def hotpot_placebo_traces(model, config: TraceSets, seed: int) -> list[Trace]:
-    """The HotpotQA calibration split of ``seed`` as :func:`placebo_traces`."""
+    """The placebo half of :func:`hotpot_calibration_pairs`."""
     return hotpot_calibration_pairs(model, config, seed)[1]
 
 
