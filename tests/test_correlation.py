@@ -1,6 +1,8 @@
 """CCA and probes on synthetic data with known answers."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -611,6 +613,35 @@ def test_the_step_and_token_prior_knows_the_generated_token():
     tests = lag_tests(lead_differences(lead, "f1"), pd.DataFrame(), n_splits=2)
     assert (tests["baseline"] == "step-and-token prior").all()
     assert tests.loc[0, "difference"] == pytest.approx(differences["vs_token_prior"])
+
+
+def test_lead_probes_are_cached_units_keyed_by_their_pairs(tmp_path, monkeypatch):
+    """With ``cache``, a second call trains no probe and returns the same rows (every column, every dtype); traces
+    that differ in one target compute their own; without ``cache`` nothing is written."""
+    from dynheads_tl.analysis import probes
+    from dynheads_tl.analysis.correlation import lead_probe_table
+
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
+    traces = synthetic_traces(n_samples=24, steps=12, lag=1)
+    config = ProbeConfig(hidden=[8], epochs=2)
+    run = lambda traces, cache=True: lead_probe_table(traces, "regression", config, ks=[0, 1, 30], split_seeds=[0, 1],
+                                                      linear_ks=[0], cache=cache)
+    first = run(traces)
+    assert set(first["k"]) == {0, 1}  # k = 30: no pairs, no rows (and that, too, is read back)
+    assert len(list((tmp_path / "results").glob("*.json"))) == 6
+    trained = []
+    real = probes.probe_table
+    monkeypatch.setattr(probes, "probe_table", lambda *a, **kw: trained.append(kw["k"]) or real(*a, **kw))
+    pd.testing.assert_frame_equal(run(traces), first)
+    assert trained == []
+    changed = [t for t in traces]
+    changed[0] = dataclasses.replace(traces[0], support_score=traces[0].support_score + 1.0)
+    run(changed)
+    assert sorted(set(trained)) == [0, 1] and len(trained) == 4
+    empty = tmp_path / "none"
+    monkeypatch.setenv("DYNHEADS_CACHE", str(empty))
+    run(traces, cache=False)
+    assert not empty.exists()
 
 
 # --- the declared status rules of claim 3's index rows, on hand-built numbers ------------------------------------

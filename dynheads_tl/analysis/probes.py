@@ -8,7 +8,7 @@ The method and its baselines: :mod:`dynheads_tl.analysis.correlation`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal, Sequence
 
 import numpy as np
@@ -23,6 +23,7 @@ from dynheads_tl.analysis.layouts import (lagged_pairs, layout_groups, layout_sp
 from dynheads_tl.analysis.statistics import resampled_t_interval, resampled_t_test
 from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.progress import progress
+from dynheads_tl.store import config_hash, load_cached_json, save_cached_json, tensor_digest
 
 
 # --- probes --------------------------------------------------------------------------------------
@@ -226,8 +227,9 @@ def probe_table(traces: Sequence[Trace], task: Literal["classification", "regres
     (:func:`probe_splits`): MLP probe, linear probe, the static-frequency prior, a step-aware prior (each
     head's rate at that decoding step: what the position in the answer alone predicts) and the step-and-token
     prior (:func:`step_token_prior`: the step, the tokens read at n and n + k and the token generated at n + k,
-    which Eq. 1 at step n + k is defined against), all scored on the test layouts. The linear probe is a linear layer trained like the MLP (classification) or closed-form ridge
-    regression (regression). Each row says how many samples and layouts the split's parts hold."""
+    which Eq. 1 at step n + k is defined against), all scored on the test layouts. The linear probe is a linear
+    layer trained like the MLP (classification) or closed-form ridge regression (regression). Each row says how
+    many samples and layouts the split's parts hold."""
     target = "eq1" if task == "classification" else "score"
     x, y, groups = lagged_pairs(traces, k, target)
     clusters = layout_groups(traces) if clusters is None else np.asarray(clusters)
@@ -282,26 +284,59 @@ LEAD_KS = (0, 1, 2, 3, 5, 10)
 def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "regression"], config: ProbeConfig,
                      ks: Sequence[int] = LEAD_KS, split_seeds: Sequence[int] = (0, 1, 2, 3, 4),
                      progress_desc: str | None = None, *, linear_ks: Sequence[int] = (),
-                     min_test_samples: int = MIN_PROBE_TEST_SAMPLES) -> pd.DataFrame:
+                     min_test_samples: int = MIN_PROBE_TEST_SAMPLES, cache: bool = False) -> pd.DataFrame:
     """Probes from hidden[n] to the target at step n + k (Eq. 1 sets for classification, Eq. 2 scores for
     regression), for each k and each train/validation/test split by layout (:func:`probe_splits`). One row
     per (k, split seed, predictor) with F1 / precision / recall / AUPRC or MSE / MAE / R² on the test layouts;
     predictors are the MLP probe, the static-frequency prior (the base rate), the step-aware prior (each head's
-    rate at step n + k) and, at the lags in ``linear_ks``, the linear probe (Tables 2 and 3 read k = 0)."""
+    rate at step n + k) and, at the lags in ``linear_ks``, the linear probe (Tables 2 and 3 read k = 0).
+
+    With ``cache``, each (k, split seed)'s rows are a cached unit keyed by the probe settings and a hash of the
+    pairs they are computed from (:func:`_pairs_digest`): a run from the cache reads them back instead of training
+    the probes again; other traces, settings or splits compute their own."""
 
     clusters = layout_groups(traces)
     jobs = [(k, s) for k in ks for s in split_seeds]
+    digests: dict[int, str | None] = {}
     rows = []
     for k, split_seed in (progress(jobs, desc=progress_desc) if progress_desc else jobs):
-        try:
-            table = probe_table(traces, task, ProbeConfig(**{**config.__dict__, "seed": split_seed}), k=k,
-                                split_seed=split_seed, linear_probe=k in linear_ks, clusters=clusters,
-                                min_test_samples=min_test_samples)
-        except ValueError:
-            continue
-        for record in table.to_dict("records"):
-            rows.append({"k": k, "split_seed": split_seed, **record})
+        seeded = ProbeConfig(**{**config.__dict__, "seed": split_seed})
+        key = None
+        if cache:
+            if k not in digests:
+                digests[k] = _pairs_digest(traces, task, k, clusters)
+            key = {"unit": "lead_probe", "version": _LEAD_PROBE_VERSION, "task": task, "config": asdict(seeded),
+                   "k": k, "split_seed": split_seed, "linear_probe": k in linear_ks,
+                   "min_test_samples": min_test_samples, "pairs": digests[k]}
+        records = None if key is None else load_cached_json(key)
+        if records is None:
+            try:
+                records = probe_table(traces, task, seeded, k=k, split_seed=split_seed, linear_probe=k in linear_ks,
+                                      clusters=clusters, min_test_samples=min_test_samples).to_dict("records")
+            except ValueError:  # no pairs at this lag, or a split without any: the lag has no row for this seed
+                records = []
+            if key is not None:
+                save_cached_json(key, records)
+        rows += [{"k": k, "split_seed": split_seed, **record} for record in records]
     return pd.DataFrame(rows)
+
+
+# Bump when what a cached row of :func:`lead_probe_table` means changes (its metrics, predictors or splits).
+_LEAD_PROBE_VERSION = 1
+
+
+def _pairs_digest(traces: Sequence[Trace], task: str, k: int, clusters: np.ndarray) -> str:
+    """A hash of everything :func:`probe_table` reads from ``traces`` at lag ``k``: the probe's inputs and targets,
+    the pairs' samples and layouts, and the step-and-token prior's covariates ("" when no sample reaches k)."""
+    try:
+        x, y, groups = lagged_pairs(traces, k, "eq1" if task == "classification" else "score")
+        covariates = pair_covariates(traces, k)
+    except ValueError:
+        return ""
+    columns = (covariates.steps, covariates.tokens, covariates.target_tokens, covariates.generated_tokens)
+    layouts = config_hash({"layouts": [str(label) for label in np.asarray(clusters).tolist()]})  # labels: strings
+    return layouts + tensor_digest(torch.as_tensor(x), torch.as_tensor(y), torch.as_tensor(groups),
+                                   *(torch.as_tensor(c) for c in columns))
 
 
 def lead_differences(table: pd.DataFrame, metric: str) -> pd.DataFrame:

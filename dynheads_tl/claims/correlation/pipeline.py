@@ -72,10 +72,11 @@ def residualised_summary(table: pd.DataFrame) -> pd.DataFrame:
 def lead_probes(traces, task: str, config: PredictabilityConfig, desc: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Probes k steps ahead on every split by layout (raw rows; k = 0 also with the linear probe, for Tables 2
     and 3) and their differences from the base rate and the step-aware prior at the lags of ``lead_ks``, with
-    intervals and p-values: F1 and AUPRC for the NIAH Eq. 1 sets, R² for HotpotQA Eq. 2 scores."""
+    intervals and p-values: F1 and AUPRC for the NIAH Eq. 1 sets, R² for HotpotQA Eq. 2 scores. Each split's probes
+    are cached units, as the traces they read are: a run from the cache trains none."""
     ks = sorted(set(config.lead_ks) | {0})
     raw = lead_probe_table(traces, task, config.probe_config(), ks=ks, split_seeds=split_seeds(config),
-                           progress_desc=desc, linear_ks=[0], min_test_samples=config.probe_min_test)
+                           progress_desc=desc, linear_ks=[0], min_test_samples=config.probe_min_test, cache=True)
     metrics = ("f1", "auprc") if task == "classification" else ("r2",)
     lagged = raw[raw["k"].isin(config.lead_ks)]
     return raw, pd.concat([lead_differences(lagged, metric) for metric in metrics], ignore_index=True)

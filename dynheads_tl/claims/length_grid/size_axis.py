@@ -148,7 +148,7 @@ def _probe(traces, config) -> dict:
     primary = "probe_k1_vs_step_token_prior"
     test = f"corrected resampled t-test (Nadeau and Bengio 2003) over {config.n_splits} splits by layout"
     raw = lead_probe_table(traces, "classification", config.probe_config(), ks=[1],
-                           split_seeds=[config.seed + i for i in range(config.n_splits)])
+                           split_seeds=[config.seed + i for i in range(config.n_splits)], cache=config.use_cache)
     diffs = lead_differences(raw, "f1") if len(raw) else pd.DataFrame()
     if diffs.empty or "vs_token_prior" not in diffs:
         return _row(primary, np.nan, np.nan, np.nan, np.nan, np.nan, n=0, units="layouts", test=test)
