@@ -634,7 +634,7 @@ def test_lead_probes_are_cached_units_keyed_by_their_pairs(tmp_path, monkeypatch
     monkeypatch.setattr(probes, "probe_table", lambda *a, **kw: trained.append(kw["k"]) or real(*a, **kw))
     pd.testing.assert_frame_equal(run(traces), first)
     assert trained == []
-    changed = [t for t in traces]
+    changed = list(traces)
     changed[0] = dataclasses.replace(traces[0], support_score=traces[0].support_score + 1.0)
     run(changed)
     assert sorted(set(trained)) == [0, 1] and len(trained) == 4

@@ -297,7 +297,7 @@ def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "r
 
     clusters = layout_groups(traces)
     jobs = [(k, s) for k in ks for s in split_seeds]
-    digests: dict[int, str | None] = {}
+    digests: dict[int, str] = {}
     rows = []
     for k, split_seed in (progress(jobs, desc=progress_desc) if progress_desc else jobs):
         seeded = ProbeConfig(**{**config.__dict__, "seed": split_seed})
