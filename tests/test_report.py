@@ -15,7 +15,7 @@ import torch
 
 from dynheads_tl import load_traces
 from dynheads_tl.report.index import build_index, index_items
-from dynheads_tl.report.runner import list_notebooks, run_report
+from dynheads_tl.report.runner import list_notebooks, preset_notebooks, run_report
 from conftest import build_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +31,28 @@ def test_unknown_or_mistyped_parameters_fail_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="No notebook matches"):
         list_notebooks("99_nothing")
     assert not (tmp_path / "executed").exists(), "validation happens before anything runs"
+
+
+def test_a_focused_preset_runs_only_the_notebooks_that_declare_it(tmp_path):
+    """`--preset long` runs what the committed long report holds (01, 03, 05, 06, 07), `--preset scale` 07 alone, and
+    the whole-report presets every notebook; `--only` naming a notebook the preset leaves out is refused before
+    anything runs (it used to run the default report's 02 and 04 at their defaults inside a long run)."""
+    def stems(notebooks):
+        return [nb.stem for nb in notebooks]
+
+    every = stems(list_notebooks())
+    long, left = preset_notebooks("long", list_notebooks())
+    assert stems(long) == ["01_dynamism", "03_correlation", "05_error_signal", "06_kv_retention", "07_length_grid"]
+    assert stems(left) == ["00_inspect_attention", "02_irreplaceability", "04_dynamic_rag"]
+    scale = [stems(part) for part in preset_notebooks("scale", list_notebooks())]
+    assert scale == [["07_length_grid"], [stem for stem in every if stem != "07_length_grid"]]
+    for preset in ("default", "smoke", "paper", "thorough"):
+        assert [stems(part) for part in preset_notebooks(preset, list_notebooks())] == [every, []], preset
+    assert [stems(part) for part in preset_notebooks("long", list_notebooks("03"), named=True)] == [["03_correlation"], []]
+    runs = "01_dynamism, 03_correlation, 05_error_signal, 06_kv_retention, 07_length_grid"
+    with pytest.raises(ValueError, match=f"02_irreplaceability has no setting in the 'long' preset, which runs {runs};"):
+        run_report(preset="long", only="02", output_dir=tmp_path)
+    assert not (tmp_path / "executed").exists(), "refused before anything runs"
 
 
 def test_cli_exits_non_zero_on_failure(tmp_path):

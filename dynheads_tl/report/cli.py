@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                                "essays), 'scale' (notebook 07's size axis: "
                                "the five pre-registered primaries at 2,000 tokens x 5 depths x 6 runs, static sets of "
                                "10%% of the heads), 'paper' (the paper's grids "
-                               "and Llama-3.1-8B, for a GPU); default: %(default)s")
+                               "and Llama-3.1-8B, for a GPU); 'long' and 'scale' run only the notebooks they name, "
+                               "the others every notebook; default: %(default)s")
     p_report.add_argument("--committed", action="store_true",
                           help="regenerate the whole committed report: every embedded model's default report, then "
                                "each claim's committed presets (the long preset: notebook 07's 1k-32k grid, 01, 03, "

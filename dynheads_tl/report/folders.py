@@ -1,7 +1,7 @@
-"""Where a report run writes when no folder is named: ``runs/<preset>/<model>/``, the layout of the committed report
-(:mod:`~dynheads_tl.report.results`), so that no model's run replaces another's; and the refusal of a folder that
-holds another model's runs. Only ``dynheads report --committed`` writes the committed report
-(:mod:`~dynheads_tl.report.runner`).
+"""Which notebooks a report run executes (:func:`preset_notebooks`), and where it writes when no folder is named:
+``runs/<preset>/<model>/``, the layout of the committed report (:mod:`~dynheads_tl.report.results`), so that no
+model's run replaces another's; and the refusal of a folder that holds another model's runs. Only ``dynheads report
+--committed`` writes the committed report (:mod:`~dynheads_tl.report.runner`).
 """
 from __future__ import annotations
 
@@ -11,12 +11,27 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dynheads_tl.claims import all_claims
+from dynheads_tl.claims import all_claims, claim_for
 from dynheads_tl.engine.models import DEFAULT_MODEL
 from dynheads_tl.params import field_default
-from dynheads_tl.report.results import model_folder_name, read_runs
+from dynheads_tl.report.results import WHOLE_REPORT_PRESETS, model_folder_name, read_runs
 
 RUNS_DIR = Path("runs")  # every run but --committed: runs/<preset>/<model>/ (git-ignored)
+
+
+def preset_notebooks(preset: str, notebooks: list[Path], named: bool = False) -> tuple[list[Path], list[Path]]:
+    """Of ``notebooks``, those a run of ``preset`` executes and those it leaves out. A whole-report preset
+    (:data:`~dynheads_tl.report.results.WHOLE_REPORT_PRESETS`) runs every notebook; a focused one (``long``,
+    ``scale``) only those whose claims declare it, so that ``--preset long`` does not spend an hour on the default
+    report's other notebooks. A notebook the run ``named`` (``--only``) that the preset leaves out is refused."""
+    if preset in WHOLE_REPORT_PRESETS:
+        return list(notebooks), []
+    runs = [nb for nb in notebooks if preset in claim_for(nb.stem).presets]
+    if named and not runs:
+        declaring = sorted(claim.notebook for claim in all_claims() if preset in claim.presets)
+        raise ValueError(f"{notebooks[0].stem} has no setting in the {preset!r} preset, which runs "
+                         f"{', '.join(declaring) or 'no notebook'}; run it in the default preset (leave --preset out).")
+    return runs, [nb for nb in notebooks if nb not in runs]
 
 
 def preset_models(preset: str) -> dict[str, str]:

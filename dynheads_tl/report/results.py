@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 # every code path (the tests' notebook runs), ``paper`` the paper's grid on its model. Each claim declares its own
 # overrides (``Claim.presets``); a claim may add a preset of its own.
 BUILTIN_PRESETS = ("default", "smoke", "paper")
+# Presets that run every notebook, a notebook they leave alone at its defaults. Any other preset (``long``, ``scale``,
+# or one a claim adds) is a focused run: only the notebooks whose claims declare it run in it.
+WHOLE_REPORT_PRESETS = BUILTIN_PRESETS + ("thorough",)
 
 
 def preset_names() -> list[str]:

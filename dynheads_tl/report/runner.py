@@ -47,7 +47,8 @@ from dynheads_tl.verdicts import begin_outputs, end_outputs
 from dynheads_tl.store import atomic_write_text, cache_dir, check_cache_writable, check_writable_folder
 from dynheads_tl.report.terminal import ProgressRelay, repeat_heal_warnings, repeat_kernel_log
 from dynheads_tl.report.folders import (RUNS_DIR, default_output_dir, other_model_runs, output_dir_for,  # noqa: F401
-                                        preset_models, refuse_other_models, run_folder_name, run_models)
+                                        preset_models, preset_notebooks, refuse_other_models, run_folder_name,
+                                        run_models)
 from dynheads_tl.report.kernels import (KERNEL_FOLDER_PREFIX, KernelError, _kernel_failure,  # noqa: F401
                                         _kernel_folder_base, ipc_kernel_manager, make_kernel_folder,
                                         remove_stale_kernel_folders)
@@ -318,6 +319,9 @@ def run_report(*, preset: str = "default", model: str | None = None, only: str |
     notebooks = list_notebooks(only)
     if not notebooks:
         raise FileNotFoundError(f"No notebooks found in {notebook_dir()}.")
+    notebooks, left_out = preset_notebooks(preset, notebooks, named=bool(only))
+    if left_out:  # a focused preset: long, scale
+        print(f"The {preset} preset leaves out {', '.join(nb.stem for nb in left_out)} (no {preset} setting).", flush=True)
     declared = {notebook: notebook_parameters(notebook) for notebook in notebooks}
     known = {name for names in declared.values() for name in names}
     unused = set(overrides) - known
