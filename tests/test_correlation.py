@@ -617,27 +617,35 @@ def test_the_step_and_token_prior_knows_the_generated_token():
 
 def test_lead_probes_are_cached_units_keyed_by_their_pairs(tmp_path, monkeypatch):
     """With ``cache``, a second call trains no probe and returns the same rows (every column, every dtype); traces
-    that differ in one target compute their own; without ``cache`` nothing is written."""
+    that differ in one target compute their own; without ``cache`` nothing is written. The progress line counts the
+    units computed, not those read back."""
     from dynheads_tl.analysis import probes
     from dynheads_tl.analysis.correlation import lead_probe_table
 
     monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))
+    log = tmp_path / "progress.log"
+    monkeypatch.setenv("DYNHEADS_PROGRESS", "file")
+    monkeypatch.setenv("DYNHEADS_PROGRESS_FILE", str(log))
     traces = synthetic_traces(n_samples=24, steps=12, lag=1)
     config = ProbeConfig(hidden=[8], epochs=2)
     run = lambda traces, cache=True: lead_probe_table(traces, "regression", config, ks=[0, 1, 30], split_seeds=[0, 1],
-                                                      linear_ks=[0], cache=cache)
+                                                      linear_ks=[0], cache=cache, progress_desc="probes")
+    lines = lambda: log.read_text().splitlines() if log.exists() else []
     first = run(traces)
     assert set(first["k"]) == {0, 1}  # k = 30: no pairs, no rows (and that, too, is read back)
     assert len(list((tmp_path / "results").glob("*.json"))) == 6
+    assert lines()[0] == "probes: 6 to compute" and lines()[-1].startswith("probes: 6/6 done in ")
+    log.unlink()
     trained = []
     real = probes.probe_table
     monkeypatch.setattr(probes, "probe_table", lambda *a, **kw: trained.append(kw["k"]) or real(*a, **kw))
     pd.testing.assert_frame_equal(run(traces), first)
-    assert trained == []
+    assert trained == [] and lines() == []  # everything read back: nothing to report
     changed = list(traces)
     changed[0] = dataclasses.replace(traces[0], support_score=traces[0].support_score + 1.0)
     run(changed)
     assert sorted(set(trained)) == [0, 1] and len(trained) == 4
+    assert lines()[0] == "probes: 4 to compute"  # k = 30's two units have the same (empty) pairs: read back
     empty = tmp_path / "none"
     monkeypatch.setenv("DYNHEADS_CACHE", str(empty))
     run(traces, cache=False)

@@ -296,27 +296,33 @@ def lead_probe_table(traces: Sequence[Trace], task: Literal["classification", "r
     the probes again; other traces, settings or splits compute their own."""
 
     clusters = layout_groups(traces)
-    jobs = [(k, s) for k in ks for s in split_seeds]
     digests: dict[int, str] = {}
+    units = []  # (k, split seed, its seeded config, its cache key or None, its cached records or None)
+    for k in ks:
+        for split_seed in split_seeds:
+            seeded = ProbeConfig(**{**config.__dict__, "seed": split_seed})
+            key = None
+            if cache:
+                if k not in digests:
+                    digests[k] = _pairs_digest(traces, task, k, clusters)
+                key = {"unit": "lead_probe", "version": _LEAD_PROBE_VERSION, "task": task, "config": asdict(seeded),
+                       "k": k, "split_seed": split_seed, "linear_probe": k in linear_ks,
+                       "min_test_samples": min_test_samples, "pairs": digests[k]}
+            units.append((k, split_seed, seeded, key, None if key is None else load_cached_json(key)))
+    missing = [unit for unit in units if unit[4] is None]  # the progress line counts what is computed, not read back
+    computed = {}
+    for k, split_seed, seeded, key, _ in (progress(missing, desc=progress_desc) if progress_desc else missing):
+        try:
+            records = probe_table(traces, task, seeded, k=k, split_seed=split_seed, linear_probe=k in linear_ks,
+                                  clusters=clusters, min_test_samples=min_test_samples).to_dict("records")
+        except ValueError:  # no pairs at this lag, or a split without any: the lag has no row for this seed
+            records = []
+        if key is not None:
+            save_cached_json(key, records)
+        computed[k, split_seed] = records
     rows = []
-    for k, split_seed in (progress(jobs, desc=progress_desc) if progress_desc else jobs):
-        seeded = ProbeConfig(**{**config.__dict__, "seed": split_seed})
-        key = None
-        if cache:
-            if k not in digests:
-                digests[k] = _pairs_digest(traces, task, k, clusters)
-            key = {"unit": "lead_probe", "version": _LEAD_PROBE_VERSION, "task": task, "config": asdict(seeded),
-                   "k": k, "split_seed": split_seed, "linear_probe": k in linear_ks,
-                   "min_test_samples": min_test_samples, "pairs": digests[k]}
-        records = None if key is None else load_cached_json(key)
-        if records is None:
-            try:
-                records = probe_table(traces, task, seeded, k=k, split_seed=split_seed, linear_probe=k in linear_ks,
-                                      clusters=clusters, min_test_samples=min_test_samples).to_dict("records")
-            except ValueError:  # no pairs at this lag, or a split without any: the lag has no row for this seed
-                records = []
-            if key is not None:
-                save_cached_json(key, records)
+    for k, split_seed, _, _, cached in units:
+        records = cached if cached is not None else computed[k, split_seed]
         rows += [{"k": k, "split_seed": split_seed, **record} for record in records]
     return pd.DataFrame(rows)
 
