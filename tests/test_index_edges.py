@@ -108,6 +108,26 @@ def test_a_presets_index_shows_notebooks_it_leaves_out_as_not_run_in_this_preset
                             .find("tr", attrs={"data-item": "Fig 2"}).find(class_="ours")["class"])
 
 
+def test_a_presets_folder_shows_what_its_models_leave_out_by_design_as_not_run_in_this_preset(tmp_path):
+    """The models side by side (``<preset>/<model>/``): each model's cell of a notebook its preset leaves out says
+    "not run in this preset" (neutral), on the page and in the README; a notebook the preset runs whose files are
+    not there still says "missing"."""
+    for preset, fig2 in (("long", NOT_IN_PRESET), ("default", MISSING)):
+        folder = tmp_path / preset
+        for model in ("m", "gemma-3-270m"):
+            _report(folder / model, preset=preset, model=model)
+        build_index(folder)
+        soup = BeautifulSoup((folder / "index.html").read_text(), "html.parser")
+        cells = lambda item: [span for span in soup.find("tr", attrs={"data-models": item}).select("span.status")]
+        assert [span.get_text() for span in cells("Fig 2")] == [fig2, fig2], preset
+        assert all(("bad" in span["class"]) == (fig2 == MISSING) for span in cells("Fig 2"))
+        assert [span.get_text() for span in cells("Fig 1")] == [MISSING, MISSING], "01 ran: its files are missing"
+        readme = (folder / "README.md").read_text().splitlines()
+        row = lambda item: next(line for line in readme if line.startswith(f"| {item} |"))
+        assert row("Fig 2").count(f"| {fig2}: – ") == 2 and "not produced" not in row("Fig 2"), preset
+        assert row("Fig 1").count(f"| {MISSING}: – ") == 2
+
+
 def test_a_rule_docstring_and_the_index_notes_show_inline_code_as_code(tmp_path):
     rule = ("The declared rule of Fig 2 (preregistration.yaml; :func:`masking_rule`) on ``<task>_conditions.csv`` and "
             ":data:`~.config.PRIMARY`, :func:`~dynheads_tl.analysis.statistics.resampled_t_interval`; a < b.")

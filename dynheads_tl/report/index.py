@@ -90,9 +90,7 @@ def ours_text(output_dir: Path, item: str) -> str:
     return text
 
 
-# What an index row whose files are not there shows in place of a status: MISSING (red: the notebook has not run
-# here, or failed), or, in a preset's report whose preset leaves the item's notebook out by design, NOT_IN_PRESET
-# (neutral); both in dynheads_tl/report/legend.py.
+# A row whose files are not there shows ``absent``: MISSING (red) or NOT_IN_PRESET (neutral; report/legend.py).
 @dataclass(frozen=True)
 class _Row:
     item: str
@@ -232,13 +230,13 @@ def agreement(statuses: list[str]) -> str:
 
 @dataclass(frozen=True)
 class ModelCell:
-    """One index row's result on one model: its status ("not produced" when the model's report lacks it), headline
-    and whether it rests on synthetic data."""
+    """One index row's result on one model: its status ("not produced" when its report lacks it), headline and more."""
 
     status: str
     headline: str = "–"
     synthetic: bool = False
     context: str = "–"  # the longest context the model's run read (results.longest_context)
+    absent: str = MISSING  # what it shows when not produced: MISSING, or NOT_IN_PRESET when its preset leaves it out
 
 
 def model_cells(output_dir: Path) -> tuple[list[ModelReport], list[tuple[Any, Any, list[ModelCell]]]]:
@@ -255,15 +253,16 @@ def model_cells(output_dir: Path) -> tuple[list[ModelReport], list[tuple[Any, An
 def _cells(folders: list[Path]) -> list[tuple[Any, Any, list[ModelCell]]]:
     """[(claim, item, [its cell in each folder's report])] for every index row, in the paper's order."""
     results = [all_results(folder) for folder in folders]
-    rows = []
+    rows, runs = [], [read_runs(folder) for folder in folders]
     for claim, item in index_items():
         cells = []
-        for found in results:
+        for found, folder_runs in zip(results, runs):
             row = _result_row(found, claim, item)
             synthetic = bool(row and row.data == "synthetic")  # marked as in a model's own table (SCIENCE 9)
             mark = f" {SYNTHETIC_NOTE}" if synthetic and row.status != "qualitative" else ""
             cells.append(ModelCell(row.status, row.headline + mark, synthetic, longest_context(
-                found[claim.notebook].contexts, item_task(item))) if row and row.produced else ModelCell("not produced"))
+                found[claim.notebook].contexts, item_task(item))) if row and row.produced else ModelCell(
+                "not produced", absent=NOT_IN_PRESET if left_out_by_preset(claim, folder_runs) else MISSING))
         rows.append((claim, item, cells))
     return rows
 
@@ -299,9 +298,11 @@ PRESETS_NOTE = ("Each preset's runs, one report per model (`<preset>/<model>/`, 
 
 def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, str, list[tuple[str, str]]]]]:
     """The index's model table (:func:`model_cells`): (the models, [(item, paper, [(status, headline) per model,
-    then (:func:`agreement` of the statuses, "")])]); no rows with one model (the main table says it all)."""
+    then (:func:`agreement` of the statuses, "")])], a cell not produced as (its ``absent``, "–")); no rows with one
+    model (the main table says it all)."""
     reports, rows = model_cells(output_dir)
-    return reports, [(item.item, item.paper, [(c.status, c.headline) for c in cells]
+    return reports, [(item.item, item.paper, [(c.absent, "–") if c.status == "not produced" else (c.status, c.headline)
+                                              for c in cells]
                       + [(agreement([c.status for c in cells]), "")]) for _, item, cells in rows]
 
 
@@ -458,7 +459,6 @@ def _html_page(rows: list[_Row], runs: dict[str, Any], output_dir: Path, tables:
         INDEX_TEMPLATE, paper_url=PAPER_URL, paper_title=PAPER_TITLE, smoke_banner=tables.banner,
         run_meta=run_meta(runs), pages=pages, intro=intro(rows, tables), status_note=STATUS_NOTE, legend=status_legend(),
         up_links=up, not_in_preset=NOT_IN_PRESET, rows=shown,
-        left_out=[item.item for claim, item in index_items() if left_out_by_preset(claim, runs)],
         models=[Link(f"{r.prefix}index.html", r.model) for r in reports] if by_model else [], by_model=by_model,
         models_note=MODELS_NOTE, presets=tables.presets, presets_note=PRESETS_NOTE,
         figures=[row for row in shown if row.image], outputs=outputs, heads=tables.heads, heads_note=HEAD_FILES_NOTE, run_time_note=RUN_TIME_NOTE,
