@@ -125,6 +125,7 @@ def test_a_presets_folder_shows_what_its_models_leave_out_by_design_as_not_run_i
         readme = (folder / "README.md").read_text().splitlines()
         row = lambda item: next(line for line in readme if line.startswith(f"| {item} |"))
         assert row("Fig 2").count(f"| {fig2}: – ") == 2 and "not produced" not in row("Fig 2"), preset
+        assert row("Fig 2").endswith(f"| {NOT_IN_PRESET if fig2 == NOT_IN_PRESET else 'not on every model'} |")
         assert row("Fig 1").count(f"| {MISSING}: – ") == 2
 
 

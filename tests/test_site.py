@@ -55,7 +55,9 @@ def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
 
     assert agreement(["weaker", "weaker"]) == "agree" and agreement(["weaker", "reproduced"]) == "differ"
     assert agreement(["undetermined", "undetermined"]) == "not settled" == agreement(["reproduced", "no headroom"])
-    assert agreement(["weaker", "not produced"]) == "not on every model"
+    assert agreement(["weaker", "not produced"]) == "not on every model" == agreement(["weaker", "missing"])
+    assert agreement(["not run in this preset"] * 2) == "not run in this preset"  # left out by design everywhere
+    assert agreement(["not run in this preset", "missing"]) == "not on every model"
     assert agreement(["qualitative", "qualitative"]) == "no verdict"
     hand_built = [("Claim 9: toy", [
         ("Fig 2", [ModelCell("not reproduced"), ModelCell("not reproduced")]),

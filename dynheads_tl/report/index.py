@@ -216,11 +216,11 @@ UNSETTLED = ("undetermined", "no headroom")
 
 def agreement(statuses: list[str]) -> str:
     """What one item's statuses on several models say together: "not on every model" (a model lacks the item),
-    "no verdict" (a picture or a description on every model), "not settled" (undetermined or without headroom on
-    some model: nothing to agree or differ with), "agree" (one settled status on every model) or "differ"
-    (settled statuses that differ)."""
-    if any(status == "not produced" for status in statuses):
-        return "not on every model"
+    "not run in this preset" (every model's preset leaves it out by design), "no verdict" (a picture or a
+    description on every model), "not settled" (undetermined or without headroom on some model: nothing to agree or
+    differ with), "agree" (one settled status on every model) or "differ" (settled statuses that differ)."""
+    if any(status in ("not produced", MISSING, NOT_IN_PRESET) for status in statuses):
+        return NOT_IN_PRESET if set(statuses) == {NOT_IN_PRESET} else "not on every model"
     if all(status in NO_VERDICT for status in statuses):
         return "no verdict"
     if any(status in UNSETTLED for status in statuses):
@@ -301,9 +301,9 @@ def model_table(output_dir: Path) -> tuple[list[ModelReport], list[tuple[str, st
     then (:func:`agreement` of the statuses, "")])], a cell not produced as (its ``absent``, "–")); no rows with one
     model (the main table says it all)."""
     reports, rows = model_cells(output_dir)
-    return reports, [(item.item, item.paper, [(c.absent, "–") if c.status == "not produced" else (c.status, c.headline)
-                                              for c in cells]
-                      + [(agreement([c.status for c in cells]), "")]) for _, item, cells in rows]
+    shown = lambda c: (c.absent, "–") if c.status == "not produced" else (c.status, c.headline)
+    return reports, [(item.item, item.paper, [shown(c) for c in cells] + [(agreement([shown(c)[0] for c in cells]), "")])
+                     for _, item, cells in rows]
 
 
 def model_agreement(output_dir: Path) -> list[tuple[str, list[tuple[str, list[ModelCell]]]]]:
