@@ -35,8 +35,8 @@ from dynheads_tl.engine.sharing import (DEFAULT_STORE_MB, PrefixStore, bounded_w
 from dynheads_tl.engine.trace_data import PrefillMode
 
 # The SDPA twin prefills a prompt this many positions at a time. With an explicit attention mask (a sliding window,
-# a continued prefix) the prefill's attention holds [queries, keys]-sized tensors per layer (the masks, and on the
-# CPU possibly the scores: 4 heads x 8k x 8k x 4 bytes is 1 GiB for one 8k-token Gemma 3 prompt, 16 GiB at 32k). In
+# a continued prefix) the prefill's attention holds [queries, keys]-sized masks per layer (PyTorch 2.13's CPU SDPA
+# keeps no score matrix: bench/probe_sdpa_memory.py; the scores would be 1 GiB for an 8k Gemma 3 prompt). In
 # chunks they are at most [PREFILL_CHUNK, keys], so prefill memory grows linearly with the context (Gemma 3 at 8k:
 # peak 1,699 -> 1,373 MiB, docs/benchmarks.md). Prompts no longer than it (every default preset's) run in one call.
 PREFILL_CHUNK = 4096
