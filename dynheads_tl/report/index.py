@@ -109,13 +109,13 @@ class _Row:
     absent: str = MISSING  # what a row that is not produced shows: MISSING, or NOT_IN_PRESET by design
 
 
-def left_out_by_preset(claim, runs: dict[str, Any]) -> bool:
-    """Whether a report's runs leave ``claim``'s notebook out by design: every run of the folder is of one named
-    preset (not ``default``) that the claim declares nothing for (``Claim.presets``: the ``long`` preset runs notebooks
-    01, 03, 05, 06 and 07, never 02 or 04), and the folder holds no run of the notebook."""
+def absent_status(claim, runs: dict[str, Any]) -> str:
+    """What a report lacking ``claim``'s files shows: NOT_IN_PRESET where its runs, all of one named preset (not
+    ``default``) the claim declares nothing for (``Claim.presets``: ``long`` never runs 02 or 04), hold no run of the
+    notebook (left out by design), else MISSING."""
     presets = {str(run.get("preset")) for run in runs.values()}
-    return (len(presets) == 1 and not presets & {"default", "None"} and claim.notebook not in runs
-            and not presets & set(claim.presets))
+    return NOT_IN_PRESET if (len(presets) == 1 and not presets & {"default", "None"} and claim.notebook not in runs
+                             and not presets & set(claim.presets)) else MISSING
 
 
 def _rel(path: Path, output_dir: Path) -> str:
@@ -157,7 +157,7 @@ def _rows(output_dir: Path, runs: dict[str, Any]) -> list[_Row]:
                     sections[notebook] = page_sections(output_dir, notebook)
                 anchor = sections[notebook].get(declared.output)
                 section = f"{link}#{anchor}" if anchor else link
-        absent = NOT_IN_PRESET if not produced and left_out_by_preset(claim, runs) else MISSING
+        absent = MISSING if produced else absent_status(claim, runs)
         rows.append(_Row(item, declared.what, declared.paper, ours, files, notebook, link, ipynb,
                          runs.get(notebook, {}), status, headline, section, context, absent))
     return rows
@@ -262,7 +262,7 @@ def _cells(folders: list[Path]) -> list[tuple[Any, Any, list[ModelCell]]]:
             mark = f" {SYNTHETIC_NOTE}" if synthetic and row.status != "qualitative" else ""
             cells.append(ModelCell(row.status, row.headline + mark, synthetic, longest_context(
                 found[claim.notebook].contexts, item_task(item))) if row and row.produced else ModelCell(
-                "not produced", absent=NOT_IN_PRESET if left_out_by_preset(claim, folder_runs) else MISSING))
+                "not produced", absent=absent_status(claim, folder_runs)))
         rows.append((claim, item, cells))
     return rows
 
