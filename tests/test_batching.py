@@ -173,6 +173,35 @@ def test_cached_runs_batches_only_what_is_missing(monkeypatch, tmp_path, embedde
         cached_runs(embedded_model, jobs, setup, config, batch_size=0)
 
 
+def test_teacher_forced_batch_takes_its_prompts_from_the_store(monkeypatch, embedded_model, padded_samples, setup):
+    """The generated and teacher-forced batches of a group alternate, so a teacher-forced batch finds the prompts the
+    generated batch before it prefilled in the prefix store, even where the store holds one prompt: one twin prefill
+    per sample, not two."""
+    monkeypatch.setenv("DYNHEADS_PREFIX_STORE_MB", "20")  # one 300-token SmolLM2 prompt (14 MiB), not two
+    twin = dynheads_tl.engine.models.fast_twin(embedded_model)
+    prefilled, original = [], twin.forward
+
+    def counting(*args, **kwargs):
+        prefilled.append(kwargs["input_ids"].shape[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(twin, "forward", counting)
+    jobs = [Job(sample, condition, seed, teacher_forced=forced) for seed, sample in enumerate(padded_samples)
+            for forced in (False, True) for condition in ("none", "static")]
+    order = []
+    original_run = ablation.run_jobs
+
+    def recording(model, batch, *args, **kwargs):
+        order.append([(job.sample_seed, job.teacher_forced) for job in batch])
+        return original_run(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(ablation, "run_jobs", recording)
+    cached_runs(embedded_model, jobs, setup, TraceConfig(max_new_tokens=2), batch_size=2)
+    assert order == [[(0, False)] * 2, [(0, True)] * 2, [(1, False)] * 2, [(1, True)] * 2]
+    lengths = [len(sample.prompt_ids) - 1 for sample in padded_samples]
+    assert len(prefilled) == 2 and sum(prefilled) <= sum(lengths), prefilled
+
+
 def test_one_token_prompt_beside_longer_ones(embedded_model):
     """A row with nothing to prefill (all padding in the cache) still decodes as if alone."""
     from dynheads_tl.engine.decoder import Decoder
@@ -206,7 +235,8 @@ def test_grid_jobs_and_their_batches():
     everything = [job for _, cell_jobs in planned for job in cell_jobs]
     groups = [number for number, (_, cell_jobs) in enumerate(planned) for _ in cell_jobs]
     batches = batch_plan(everything, groups, 4)
-    assert batches == [[0, 1, 2, 3], [4, 5], [6, 7, 8, 9], [10, 11], [12, 13, 14, 15], [16, 17], [18, 19, 20, 21],
+    # per cell, its generated and teacher-forced batches alternate (the teacher-forced ones reuse the prompts)
+    assert batches == [[0, 1, 2, 3], [6, 7, 8, 9], [4, 5], [10, 11], [12, 13, 14, 15], [18, 19, 20, 21], [16, 17],
                        [22, 23]]
     assert sorted(i for batch in batches for i in batch) == list(range(len(everything)))
     for batch in batches:

@@ -12,6 +12,7 @@ assemble the rows.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from itertools import zip_longest
 
 import pandas as pd
 import torch
@@ -141,13 +142,21 @@ def ablation_units(model, jobs: list[Job], setup: AblationSetup, config: TraceCo
 
 def batch_plan(jobs: list[Job], groups: list, batch_size: int, indices: list[int] | None = None) -> list[list[int]]:
     """The batches :func:`cached_runs` decodes ``jobs[indices]`` in (default: every job): by group (one label per
-    job, in order of first appearance), generated and teacher-forced jobs apart, at most ``batch_size`` each."""
+    job, in order of first appearance), generated and teacher-forced jobs apart, at most ``batch_size`` each.
+
+    Within a group the generated and the teacher-forced batches alternate (the first of each, then the second of
+    each, ...). Where a group's two parts list the same samples in the same order (:func:`grid_jobs`'s cells, the
+    length grid's), a teacher-forced batch then follows the generated batch that prefilled its prompts and finds
+    them in the prefix store (:func:`~dynheads_tl.engine.decoder.shared_prefill`), where its budget holds one
+    batch's prompts, instead of prefilling them again. Only the order changed: each batch holds the jobs it held
+    when every generated batch of a group came first."""
     indices = list(range(len(jobs))) if indices is None else list(indices)
     chunks = []
     for group in dict.fromkeys(groups[i] for i in indices):
         members = [i for i in indices if groups[i] == group]
-        for part in ([i for i in members if not jobs[i].teacher_forced], [i for i in members if jobs[i].teacher_forced]):
-            chunks += [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
+        parts = [[i for i in members if jobs[i].teacher_forced == forced] for forced in (False, True)]
+        split = [[part[start: start + batch_size] for start in range(0, len(part), batch_size)] for part in parts]
+        chunks += [chunk for pair in zip_longest(*split) for chunk in pair if chunk]
     return chunks
 
 
