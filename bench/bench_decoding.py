@@ -43,6 +43,10 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   actually prefilled when the rows of one length share their haystack up to the needle, for its traces and for
   its masking runs (every condition of a sample, generated and teacher-forced, shares the sample's prompt)
   (token arithmetic: the tokenizer only);
+- ``batch_memory``: peak resident memory of building one ``BatchDecoder`` over ``--memory-rows`` distinct prompts of
+  ``--long-tokens`` random token ids each (no shared prefix), in a fresh process (the model loaded first, then its
+  resident size subtracted), beside the batch's own cache and the prompts' prefill caches together; run it with
+  another checkout on ``PYTHONPATH`` to compare the package's versions on the same bench;
 - ``query``: the query-focused scores (QRHead-style, notebooks 01, 02 and 06) of the first ``--rows`` samples of the
   default NIAH calibration split of seed 0, with the context prefilled once by the SDPA twin and only the query tokens
   run through the hooked bridge (``query_focused_scores``), against one hooked pass over each whole prompt (the
@@ -606,10 +610,51 @@ def part_length_share(model, args) -> None:
           f"{share['prefilled'].sum() / total:.3f} |")
 
 
+_BATCH_MEMORY_CHILD = """
+import json, resource, sys, time, torch
+import dynheads_tl
+from dynheads_tl.engine.decoder import BatchDecoder
+rows, length, name = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+torch.set_num_threads(1)
+model = dynheads_tl.load_model(name)
+BatchDecoder(model, [[11, 12, 13]], max_new_tokens=1)  # pages the weights in before the baseline is read
+loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+generator = torch.Generator().manual_seed(0)
+vocab = min(int(model.cfg.d_vocab), 20000)
+prompts = [[100 + row] + torch.randint(200, vocab, (length - 1,), generator=generator).tolist() for row in range(rows)]
+start = time.perf_counter()
+decoder = BatchDecoder(model, prompts, max_new_tokens=1)
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+own = sum(t.numel() * t.element_size() for t in decoder.cache.keys + decoder.cache.values) / 2**20
+print(json.dumps({"loaded": loaded, "peak": peak, "own": own, "seconds": seconds,
+                  "package": dynheads_tl.__file__}))
+"""
+
+
+def part_batch_memory(model, args) -> None:
+    """Peak resident memory of one BatchDecoder over ``--memory-rows`` distinct long prompts (the prefill of a
+    batch, as a trace batch of the length grid does it), in a fresh process."""
+    import json
+    import subprocess
+    import sys
+
+    del model  # the child loads its own
+    out = subprocess.run([sys.executable, "-c", _BATCH_MEMORY_CHILD, str(args.memory_rows), str(args.long_tokens),
+                          args.model], capture_output=True, text=True, check=True)
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    above = row["peak"] - row["loaded"]
+    print("| package | rows x prompt tokens | peak above the loaded model MiB | the batch's cache MiB | "
+          "peak above the batch's cache MiB | build s |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {row['package']} | {args.memory_rows} x {args.long_tokens} | {above:.0f} | {row['own']:.0f} | "
+          f"{above - row['own']:.0f} | {row['seconds']:.1f} |", flush=True)
+
+
 PARTS = {"decode": part_decode, "trace": part_trace, "share": part_share, "grid": part_grid, "rag": part_rag,
          "cell": part_cell, "trace_batch": part_trace_batch, "retention": part_retention,
          "query": part_query, "length": part_length, "length_memory": part_length_memory,
-         "length_share": part_length_share}
+         "length_share": part_length_share, "batch_memory": part_batch_memory}
 
 
 def main() -> None:
@@ -636,6 +681,7 @@ def main() -> None:
     parser.add_argument("--long-tokens", type=int, default=8000, help="context tokens of the length part")
     parser.add_argument("--long-rows", type=int, nargs="+", default=[1, 3],
                         help="prompts traced together in the length part (one haystack, depths spread)")
+    parser.add_argument("--memory-rows", type=int, default=6, help="distinct prompts of the batch_memory part")
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[1000, 2000, 4000, 8000],
                         help="context tokens of the length_memory part")
     parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[4096],

@@ -40,6 +40,41 @@ def test_tiny_padded_batch_matches_single_runs(family, tmp_path):
         assert int(trace.argmax_pos.max()) < len(sample.prompt_ids) + config.max_new_tokens
 
 
+def test_a_prefill_cache_lives_only_until_no_later_prompt_copies_from_it(monkeypatch, tmp_path):
+    """Each distinct prompt's prefill cache is written into the batch's cache as soon as it exists and dropped once
+    no later prompt copies a prefix from it: a batch of long prompts never holds every prompt's prefill at once.
+    Counted at the start of every prefill (outside a prefix store, which would keep its own references); the
+    decoding steps still match a decoder of each prompt alone."""
+    import gc
+    import weakref
+
+    model = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu")
+    head = list(range(5, 45))
+    prompts = [head + [50, 51, 52], [60, 61, 62, 63, 64], head + [70, 71], list(range(80, 120))]
+    alive, made, original = [], [], BatchDecoder._prefill
+
+    def tracking(*args, **kwargs):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in made))
+        cache = original(*args, **kwargs)
+        made.append(weakref.ref(cache))
+        return cache
+
+    monkeypatch.setattr(BatchDecoder, "_prefill", staticmethod(tracking))
+    decoder = BatchDecoder(model, prompts, max_new_tokens=2)
+    # lexicographic order: head+50.., head+70.. (copies head from the one before), 60.., 80..; only the first is
+    # still alive when the second is prefilled
+    assert alive == [0, 1, 0, 0]
+    assert decoder.prefilled_positions < decoder.prompt_positions
+    gc.collect()
+    assert sum(ref() is not None for ref in made) == 0
+    monkeypatch.setattr(BatchDecoder, "_prefill", staticmethod(original))
+    logits = decoder.step()
+    for row, prompt in enumerate(prompts):
+        torch.testing.assert_close(logits[row], BatchDecoder(model, [prompt], max_new_tokens=2).step()[0],
+                                   atol=1e-4, rtol=1e-4)
+
+
 def test_placebo_spans_ride_on_the_real_generation(tmp_path):
     """trace_pairs: one generation records Eq. 2 on the real and on the placebo evidence; each half equals tracing
     its own samples in the same batch bit for bit, and Eq. 2 of the two halves differs (other positions)."""

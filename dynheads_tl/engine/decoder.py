@@ -79,9 +79,11 @@ class BatchDecoder:
     ``prefill="fast"`` fills the cache with the SDPA twin; ``"hooked"`` with the bridge itself.
 
     Batching: each distinct prompt is prefilled once, alone and unpadded (so its keys and values are
-    those of an unbatched run, and the prefill never pays for padding), and the caches are written,
+    those of an unbatched run, and the prefill never pays for padding), and each prompt's cache is written,
     left-padded, into one preallocated cache (:class:`~dynheads_tl.engine.kv_cache.StaticKVCache`, sized
-    for ``max_new_tokens`` steps; a step writes in place, a rewind moves its length). Padding is masked
+    for ``max_new_tokens`` steps; a step writes in place, a rewind moves its length) as soon as it is prefilled,
+    then dropped unless a later prompt copies a prefix from it (a batch of ten 32k-token prompts never holds ten
+    prefill caches beside its own). Padding is masked
     out of attention and every row keeps its own positions, so RoPE sees exactly the positions of an
     unbatched run. Decoding steps of a batch agree with unbatched runs to float rounding (~1e-5 in the
     logits, tested), not bit for bit.
@@ -121,7 +123,7 @@ class BatchDecoder:
         self.offsets = (width - self.prompt_lengths).to(self.device)  # left padding per row
         self.padded = bool(self.offsets.any())
         # Prefill each distinct prompt once, alone and unpadded (so the cache rows are exactly those of
-        # an unbatched run), then write the keys and values, left-padded, into the preallocated cache;
+        # an unbatched run), and write its keys and values, left-padded, into the preallocated cache;
         # padding is never attended.
         until = list(fast_until) if fast_until is not None else [None] * len(rows)
         if len(until) != len(rows):
@@ -129,25 +131,20 @@ class BatchDecoder:
         distinct: dict[tuple[tuple[int, ...], int | None], int] = {}
         row_of = [distinct.setdefault((tuple(r.tolist()), u), len(distinct)) for r, u in zip(rows, until)]
         share_prefixes = sharing_prefixes() if share_prefixes is None else share_prefixes
-        prefilled = self._prefill_distinct(model, list(distinct), prefill, share_prefixes)
+        # Rows that decode the same prompt keep one copy of its keys and values (the grouped step reads it once).
+        self._owners = row_of if (sharing_prompts() and width > 1 and len(distinct) < len(rows)
+                                  and attention == "grouped" and grouped_unsupported(model) is None) else None
+        self._row_of, self._width = row_of, width
+        self._capacity = width - 1 + max(int(max_new_tokens), 1) + 1
+        self.cache: StaticKVCache | None = None
+        # Each distinct prompt's keys and values go into the batch's cache as soon as they are prefilled, and its
+        # prefill cache is dropped once no later prompt copies a prefix from it (_place): a batch of long prompts
+        # never holds every prompt's prefill cache beside its own cache.
+        self._prefill_distinct(model, list(distinct), prefill, share_prefixes)
+        if self.cache is None:  # every prompt is one token: nothing prefilled
+            self.cache = self._new_cache(model, [], self._capacity, width - 1, self._owners)
         # What was actually prefilled, against what prefilling every row alone would cost.
         self.prompt_positions = int((self.prompt_lengths - 1).clamp_min(0).sum())
-        # Rows that decode the same prompt keep one copy of its keys and values (the grouped step reads it once).
-        owners = row_of if (sharing_prompts() and width > 1 and len(distinct) < len(rows) and attention == "grouped"
-                            and grouped_unsupported(model) is None) else None
-        self.cache = self._new_cache(model, prefilled, width - 1 + max(int(max_new_tokens), 1) + 1, width - 1,
-                                     owners)
-        for layer_idx in range(len(self.cache.keys)):
-            if self.cache.shared:
-                for source, (ids, _) in enumerate(distinct):
-                    if len(ids) > 1:
-                        layer = prefilled[source].layers[layer_idx]
-                        self.cache.write_prompt(layer_idx, source, layer.keys[0], layer.values[0], width - len(ids))
-                continue
-            for b, source in enumerate(row_of):
-                if self.prompt_lengths[b] > 1:
-                    layer = prefilled[source].layers[layer_idx]
-                    self.cache.write(layer_idx, layer.keys[0], layer.values[0], int(self.offsets[b]), rows=b)
         self.cache.length = width - 1
         self.pending = torch.stack([r[-1] for r in rows]).to(self.device)
 
@@ -177,8 +174,10 @@ class BatchDecoder:
         return self.cache.length
 
     def _prefill_distinct(self, model, prompts: list[tuple[tuple[int, ...], int | None]], prefill: PrefillMode,
-                          share_prefixes: bool) -> list:
-        """The KV cache of each distinct ``(prompt ids, fast_until)``, each prompt's shared prefix computed once.
+                          share_prefixes: bool) -> None:
+        """Prefill each distinct ``(prompt ids, fast_until)``, each prompt's shared prefix computed once, and write
+        its keys and values into the batch's cache (:meth:`_place`) as soon as they exist; a prompt's prefill cache
+        lives only until the last prompt that copies a prefix from it is prefilled.
 
         Shared-prefix prefill: the prompts are visited in lexicographic order of their ids, so each one's longest
         common prefix with any earlier prompt is its common prefix with the one just before it; the keys and
@@ -196,7 +195,8 @@ class BatchDecoder:
         store = open_store() if share_prefixes else None
         windows = store_windows(model) if store is not None else None
         self.prefilled_positions = self.stored_positions = 0
-        for index, source, shared in plan:
+        last_source = {source: step for step, (_, source, _) in enumerate(plan) if source is not None}
+        for step, (index, source, shared) in enumerate(plan):
             ids, until = prompts[index]
             reuse = (caches[source], shared) if shared > 0 else None
             # an earlier batch's prompt may share more than this batch's
@@ -209,7 +209,27 @@ class BatchDecoder:
             self.prefilled_positions += max(len(ids) - 1, 0) - shared
             if store is not None:
                 store.add(model, ids, caches[index], splits[index], windows=windows)
-        return caches
+            self._place(model, index, ids, caches[index])
+            # A prefill cache no later prompt copies from is dropped (the batch's cache, and the store, keep it).
+            for done in (index, source):
+                if done is not None and last_source.get(done, -1) <= step:
+                    caches[done] = None
+
+    def _place(self, model, source: int, ids: tuple[int, ...], prefilled) -> None:
+        """Write distinct prompt ``source``'s prefilled keys and values (``ids`` minus its last token) into the batch's
+        cache, left-padded, for every row that decodes it (once, for its owner, when rows share prompts); the batch's
+        cache is made when the first prompt with prefilled positions arrives."""
+        if prefilled.get_seq_length() == 0:
+            return
+        if self.cache is None:
+            self.cache = self._new_cache(model, [prefilled], self._capacity, self._width - 1, self._owners)
+        for layer_idx, layer in enumerate(prefilled.layers):
+            if self.cache.shared:
+                self.cache.write_prompt(layer_idx, source, layer.keys[0], layer.values[0], self._width - len(ids))
+                continue
+            for b, row_source in enumerate(self._row_of):
+                if row_source == source and self.prompt_lengths[b] > 1:
+                    self.cache.write(layer_idx, layer.keys[0], layer.values[0], int(self.offsets[b]), rows=b)
 
     @staticmethod
     def _split(n_body: int, prefill: PrefillMode, fast_until: int | None) -> int:
