@@ -10,7 +10,7 @@ sample's index and a digest of its prompt (:func:`collect_traces`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from dynheads_tl.analysis.scoring import calibrate_chance_factor
 from dynheads_tl.config import Eq2Settings, HotpotSource
@@ -109,17 +109,21 @@ class TraceSets(Part):
 
 
 def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any], *,
-                   use_cache: bool = True, desc: str = "tracing", batch_size: int = 1) -> list[Trace]:
+                   use_cache: bool = True, desc: str = "tracing", batch_size: int = 1,
+                   groups: Sequence[Any] | None = None) -> list[Trace]:
     """Trace every sample, each cached on disk under ``key`` + its index and prompt + the trace config
     + the model (its name and :func:`~dynheads_tl.engine.models.model_fingerprint`: another model saved under the
     same name misses), so an interrupted run resumes at the first sample not yet finished.
 
     ``batch_size`` > 1 decodes that many missing samples together (:func:`~dynheads_tl.engine.tracing.trace_batch`:
     tokens and sets as unbatched, floats to rounding); each is still cached on its own, and the cache key leaves
-    the batch size out (a cached trace may come from a batch of another size, equal to rounding). Progress
-    counts batches."""
+    the batch size out (a cached trace may come from a batch of another size, equal to rounding). ``groups`` (one
+    label per sample): a batch never holds samples of two labels (each label's missing samples are batched apart,
+    in order of first appearance); the keys do not depend on it. Progress counts batches."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    if groups is not None and len(groups) != len(samples):
+        raise ValueError(f"{len(groups)} group labels for {len(samples)} samples.")
     wu = bool(samples) and all(is_wu_sample(s) for s in samples)
     if wu:  # Wu et al.'s decode: 50 steps, no EOS stop, cut after the first newline (cached cut)
         trace_config = wu_trace_config(trace_config)
@@ -136,7 +140,11 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
         if index not in missing:
             traces[index] = cached_traces(keys[index], lambda: [finish(trace_generation(model, samples[index], trace_config))],
                                           use_cache=use_cache)
-    chunks = [todo[start: start + batch_size] for start in range(0, len(todo), batch_size)]
+    labels = [None] * len(samples) if groups is None else list(groups)
+    chunks = []
+    for label in dict.fromkeys(labels[i] for i in todo):
+        part = [i for i in todo if labels[i] == label]
+        chunks += [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
     for index, trace in compute_missing(model, trace_units, chunks, lambda i: samples[i], args=(trace_config,),
                                         desc=desc):
         traces[index] = cached_traces(keys[index], lambda trace=trace: [finish(trace)], use_cache=use_cache)

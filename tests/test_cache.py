@@ -194,6 +194,27 @@ def other_tiny_folder(tiny_folder):
     return build_tiny_model("llama", tiny_folder.parent / "other", seed=1)
 
 
+def test_trace_groups_split_batches_not_keys(tiny_model, samples, cache, monkeypatch):
+    """``groups`` keeps samples of two labels out of one batch (the length grid: one batch per haystack layout) and
+    leaves the cache keys as they were: a run without groups reads every trace back."""
+    from dynheads_tl import corpus
+
+    batches, original = [], corpus.trace_units
+
+    def recording(model, batch, *args):
+        batches.append(len(batch))
+        return original(model, batch, *args)
+
+    monkeypatch.setattr(corpus, "trace_units", recording)
+    with pytest.raises(ValueError, match="2 group labels for 3 samples"):
+        collect_traces(tiny_model, samples, TRACE_CONFIG, {"test": "groups"}, groups=[0, 1])
+    grouped = collect_traces(tiny_model, samples, TRACE_CONFIG, {"test": "groups"}, batch_size=8, groups=[0, 1, 1])
+    assert batches == [1, 2]
+    again = collect_traces(tiny_model, samples, TRACE_CONFIG, {"test": "groups"}, batch_size=8)
+    assert batches == [1, 2], "the same keys: nothing computed again"
+    assert_same_traces(grouped, again)
+
+
 def test_keys_follow_the_model_not_its_path(tmp_path, samples, tiny_folder, other_tiny_folder, cache):
     folder = tmp_path / "model"
     shutil.copytree(tiny_folder, folder)

@@ -75,15 +75,20 @@ def calibration_samples(model, config: LengthGridConfig) -> list[Sample]:
 
 
 def grid_traces(model, config: LengthGridConfig, cells: list[tuple[dict, Sample]]) -> list[Trace]:
-    """Each grid sample traced (Eq. 1 sets at every step), cached per sample; one call per length, so a batch holds
-    rows of one length (their haystack prefixes shared)."""
+    """Each grid sample traced (Eq. 1 sets at every step), cached per sample; one call per length, and a batch holds
+    the rows of one haystack layout (one run's depths, which share the haystack up to their needles; two runs start
+    the haystack at different offsets and share nothing but the instruction). A batch is the unit an interrupted run
+    loses and the rows whose keys and values are held at once: at 32k on Qwen2.5-Coder-0.5B one 5-row batch of
+    about half an hour, not all 10 rows of the length."""
     traces: list[Trace] = []
     for length in config.grid_lengths():
-        samples = [sample for cell, sample in cells if cell["context"] == length]
+        members = [(cell, sample) for cell, sample in cells if cell["context"] == length]
         spec = {"task": "niah", "split": "length_grid", "haystack": config.haystack, "context_tokens": int(length),
                 "seed": SEEDS["length_grid"] + config.seed}
-        traces += collect_traces(model, samples, config.trace_config("niah"), spec, use_cache=config.use_cache,
-                                 batch_size=config.trace_batch_size, desc=f"length grid {config.haystack} {length}")
+        traces += collect_traces(model, [sample for _, sample in members], config.trace_config("niah"), spec,
+                                 use_cache=config.use_cache, batch_size=config.trace_batch_size,
+                                 groups=[cell["run"] for cell, _ in members],
+                                 desc=f"length grid {config.haystack} {length}")
     return traces
 
 
