@@ -398,7 +398,8 @@ def test_the_verdict_never_counts_a_lag_without_all_splits():
     assert "tested alone at 0.05" in text
 
 
-def test_claim3_tables_over_splits_state_n_and_layouts():
+def test_claim3_tables_over_splits_state_n_and_layouts(tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path))  # lead_probes caches its probes: never in the user's cache
     from dynheads_tl.claims.correlation import (PredictabilityConfig, cca_table, lead_probes,
                                                    probe_table_over_splits, summary_markdown)
 
