@@ -111,6 +111,29 @@ def test_contexts_share_their_prefixes_through_the_store_with_the_same_scores(tm
     torch.testing.assert_close(shared, alone, rtol=0, atol=1e-6)
 
 
+def test_cached_scores_are_read_first_and_progress_counts_what_is_computed(tmp_path, monkeypatch):
+    """With use_cache, the samples already cached are read back and only the others are computed, with progress over
+    them alone (at 32k a sample's context prefill takes minutes); the scores are the same either way."""
+    bridge = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu", dtype="float32")
+    samples = make_niah_samples(bridge.tokenizer, n=3, context_tokens=120, seed=2, max_tokens=512)
+    log = tmp_path / "progress.log"
+    monkeypatch.setenv("DYNHEADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DYNHEADS_PROGRESS", "file")
+    monkeypatch.setenv("DYNHEADS_PROGRESS_FILE", str(log))
+    lines = lambda: log.read_text().splitlines() if log.exists() else []
+    first = query_focused_scores(bridge, samples, use_cache=True, desc="qf")
+    assert lines()[0] == "qf (0 of 3 cached): 3 to compute" and lines()[-1].startswith("qf (0 of 3 cached): 3/3")
+    log.unlink()
+    entries = sorted((tmp_path / "cache" / "results").glob("*.json"))
+    assert len(entries) == 3
+    torch.testing.assert_close(query_focused_scores(bridge, samples, use_cache=True, desc="qf"), first, rtol=0, atol=0)
+    assert lines() == []  # all read back: nothing to report
+    entries[0].unlink()
+    torch.testing.assert_close(query_focused_scores(bridge, samples, use_cache=True, desc="qf"), first,
+                               rtol=0, atol=1e-6)
+    assert lines()[0] == "qf (2 of 3 cached): 1 to compute"
+
+
 def _baseline_rows(baseline: str, value: float, low: float, high: float):
     return {"task": "niah", "static_k": 20, "baseline": baseline, "metric": "share_outside_static", "value": value,
             "low": low, "high": high, "n_samples": 12}

@@ -33,6 +33,7 @@ from dynheads_tl.engine.decoder import prefill_context
 from dynheads_tl.engine.sharing import cache_prefix, prefix_store
 from dynheads_tl.engine.hooks import pattern_hook_name
 from dynheads_tl.engine.models import model_identity
+from dynheads_tl.progress import progress
 from dynheads_tl.store import load_cached_json, save_cached_json
 from dynheads_tl.tasks.common import prompt_digest
 
@@ -108,32 +109,32 @@ def null_query_prompt(tokenizer, prompt_ids: Sequence[int], question: str,
     return list(prompt_ids), list(null), start
 
 
-def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *,
-                         use_cache: bool = False) -> Float[Tensor, "sample layer head"]:
+def query_focused_scores(model, samples, null_query: str = NULL_QUERY, *, use_cache: bool = False,
+                         desc: str = "query-focused scores") -> Float[Tensor, "sample layer head"]:
     """Per-sample query-focused scores (steps 1-3) of NIAH / HotpotQA ``samples`` (their evidence spans are the gold
     documents); the static score is their mean over samples (step 4). With ``use_cache``, each sample's scores are
-    cached under its prompt digest, the null query and the model's name and fingerprint."""
+    cached under its prompt digest, the null query and the model's name and fingerprint; cached samples are read
+    first, and progress (``desc``) counts the samples computed (a 32k-token prompt's context prefill takes minutes)."""
 
     with prefix_store() as store:  # the samples' contexts share their prefixes (a NIAH haystack up to the needle)
-        return _scores(model, samples, null_query, use_cache, store)
+        return _scores(model, samples, null_query, use_cache, store, desc)
 
 
-def _scores(model, samples, null_query: str, use_cache: bool, store) -> Float[Tensor, "sample layer head"]:
-    out = []
-    for sample in samples:
-        key = {"kind": "query_focused", "version": 1, "prompt": prompt_digest(sample), "null_query": null_query,
-               **model_identity(model)}
-        cached = load_cached_json(key) if use_cache else None
-        if cached is not None:
-            out.append(torch.tensor(cached, dtype=torch.float64))
-            continue
+def _scores(model, samples, null_query: str, use_cache: bool, store, desc: str) -> Float[Tensor, "sample layer head"]:
+    keys = [{"kind": "query_focused", "version": 1, "prompt": prompt_digest(sample), "null_query": null_query,
+             **model_identity(model)} for sample in samples]
+    cached = [load_cached_json(key) if use_cache else None for key in keys]
+    out: list = [None if found is None else torch.tensor(found, dtype=torch.float64) for found in cached]
+    missing = [i for i, found in enumerate(out) if found is None]
+    for i in progress(missing, desc=f"{desc} ({len(samples) - len(missing)} of {len(samples)} cached)"):
+        sample = samples[i]
         real_ids, null_ids, start = null_query_prompt(model.tokenizer, sample.prompt_ids, sample.question, null_query)
         context = prefill_context(model, real_ids[:start], store)  # both prompts share it (null_query_prompt checks)
         real = query_attention(model, real_ids, start, prefix=context)
         null = query_attention(model, null_ids, start, prefix=context)
-        out.append(calibrated_document_score(real, null, sample.evidence_spans))
+        out[i] = calibrated_document_score(real, null, sample.evidence_spans)
         if use_cache:
-            save_cached_json(key, out[-1].tolist())
+            save_cached_json(keys[i], out[i].tolist())
     if not out:
         raise ValueError("query_focused_scores needs at least one sample.")
     return torch.stack(out)

@@ -127,7 +127,8 @@ def static_sets(model, config: LengthGridConfig) -> tuple[StaticSets, list[Trace
     traces = collect_traces(model, samples, config.trace_config("niah"), spec, use_cache=config.use_cache,
                             batch_size=config.trace_batch_size, desc="length grid calibration")
     wu = wu_static_scores(traces, "length grid calibration")
-    query = query_focused_scores(model, samples, use_cache=config.use_cache).mean(0).float()
+    query = query_focused_scores(model, samples, use_cache=config.use_cache,
+                                 desc="length grid calibration: query-focused scores").mean(0).float()
     sizes = torch.cat([t.retrieval_mask.flatten(1).sum(1) for t in traces]).float()
     k = max(int(round(float(sizes.mean()))), 1) if len(sizes) else 1
     return StaticSets(wu.scores.float(), query, k, wu.filter, len(traces), wu.n_kept), traces
