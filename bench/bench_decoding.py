@@ -45,8 +45,9 @@ Parts (results as Markdown table rows, for docs/decoding.md):
   (token arithmetic: the tokenizer only);
 - ``batch_memory``: peak resident memory of building one ``BatchDecoder`` over ``--memory-rows`` distinct prompts of
   ``--long-tokens`` random token ids each (no shared prefix), in a fresh process (the model loaded first, then its
-  resident size subtracted), beside the batch's own cache and the prompts' prefill caches together; run it with
-  another checkout on ``PYTHONPATH`` to compare the package's versions on the same bench;
+  resident size subtracted), beside the batch's own cache; outside a prefix store (inside one, as the executors
+  run batches, the store keeps up to its budget of the prefill caches besides). The child runs in the temporary
+  folder, so the package comes from ``PYTHONPATH``: run it with another checkout there to compare versions;
 - ``query``: the query-focused scores (QRHead-style, notebooks 01, 02 and 06) of the first ``--rows`` samples of the
   default NIAH calibration split of seed 0, with the context prefilled once by the SDPA twin and only the query tokens
   run through the hooked bridge (``query_focused_scores``), against one hooked pass over each whole prompt (the
@@ -638,10 +639,14 @@ def part_batch_memory(model, args) -> None:
     import json
     import subprocess
     import sys
+    import tempfile
 
     del model  # the child loads its own
+    # in the temporary folder: `python -c` puts the working folder first on sys.path, which would shadow PYTHONPATH
     out = subprocess.run([sys.executable, "-c", _BATCH_MEMORY_CHILD, str(args.memory_rows), str(args.long_tokens),
-                          args.model], capture_output=True, text=True, check=True)
+                          args.model], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if out.returncode != 0:
+        raise RuntimeError(f"The batch_memory child failed:\n{out.stderr}")
     row = json.loads(out.stdout.strip().splitlines()[-1])
     above = row["peak"] - row["loaded"]
     print("| package | rows x prompt tokens | peak above the loaded model MiB | the batch's cache MiB | "

@@ -140,11 +140,10 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
         if index not in missing:
             traces[index] = cached_traces(keys[index], lambda: [finish(trace_generation(model, samples[index], trace_config))],
                                           use_cache=use_cache)
-    labels = [None] * len(samples) if groups is None else list(groups)
-    chunks = []
-    for label in dict.fromkeys(labels[i] for i in todo):
-        part = [i for i in todo if labels[i] == label]
-        chunks += [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
+    parts: dict[Any, list[int]] = {}
+    for i in todo:  # each label's missing samples, labels in order of first appearance
+        parts.setdefault(None if groups is None else groups[i], []).append(i)
+    chunks = [part[start: start + batch_size] for part in parts.values() for start in range(0, len(part), batch_size)]
     for index, trace in compute_missing(model, trace_units, chunks, lambda i: samples[i], args=(trace_config,),
                                         desc=desc):
         traces[index] = cached_traces(keys[index], lambda trace=trace: [finish(trace)], use_cache=use_cache)

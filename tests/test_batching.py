@@ -50,7 +50,9 @@ def test_a_prefill_cache_lives_only_until_no_later_prompt_copies_from_it(monkeyp
 
     model = dynheads_tl.load_model(str(build_tiny_model("llama", tmp_path / "llama")), device="cpu")
     head = list(range(5, 45))
-    prompts = [head + [50, 51, 52], [60, 61, 62, 63, 64], head + [70, 71], list(range(80, 120))]
+    # a one-token prompt (nothing to prefill) and one prompt twice (its rows share one copy of it)
+    prompts = [head + [50, 51, 52], [60, 61, 62, 63, 64], head + [70, 71], list(range(80, 120)), [1],
+               [60, 61, 62, 63, 64]]
     alive, made, original = [], [], BatchDecoder._prefill
 
     def tracking(*args, **kwargs):
@@ -62,10 +64,10 @@ def test_a_prefill_cache_lives_only_until_no_later_prompt_copies_from_it(monkeyp
 
     monkeypatch.setattr(BatchDecoder, "_prefill", staticmethod(tracking))
     decoder = BatchDecoder(model, prompts, max_new_tokens=2)
-    # lexicographic order: head+50.., head+70.. (copies head from the one before), 60.., 80..; only the first is
-    # still alive when the second is prefilled
-    assert alive == [0, 1, 0, 0]
-    assert decoder.prefilled_positions < decoder.prompt_positions
+    # lexicographic order: [1], head+50.., head+70.. (copies head from the one before), 60.., 80..; only head+50.. is
+    # still alive when the next prompt is prefilled
+    assert alive == [0, 0, 1, 0, 0]
+    assert decoder.cache.shared and decoder.prefilled_positions < decoder.prompt_positions
     gc.collect()
     assert sum(ref() is not None for ref in made) == 0
     monkeypatch.setattr(BatchDecoder, "_prefill", staticmethod(original))

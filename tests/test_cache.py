@@ -208,10 +208,11 @@ def test_trace_groups_split_batches_not_keys(tiny_model, samples, cache, monkeyp
     monkeypatch.setattr(corpus, "trace_units", recording)
     with pytest.raises(ValueError, match="2 group labels for 3 samples"):
         collect_traces(tiny_model, samples, TRACE_CONFIG, {"test": "groups"}, groups=[0, 1])
-    grouped = collect_traces(tiny_model, samples, TRACE_CONFIG, {"test": "groups"}, batch_size=8, groups=[0, 1, 1])
-    assert batches == [1, 2]
+    grouped = collect_traces(tiny_model, samples, TRACE_CONFIG, {"test": "groups"}, batch_size=8, groups=[1, 0, 1])
+    assert batches == [2, 1]  # label 1 (samples 0 and 2) first, then label 0
+    assert [t.prompt_ids.tolist() for t in grouped] == [list(s.prompt_ids) for s in samples], "in sample order"
     again = collect_traces(tiny_model, samples, TRACE_CONFIG, {"test": "groups"}, batch_size=8)
-    assert batches == [1, 2], "the same keys: nothing computed again"
+    assert batches == [2, 1], "the same keys: nothing computed again"
     assert_same_traces(grouped, again)
 
 

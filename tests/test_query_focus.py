@@ -11,6 +11,9 @@ from conftest import build_tiny_model
 from dynheads_tl.analysis.query_focus import (NULL_QUERY, calibrated_document_score, null_query_prompt, query_attention,
                                               query_focused_scores)
 from dynheads_tl.engine.decoder import prefill_context
+from dynheads_tl.engine.models import model_identity
+from dynheads_tl.store import result_path
+from dynheads_tl.tasks.common import prompt_digest
 from dynheads_tl.tasks import make_niah_samples
 
 
@@ -128,7 +131,9 @@ def test_cached_scores_are_read_first_and_progress_counts_what_is_computed(tmp_p
     assert len(entries) == 3
     torch.testing.assert_close(query_focused_scores(bridge, samples, use_cache=True, desc="qf"), first, rtol=0, atol=0)
     assert lines() == []  # all read back: nothing to report
-    entries[0].unlink()
+    first_key = {"kind": "query_focused", "version": 1, "prompt": prompt_digest(samples[0]),
+                 "null_query": NULL_QUERY, **model_identity(bridge)}
+    result_path(first_key).unlink()  # the first sample's entry: recomputed into its own row, not appended
     torch.testing.assert_close(query_focused_scores(bridge, samples, use_cache=True, desc="qf"), first,
                                rtol=0, atol=1e-6)
     assert lines()[0] == "qf (2 of 3 cached): 1 to compute"

@@ -126,7 +126,8 @@ def _scores(model, samples, null_query: str, use_cache: bool, store, desc: str) 
     cached = [load_cached_json(key) if use_cache else None for key in keys]
     out: list = [None if found is None else torch.tensor(found, dtype=torch.float64) for found in cached]
     missing = [i for i, found in enumerate(out) if found is None]
-    for i in progress(missing, desc=f"{desc} ({len(samples) - len(missing)} of {len(samples)} cached)"):
+    label = f"{desc} ({len(samples) - len(missing)} of {len(samples)} cached)" if use_cache else desc
+    for i in progress(missing, desc=label):
         sample = samples[i]
         real_ids, null_ids, start = null_query_prompt(model.tokenizer, sample.prompt_ids, sample.question, null_query)
         context = prefill_context(model, real_ids[:start], store)  # both prompts share it (null_query_prompt checks)

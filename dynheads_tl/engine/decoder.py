@@ -83,7 +83,7 @@ class BatchDecoder:
     left-padded, into one preallocated cache (:class:`~dynheads_tl.engine.kv_cache.StaticKVCache`, sized
     for ``max_new_tokens`` steps; a step writes in place, a rewind moves its length) as soon as it is prefilled,
     then dropped unless a later prompt copies a prefix from it (a batch of ten 32k-token prompts never holds ten
-    prefill caches beside its own). Padding is masked
+    prefill caches beside its own; an open prefix store keeps up to its budget of them). Padding is masked
     out of attention and every row keeps its own positions, so RoPE sees exactly the positions of an
     unbatched run. Decoding steps of a batch agree with unbatched runs to float rounding (~1e-5 in the
     logits, tested), not bit for bit.

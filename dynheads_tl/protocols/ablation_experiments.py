@@ -148,13 +148,14 @@ def batch_plan(jobs: list[Job], groups: list, batch_size: int, indices: list[int
     each, ...). Where a group's two parts list the same samples in the same order (:func:`grid_jobs`'s cells, the
     length grid's), a teacher-forced batch then follows the generated batch that prefilled its prompts and finds
     them in the prefix store (:func:`~dynheads_tl.engine.decoder.shared_prefill`), where its budget holds one
-    batch's prompts, instead of prefilling them again. Only the order changed: each batch holds the jobs it held
-    when every generated batch of a group came first."""
+    batch's prompts, instead of prefilling them again (on one worker: a Ray actor keeps its own store, and another
+    actor may take the teacher-forced batch). Only the order changed: each batch holds the jobs it held when every
+    generated batch of a group came first."""
     indices = list(range(len(jobs))) if indices is None else list(indices)
     chunks = []
     for group in dict.fromkeys(groups[i] for i in indices):
         members = [i for i in indices if groups[i] == group]
-        parts = [[i for i in members if jobs[i].teacher_forced == forced] for forced in (False, True)]
+        parts = [[i for i in members if bool(jobs[i].teacher_forced) == forced] for forced in (False, True)]
         split = [[part[start: start + batch_size] for start in range(0, len(part), batch_size)] for part in parts]
         chunks += [chunk for pair in zip_longest(*split) for chunk in pair if chunk]
     return chunks
