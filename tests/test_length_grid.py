@@ -721,7 +721,7 @@ def test_the_size_axis_table_computes_each_primary_from_its_units():
                                 ("predicted", 0.1 - 0.05 * i)):
             rows.append({**cell, "condition": condition, "accuracy": samples["accuracy"][i], "tf_drop_t1": drop})
     grid = pd.DataFrame(rows)
-    config = LengthGridConfig(n_resamples=200, n_splits=2)
+    config = LengthGridConfig(n_resamples=200, n_splits=2, use_cache=False)  # never into the user's cache
     table = length_grid.size_axis_table(samples, grid, [], config, model_name="toy", parameters=10**6, n_heads=40,
                                         static_size=4).set_index("primary")
     # the layout without activations or bounded pairs has no unit: three layouts, their per-layout means
