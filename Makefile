@@ -45,7 +45,7 @@ setup-qwen-0.5b: setup
 	$(BIN)/dynheads install-model --name qwen2.5-coder-0.5b-instruct
 
 test: setup
-	$(BIN)/python -m pytest -q -ra --durations=25 tests
+	$(BIN)/python -m pytest -q -ra --durations=50 tests
 
 # The fast group alone (no model, seconds); `-m integration` and `-m notebook` select the others.
 test-unit: setup

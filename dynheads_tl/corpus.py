@@ -18,7 +18,7 @@ from dynheads_tl.engine.models import model_identity
 from dynheads_tl.engine.preflight import model_context_window
 from dynheads_tl.engine.trace_data import Trace, TraceConfig, cached_traces, read_cached_traces
 from dynheads_tl.engine.tracing import trace_batch, trace_generation, trace_pairs
-from dynheads_tl.executors import compute_missing
+from dynheads_tl.executors import chunks_by_label, compute_missing
 from dynheads_tl.store import traces_path
 from dynheads_tl.tasks import check_context_fits, check_haystack, make_hotpot_samples, make_niah_samples
 from dynheads_tl.engine.equations import Eq2Rule
@@ -140,10 +140,8 @@ def collect_traces(model, samples, trace_config: TraceConfig, key: dict[str, Any
         if index not in missing:
             traces[index] = cached_traces(keys[index], lambda: [finish(trace_generation(model, samples[index], trace_config))],
                                           use_cache=use_cache)
-    parts: dict[Any, list[int]] = {}
-    for i in todo:  # each label's missing samples, labels in order of first appearance
-        parts.setdefault(None if groups is None else groups[i], []).append(i)
-    chunks = [part[start: start + batch_size] for part in parts.values() for start in range(0, len(part), batch_size)]
+    labels = [None] * len(samples) if groups is None else groups
+    chunks = [chunk for part in chunks_by_label(todo, labels, batch_size).values() for chunk in part]
     for index, trace in compute_missing(model, trace_units, chunks, lambda i: samples[i], args=(trace_config,),
                                         desc=desc):
         traces[index] = cached_traces(keys[index], lambda trace=trace: [finish(trace)], use_cache=use_cache)

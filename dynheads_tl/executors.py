@@ -345,6 +345,17 @@ def bind_executor(model, executor: LocalExecutor | RayExecutor) -> LocalExecutor
     return executor
 
 
+def chunks_by_label(indices: Sequence[int], labels: Sequence[Any], batch_size: int) -> dict[Any, list[list[int]]]:
+    """``indices`` split by their ``labels`` (a label per unit, read at each index), labels in order of first
+    appearance, each label's indices in their order and in chunks of at most ``batch_size``: batches that never
+    mix labels (grid cells, haystack layouts, generated and teacher-forced runs)."""
+    members: dict[Any, list[int]] = {}
+    for i in indices:
+        members.setdefault(labels[i], []).append(i)
+    return {label: [part[start: start + batch_size] for start in range(0, len(part), batch_size)]
+            for label, part in members.items()}
+
+
 def compute_missing(model, compute: Compute, chunks: Sequence[Sequence[int]], unit: Callable[[int], Any], *,
                     args: tuple = (), desc: str = "units") -> Iterator[tuple[int, Any]]:
     """The claims' one way of handing work to ``model``'s executor (:func:`executor_for`). ``chunks`` are lists of unit indices (the

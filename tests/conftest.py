@@ -9,18 +9,59 @@ Every test lands in one group, so the fast ones can run alone (``pytest -m unit`
 from __future__ import annotations
 
 import inspect
+import os
 import random
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import dynheads_tl
-from dynheads_tl.engine.models import embedded_model_dir
+from dynheads_tl.engine.models import EMBEDDED_MODELS, converted_model_dir, embedded_model_dir, manifest_problem
+from dynheads_tl.store import cache_dir
 
 
 _INTEGRATION_FIXTURES = {"embedded_model", "tiny_suite"}
 _INTEGRATION_CALLS = ("load_model(", "build_tiny_model(", "subprocess.", "papermill.", "run_report(", "_run(")
+
+
+def link_converted_models(cache: Path, names=None) -> Path:
+    """Link each embedded model's converted folder (``names``: all of them) from the user's cache into ``cache``,
+    where it is there and whole: a run on ``cache`` then loads it in seconds instead of converting its GGUF again."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in EMBEDDED_MODELS if names is None else names:
+        converted = _SUITE_CACHE["models"] / converted_model_dir(name).name
+        if manifest_problem(converted, "size") is None and not (cache / converted.name).exists():
+            (cache / converted.name).symlink_to(converted.resolve(), target_is_directory=True)
+    return cache
+
+
+_SUITE_CACHE: dict = {}
+
+
+def pytest_configure(config):
+    """The suite writes into a cache of its own, never into the user's (``$DYNHEADS_CACHE`` or
+    ``~/.cache/dynheads_tl``): a fresh folder holding only links to the models the user's cache has converted, set
+    before any test module is imported (subprocesses, notebook runs and Ray workers inherit it). Tests that need an
+    empty cache still point ``DYNHEADS_CACHE`` at a folder of their own."""
+    _SUITE_CACHE["user"] = os.environ.get("DYNHEADS_CACHE")
+    _SUITE_CACHE["models"] = cache_dir()
+    _SUITE_CACHE["suite"] = str(link_converted_models(Path(tempfile.mkdtemp(prefix="dynheads-suite-cache-"))))
+    os.environ["DYNHEADS_CACHE"] = _SUITE_CACHE["suite"]
+
+
+def pytest_unconfigure(config):
+    if "suite" not in _SUITE_CACHE:
+        return
+    shutil.rmtree(_SUITE_CACHE.pop("suite"), ignore_errors=True)  # links are removed, never followed
+    user = _SUITE_CACHE.pop("user")
+    if user is None:
+        os.environ.pop("DYNHEADS_CACHE", None)
+    else:
+        os.environ["DYNHEADS_CACHE"] = user
 
 
 def pytest_collection_modifyitems(items):

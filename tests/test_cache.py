@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -476,3 +477,16 @@ def test_layout_traces_share_samples_across_sizes(cache, tiny_model, monkeypatch
     _, smaller = layout_traces(tiny_model, settings, **where, n_calibration=1, n_analysis=3, seed=5, batch_size=2)
     assert traced == [] and len(smaller) == 3
     assert_same_traces(smaller, larger[:3])
+
+
+def test_the_suite_runs_on_a_cache_of_its_own():
+    """No test writes into the user's cache: the suite's cache is a fresh folder (tests/conftest.py) whose
+    converted models, where it has any, are links into the user's cache."""
+    from conftest import _SUITE_CACHE
+
+    suite = store.cache_dir()
+    assert str(suite) == _SUITE_CACHE["suite"] and suite != _SUITE_CACHE["models"]
+    assert suite.name.startswith("dynheads-suite-cache-") and not suite.is_relative_to(Path.home() / ".cache")
+    for name in models.EMBEDDED_MODELS:
+        linked = suite / models.converted_model_dir(name).name
+        assert linked.is_symlink() == (models.manifest_problem(_SUITE_CACHE["models"] / linked.name, "size") is None)

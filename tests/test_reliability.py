@@ -27,6 +27,7 @@ from dynheads_tl.engine.trace_data import Trace
 from dynheads_tl.executors import check_ray_address
 from dynheads_tl.report import cli
 from dynheads_tl.report import runner as report
+from conftest import link_converted_models
 from factories import make_trace
 from test_runner import tiny_suite  # noqa: F401  (the one-cell notebook suite, a fixture)
 
@@ -219,25 +220,12 @@ def _installed_embedded_models() -> list[str]:
     return [name for name in models.EMBEDDED_MODELS if models.embedded_installed(name)]
 
 
-_USER_CACHE = store.cache_dir()  # read at import, before a fixture points DYNHEADS_CACHE at a fresh folder
-
-
-def _link_converted(model: str, cache: Path) -> None:
-    """Link ``model``'s converted folder from the user's cache into the test's fresh ``cache`` when it is there (as
-    tests/test_notebooks.py's runs do): its tokenizer is then read in a second instead of being built from the GGUF
-    file (which the checks do on a cache that holds no conversion yet, correctly but slowly)."""
-    converted = _USER_CACHE / f"{model}-v{models._CONVERSION_VERSION}"
-    if models.manifest_problem(converted, "size") is None:
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / converted.name).symlink_to(converted, target_is_directory=True)
-
-
 @pytest.mark.parametrize("model", _installed_embedded_models())
 @pytest.mark.parametrize("case", list(BAD_VALUES))
 def test_bad_values_are_refused_with_the_parameter_before_any_model_work(no_model_work, tmp_path, capsys, case, model):
     extra, expected = BAD_VALUES[case]
     layers, heads = preflight.model_head_shape(model)
-    _link_converted(model, tmp_path / "fresh-cache")
+    link_converted_models(tmp_path / "fresh-cache", [model])
     err = _refused(["report", "--only", "01", "--model", model, *extra, "--output-dir", str(tmp_path / "out")], capsys)
     assert expected.format(model=model, layers=layers, heads=heads, total=layers * heads) in err
     assert "rouge_filter" not in err, "the advice names notebook parameters only"

@@ -134,7 +134,12 @@ class BatchDecoder:
         # Rows that decode the same prompt keep one copy of its keys and values (the grouped step reads it once).
         self._owners = row_of if (sharing_prompts() and width > 1 and len(distinct) < len(rows)
                                   and attention == "grouped" and grouped_unsupported(model) is None) else None
-        self._row_of, self._width = row_of, width
+        self._width = width
+        # the rows each distinct prompt's prefilled keys and values are written into (a one-token row has none)
+        self._rows_of: dict[int, list[int]] = {}
+        for b, source in enumerate(row_of):
+            if len(rows[b]) > 1:
+                self._rows_of.setdefault(source, []).append(b)
         self._capacity = width - 1 + max(int(max_new_tokens), 1) + 1
         self.cache: StaticKVCache | None = None
         # Each distinct prompt's keys and values go into the batch's cache as soon as they are prefilled, and its
@@ -142,31 +147,31 @@ class BatchDecoder:
         # never holds every prompt's prefill cache beside its own cache.
         self._prefill_distinct(model, list(distinct), prefill, share_prefixes)
         if self.cache is None:  # every prompt is one token: nothing prefilled
-            self.cache = self._new_cache(model, [], self._capacity, width - 1, self._owners)
+            self.cache = self._new_cache(model)
         # What was actually prefilled, against what prefilling every row alone would cost.
         self.prompt_positions = int((self.prompt_lengths - 1).clamp_min(0).sum())
         self.cache.length = width - 1
         self.pending = torch.stack([r[-1] for r in rows]).to(self.device)
 
-    def _new_cache(self, model, prefilled: list, capacity: int, n_cached: int,
-                   owners: list[int] | None = None) -> StaticKVCache:
-        """An empty :class:`StaticKVCache` for this batch, shaped and typed like the prefilled caches. Inside
-        :func:`bounded_windows` (the default), when the grouped step reproduces the model (its windows are then
-        the ones it masks with), each sliding layer's buffer begins at the first key its earliest query, at
-        position ``n_cached``, can see. ``owners`` (each row's distinct prompt): the prompt's ``n_cached``
-        positions are held once per distinct prompt."""
-        template = next((c.layers[0].keys for c in prefilled if c.get_seq_length() > 0), None)
-        if template is not None:
-            n_layers = len(next(c for c in prefilled if c.get_seq_length() > 0).layers)
-            n_kv, d_head, dtype = template.shape[1], template.shape[-1], template.dtype
-        else:  # every prompt is one token: nothing prefilled
+    def _new_cache(self, model, prefilled=None) -> StaticKVCache:
+        """An empty :class:`StaticKVCache` for this batch, its ``width - 1`` prompt positions and its new tokens,
+        shaped and typed like the ``prefilled`` cache (a prompt's prefill cache; None when every prompt is one
+        token: the model's shape). Inside :func:`bounded_windows` (the default), when the grouped step reproduces
+        the model (its windows are then the ones it masks with), each sliding layer's buffer begins at the first key
+        its earliest query, at position ``width - 1``, can see. When rows share prompts (``_owners``, each row's
+        distinct prompt), a prompt's positions are held once per distinct prompt."""
+        n_cached = self._width - 1
+        if prefilled is not None:
+            template = prefilled.layers[0].keys
+            n_layers, n_kv, d_head, dtype = len(prefilled.layers), template.shape[1], template.shape[-1], template.dtype
+        else:
             n_layers, d_head = model.cfg.n_layers, model.cfg.d_head
             n_kv = getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
             dtype = next(model.parameters()).dtype
         windows = kept_windows(model) if bounding_windows() else None
         starts = window_starts(windows, n_cached) if windows is not None else None
-        return StaticKVCache(n_layers, self.batch, n_kv, d_head, capacity, dtype=dtype, device=self.device,
-                             starts=starts, windows=windows, owners=owners, prompt=n_cached)
+        return StaticKVCache(n_layers, self.batch, n_kv, d_head, self._capacity, dtype=dtype, device=self.device,
+                             starts=starts, windows=windows, owners=self._owners, prompt=n_cached)
 
     @property
     def n_cached(self) -> int:
@@ -222,14 +227,13 @@ class BatchDecoder:
         if prefilled.get_seq_length() == 0:
             return
         if self.cache is None:
-            self.cache = self._new_cache(model, [prefilled], self._capacity, self._width - 1, self._owners)
+            self.cache = self._new_cache(model, prefilled)
         for layer_idx, layer in enumerate(prefilled.layers):
             if self.cache.shared:
                 self.cache.write_prompt(layer_idx, source, layer.keys[0], layer.values[0], self._width - len(ids))
                 continue
-            for b, row_source in enumerate(self._row_of):
-                if row_source == source and self.prompt_lengths[b] > 1:
-                    self.cache.write(layer_idx, layer.keys[0], layer.values[0], int(self.offsets[b]), rows=b)
+            for b in self._rows_of.get(source, ()):
+                self.cache.write(layer_idx, layer.keys[0], layer.values[0], int(self.offsets[b]), rows=b)
 
     @staticmethod
     def _split(n_body: int, prefill: PrefillMode, fast_until: int | None) -> int:

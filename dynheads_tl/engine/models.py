@@ -63,6 +63,11 @@ def _package_dir(package: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def converted_model_dir(name: str) -> Path:
+    """Where embedded model ``name``'s converted folder lives in the cache (:func:`embedded_model_dir` writes it)."""
+    return cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
+
+
 def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, check: ManifestCheck = "size") -> Path:
     """Return a Hugging Face folder for an embedded model, converting its GGUF once.
 
@@ -81,7 +86,7 @@ def embedded_model_dir(name: str = DEFAULT_MODEL, *, rebuild: bool = False, chec
         raise ModelNotFoundError(
             f"{name!r} is not an embedded model; embedded models are {sorted(EMBEDDED_MODELS)}."
         )
-    target = cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
+    target = converted_model_dir(name)
     if not rebuild and manifest_problem(target, check) is None:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import torch
 
-from dynheads_tl.engine.models import (_CONVERSION_VERSION, EMBEDDED_MODELS, embedded_gguf, manifest_problem,
+from dynheads_tl.engine.models import (EMBEDDED_MODELS, converted_model_dir, embedded_gguf, manifest_problem,
                                       resolve_model_source)
-from dynheads_tl.store import cache_dir
 from dynheads_tl.tasks.niah import needle_lengths
 
 # Set to 1 (``dynheads report --allow-cpu-half``) to run float16 / bfloat16 on the CPU anyway.
@@ -137,7 +136,7 @@ def _embedded_tokenizer(name: str):
     """Embedded model ``name``'s tokenizer without converting the model: read from its converted folder when it is
     there and whole, else from its GGUF (slower: transformers builds the tokenizer from it; a model shipped in chunks
     is assembled in a temporary folder for the read, :func:`~dynheads_tl.engine.models.embedded_gguf`)."""
-    converted = cache_dir() / f"{name}-v{_CONVERSION_VERSION}"
+    converted = converted_model_dir(name)
     if manifest_problem(converted, "size") is None:
         return _read_tokenizer(name, str(converted), {})
     with embedded_gguf(name) as gguf:  # says how to install the packages when they are missing

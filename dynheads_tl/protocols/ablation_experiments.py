@@ -20,7 +20,7 @@ from torch import Tensor
 
 from dynheads_tl.engine.equations import Eq2Rule, head_names
 from dynheads_tl.engine.tracing import TraceConfig
-from dynheads_tl.executors import cached_units
+from dynheads_tl.executors import cached_units, chunks_by_label
 from dynheads_tl.protocols.ablation_metrics import (answer_scores, compensation, overlap_with_dynamic,
                                                     teacher_forced_scores)
 from dynheads_tl.protocols.conditions import CONDITIONS, AblationSetup, Condition, condition_spec, make_selector
@@ -152,13 +152,10 @@ def batch_plan(jobs: list[Job], groups: list, batch_size: int, indices: list[int
     actor may take the teacher-forced batch). Only the order changed: each batch holds the jobs it held when every
     generated batch of a group came first."""
     indices = list(range(len(jobs))) if indices is None else list(indices)
-    chunks = []
-    for group in dict.fromkeys(groups[i] for i in indices):
-        members = [i for i in indices if groups[i] == group]
-        parts = [[i for i in members if bool(jobs[i].teacher_forced) == forced] for forced in (False, True)]
-        split = [[part[start: start + batch_size] for start in range(0, len(part), batch_size)] for part in parts]
-        chunks += [chunk for pair in zip_longest(*split) for chunk in pair if chunk]
-    return chunks
+    parts = chunks_by_label(indices, [(group, bool(job.teacher_forced)) for group, job in zip(groups, jobs)], batch_size)
+    return [chunk for group in dict.fromkeys(groups[i] for i in indices)
+            for pair in zip_longest(parts.get((group, False), []), parts.get((group, True), []))
+            for chunk in pair if chunk]
 
 
 def cached_runs(model, jobs: list[Job], setup: AblationSetup, config: TraceConfig, *, batch_size: int = 8,
