@@ -102,6 +102,7 @@ def smoke_runs(request, tmp_path_factory):
         from test_notebooks import start_smoke_runs
 
         runs = start_smoke_runs(request.session, tmp_path_factory)
+        _SMOKE_RUNS[:] = [] if runs is None else [runs]
         if runs is not None and runs.workers < _SUITE_THREADS:  # runs beside the other tests: they take the other
             # cores (torch's threads spin while they wait for a core, so more threads than cores costs far more than
             # it gains)
@@ -110,6 +111,14 @@ def smoke_runs(request, tmp_path_factory):
     torch.set_num_threads(_SUITE_THREADS)
     if runs is not None:
         runs.stop()
+
+
+_SMOKE_RUNS: list = []  # the session's SmokeRuns, for the terminal summary
+
+
+def pytest_terminal_summary(terminalreporter):
+    for runs in _SMOKE_RUNS:
+        terminalreporter.write_line(runs.summary())
 
 
 @pytest.fixture(autouse=True)

@@ -126,6 +126,7 @@ class SmokeRuns:
         self.waiting_workers = max(self.workers, waiting_workers or self.workers)
         self.threads = max(1, threads)
         self.base, self.running, self.done = base, {}, {}
+        self.began, self.waited = time.time(), 0.0  # the seconds the suite's process spent waiting in result()
         # Found here, before any test runs: the scheduler thread starts runs while tests run, and a test may stand
         # in for the model's conversion (tests/test_reliability.py's no_model_work)
         self.model_dir = embedded_model_dir()
@@ -166,13 +167,15 @@ class SmokeRuns:
                     try:
                         self._start(notebook)
                     except Exception as error:  # a run that cannot start fails its test instead of hanging it
-                        self.done[notebook] = SmokeRun(notebook, -1, 0.0, Path(), Path(), None, f"not started: {error!r}")
+                        self.done[notebook] = SmokeRun(notebook, -1, 0.0, Path(), Path(), None, f"not started: {error!r}",
+                                                       finished=time.time())
                         self.changed.notify_all()
                 for notebook, (process, started, folder, executed) in list(self.running.items()):
                     if process.poll() is not None:
                         del self.running[notebook]
                         self.done[notebook] = SmokeRun(notebook, process.returncode, time.time() - started,
-                                                       folder / "figs" / notebook, executed, folder / "papermill.log")
+                                                       folder / "figs" / notebook, executed, folder / "papermill.log",
+                                                       finished=time.time())
                         self.changed.notify_all()
                 if not self.queue and not self.running:
                     self.changed.wait(1.0)  # idle until result() queues another run
@@ -192,8 +195,10 @@ class SmokeRuns:
                     self.parameters.setdefault(notebook, self._parameters(notebook))  # in the test's thread
                     self.queue.append(notebook)
                     self.changed.notify_all()
+                waiting_since = time.time()
                 while notebook not in self.done:
                     self.changed.wait(1.0)
+                self.waited += time.time() - waiting_since
             finally:
                 self.workers = self.beside_workers
             run = self.done[notebook]
@@ -202,6 +207,17 @@ class SmokeRuns:
             pytest.fail(f"{notebook} failed (exit {run.returncode}); end of its papermill log:\n{log[-6000:]}",
                         pytrace=False)
         return run
+
+    def summary(self) -> str:
+        """Each finished run's seconds, when the last finished and how long the suite waited for runs: the line
+        ``make test`` prints at the end (the runs take one core for most of the session, so their time is the
+        suite's as much as the tests' own)."""
+        with self.changed:
+            done = sorted(self.done.values(), key=lambda run: -run.seconds)
+            last = max((run.finished for run in done), default=self.began)
+            return (f"smoke runs: {', '.join(f'{run.notebook} {run.seconds:.0f} s' for run in done)} "
+                    f"(sum {sum(run.seconds for run in done):.0f} s; the last finished {last - self.began:.0f} s "
+                    f"into the session; the suite waited {self.waited:.0f} s for runs)")
 
     def stop(self) -> None:
         """Interrupt the runs still going (an interrupted or failed session): papermill stops its kernel."""
@@ -229,6 +245,7 @@ class SmokeRun:
     executed: Path  # the executed notebook
     log: Path | None  # papermill's log (None when the run could not start)
     error: str = ""  # why it could not start
+    finished: float = 0.0  # time.time() when it finished
 
 
 def selected_notebooks(session) -> list[str]:
