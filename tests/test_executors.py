@@ -84,8 +84,8 @@ def test_every_unit_notebook_takes_the_backend_and_every_notebook_the_device():
 
 def test_choosing_the_backend_alone_still_writes_the_committed_report():
     """--committed takes the backend (who computes) and keeps its folders; a single run writes runs/ either way."""
-    from dynheads_tl.report.runner import (COMMITTED_REPORT, RUNS_DIR, committed_plan, output_dir_for,
-                                           run_committed_report)
+    from dynheads_tl.report.committed import COMMITTED_REPORT, committed_plan, run_committed_report
+    from dynheads_tl.report.runner import RUNS_DIR, output_dir_for
 
     own = "smollm2-135m-instruct"  # the folder of a run of the presets' own model: runs/<preset>/<model>/
     assert output_dir_for("default", None, {"backend": "ray", "ray_address": "auto"}) == RUNS_DIR / "default" / own

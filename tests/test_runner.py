@@ -521,7 +521,7 @@ def test_a_non_editable_install_ships_the_notebooks(tmp_path):
 def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its_folder():
     """One layout for every model: each run names its model and lands in papers_figures/<preset>/<model>/; no run
     writes the report's root."""
-    from dynheads_tl.report.runner import PlannedRun, committed_plan
+    from dynheads_tl.report.committed import PlannedRun, committed_plan
 
     plan = committed_plan(["smollm2-135m-instruct", "gemma-3-270m"])
     assert plan[:2] == [PlannedRun("default", SMOLLM2, None, Path("papers_figures/default") / SMOLLM2),
@@ -547,39 +547,39 @@ def test_the_committed_plan_runs_every_model_then_each_committed_preset_into_its
 
 
 def test_run_committed_report_runs_the_plan_then_refreshes_the_top_index_and_the_readme(tmp_path, monkeypatch, capsys):
-    from dynheads_tl.report import runner
+    from dynheads_tl.report import committed
     from dynheads_tl.report.answer import ANSWER_END, ANSWER_START
 
     calls, rendered, updated = [], [], []
-    monkeypatch.setattr(runner, "run_report", lambda **kw: calls.append(kw) or [])
-    monkeypatch.setattr(runner, "render_report", lambda folder: rendered.append(folder))
-    monkeypatch.setattr(runner, "update_readme", lambda path, folder, link_prefix: updated.append((path, link_prefix)))
+    monkeypatch.setattr(committed, "run_report", lambda **kw: calls.append(kw) or [])
+    monkeypatch.setattr(committed, "render_report", lambda folder: rendered.append(folder))
+    monkeypatch.setattr(committed, "update_readme", lambda path, folder, link_prefix: updated.append((path, link_prefix)))
     (tmp_path / "README.md").write_text(f"# x\n{ANSWER_START}\n{ANSWER_END}\n")
-    runner.run_committed_report(models=["smollm2-135m-instruct", "gemma-3-270m"], overrides={"backend": "ray"},
+    committed.run_committed_report(models=["smollm2-135m-instruct", "gemma-3-270m"], overrides={"backend": "ray"},
                                 cwd=tmp_path)
     assert [(c["preset"], c["model"], c["only"], c["output_dir"]) for c in calls] == [
-        (p.preset, p.model, p.only, p.output_dir) for p in runner.committed_plan(["smollm2-135m-instruct", "gemma-3-270m"])]
+        (p.preset, p.model, p.only, p.output_dir) for p in committed.committed_plan(["smollm2-135m-instruct", "gemma-3-270m"])]
     assert all(c["overrides"] == {"backend": "ray"} and c["cwd"] == tmp_path.resolve() for c in calls)
     assert rendered == [tmp_path.resolve() / "papers_figures"]
     assert updated == [(tmp_path.resolve() / "README.md", "papers_figures/")]
     assert "committed report, run 1/" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"\['n_analysis'\] would change what it says"):
-        runner.run_committed_report(overrides={"n_analysis": 4}, cwd=tmp_path)
+        committed.run_committed_report(overrides={"n_analysis": 4}, cwd=tmp_path)
     calls.clear()
     updated.clear()
     (tmp_path / "README.md").write_text(f"# x\n{ANSWER_START}\n")  # no end marker: the README is left alone
-    runner.run_committed_report(models=["smollm2-135m-instruct"], cwd=tmp_path)
+    committed.run_committed_report(models=["smollm2-135m-instruct"], cwd=tmp_path)
     assert calls and updated == []
 
 
 def test_the_committed_report_checks_every_model_is_installed_before_any_run(tmp_path, monkeypatch):
-    from dynheads_tl.report import runner
+    from dynheads_tl.report import committed
 
     calls = []
-    monkeypatch.setattr(runner, "run_report", lambda **kw: calls.append(kw) or [])
-    monkeypatch.setattr(runner, "embedded_installed", lambda name: not name.startswith("qwen"))
+    monkeypatch.setattr(committed, "run_report", lambda **kw: calls.append(kw) or [])
+    monkeypatch.setattr(committed, "embedded_installed", lambda name: not name.startswith("qwen"))
     with pytest.raises(ModuleNotFoundError, match=r"dynheads install-model --name qwen2\.5-coder-0\.5b-instruct"):
-        runner.run_committed_report(cwd=tmp_path)
+        committed.run_committed_report(cwd=tmp_path)
     assert calls == [], "nothing ran before the check"
 
 

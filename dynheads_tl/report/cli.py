@@ -15,8 +15,8 @@ from pathlib import Path
 from dynheads_tl.engine.preflight import ALLOW_CPU_HALF_ENV
 from dynheads_tl.engine.models import DEFAULT_MODEL, EMBEDDED_MODELS, _package_dir, embedded_model_dir
 from dynheads_tl.report.parameters import notebook_parameters_help, write_parameters_cells
-from dynheads_tl.report.runner import (EXECUTION_ONLY, list_notebooks, parameters_help, preset_names, run_committed_report,
-                                       run_report)
+from dynheads_tl.report.committed import run_committed_report
+from dynheads_tl.report.runner import EXECUTION_ONLY, list_notebooks, parameters_help, preset_names, run_report
 
 
 def install_model(name: str = DEFAULT_MODEL, *, rebuild: bool = False) -> None:

@@ -69,8 +69,8 @@ def output_dir_for(preset: str, model: str | None, overrides: dict[str, Any]) ->
     (:func:`default_output_dir`), one per preset and model, so that no model's run replaces another's. ``model`` is
     ``--model``, else ``-p model=`` in ``overrides``; other overrides (``-p``, ``--device``) and ``--only`` keep
     the folder. The committed report, ``papers_figures/``, is written only by ``dynheads report --committed``
-    (:func:`run_committed_report`, which names each of its folders: :func:`committed_plan`) or by a run that names it
-    with ``--output-dir``."""
+    (:mod:`dynheads_tl.report.committed`, which names each of its folders) or by a run that names it with
+    ``--output-dir``."""
     named = model if model is not None else overrides.get("model")
     return default_output_dir(preset, str(named) if named else None)
 
