@@ -48,7 +48,7 @@ def pytest_configure(config):
     before any test module is imported (subprocesses, notebook runs and Ray workers inherit it). Tests that need an
     empty cache still point ``DYNHEADS_CACHE`` at a folder of their own."""
     _SUITE_CACHE["user"] = os.environ.get("DYNHEADS_CACHE")
-    _SUITE_CACHE["models"] = cache_dir()
+    _SUITE_CACHE["models"] = cache_dir().resolve()
     _SUITE_CACHE["suite"] = str(link_converted_models(Path(tempfile.mkdtemp(prefix="dynheads-suite-cache-"))))
     os.environ["DYNHEADS_CACHE"] = _SUITE_CACHE["suite"]
 

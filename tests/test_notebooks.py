@@ -215,7 +215,7 @@ class SmokeRuns:
         with self.changed:
             done = sorted(self.done.values(), key=lambda run: -run.seconds)
             last = max((run.finished for run in done), default=self.began)
-            return (f"smoke runs: {', '.join(f'{run.notebook} {run.seconds:.0f} s' for run in done)} "
+            return (f"smoke runs: {', '.join(f'{run.notebook} {run.seconds:.0f} s' for run in done) or 'none finished'} "
                     f"(sum {sum(run.seconds for run in done):.0f} s; the last finished {last - self.began:.0f} s "
                     f"into the session; the suite waited {self.waited:.0f} s for runs)")
 

@@ -186,7 +186,7 @@ def test_a_fresh_cache_and_a_missing_file_is_refused_without_converting_the_mode
                     "--output-dir", str(tmp_path / "out")], capsys)
     assert "missing.json' does not exist" in err
     assert no_model_work == [], "the embedded model was converted (or loaded) before the refusal"
-    assert not (tmp_path / "fresh-cache" / f"{models.DEFAULT_MODEL}-v{models._CONVERSION_VERSION}").exists()
+    assert not (tmp_path / "fresh-cache" / models.converted_model_dir(models.DEFAULT_MODEL).name).exists()
 
 
 def test_the_embedded_context_window_and_head_shape_are_read_without_converting(no_model_work):
