@@ -137,6 +137,11 @@ def test_cached_scores_are_read_first_and_progress_counts_what_is_computed(tmp_p
     torch.testing.assert_close(query_focused_scores(bridge, samples, use_cache=True, desc="qf"), first,
                                rtol=0, atol=1e-6)
     assert lines()[0] == "qf (2 of 3 cached): 1 to compute"
+    log.unlink()
+    # a prompt given twice in one call is computed once (not cached: nothing to read back between the two)
+    twice = query_focused_scores(bridge, [samples[1], samples[0], samples[1]], desc="qf twice")
+    assert lines()[0] == "qf twice: 2 to compute"
+    torch.testing.assert_close(twice, first[[1, 0, 1]], rtol=0, atol=1e-6)
 
 
 def _baseline_rows(baseline: str, value: float, low: float, high: float):

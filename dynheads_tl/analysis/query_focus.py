@@ -127,7 +127,9 @@ def _scores(model, samples, null_query: str, use_cache: bool, store, desc: str) 
     out: list = [None if found is None else torch.tensor(found, dtype=torch.float64) for found in cached]
     missing = [i for i, found in enumerate(out) if found is None]
     label = f"{desc} ({len(samples) - len(missing)} of {len(samples)} cached)" if use_cache else desc
-    for i in progress(missing, desc=label):
+    first: dict[str, int] = {}  # a prompt given twice is computed once (its key is the prompt's digest)
+    repeats = {i: first.setdefault(keys[i]["prompt"], i) for i in missing}
+    for i in progress(list(first.values()), desc=label):
         sample = samples[i]
         real_ids, null_ids, start = null_query_prompt(model.tokenizer, sample.prompt_ids, sample.question, null_query)
         context = prefill_context(model, real_ids[:start], store)  # both prompts share it (null_query_prompt checks)
@@ -136,6 +138,8 @@ def _scores(model, samples, null_query: str, use_cache: bool, store, desc: str) 
         out[i] = calibrated_document_score(real, null, sample.evidence_spans)
         if use_cache:
             save_cached_json(keys[i], out[i].tolist())
+    for i, computed in repeats.items():
+        out[i] = out[computed]
     if not out:
         raise ValueError("query_focused_scores needs at least one sample.")
     return torch.stack(out)
