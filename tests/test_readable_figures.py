@@ -29,8 +29,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
-from dynheads_tl.analysis.plots import (FIGURE_DPI, INLINE_WIDTH_PX, MIN_TEXT_PX, shown_scale,  # noqa: E402
-                                        text_width, wrap_to_width)
+from dynheads_tl.analysis.plots import (FIGURE_DPI, INLINE_WIDTH_PX, MIN_TEXT_PX, heatmaps_drawn_once,  # noqa: E402
+                                        shown_scale, text_width, wrap_to_width)
 from dynheads_tl.claims.correlation.figures import cca_splits_figure  # noqa: E402
 from dynheads_tl.claims.irreplaceability.figures import GRID_MAX_WIDTH, condition_heatmaps  # noqa: E402
 from dynheads_tl.protocols.conditions import grid_conditions  # noqa: E402
@@ -250,6 +250,45 @@ def test_fig4_reads_at_9px_and_its_legend_covers_no_curve():
 
 
 # --- the helpers -----------------------------------------------------------------------------------
+
+def test_heatmaps_on_one_figure_draw_it_once_and_turn_overlapping_labels_as_seaborn_does():
+    """Six heatmap panels under constrained layout: ``heatmaps_drawn_once`` draws the figure once (seaborn alone draws
+    it at every panel), and the labels come out as seaborn turns them: x labels too long to sit side by side vertical,
+    short ones level, y labels level where they would overlap (a panel of 30 rows) and vertical where they fit."""
+    import seaborn as sns
+
+    def counted_figure():
+        fig, axes = plt.subplots(2, 3, figsize=(9, 6), layout="constrained")
+        draws, real = [], fig.canvas.draw
+        fig.canvas.draw = lambda *args, **kwargs: (draws.append(1), real(*args, **kwargs))[1]
+        return fig, axes.flat, draws
+
+    def add_panels(heatmap, axes):
+        for i, ax in enumerate(axes):
+            if i == 5:
+                heatmap(np.arange(60.0).reshape(30, 2), ax=ax, xticklabels=["x", "y"],
+                        yticklabels=[f"row {j}" for j in range(30)], cbar=False)
+            else:
+                heatmap(np.arange(12.0).reshape(3, 4), ax=ax, cbar=False, yticklabels=["p", "q", "r"],
+                        xticklabels=[f"a long column label {j}" for j in range(4)] if i % 2 else list("abcd"))
+
+    def rotations(fig):
+        return [([t.get_rotation() for t in ax.get_xticklabels()], [t.get_rotation() for t in ax.get_yticklabels()])
+                for ax in fig.axes]
+
+    seaborn_fig, axes, seaborn_draws = counted_figure()
+    add_panels(sns.heatmap, axes)
+    fig, axes, draws = counted_figure()
+    with heatmaps_drawn_once(fig) as heatmap:
+        add_panels(heatmap, axes)
+        assert draws == [], "no draw while the panels are added"
+    assert len(seaborn_draws) == 6 and len(draws) == 1
+    turned = rotations(fig)
+    assert turned == rotations(seaborn_fig)
+    assert turned[1][0] == [90.0] * 4 and turned[0][0] == [0.0] * 4, "long x labels turn, short ones stay level"
+    assert set(turned[5][1]) == {0.0} and set(turned[0][1]) == {90.0}, "crowded y labels turn level, the rest not"
+    plt.close("all")
+
 
 def test_wrap_to_width_keeps_every_line_within_the_width_and_every_word():
     text = "fixed k = 5 heads at every step: static top-k masked, random k masked; sized by D_t at each step: " * 3

@@ -37,6 +37,19 @@ def test_a_cluster_bootstrap_of_singletons_is_the_sample_bootstrap():
     assert singletons.half_width == pytest.approx(plain.half_width, rel=0.15)
 
 
+@pytest.mark.parametrize("n, n_resamples", [(1, 50), (2, 2000), (7, 2000), (33, 999), (5000, 300), (3, 0)])
+def test_a_bootstrap_of_the_mean_draws_in_blocks_what_the_loop_draws(n, n_resamples):
+    """The mean's resamples drawn a block at a time are the loop's, float for float (same generator stream, same
+    sums), so every interval the report computed before the blocks is unchanged; NaN values stay NaN."""
+    data = np.random.default_rng(n).normal(size=n) * 37.0
+    if n == 33:
+        data[2] = np.nan  # every resample that draws it is NaN and left out, as in the loop
+    looped = bootstrap_interval(data, lambda x: np.mean(x), n_resamples=n_resamples, seed=4)
+    blocked = bootstrap_interval(data, np.mean, n_resamples=n_resamples, seed=4)
+    assert (blocked.n, blocked.clusters, blocked.method) == (looped.n, looped.clusters, looped.method)
+    np.testing.assert_array_equal([blocked.estimate, blocked.low, blocked.high], [looped.estimate, looped.low, looped.high])
+
+
 def test_cluster_labels_must_match_the_samples():
     with pytest.raises(ValueError, match="one label per sample: 2 labels for 3 samples"):
         bootstrap_interval([1.0, 2.0, 3.0], clusters=[0, 1])

@@ -3,16 +3,18 @@ bars from an interval's bounds, and what a figure needs to be read on a notebook
 shows it, the text widths it is laid out with, and long titles and notes wrapped to the width they have."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+import seaborn.matrix
 
-__all__ = ["FIGURE_DPI", "INLINE_WIDTH_PX", "MIN_TEXT_PX", "error_bars", "shown_scale", "step_heatmap",
-           "text_width", "wrap_to_width"]
+__all__ = ["FIGURE_DPI", "INLINE_WIDTH_PX", "MIN_TEXT_PX", "error_bars", "heatmaps_drawn_once", "shown_scale",
+           "step_heatmap", "text_width", "wrap_to_width"]
 
 # A figure is saved at FIGURE_DPI (report.figures.save_figure) and a notebook page shows it at its natural size, or,
 # when it is wider, at the page's column width: INLINE_WIDTH_PX at a 1280 px wide window (the contents sidebar and
@@ -44,6 +46,37 @@ def _renderer():
     from matplotlib.backends.backend_agg import RendererAgg
 
     return RendererAgg(100, 100, 72)
+
+
+@contextmanager
+def heatmaps_drawn_once(fig) -> Iterator[Callable]:
+    """Yields ``heatmap(data, ax=..., **kwargs)``: ``sns.heatmap`` without the draw of the whole figure it makes at every
+    call to see whether the heatmap's tick labels overlap. On leaving, ``fig`` is drawn once and the labels seaborn
+    would have turned are turned: x labels still level that overlap turn vertical, y labels still vertical that overlap
+    turn level (seaborn's rule, read in the figure's final layout). On a figure of many panels under constrained
+    layout those draws were most of its time: each laid out and drew every panel so far."""
+    drawn = []
+
+    def heatmap(data, ax, **kwargs):
+        real = seaborn.matrix._draw_figure
+        seaborn.matrix._draw_figure = lambda figure: None
+        try:
+            sns.heatmap(data, ax=ax, **kwargs)
+        finally:
+            seaborn.matrix._draw_figure = real
+        drawn.append(ax)
+        return ax
+
+    yield heatmap
+    if not drawn:
+        return
+    fig.canvas.draw()
+    for ax in drawn:
+        x, y = ax.get_xticklabels(), ax.get_yticklabels()
+        if any(label.get_rotation() == 0 for label in x) and seaborn.matrix.axis_ticklabels_overlap(x):
+            plt.setp([label for label in x if label.get_rotation() == 0], rotation="vertical")
+        if any(label.get_rotation() == 90 for label in y) and seaborn.matrix.axis_ticklabels_overlap(y):
+            plt.setp([label for label in y if label.get_rotation() == 90], rotation="horizontal")
 
 
 def wrap_to_width(text: str, width: float, fontsize: float) -> str:

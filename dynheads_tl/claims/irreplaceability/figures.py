@@ -5,9 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
-from dynheads_tl.analysis.plots import error_bars, text_width, wrap_to_width
+from dynheads_tl.analysis.plots import error_bars, heatmaps_drawn_once, text_width, wrap_to_width
 from dynheads_tl.protocols.conditions import CONDITIONS, condition_titles
 from dynheads_tl.analysis.statistics import bootstrap_interval, wilson_interval
 
@@ -139,15 +138,16 @@ def condition_heatmaps(grid: pd.DataFrame, metric: str, title: str, k: int | Non
         cmap, vmin, vmax, bar_label = "RdYlGn", 0, 1, f"mean {metric}"
 
     image = None
-    for ax, condition in zip(flat, conditions):
-        sns.heatmap(tables[condition], ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, annot=labels[condition].to_numpy(),
+    with heatmaps_drawn_once(fig) as heatmap:
+        for ax, condition in zip(flat, conditions):
+            heatmap(tables[condition], ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, annot=labels[condition].to_numpy(),
                     fmt="", cbar=False, annot_kws={"fontsize": text})
-        image = ax.collections[0]
-        ax.set_title(panel_titles[condition], fontsize=text)
-        ax.tick_params(labelsize=text)
-        ax.tick_params(axis="y", labelrotation=0)
-        ax.set_xlabel("depth" if condition in conditions[-columns:] else "", fontsize=text)
-        ax.set_ylabel("context tokens" if ax in axes[:, 0] else "", fontsize=text)
+            image = ax.collections[0]
+            ax.set_title(panel_titles[condition], fontsize=text)
+            ax.tick_params(labelsize=text)
+            ax.tick_params(axis="y", labelrotation=0)
+            ax.set_xlabel("depth" if condition in conditions[-columns:] else "", fontsize=text)
+            ax.set_ylabel("context tokens" if ax in axes[:, 0] else "", fontsize=text)
     for ax in flat[len(conditions):]:
         ax.set_visible(False)
     if image is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dynheads_tl.analysis.plots import heatmaps_drawn_once
+
 __all__ = ["fig1_by_length", "trend_figure"]
 
 
@@ -12,20 +14,20 @@ def fig1_by_length(panels: list[tuple[int, np.ndarray, np.ndarray, list[str], li
     """One heatmap per length, stacked: (length, share of attention on the needle [head, step], Eq. 1 hits,
     token labels, head labels, what the answer was)."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     width = max(6.0, 0.3 * max(len(p[3]) for p in panels) + 2.5)
     heights = [0.33 * len(p[4]) + 1.2 for p in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(width, sum(heights) + 0.8), squeeze=False,
                              gridspec_kw={"height_ratios": heights}, layout="constrained")
-    for ax, (length, scores, hits, tokens, heads, answer) in zip(axes[:, 0], panels):
-        sns.heatmap(scores, ax=ax, cmap="viridis", vmin=0, vmax=max(float(np.nanmax(scores)), 1e-6),
+    with heatmaps_drawn_once(fig) as heatmap:
+        for ax, (length, scores, hits, tokens, heads, answer) in zip(axes[:, 0], panels):
+            heatmap(scores, ax=ax, cmap="viridis", vmin=0, vmax=max(float(np.nanmax(scores)), 1e-6),
                     xticklabels=tokens, yticklabels=heads, cbar_kws={"label": "attention on the needle"})
-        rows, cols = np.nonzero(hits)
-        ax.scatter(cols + 0.5, rows + 0.5, s=12, c="white", edgecolors="black", linewidths=0.5)
-        ax.set_title(f"{length:,} tokens: {answer}", fontsize=9)
-        ax.set_ylabel("head")
-        ax.tick_params(axis="x", labelrotation=90, labelsize=6)
+            rows, cols = np.nonzero(hits)
+            ax.scatter(cols + 0.5, rows + 0.5, s=12, c="white", edgecolors="black", linewidths=0.5)
+            ax.set_title(f"{length:,} tokens: {answer}", fontsize=9)
+            ax.set_ylabel("head")
+            ax.tick_params(axis="x", labelrotation=90, labelsize=6)
     axes[-1, 0].set_xlabel("generated token (white dots: Eq. 1 hits)")
     fig.suptitle(title, fontsize=11)
     return fig
