@@ -745,8 +745,8 @@ def test_the_size_axis_table_computes_each_primary_from_its_units():
 
 
 # --- an interrupted long run resumes (issue #64) -----------------------------------------------------------------
-RESUME_SCRIPT = """
-import json, os, sys, time
+RESUME_RUN = """
+import json, os, time
 from pathlib import Path
 
 import dynheads_tl
@@ -755,50 +755,68 @@ from dynheads_tl.claims import length_grid
 from dynheads_tl.claims.length_grid import LengthGridConfig
 from dynheads_tl.engine import decoder
 
-decoder.PREFILL_CHUNK = 32  # a 200-token prompt in chunks, as a 32k prompt is in chunks of 4096
-folder, out, delay = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
-saved = []
-real = executors.save_cached_json
 
+def grid_run(folder, out, delay):
+    \"\"\"Notebook 07's grid on the tiny model in ``folder`` (from $DYNHEADS_CACHE's cache), a 200-token prompt in
+    chunks as a 32k prompt is in chunks of 4096; ``delay`` seconds of pause after each masking run is cached (the
+    killed run is killed in one). Writes what was cached before the first masking run, how many masking runs this
+    run computed, and the grid.\"\"\"
+    folder, out = Path(folder), Path(out)
+    saved, real, chunk = [], executors.save_cached_json, decoder.PREFILL_CHUNK
 
-def slow(key, result, **kwargs):  # each masking run cached, then a pause the test kills the run in
-    saved.append(1)
-    real(key, result, **kwargs)
-    time.sleep(delay)
-    return result
+    def slow(key, result, **kwargs):
+        saved.append(1)
+        real(key, result, **kwargs)
+        time.sleep(delay)
+        return result
 
-
-executors.save_cached_json = slow
-model = dynheads_tl.load_model(str(folder), device="cpu")
-config = LengthGridConfig(model=str(folder), lengths=[120], depths=[0.5], runs_per_cell=1,
-                          n_calibration=2, max_new_tokens=4, n_resamples=50, batch_size=1)
-cells = length_grid.grid_samples(model, config)
-statics, _ = length_grid.static_sets(model, config)
-traces = length_grid.grid_traces(model, config, cells)
-names, _ = length_grid.conditions()
-cached = sorted(p.name for p in (Path(os.environ["DYNHEADS_CACHE"]) / "results").glob("*.json"))
-(out / "masking.tmp").write_text(json.dumps(cached))  # what was cached before the first masking run, atomically
-(out / "masking.tmp").rename(out / "masking.started")
-grid = length_grid.masking_grid(model, config, cells, statics, names)
-(out / "computed.json").write_text(json.dumps(len(saved)))
-grid.drop(columns=[c for c in grid.columns if grid[c].map(lambda v: isinstance(v, (list, dict))).any()]).to_csv(
-    out / "grid.csv", index=False)
+    executors.save_cached_json, decoder.PREFILL_CHUNK = slow, 32
+    try:
+        model = dynheads_tl.load_model(str(folder), device="cpu")
+        config = LengthGridConfig(model=str(folder), lengths=[120], depths=[0.5], runs_per_cell=1,
+                                  n_calibration=2, max_new_tokens=4, n_resamples=50, batch_size=1)
+        cells = length_grid.grid_samples(model, config)
+        statics, _ = length_grid.static_sets(model, config)
+        length_grid.grid_traces(model, config, cells)
+        names, _ = length_grid.conditions()
+        cached = sorted(p.name for p in (Path(os.environ["DYNHEADS_CACHE"]) / "results").glob("*.json"))
+        (out / "masking.tmp").write_text(json.dumps(cached))  # atomically: the test polls for it
+        (out / "masking.tmp").rename(out / "masking.started")
+        grid = length_grid.masking_grid(model, config, cells, statics, names)
+    finally:
+        executors.save_cached_json, decoder.PREFILL_CHUNK = real, chunk
+    (out / "computed.json").write_text(json.dumps(len(saved)))
+    listed = [c for c in grid.columns if grid[c].map(lambda v: isinstance(v, (list, dict))).any()]
+    grid.drop(columns=listed).to_csv(out / "grid.csv", index=False)
 """
 
 
 def _grid_run(folder, cache, out, delay):
+    """The run to kill: :data:`RESUME_RUN` in a process of its own."""
     out.mkdir(exist_ok=True)
-    # the child takes this process's torch threads: fewer while the suite's notebook smoke runs hold the other cores
-    # (a tiny model's threads spin while they wait for a core)
+    # the child takes this process's torch threads (fewer while the suite's notebook smoke runs hold the other cores),
+    # as the runs in this process below do: the same threads, the same floats
     env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    return subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, str(folder), str(out), str(delay)], env=env,
+    script = RESUME_RUN + "\nimport sys\ngrid_run(sys.argv[1], sys.argv[2], float(sys.argv[3]))\n"
+    return subprocess.Popen([sys.executable, "-c", script, str(folder), str(out), str(delay)], env=env,
                             cwd=Path(__file__).resolve().parent.parent)
 
 
-def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp_path):
+def _grid_run_here(folder, cache, out, monkeypatch):
+    """:data:`RESUME_RUN` in this process (no start-up to pay: the resumed and the uninterrupted runs)."""
+    out.mkdir(exist_ok=True)
+    namespace: dict = {}
+    exec(compile(RESUME_RUN, "RESUME_RUN", "exec"), namespace)
+    with monkeypatch.context() as patch:
+        patch.setenv("DYNHEADS_CACHE", str(cache))
+        namespace["grid_run"](folder, out, 0.0)
+
+
+def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp_path, monkeypatch):
     """Issue #64: a killed run of notebook 07's grid (Gemma 3's shape: sliding layers with a window shorter than
     the prompts, prefilled in chunks as at 32k) restarts at the first masking run it had not cached: the finished
-    runs' files are not rewritten, the rest are computed once, and the grid equals an uninterrupted run's."""
+    runs' files are not rewritten, the rest are computed once, and the grid equals an uninterrupted run's. The
+    killed run has a process of its own (SIGKILL); the resumed and the uninterrupted runs run in the test's."""
     from conftest import build_tiny_model
 
     folder = build_tiny_model("gemma3", tmp_path / "gemma3")
@@ -818,11 +836,10 @@ def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp
     masked = len({p.name for p in results.glob("*.json")} - before)  # masking runs cached before the kill
     assert masked >= 3 and not (first / "grid.csv").exists(), "killed inside the masking grid"
 
-    resumed = tmp_path / "resumed"
-    assert _grid_run(folder, cache, resumed, delay=0).wait() == 0
+    resumed, fresh = tmp_path / "resumed", tmp_path / "fresh"
+    _grid_run_here(folder, cache, resumed, monkeypatch)
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items()), "a finished run was recomputed"
-    fresh = tmp_path / "fresh"
-    assert _grid_run(folder, tmp_path / "fresh_cache", fresh, delay=0).wait() == 0
+    _grid_run_here(folder, tmp_path / "fresh_cache", fresh, monkeypatch)
     total = json.loads((fresh / "computed.json").read_text())
     # the resumed run computed exactly the masking runs the killed one had not cached
     assert json.loads((resumed / "computed.json").read_text()) == total - masked > 0

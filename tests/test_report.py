@@ -85,29 +85,53 @@ def test_index_lists_every_item_and_only_what_exists(tmp_path):
     assert '<a href="01_dynamism/table1_niah.csv">csv</a>' in page and str(tmp_path) not in index + page
 
 
-SCRIPT = textwrap.dedent("""
-    import sys, time
+RESUME_RUN = textwrap.dedent("""
+    import time
     import dynheads_tl
     from dynheads_tl import corpus, TraceConfig
     from dynheads_tl.tasks import make_niah_samples
-    real = corpus.trace_generation
-    def slow(*args, **kwargs):
-        trace = real(*args, **kwargs)
-        time.sleep(float(sys.argv[2]))
-        return trace
-    corpus.trace_generation = slow
-    model = dynheads_tl.load_model(sys.argv[1], device="cpu")
-    samples = make_niah_samples(model.tokenizer, n=6, context_tokens=60, seed=3, max_new_tokens=8)
-    corpus.collect_traces(model, samples, TraceConfig(max_new_tokens=8), {"test": "resume"})
+
+
+    def traced_run(folder, delay):
+        \"\"\"Six NIAH samples traced on the tiny model in ``folder`` into $DYNHEADS_CACHE, with ``delay`` seconds of
+        pause after each sample (the killed run is killed in one).\"\"\"
+        real = corpus.trace_generation
+
+        def slow(*args, **kwargs):
+            trace = real(*args, **kwargs)
+            time.sleep(delay)
+            return trace
+
+        corpus.trace_generation = slow
+        try:
+            model = dynheads_tl.load_model(str(folder), device="cpu")
+            samples = make_niah_samples(model.tokenizer, n=6, context_tokens=60, seed=3, max_new_tokens=8)
+            corpus.collect_traces(model, samples, TraceConfig(max_new_tokens=8), {"test": "resume"})
+        finally:
+            corpus.trace_generation = real
 """)
 
 
 def _run(folder, cache, delay, env_extra=None):
-    env = {**os.environ, "DYNHEADS_CACHE": str(cache), **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(folder), str(delay)], env=env, cwd=ROOT)
+    """The run to kill: :data:`RESUME_RUN` in a process of its own."""
+    env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads()),
+           **(env_extra or {})}
+    script = RESUME_RUN + "\nimport sys\ntraced_run(sys.argv[1], float(sys.argv[2]))\n"
+    return subprocess.Popen([sys.executable, "-c", script, str(folder), str(delay)], env=env, cwd=ROOT)
 
 
-def test_killed_run_resumes_without_recomputing_and_matches(tmp_path):
+def _run_here(folder, cache, monkeypatch):
+    """:data:`RESUME_RUN` in this process, without pauses (no start-up to pay)."""
+    namespace: dict = {}
+    exec(compile(RESUME_RUN, "RESUME_RUN", "exec"), namespace)
+    with monkeypatch.context() as patch:
+        patch.setenv("DYNHEADS_CACHE", str(cache))
+        namespace["traced_run"](folder, 0.0)
+
+
+def test_killed_run_resumes_without_recomputing_and_matches(tmp_path, monkeypatch):
+    """A run killed between samples resumes (here, in the test's process) without tracing again the samples it had
+    finished, and its traces equal an uninterrupted run's bit for bit."""
     folder = build_tiny_model("llama", tmp_path / "tiny")
     resumed, fresh = tmp_path / "resumed", tmp_path / "fresh"
     process = _run(folder, resumed, delay=1.0)
@@ -121,9 +145,9 @@ def test_killed_run_resumes_without_recomputing_and_matches(tmp_path):
     process.wait()
     finished = {p: p.stat().st_mtime_ns for p in traces_dir.glob("*.pt")}
     assert 2 <= len(finished) < 6, "killed midway"
-    assert _run(folder, resumed, delay=0).wait() == 0
+    _run_here(folder, resumed, monkeypatch)
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items()), "finished samples were not recomputed"
-    assert _run(folder, fresh, delay=0).wait() == 0
+    _run_here(folder, fresh, monkeypatch)
     a = sorted(traces_dir.glob("*.pt"))
     b = sorted((fresh / "traces").glob("*.pt"))
     assert [p.name for p in a] == [p.name for p in b] and len(a) == 6
