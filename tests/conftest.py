@@ -64,11 +64,16 @@ def pytest_unconfigure(config):
         os.environ["DYNHEADS_CACHE"] = user
 
 
+def _place(item) -> int:
+    """0 for most tests; 1 for tests whose processes run side by side (Ray actors, two reports at once): late, when
+    the notebook smoke runs, which hold a core from the session's start, have left the cores to them; 2 for the tests
+    that read a smoke run: last, since a notebook test reached earlier would leave this process idle while it waits
+    for its run."""
+    return 2 if item.get_closest_marker("notebook") else 1 if item.get_closest_marker("side_by_side") else 0
+
+
 def pytest_collection_modifyitems(items):
-    # The tests that read a notebook's smoke run go last: the runs start with the session and finish beside the
-    # other tests, so a notebook test reached earlier would leave this process idle while it waits for its run.
-    items[:] = ([item for item in items if not item.get_closest_marker("notebook")]
-                + [item for item in items if item.get_closest_marker("notebook")])
+    items.sort(key=_place)  # stable: each group keeps the files' order
     for item in items:
         if item.get_closest_marker("notebook"):
             continue

@@ -136,7 +136,11 @@ try:
 except ImportError:  # the tests above still run; these skip
     ray = None
 
-needs_ray = pytest.mark.skipif(ray is None, reason='Ray is not installed (pip install -e ".[ray]")')
+def needs_ray(test):
+    """A test on a local Ray cluster: skipped without Ray; run late (``side_by_side``: its driver and two actors want
+    the cores the notebook smoke runs hold early in the session)."""
+    return pytest.mark.side_by_side(
+        pytest.mark.skipif(ray is None, reason='Ray is not installed (pip install -e ".[ray]")')(test))
 
 
 @pytest.fixture(scope="module")

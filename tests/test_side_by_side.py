@@ -53,6 +53,7 @@ def _csv_files(folder: Path) -> dict[str, bytes]:
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*.csv"))}
 
 
+@pytest.mark.side_by_side  # two reports at once: run late, when the notebook smoke runs have left the cores
 def test_two_reports_started_together_from_one_checkout_do_not_disturb_each_other(tiny_suite, tmp_path):
     """Two `dynheads report` processes started at once in one working folder, each with its own cache and output
     folder: both finish, neither prints a traceback or an ``Invalid Signature``, their results are byte-identical,
