@@ -15,7 +15,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from dynheads_tl.report.checks import (absolute_paths, headline_problems, link_problems, notebook_problems,
                                        offline_problems, path_problems, report_problems)
-from dynheads_tl.report.index import SYNTHETIC_NOTE, build_index, index_items, item_stem, ours_text, render_notebook_html
+from dynheads_tl.report.index import build_index, render_notebook_html
+from dynheads_tl.report.items import SYNTHETIC_NOTE, index_items, item_stem, ours_text
 from dynheads_tl.report.site import remote_resources
 from dynheads_tl.tasks.hotpot import hotpot_label
 
@@ -201,7 +202,7 @@ def test_synthetic_hotpot_results_say_so(tmp_path):
 
 
 def test_a_presets_table_of_models_marks_synthetic_results_too(tmp_path):
-    from dynheads_tl.report.index import model_cells
+    from dynheads_tl.report.across import model_cells
 
     preset = tmp_path / "default"
     for model, source in (("m1", "synthetic"), ("m2", "data/hotpot_dev_distractor_v1.json")):

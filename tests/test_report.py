@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from dynheads_tl import load_traces
-from dynheads_tl.report.index import build_index, index_items
+from dynheads_tl.report.index import build_index
+from dynheads_tl.report.items import index_items
 from dynheads_tl.report.runner import list_notebooks, preset_notebooks, run_report
 from conftest import build_tiny_model
 

@@ -51,7 +51,7 @@ def test_the_readme_says_per_claim_whether_the_models_agree(monkeypatch):
     """With two model reports, one computed line per claim: statuses that are settled and equal agree, settled and
     different differ, an undetermined or no-headroom status on either model is not settled (two "undetermined" do not
     agree), a missing item is said so, pictures and descriptions are left out, and synthetic data are named."""
-    from dynheads_tl.report.index import ModelCell, agreement
+    from dynheads_tl.report.across import ModelCell, agreement
 
     assert agreement(["weaker", "weaker"]) == "agree" and agreement(["weaker", "reproduced"]) == "differ"
     assert agreement(["undetermined", "undetermined"]) == "not settled" == agreement(["reproduced", "no headroom"])
@@ -457,7 +457,7 @@ def test_cca_status_reads_the_notebooks_tests_with_lags_ahead_deciding(tmp_path,
 
 
 def test_every_committed_item_has_a_computed_status():
-    from dynheads_tl.report.index import index_items
+    from dynheads_tl.report.items import index_items
 
     statuses = {item.item: item_status(COMMITTED, item.item) for _, item in index_items()}
     assert not [item for item, s in statuses.items() if s.status == "see files"]

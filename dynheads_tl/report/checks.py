@@ -8,7 +8,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
-from dynheads_tl.report.index import _rel, enclosing_reports, index_items, ours_text
+from dynheads_tl.report.items import _rel, index_items, ours_text
+from dynheads_tl.report.legend import enclosing_reports
 from dynheads_tl.report.results import is_model_report, model_reports, preset_reports, read_runs
 from dynheads_tl.report.site import remote_resources
 from dynheads_tl.verdicts import FILE, RECORDED, recorded_outputs
@@ -102,7 +103,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 def _link_problem(target: str, source: str, output_dir: Path, up: frozenset[Path] = frozenset()) -> str | None:
     """What is wrong with one link of ``source``, or None. A link may leave the folder only to ``up``: the index
-    (index.html, README.md) of a report that holds this one (:func:`~dynheads_tl.report.index.enclosing_reports`),
+    (index.html, README.md) of a report that holds this one (:func:`~dynheads_tl.report.legend.enclosing_reports`),
     published with it."""
     if target.startswith("#"):
         return None

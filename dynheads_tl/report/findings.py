@@ -10,7 +10,7 @@ from pathlib import Path
 from dynheads_tl import preregistration
 from dynheads_tl.claims import all_claims
 from dynheads_tl.report.answer import preset_sections, update_answer
-from dynheads_tl.report.index import agreement, model_agreement
+from dynheads_tl.report.across import agreement, model_agreement
 from dynheads_tl.report.results import (all_results, contexts_phrase, is_model_report, model_reports, preset_reports,
                                         read_runs)
 from dynheads_tl.report.site import section_anchor
@@ -129,7 +129,7 @@ def deviation_lines() -> list[str]:
 
 def agreement_lines(output_dir: Path, models: list[str]) -> list[str]:
     """With more than one model: a heading line, then one computed line per claim on what its items' statuses on
-    the models say together (:func:`~dynheads_tl.report.index.agreement`): where they agree (one settled status),
+    the models say together (:func:`~dynheads_tl.report.across.agreement`): where they agree (one settled status),
     differ (settled statuses that differ), are not settled on some model (undetermined or no headroom), or exist
     on one model only; pictures and descriptions are left out. Empty with one model."""
     claims = model_agreement(output_dir)
