@@ -113,10 +113,10 @@ RESUME_RUN = textwrap.dedent("""
 """)
 
 
-def _run(folder, cache, delay, env_extra=None):
-    """The run to kill: :data:`RESUME_RUN` in a process of its own."""
-    env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads()),
-           **(env_extra or {})}
+def _run(folder, cache, delay):
+    """The run to kill: :data:`RESUME_RUN` in a process of its own, with this process's torch threads (as the runs in
+    this process: the same threads, the same floats)."""
+    env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads())}
     script = RESUME_RUN + "\nimport sys\ntraced_run(sys.argv[1], float(sys.argv[2]))\n"
     return subprocess.Popen([sys.executable, "-c", script, str(folder), str(delay)], env=env, cwd=ROOT)
 
