@@ -9,9 +9,12 @@ Every test lands in one group, so the fast ones can run alone (``pytest -m unit`
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -37,6 +40,25 @@ def link_converted_models(cache: Path, names=None) -> Path:
         if manifest_problem(converted, "size") is None and not (cache / converted.name).exists():
             (cache / converted.name).symlink_to(converted.resolve(), target_is_directory=True)
     return cache
+
+
+def start_script(script: str, call: str, cache: Path, *args) -> subprocess.Popen:
+    """``call(*args)`` of the Python source ``script`` in a process of its own (a run a test kills), on the cache folder
+    ``cache`` and with this process's torch threads, as :func:`run_script_here` runs it (the same threads, the same
+    floats; fewer threads while the notebook smoke runs hold the other cores). Paths are passed as strings."""
+    env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    source = f"{script}\nimport json, sys\n{call}(*json.loads(sys.argv[1]))\n"
+    shown = json.dumps([str(arg) if isinstance(arg, Path) else arg for arg in args])
+    return subprocess.Popen([sys.executable, "-c", source, shown], env=env, cwd=Path(__file__).resolve().parent.parent)
+
+
+def run_script_here(script: str, call: str, cache: Path, monkeypatch, *args) -> None:
+    """:func:`start_script`'s run in this process (no start-up to pay), on the cache folder ``cache``."""
+    namespace: dict = {}
+    exec(compile(script, call, "exec"), namespace)
+    with monkeypatch.context() as patch:
+        patch.setenv("DYNHEADS_CACHE", str(cache))
+        namespace[call](*[str(arg) if isinstance(arg, Path) else arg for arg in args])
 
 
 _SUITE_CACHE: dict = {}

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -762,6 +759,7 @@ def grid_run(folder, out, delay):
     killed run is killed in one). Writes what was cached before the first masking run, how many masking runs this
     run computed, and the grid.\"\"\"
     folder, out = Path(folder), Path(out)
+    out.mkdir(exist_ok=True)
     saved, real, chunk = [], executors.save_cached_json, decoder.PREFILL_CHUNK
 
     def slow(key, result, **kwargs):
@@ -791,37 +789,16 @@ def grid_run(folder, out, delay):
 """
 
 
-def _grid_run(folder, cache, out, delay):
-    """The run to kill: :data:`RESUME_RUN` in a process of its own."""
-    out.mkdir(exist_ok=True)
-    # the child takes this process's torch threads (fewer while the suite's notebook smoke runs hold the other cores),
-    # as the runs in this process below do: the same threads, the same floats
-    env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    script = RESUME_RUN + "\nimport sys\ngrid_run(sys.argv[1], sys.argv[2], float(sys.argv[3]))\n"
-    return subprocess.Popen([sys.executable, "-c", script, str(folder), str(out), str(delay)], env=env,
-                            cwd=Path(__file__).resolve().parent.parent)
-
-
-def _grid_run_here(folder, cache, out, monkeypatch):
-    """:data:`RESUME_RUN` in this process (no start-up to pay: the resumed and the uninterrupted runs)."""
-    out.mkdir(exist_ok=True)
-    namespace: dict = {}
-    exec(compile(RESUME_RUN, "RESUME_RUN", "exec"), namespace)
-    with monkeypatch.context() as patch:
-        patch.setenv("DYNHEADS_CACHE", str(cache))
-        namespace["grid_run"](folder, out, 0.0)
-
-
 def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp_path, monkeypatch):
     """Issue #64: a killed run of notebook 07's grid (Gemma 3's shape: sliding layers with a window shorter than
     the prompts, prefilled in chunks as at 32k) restarts at the first masking run it had not cached: the finished
     runs' files are not rewritten, the rest are computed once, and the grid equals an uninterrupted run's. The
     killed run has a process of its own (SIGKILL); the resumed and the uninterrupted runs run in the test's."""
-    from conftest import build_tiny_model
+    from conftest import build_tiny_model, run_script_here, start_script
 
     folder = build_tiny_model("gemma3", tmp_path / "gemma3")
     cache, first = tmp_path / "cache", tmp_path / "first"
-    process = _grid_run(folder, cache, first, delay=1.0)
+    process = start_script(RESUME_RUN, "grid_run", cache, folder, first, 1.0)
     results = cache / "results"
     deadline = time.time() + 240
     while time.time() < deadline and not (first / "masking.started").exists():
@@ -837,9 +814,9 @@ def test_an_interrupted_long_grid_resumes_without_recomputing_finished_cells(tmp
     assert masked >= 3 and not (first / "grid.csv").exists(), "killed inside the masking grid"
 
     resumed, fresh = tmp_path / "resumed", tmp_path / "fresh"
-    _grid_run_here(folder, cache, resumed, monkeypatch)
+    run_script_here(RESUME_RUN, "grid_run", cache, monkeypatch, folder, resumed, 0.0)
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items()), "a finished run was recomputed"
-    _grid_run_here(folder, tmp_path / "fresh_cache", fresh, monkeypatch)
+    run_script_here(RESUME_RUN, "grid_run", tmp_path / "fresh_cache", monkeypatch, folder, fresh, 0.0)
     total = json.loads((fresh / "computed.json").read_text())
     # the resumed run computed exactly the masking runs the killed one had not cached
     assert json.loads((resumed / "computed.json").read_text()) == total - masked > 0

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from dynheads_tl import load_traces
 from dynheads_tl.report.index import build_index
 from dynheads_tl.report.items import index_items
 from dynheads_tl.report.runner import list_notebooks, preset_notebooks, run_report
-from conftest import build_tiny_model
+from conftest import build_tiny_model, run_script_here, start_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,29 +112,12 @@ RESUME_RUN = textwrap.dedent("""
 """)
 
 
-def _run(folder, cache, delay):
-    """The run to kill: :data:`RESUME_RUN` in a process of its own, with this process's torch threads (as the runs in
-    this process: the same threads, the same floats)."""
-    env = {**os.environ, "DYNHEADS_CACHE": str(cache), "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    script = RESUME_RUN + "\nimport sys\ntraced_run(sys.argv[1], float(sys.argv[2]))\n"
-    return subprocess.Popen([sys.executable, "-c", script, str(folder), str(delay)], env=env, cwd=ROOT)
-
-
-def _run_here(folder, cache, monkeypatch):
-    """:data:`RESUME_RUN` in this process, without pauses (no start-up to pay)."""
-    namespace: dict = {}
-    exec(compile(RESUME_RUN, "RESUME_RUN", "exec"), namespace)
-    with monkeypatch.context() as patch:
-        patch.setenv("DYNHEADS_CACHE", str(cache))
-        namespace["traced_run"](folder, 0.0)
-
-
 def test_killed_run_resumes_without_recomputing_and_matches(tmp_path, monkeypatch):
     """A run killed between samples resumes (here, in the test's process) without tracing again the samples it had
     finished, and its traces equal an uninterrupted run's bit for bit."""
     folder = build_tiny_model("llama", tmp_path / "tiny")
     resumed, fresh = tmp_path / "resumed", tmp_path / "fresh"
-    process = _run(folder, resumed, delay=1.0)
+    process = start_script(RESUME_RUN, "traced_run", resumed, folder, 1.0)
     traces_dir = resumed / "traces"
     deadline = time.time() + 120
     # Kill once two samples are complete (trace and sidecar written), i.e. inside the next sample's 1 s of work,
@@ -146,9 +128,9 @@ def test_killed_run_resumes_without_recomputing_and_matches(tmp_path, monkeypatc
     process.wait()
     finished = {p: p.stat().st_mtime_ns for p in traces_dir.glob("*.pt")}
     assert 2 <= len(finished) < 6, "killed midway"
-    _run_here(folder, resumed, monkeypatch)
+    run_script_here(RESUME_RUN, "traced_run", resumed, monkeypatch, folder, 0.0)
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items()), "finished samples were not recomputed"
-    _run_here(folder, fresh, monkeypatch)
+    run_script_here(RESUME_RUN, "traced_run", fresh, monkeypatch, folder, 0.0)
     a = sorted(traces_dir.glob("*.pt"))
     b = sorted((fresh / "traces").glob("*.pt"))
     assert [p.name for p in a] == [p.name for p in b] and len(a) == 6
