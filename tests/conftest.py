@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import dynheads_tl
-from dynheads_tl.engine.models import EMBEDDED_MODELS, converted_model_dir, embedded_model_dir, manifest_problem
+from dynheads_tl.engine.models import embedded_model_dir, link_converted_models as link_converted
 from dynheads_tl.store import cache_dir
 
 
@@ -32,13 +32,9 @@ _INTEGRATION_CALLS = ("load_model(", "build_tiny_model(", "subprocess.", "paperm
 
 
 def link_converted_models(cache: Path, names=None) -> Path:
-    """Link each embedded model's converted folder (``names``: all of them) from the user's cache into ``cache``,
-    where it is there and whole: a run on ``cache`` then loads it in seconds instead of converting its GGUF again."""
-    cache.mkdir(parents=True, exist_ok=True)
-    for name in EMBEDDED_MODELS if names is None else names:
-        converted = _SUITE_CACHE["models"] / converted_model_dir(name).name
-        if manifest_problem(converted, "size") is None and not (cache / converted.name).exists():
-            (cache / converted.name).symlink_to(converted.resolve(), target_is_directory=True)
+    """``cache`` holding a link to each embedded model's converted folder (``names``: all of them) that the user's
+    cache has whole (:func:`dynheads_tl.engine.models.link_converted_models`)."""
+    link_converted(cache, names, source=_SUITE_CACHE["models"])
     return cache
 
 
