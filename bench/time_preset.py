@@ -13,11 +13,11 @@ the CPU time that every process on the machine used during the run (``/proc/stat
 tree's ``rusage``) is the work that ran beside it, printed in CPU-minutes. A machine already busy when the run would
 start (more than ``--busy-limit`` of a core over five seconds) is refused unless ``--busy-ok``.
 
-It prints, and writes to ``<output-dir>/timing.json``: the wall minutes, each notebook's minutes from ``runs.json``,
-the peak resident memory of the run's largest process (``ru_maxrss``), the CPU-minutes beside it, the commit (with
-``+dirty`` when the tree has changes), the CPU model and the UTC start and end. A run of hours can be stopped and
-started again with ``--cache DIR --keep-cache`` (the same cache), but then its minutes are a sum of parts, which
-``timing.json`` says (``resumed``: the cache held result entries when it started).
+It prints, and writes to ``<output-dir>/timing.json``: the wall minutes, each notebook's minutes from the records
+this run wrote into ``runs.json``, the peak resident memory of the run's largest process (``ru_maxrss``), the
+CPU-minutes beside it, the commit (with ``+dirty`` when the tree has changes), the CPU model and the UTC start and end.
+A run of hours can be stopped and started again with ``--cache DIR --keep-cache`` (the same cache), but then its
+minutes are a sum of parts, which ``timing.json`` says (``resumed``: the cache held result entries when it started).
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from dynheads_tl.engine.models import EMBEDDED_MODELS, link_converted_models
+from dynheads_tl.report.results import read_runs
 from dynheads_tl.report.runner import cache_entries
 from dynheads_tl.store import cache_dir
 
@@ -114,6 +115,7 @@ def main() -> None:
                args.model, "--output-dir", str(output)] + (["--only", args.only] if args.only else [])
     print(f"Timing `dynheads {' '.join(command[3:])}` on the cache {cache} ({entries} result entries at the start; "
           f"{busy:.2f} cores busy before it)", flush=True)
+    earlier = read_runs(output)  # a reused folder's records of earlier runs are not this run's minutes
     started, wall0, busy0 = datetime.datetime.now(datetime.timezone.utc), time.time(), busy_seconds()
     try:
         code = subprocess.run(command).returncode
@@ -122,7 +124,7 @@ def main() -> None:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process of the run, waited for
         if not (args.keep_cache or args.cache):
             shutil.rmtree(cache, ignore_errors=True)  # the link is removed, never followed
-    runs = json.loads((output / "runs.json").read_text()) if (output / "runs.json").is_file() else {}
+    runs = {stem: run for stem, run in read_runs(output).items() if earlier.get(stem) != run}
     own = usage.ru_utime + usage.ru_stime
     row = {"preset": args.preset, "model": args.model, "commit": commit(), "cpu": cpu_model(),
            "cores": os.cpu_count(), "start_utc": started.strftime("%Y-%m-%d %H:%M"),
